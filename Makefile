@@ -1,0 +1,66 @@
+# sluice — see README.md. `make test` is the whole suite; CI runs it via .ci/run.
+GO       ?= go
+HOSTENV  := GOOS=$(shell $(GO) env GOHOSTOS) GOARCH=$(shell $(GO) env GOHOSTARCH)
+BIN      := $(CURDIR)/bin
+CACHE    := $(CURDIR)/.cache
+WAZERO   := $(BIN)/wazero
+# go test -exec runner for GOOS=wasip1: the wazero CLI built for this host.
+WASM_EXEC := $(WAZERO) run -mount=/:/ -env-inherit -cachedir=$(CACHE)/wazero
+# Packages whose tests also run as wasip1 modules under wazero.
+WASIP1_PKGS := ./shared/algorithms/...
+FUZZ_PKG    := ./shared/algorithms
+FUZZ_TARGETS := FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve
+FUZZTIME ?= 1500ms
+
+.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms vet
+
+## test: everything — Redis check, native tests, wasip1 tests under wazero, short fuzzing.
+test: redis-server vet test-native test-wasip1 fuzz-short
+	@echo "make test: all suites passed"
+
+## redis-server: make sure a real redis-server is on PATH (tests start their own on free ports).
+redis-server:
+	@if command -v redis-server >/dev/null 2>&1; then \
+		echo "redis-server: $$(redis-server --version | cut -d' ' -f3)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "redis-server not found: installing it with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		command -v redis-server >/dev/null 2>&1 || { echo "apt-get did not provide redis-server" >&2; exit 1; }; \
+	else \
+		echo "redis-server is required by the tests and is not installed." >&2; \
+		echo "Install it (Debian/Ubuntu: sudo apt-get install -y redis-server) and run make test again." >&2; \
+		exit 1; \
+	fi
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt: files above need formatting" >&2; exit 1; }
+
+test-native:
+	$(GO) test -count=1 ./...
+
+$(WAZERO): go.mod go.sum
+	@mkdir -p $(BIN)
+	$(HOSTENV) $(GO) build -o $@ github.com/tetratelabs/wazero/cmd/wazero
+
+## test-wasip1: the same test files compiled to GOOS=wasip1 and run under wazero.
+test-wasip1: $(WAZERO)
+	@mkdir -p $(CACHE)/wazero
+	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec="$(WASM_EXEC)" $(WASIP1_PKGS)
+
+fuzz-short:
+	@for t in $(FUZZ_TARGETS); do \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $(FUZZ_PKG) >/dev/null || { echo "fuzz $$t failed"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime 1x $(FUZZ_PKG); exit 1; }; \
+		echo "fuzz $$t: ok ($(FUZZTIME))"; \
+	done
+
+## fuzz: longer fuzzing (FUZZTIME=1m per target by default).
+fuzz:
+	$(MAKE) fuzz-short FUZZTIME=$${FUZZTIME:-1m}
+
+## bench: benchmarks (not tests): algorithms natively and under wazero.
+bench: bench-algorithms
+
+bench-algorithms: $(WAZERO)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
+	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./shared/algorithms/

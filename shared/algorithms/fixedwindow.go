@@ -1,0 +1,68 @@
+package algorithms
+
+// FixedWindow admits at most Limit per window of length Window.
+//
+// With Aligned set, windows are aligned to the clock (every multiple of
+// Window starts one), as envoyproxy/ratelimit keys them. Otherwise a window
+// starts at the first hit after the previous one ended, the INCR+EXPIRE
+// pattern: the first INCR creates the key and sets its expiry.
+//
+// Within one window the count is exact, but a client can pass Limit at the end
+// of one window and Limit again at the start of the next: up to 2*Limit within
+// an arbitrarily short interval across a boundary.
+type FixedWindow struct {
+	Limit   int64 // requests admitted per window, >= 1
+	Window  int64 // window length, > 0
+	Aligned bool  // windows start at multiples of Window (else at the first hit)
+}
+
+// FixedWindowState is a fixed window's state: the window that holds the count.
+type FixedWindowState struct {
+	Start int64 // when the current window started
+	Count int64 // cost admitted in it; 0 means no window is open
+}
+
+// Validate reports whether the parameters are usable.
+func (l FixedWindow) Validate() error {
+	switch {
+	case l.Limit < 1:
+		return ErrLimit
+	case l.Window <= 0:
+		return ErrWindow
+	case l.Window > maxSpan:
+		return ErrWindowTooLong
+	}
+	return nil
+}
+
+// Allow decides a request of the given cost at now.
+func (l FixedWindow) Allow(s *FixedWindowState, now, cost int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := checkCost(cost, l.Limit); err != nil {
+		return Result{}, err
+	}
+	start, count := s.Start, s.Count
+	if l.Aligned {
+		if ws := windowStart(now, l.Window); ws > start || count == 0 {
+			start, count = ws, 0
+		}
+	} else if count == 0 || now >= start+l.Window {
+		start, count = now, 0
+	}
+	end := start + l.Window
+	r := Result{Limit: l.Limit}
+	if count+cost <= l.Limit {
+		count += cost
+		r.Allowed = true
+		s.Start, s.Count = start, count
+	} else {
+		r.RetryAfter = end - now
+	}
+	r.Remaining = nonNegative(l.Limit - count)
+	if count > 0 {
+		r.ResetAfter = end - now
+	}
+	return r, nil
+}

@@ -1,0 +1,96 @@
+package algorithms
+
+// GCRA is the generic cell rate algorithm (a leaky bucket as a meter) with
+// redis-cell's CL.THROTTLE semantics:
+//
+//	CL.THROTTLE key max_burst count period [quantity]
+//
+// admits count per period with bursts of up to max_burst+1 at once. The
+// emission interval is Period/Count, rounded down to the time unit as
+// redis-cell rounds it to nanoseconds, and the delay variation tolerance is
+// the emission interval times (MaxBurst+1).
+//
+// One deliberate difference: redis-cell compares the arrival time with the
+// allowed time in whole seconds (it lets a request through up to one second
+// early). This implementation compares exactly.
+type GCRA struct {
+	MaxBurst int64 // extra requests allowed at once beyond the first, >= 0
+	Count    int64 // requests per Period, >= 1
+	Period   int64 // > 0
+}
+
+// GCRAState is the theoretical arrival time of the next request; zero (or
+// any time in the past) means a full limiter.
+type GCRAState struct {
+	TAT int64
+}
+
+// Validate reports whether the parameters are usable.
+func (l GCRA) Validate() error {
+	switch {
+	case l.MaxBurst < 0:
+		return ErrMaxBurst
+	case l.Count < 1:
+		return ErrCount
+	case l.Period <= 0:
+		return ErrPeriod
+	case l.Period > maxSpan:
+		return ErrPeriodTooLong
+	case l.Period/l.Count == 0:
+		return ErrCountTooHigh
+	case l.MaxBurst+1 > maxSpan/(l.Period/l.Count):
+		return ErrPeriodTooLong
+	}
+	return nil
+}
+
+// Interval returns the emission interval: the time one request's quota takes
+// to come back.
+func (l GCRA) Interval() int64 { return l.Period / l.Count }
+
+// Allow decides a request of the given cost (redis-cell's quantity) at now.
+func (l GCRA) Allow(s *GCRAState, now, cost int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	limit := l.MaxBurst + 1
+	if err := checkCost(cost, limit); err != nil {
+		return Result{}, err
+	}
+	t := l.Interval()
+	dvt := t * limit
+	tat := s.TAT
+	if tat < now {
+		tat = now
+	}
+	newTAT := tat + t*cost
+	diff := now - (newTAT - dvt) // how far past the allowed time we are
+	r := Result{Limit: limit}
+	var ttl int64 // time until the limiter is full again
+	if diff < 0 {
+		r.RetryAfter = -diff
+		ttl = tat - now
+	} else {
+		r.Allowed = true
+		s.TAT = newTAT
+		ttl = newTAT - now
+	}
+	if next := dvt - ttl; next > 0 {
+		r.Remaining = next / t
+	}
+	r.ResetAfter = ttl
+	return r, nil
+}
+
+// CellReply converts a GCRA result to redis-cell's CL.THROTTLE reply:
+// [limited (0 or 1), limit, remaining, retry_after seconds or -1 when allowed,
+// reset_after seconds], durations rounded up to whole seconds as redis-cell
+// does. second is the length of one second in the unit of the result.
+func CellReply(r Result, second int64) [5]int64 {
+	reply := [5]int64{0, r.Limit, r.Remaining, -1, ceilDiv(r.ResetAfter, second)}
+	if !r.Allowed {
+		reply[0] = 1
+		reply[3] = ceilDiv(r.RetryAfter, second)
+	}
+	return reply
+}

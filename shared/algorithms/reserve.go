@@ -1,0 +1,85 @@
+package algorithms
+
+// Reserve is Guava's SmoothBursty rate limiter with tryAcquire(permits,
+// timeout) semantics: instead of refusing a request it tells the caller how
+// long to wait, up to MaxWait.
+//
+// Permits accrue at Rate per Period and up to Burst are stored while the
+// limiter is idle. A request spends stored permits first; the permits it needs
+// beyond those are paid for by the caller after it (Guava's "pay later"): the
+// request's own wait is only what earlier requests left owing. If that wait
+// would exceed MaxWait the request is refused, takes nothing, and Result.Wait
+// says how long it would have had to wait.
+//
+// Unlike a fresh Guava limiter, which starts with nothing stored, the zero
+// state here is a full one: a limiter nobody used for long is full.
+type Reserve struct {
+	Rate    int64 // permits per Period, >= 1
+	Period  int64 // > 0
+	Burst   int64 // permits stored while idle, >= 1
+	MaxWait int64 // longest wait granted, >= 0
+}
+
+// ReserveState is Guava's (storedPermits, nextFreeTicketMicros), kept as
+// what is missing from a full store so that the zero value is full.
+type ReserveState struct {
+	Next    int64 // when the next request may proceed (the free ticket)
+	Missing int64 // units (permits * Period) missing from a full store at Next
+}
+
+// Validate reports whether the parameters are usable.
+func (l Reserve) Validate() error {
+	switch {
+	case l.Rate < 1:
+		return ErrRate
+	case l.Period <= 0:
+		return ErrPeriod
+	case l.Burst < 1:
+		return ErrBurst
+	case l.Period > maxSpan || l.Burst > maxSpan/l.Period:
+		return ErrPeriodTooLong
+	case l.MaxWait < 0:
+		return ErrMaxWait
+	}
+	return nil
+}
+
+// Allow reserves cost permits at now. Result.Wait is how long the caller must
+// wait before proceeding; a refused request (wait beyond MaxWait) has
+// RetryAfter set to how long until its wait would be within MaxWait.
+func (l Reserve) Allow(s *ReserveState, now, cost int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := checkCost(cost, l.Burst); err != nil {
+		return Result{}, err
+	}
+	next, missing := s.Next, s.Missing
+	if now > next { // resync: permits stored while idle
+		elapsed := now - next
+		if elapsed > missing/l.Rate {
+			missing = 0
+		} else {
+			missing -= elapsed * l.Rate
+		}
+		next = now
+	}
+	capacity := l.Burst * l.Period
+	r := Result{Limit: l.Burst, Wait: next - now}
+	if r.Wait > l.MaxWait {
+		r.RetryAfter = r.Wait - l.MaxWait
+	} else {
+		r.Allowed = true
+		need := cost * l.Period
+		stored := capacity - missing
+		spend := min(need, stored)
+		missing += spend
+		next += ceilDiv(need-spend, l.Rate) // the rest is paid by the next caller
+		s.Next, s.Missing = next, missing
+	}
+	if next <= now {
+		r.Remaining = (capacity - missing) / l.Period
+	}
+	r.ResetAfter = max(next-now, 0) + ceilDiv(missing, l.Rate)
+	return r, nil
+}

@@ -1,0 +1,145 @@
+package algorithms
+
+// weightScale is the resolution of the previous window's weight: weights are
+// whole thousandths, rounded down, so that the Redis Lua port computes
+// bit-for-bit the same integers (Lua numbers are doubles).
+const weightScale = 1000
+
+// SlidingWindow is the sliding-window counter: two adjacent clock-aligned
+// windows, the previous one weighted by how much of it the sliding window
+// still covers. It needs O(1) memory, but it is approximate.
+//
+// At time now, with e = now - (start of the current window), it estimates the
+// load of (now-Window, now] as
+//
+//	prev*w + cur, w = floor((Window-e)*1000/Window)/1000
+//
+// and admits a request if estimate+cost <= Limit. The estimate assumes the
+// previous window's requests were spread evenly. Error bound: the current
+// window's own count never exceeds Limit, so every clock-aligned window admits
+// at most Limit; a sliding window (t-Window, t] spans two aligned windows, so
+// at most 2*Limit, reached only when the previous window's requests all came
+// at its very end. Rounding w down (by less than 1/1000) admits at most
+// prev/1000 (< Limit/1000 + 1) more than the unrounded estimate would. For
+// traffic spread evenly the estimate is exact up to that rounding.
+type SlidingWindow struct {
+	Limit  int64 // requests admitted per window, >= 1
+	Window int64 // window length, > 0
+}
+
+// SlidingWindowState holds the counts of the current and previous windows.
+type SlidingWindowState struct {
+	Start int64 // start of the current window
+	Prev  int64 // cost admitted in the window before Start
+	Cur   int64 // cost admitted in the current window
+}
+
+// Validate reports whether the parameters are usable.
+func (l SlidingWindow) Validate() error {
+	switch {
+	case l.Limit < 1:
+		return ErrLimit
+	case l.Limit > maxSpan/weightScale:
+		return ErrLimitTooLarge
+	case l.Window <= 0:
+		return ErrWindow
+	case l.Window > maxSpan/weightScale:
+		return ErrWindowTooLong
+	}
+	return nil
+}
+
+// Allow decides a request of the given cost at now.
+func (l SlidingWindow) Allow(s *SlidingWindowState, now, cost int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := checkCost(cost, l.Limit); err != nil {
+		return Result{}, err
+	}
+	start, prev, cur := l.roll(*s, now)
+	e := now - start
+	scaled := prev*l.weight(e) + cur*weightScale // estimate * weightScale
+	r := Result{Limit: l.Limit}
+	if scaled+cost*weightScale <= l.Limit*weightScale {
+		r.Allowed = true
+		cur += cost
+		scaled += cost * weightScale
+		s.Start, s.Prev, s.Cur = start, prev, cur
+	} else {
+		r.RetryAfter = l.retryAfter(prev, cur, cost, e)
+	}
+	r.Remaining = nonNegative(l.Limit - ceilDiv(scaled, weightScale))
+	switch {
+	case cur > 0:
+		r.ResetAfter = start + 2*l.Window - now
+	case prev > 0:
+		r.ResetAfter = start + l.Window - now
+	}
+	return r, nil
+}
+
+// roll moves the state to the window that contains now.
+func (l SlidingWindow) roll(s SlidingWindowState, now int64) (start, prev, cur int64) {
+	ws := windowStart(now, l.Window)
+	switch {
+	case ws <= s.Start && (s.Prev > 0 || s.Cur > 0):
+		// Same window (or the clock stepped back): keep counting in it.
+		return s.Start, s.Prev, s.Cur
+	case ws == s.Start+l.Window:
+		return ws, s.Cur, 0
+	default:
+		return ws, 0, 0
+	}
+}
+
+// weight returns the previous window's weight in thousandths, e elapsed into
+// the current window.
+func (l SlidingWindow) weight(e int64) int64 {
+	if e >= l.Window {
+		return 0
+	}
+	if e < 0 {
+		e = 0
+	}
+	return (l.Window - e) * weightScale / l.Window
+}
+
+// retryAfter returns how long after now (e into the current window) a request
+// of cost fits, given prev and cur in this window and nothing else arriving.
+func (l SlidingWindow) retryAfter(prev, cur, cost, e int64) int64 {
+	if cur+cost <= l.Limit {
+		if at, ok := l.fitsAt(prev, cur, cost); ok && at > e {
+			return at - e
+		}
+	}
+	// Not in this window: in the next one, cur becomes the previous count.
+	if at, ok := l.fitsAt(cur, 0, cost); ok {
+		return l.Window - e + at
+	}
+	// A window shorter than 1000 time units can keep a weight >= 1/1000 to
+	// its end; two windows on, both counts are gone.
+	return 2*l.Window - e
+}
+
+// fitsAt returns the earliest offset into a window, with prev counted in the
+// window before it and cur in it, at which a request of cost fits; ok is false
+// when it fits nowhere in the window.
+func (l SlidingWindow) fitsAt(prev, cur, cost int64) (at int64, ok bool) {
+	room := (l.Limit - cur - cost) * weightScale // what prev*weight may use
+	if prev == 0 {
+		return 0, room >= 0
+	}
+	q := room / prev // largest weight that fits
+	if q >= weightScale {
+		return 0, true
+	}
+	// weight(e) <= q  <=>  (Window-e)*1000 < (q+1)*Window
+	//                <=>  e > Window - (q+1)*Window/1000
+	// smallest such e: Window - ceil((q+1)*Window/1000) + 1.
+	at = l.Window - ceilDiv((q+1)*l.Window, weightScale) + 1
+	if at < 0 {
+		at = 0
+	}
+	return at, at < l.Window
+}
