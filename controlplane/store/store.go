@@ -1,0 +1,116 @@
+// Package store defines where rate-limit state lives and how one request's
+// limits are decided against it. Implementations: memory (shared/algorithms
+// in-process, the embedded default and the rescue limiter) and redis (the
+// authoritative Lua scripts).
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// Algorithm names one of the algorithms a limit can use.
+type Algorithm uint8
+
+// The algorithms a store decides. The names match the policy file's.
+const (
+	FixedWindow   Algorithm = iota + 1 // clock-aligned fixed window, as envoyproxy/ratelimit
+	SlidingWindow                      // two-window weighted counter
+	SlidingLog                         // exact sliding log
+	TokenBucket                        // Burst tokens refilled at Requests per Window
+	GCRA                               // redis-cell CL.THROTTLE semantics; Burst = max_burst+1
+)
+
+// String returns the policy-file name of a.
+func (a Algorithm) String() string {
+	switch a {
+	case FixedWindow:
+		return "fixed_window"
+	case SlidingWindow:
+		return "sliding_window"
+	case SlidingLog:
+		return "sliding_log"
+	case TokenBucket:
+		return "token_bucket"
+	case GCRA:
+		return "gcra"
+	}
+	return "unknown"
+}
+
+// Limit is what a store needs to know about one configured limit.
+type Limit struct {
+	Algorithm Algorithm
+	Requests  int64         // admitted per Window (the refill rate for token_bucket and gcra)
+	Window    time.Duration // window or refill period; a whole number of microseconds
+	Burst     int64         // token_bucket: capacity; gcra: max_burst+1; 0 = Requests
+}
+
+// Check is one limit to decide for one request.
+type Check struct {
+	Key   string // from Key: identifies the limit's state
+	Limit Limit
+	Cost  int64 // hits_addend; 0 peeks
+}
+
+// Store decides checks against shared state.
+type Store interface {
+	// Decide decides every check, writing out[i] for checks[i]; len(out)
+	// must equal len(checks). Each check is decided atomically on its own key;
+	// checks of one call are not a transaction across keys (as in
+	// envoyproxy/ratelimit, each descriptor is counted independently). An
+	// error means no result in out can be trusted.
+	Decide(ctx context.Context, checks []Check, out []algorithms.Result) error
+	// Name identifies the store in logs and metrics ("memory", "redis").
+	Name() string
+}
+
+// ErrInvalidLimit is returned (wrapped) for a check whose limit the
+// algorithms refuse.
+var ErrInvalidLimit = errors.New("store: invalid limit")
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// KeyPrefix starts every key sluice writes.
+const KeyPrefix = "sluice:"
+
+// Key returns the storage key for the state of one limit of one request
+// descriptor. The identity (domain, every entry's key and value, the limit's
+// ID and its algorithm) is length-prefixed before it is hashed, so no two
+// different descriptors share a key whatever bytes their values hold
+// (':', '{', '}', newlines, 64 KB of text), and the key has a fixed length.
+// The hash sits inside a Redis Cluster hash tag so all of a limit's keys
+// share one slot.
+func Key(domain string, entries []Entry, limitID string, alg Algorithm) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	put := func(s string) {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		h.Write([]byte(s))
+	}
+	put(domain)
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(entries)))])
+	for _, e := range entries {
+		put(e.Key)
+		put(e.Value)
+	}
+	put(limitID)
+	put(alg.String())
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	var buf [len(KeyPrefix) + 2 + 32]byte
+	b := append(buf[:0], KeyPrefix...)
+	b = append(b, '{')
+	b = hex.AppendEncode(b, sum[:16]) // 128 bits: collisions are not a practical concern
+	b = append(b, '}')
+	return string(b)
+}
