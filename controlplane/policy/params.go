@@ -1,0 +1,92 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// The methods below give the shared/algorithms parameters a limit maps to,
+// with times expressed in unit: time.Nanosecond for the Go algorithms (the
+// memory store, the filter), time.Microsecond for the Redis Lua scripts.
+// Parse guarantees that l.Window is a whole number of microseconds and that
+// the parameters validate in both units; other units truncate.
+//
+// Each method computes the parameters whatever l.Algorithm is; Params picks
+// the one for l.Algorithm.
+
+// FixedWindowParams returns l as a clock-aligned fixed window, the way
+// envoyproxy/ratelimit counts.
+func (l *Limit) FixedWindowParams(unit time.Duration) algorithms.FixedWindow {
+	return algorithms.FixedWindow{Limit: l.Requests, Window: int64(l.Window / unit), Aligned: true}
+}
+
+// SlidingWindowParams returns l as a sliding window counter.
+func (l *Limit) SlidingWindowParams(unit time.Duration) algorithms.SlidingWindow {
+	return algorithms.SlidingWindow{Limit: l.Requests, Window: int64(l.Window / unit)}
+}
+
+// SlidingLogParams returns l as a sliding log.
+func (l *Limit) SlidingLogParams(unit time.Duration) algorithms.SlidingLog {
+	return algorithms.SlidingLog{Limit: l.Requests, Window: int64(l.Window / unit)}
+}
+
+// TokenBucketParams returns l as a token bucket: Burst tokens, refilled at
+// Requests per Window.
+func (l *Limit) TokenBucketParams(unit time.Duration) algorithms.TokenBucket {
+	return algorithms.TokenBucket{Rate: l.Requests, Period: int64(l.Window / unit), Burst: l.burst()}
+}
+
+// GCRAParams returns l as redis-cell's CL.THROTTLE parameters: max_burst =
+// Burst-1, count = Requests, period = Window.
+func (l *Limit) GCRAParams(unit time.Duration) algorithms.GCRA {
+	return algorithms.GCRA{MaxBurst: l.burst() - 1, Count: l.Requests, Period: int64(l.Window / unit)}
+}
+
+// burst returns l.Burst, or Requests when unset (a Limit built by hand).
+func (l *Limit) burst() int64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Requests
+}
+
+// Params returns the parameters for l.Algorithm: an algorithms.FixedWindow,
+// SlidingWindow, SlidingLog, TokenBucket or GCRA value; nil when l is
+// unlimited or its algorithm unknown. Boxing the value allocates: on a hot
+// path, switch on l.Algorithm and call the typed method instead.
+func (l *Limit) Params(unit time.Duration) any {
+	if l.Unlimited {
+		return nil
+	}
+	switch l.Algorithm {
+	case FixedWindow:
+		return l.FixedWindowParams(unit)
+	case SlidingWindow:
+		return l.SlidingWindowParams(unit)
+	case SlidingLog:
+		return l.SlidingLogParams(unit)
+	case TokenBucket:
+		return l.TokenBucketParams(unit)
+	case GCRA:
+		return l.GCRAParams(unit)
+	}
+	return nil
+}
+
+// validate checks l's parameters with shared/algorithms in the given unit.
+func (l *Limit) validate(unit time.Duration) error {
+	switch l.Algorithm {
+	case FixedWindow:
+		return l.FixedWindowParams(unit).Validate()
+	case SlidingWindow:
+		return l.SlidingWindowParams(unit).Validate()
+	case SlidingLog:
+		return l.SlidingLogParams(unit).Validate()
+	case TokenBucket:
+		return l.TokenBucketParams(unit).Validate()
+	case GCRA:
+		return l.GCRAParams(unit).Validate()
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+// Package policy reads, validates, matches and writes sluice's rate-limit
+// policies.
+//
+// The format is envoyproxy/ratelimit's YAML, read as-is:
+//
+//	domain: api
+//	descriptors:
+//	  - key: remote_address
+//	    rate_limit:
+//	      unit: second
+//	      requests_per_unit: 10
+//
+// with nested descriptors, optional values, wildcard values ending in "*",
+// rate_limit name/replaces/unlimited, shadow_mode and detailed_metric. sluice
+// extends it with a per-limit algorithm, windows of any length (window: 30s),
+// burst, several limits on one descriptor (rate_limits:), failure_mode and a
+// domain-level response_headers switch. Unknown fields are errors, and every
+// error names the file, line, domain and field.
+//
+// A parsed Domain is immutable and safe for concurrent use; Match allocates
+// nothing.
+package policy
+
+import (
+	"sort"
+	"strings"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm from shared/algorithms.
+type Algorithm string
+
+// The algorithms a limit can use.
+const (
+	FixedWindow   Algorithm = "fixed_window"   // clock-aligned windows, as envoyproxy/ratelimit
+	SlidingWindow Algorithm = "sliding_window" // two-window weighted counter
+	SlidingLog    Algorithm = "sliding_log"    // exact log of admitted requests
+	TokenBucket   Algorithm = "token_bucket"   // Burst tokens refilled at Requests per Window
+	GCRA          Algorithm = "gcra"           // generic cell rate algorithm (redis-cell)
+)
+
+// algorithms lists the valid algorithms in the order error messages name them.
+var algorithmNames = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA}
+
+// HasBurst reports whether the algorithm takes a burst parameter.
+func (a Algorithm) HasBurst() bool { return a == TokenBucket || a == GCRA }
+
+// FailureMode says what the data plane does with a request when no decision
+// can be had (control plane unreachable, or neither Redis nor the memory
+// store can answer).
+type FailureMode string
+
+// The failure modes.
+const (
+	FailOpen   FailureMode = "open"   // let the request through (the default)
+	FailClosed FailureMode = "closed" // reject it
+)
+
+// Unit is a rate-limit unit with the numeric values of the RLS v3 enum
+// envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit, so
+// rlsv3.RateLimitResponse_RateLimit_Unit(u) converts it.
+type Unit int32
+
+// The units. UnitUnknown is reported for windows that are not one whole unit.
+const (
+	UnitUnknown Unit = 0
+	UnitSecond  Unit = 1
+	UnitMinute  Unit = 2
+	UnitHour    Unit = 3
+	UnitDay     Unit = 4
+	UnitMonth   Unit = 5
+	UnitYear    Unit = 6
+	UnitWeek    Unit = 7
+)
+
+// unitInfo is one unit's name and length. Lengths follow envoyproxy/ratelimit:
+// a month is 30 days and a year 365 days.
+var unitInfo = []struct {
+	unit Unit
+	name string
+	d    time.Duration
+}{
+	{UnitSecond, "second", time.Second},
+	{UnitMinute, "minute", time.Minute},
+	{UnitHour, "hour", time.Hour},
+	{UnitDay, "day", 24 * time.Hour},
+	{UnitWeek, "week", 7 * 24 * time.Hour},
+	{UnitMonth, "month", 30 * 24 * time.Hour},
+	{UnitYear, "year", 365 * 24 * time.Hour},
+}
+
+// String returns the RLS enum name, e.g. "MINUTE".
+func (u Unit) String() string {
+	for _, i := range unitInfo {
+		if i.unit == u {
+			return strings.ToUpper(i.name)
+		}
+	}
+	return "UNKNOWN"
+}
+
+// Duration returns the unit's length, or 0 for UnitUnknown.
+func (u Unit) Duration() time.Duration {
+	for _, i := range unitInfo {
+		if i.unit == u {
+			return i.d
+		}
+	}
+	return 0
+}
+
+// unitOf returns the unit whose length is exactly d, or UnitUnknown.
+func unitOf(d time.Duration) Unit {
+	for _, i := range unitInfo {
+		if i.d == d {
+			return i.unit
+		}
+	}
+	return UnitUnknown
+}
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// Limit is one rate limit as matched for a request. Limits are shared by all
+// requests and must not be modified.
+//
+// A limit configured on a descriptor with a wildcard or without a value
+// counts each distinct request descriptor separately (as envoyproxy/ratelimit
+// keys its counters by the request's entries): storage keys are built from
+// the domain, ID and the request's entries.
+type Limit struct {
+	// Name is the rate_limit's name ("" if none); replaces refers to it.
+	Name string
+	// Algorithm is the algorithm; "" when Unlimited.
+	Algorithm Algorithm
+	// Requests is requests_per_unit: admitted per Window (token_bucket and
+	// gcra: refilled per Window). 0 when Unlimited.
+	Requests int64
+	// Window is the unit's length or the window given; 0 when Unlimited.
+	Window time.Duration
+	// Unit is what to report in RLS current_limit: the unit equal to Window,
+	// or UnitUnknown when Window is not one whole unit.
+	Unit Unit
+	// Burst is the capacity of token_bucket and gcra (default Requests); 0
+	// for the other algorithms.
+	Burst int64
+	// Unlimited means never limited: the descriptor is OK without counting.
+	Unlimited bool
+	// ShadowMode means evaluate and count, but always answer OK.
+	ShadowMode bool
+	// DetailedMetric is ratelimit's detailed_metric: report metrics per
+	// request value rather than per configured descriptor.
+	DetailedMetric bool
+	// ValueToMetric is ratelimit's value_to_metric: put the request's value
+	// in the metric key of a wildcard or key-only descriptor.
+	ValueToMetric bool
+	// FailureMode is the effective failure mode (descriptor, else its
+	// ancestors', else the domain's).
+	FailureMode FailureMode
+	// ID identifies the limit within its domain, stably across edits that
+	// keep its descriptor path: the descriptors' key[=value] path, then "#"
+	// and the limit's index on its descriptor, e.g. "user=alice/path#0".
+	// '%', '/', '=', '#' and control bytes in keys and values are escaped as
+	// %XX, so distinct limits never share an ID.
+	ID string
+	// Replaces lists the names of limits this one replaces when both match
+	// one request.
+	Replaces []string
+	// Domain is the name of the domain the limit belongs to.
+	Domain string
+	// Path is the limit's field path in the policy file, e.g.
+	// "descriptors[0].rate_limits[1]".
+	Path string
+
+	replacedBit int   // index of Name among replaced names, or -1
+	replaceBits []int // indexes of the names in Replaces
+}
+
+// Descriptor is one configured descriptor, as written in the file.
+type Descriptor struct {
+	// Key is the descriptor key; never empty.
+	Key string
+	// Value is "" to match any value, a value ending in "*" to match values
+	// with that prefix, or an exact value.
+	Value string
+	// Limits are the descriptor's limits (rate_limit or rate_limits); all
+	// must pass.
+	Limits []*Limit
+	// ShadowMode is shadow_mode as written (it applies to this descriptor's
+	// limits only, as in envoyproxy/ratelimit).
+	ShadowMode bool
+	// DetailedMetric is detailed_metric as written.
+	DetailedMetric bool
+	// ValueToMetric is value_to_metric as written.
+	ValueToMetric bool
+	// FailureMode is failure_mode as written; "" inherits the parent's.
+	FailureMode FailureMode
+	// Descriptors are the nested descriptors.
+	Descriptors []*Descriptor
+	// Path is the field path, e.g. "descriptors[0].descriptors[2]".
+	Path string
+}
+
+// Domain is one domain's policy. It is immutable once parsed.
+type Domain struct {
+	// Name is the domain.
+	Name string
+	// FailureMode is the domain's default failure mode (FailOpen unless the
+	// file says otherwise).
+	FailureMode FailureMode
+	// ResponseHeaders turns on the IETF RateLimit-Policy / RateLimit headers.
+	ResponseHeaders bool
+	// Descriptors are the top-level descriptors.
+	Descriptors []*Descriptor
+	// Source is the file (or name) the domain was parsed from.
+	Source string
+
+	root        *level   // match index
+	nameLine    int      // line of the domain field
+	limits      []*Limit // every limit, in file order
+	replaceable int      // how many distinct names some limit replaces
+}
+
+// Limits returns every limit of the domain in file order. The slice is
+// shared: do not modify it.
+func (d *Domain) Limits() []*Limit { return d.limits }
+
+// Set is an immutable set of domains.
+type Set struct {
+	domains map[string]*Domain
+}
+
+// NewSet returns a set of the given domains. Two domains with one name are an
+// error naming both sources.
+func NewSet(domains ...*Domain) (*Set, error) {
+	s := &Set{domains: make(map[string]*Domain, len(domains))}
+	var errs ErrorList
+	for _, d := range domains {
+		if d == nil {
+			continue
+		}
+		if prev, ok := s.domains[d.Name]; ok {
+			errs = append(errs, &Error{File: d.Source, Domain: d.Name, Field: "domain",
+				Problem: "duplicate domain (already defined in " + prev.Source + ")"})
+			continue
+		}
+		s.domains[d.Name] = d
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return s, nil
+}
+
+// Domain returns the named domain, or nil if the set has none by that name
+// (or the set is nil).
+func (s *Set) Domain(name string) *Domain {
+	if s == nil {
+		return nil
+	}
+	return s.domains[name]
+}
+
+// Len returns the number of domains.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.domains)
+}
+
+// Domains returns the domains sorted by name, in a new slice.
+func (s *Set) Domains() []*Domain {
+	if s == nil {
+		return nil
+	}
+	out := make([]*Domain, 0, len(s.domains))
+	for _, d := range s.domains {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// With returns a new set with d added, replacing any domain of the same name.
+// s is unchanged.
+func (s *Set) With(d *Domain) *Set {
+	n := &Set{domains: make(map[string]*Domain, s.Len()+1)}
+	if s != nil {
+		for k, v := range s.domains {
+			n.domains[k] = v
+		}
+	}
+	n.domains[d.Name] = d
+	return n
+}
+
+// Without returns a new set without the named domain. s is unchanged.
+func (s *Set) Without(name string) *Set {
+	n := &Set{domains: make(map[string]*Domain, s.Len())}
+	if s != nil {
+		for k, v := range s.domains {
+			if k != name {
+				n.domains[k] = v
+			}
+		}
+	}
+	return n
+}
