@@ -1,0 +1,372 @@
+// Package degrade keeps decisions flowing when the authoritative store
+// (Redis) fails: it wraps a primary and a fallback store.Store (the memory
+// store, go-zero's "rescue limiter" idea).
+//
+// Each Decide goes to the primary with a deadline (20 ms by default). When
+// the primary errors or misses the deadline, the same call is answered by
+// the fallback at once and the Store turns degraded: later calls go straight
+// to the fallback, without waiting on the primary, while a background probe
+// (a PING through the function the caller passes) runs every ProbeInterval.
+// The first probe that succeeds switches decisions back to the primary.
+//
+// While degraded each replica limits on its own, from the state its memory
+// store built since it degraded: limits hold per replica, not across the
+// fleet, and counts made in Redis before the failure are not seen. That is
+// the price of answering at all.
+//
+// When the fallback fails too, Decide returns the error; the caller then
+// applies each limit's failure mode.
+package degrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// Defaults for Options.
+const (
+	DefaultDeadline      = 20 * time.Millisecond
+	DefaultProbeInterval = 200 * time.Millisecond
+)
+
+// ErrDeadline is returned (wrapped) by the primary attempt when the primary
+// did not answer within the deadline; it is counted, never returned by
+// Decide unless the fallback fails too.
+var ErrDeadline = errors.New("degrade: primary missed the deadline")
+
+// Options configures a Store.
+type Options struct {
+	// Probe checks whether the primary answers again (for Redis: PING). It
+	// is required. It is called with a context bounded by ProbeTimeout.
+	Probe func(ctx context.Context) error
+	// Deadline bounds each decision on the primary; 0 means DefaultDeadline.
+	Deadline time.Duration
+	// ProbeInterval is the time between probes while degraded; 0 means
+	// DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe; 0 means ProbeInterval.
+	ProbeTimeout time.Duration
+	// TrustContext says the primary's Decide returns promptly once its
+	// context ends, as the Redis store's does. The primary is then called
+	// directly with a deadline context. Otherwise each attempt runs in its
+	// own goroutine on copies of the checks, so that even a primary that
+	// ignores its context cannot hold a decision past the deadline.
+	TrustContext bool
+	// OnChange, if set, is called after each switch with the new state
+	// (true: degraded). It must not block; calls are not ordered across
+	// concurrent switches, so read Degraded for the current state.
+	OnChange func(degraded bool)
+	// Logger receives one line per switch; nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer registers the metrics (see NewMetrics); nil means they are
+	// kept but not registered.
+	Registerer prometheus.Registerer
+}
+
+// Store is a store.Store that decides on a primary and falls back to a
+// second store while the primary fails. It is safe for concurrent use.
+type Store struct {
+	primary, fallback store.Store
+	probe             func(context.Context) error
+	deadline          time.Duration
+	probeInterval     time.Duration
+	probeTimeout      time.Duration
+	log               *slog.Logger
+	metrics           *Metrics
+	onChange          func(bool)
+	trustContext      bool
+
+	degraded atomic.Bool
+	calls    sync.Pool // *call
+
+	mu      sync.Mutex // guards probing and closed
+	probing bool       // a prober goroutine is running
+	closed  bool
+	stop    chan struct{} // closed by Close
+	wg      sync.WaitGroup
+}
+
+// Metrics are the Store's Prometheus collectors.
+type Metrics struct {
+	// Degraded is 1 while decisions come from the fallback.
+	Degraded prometheus.Gauge
+	// DegradedDecisions counts Decide calls answered by the fallback.
+	DegradedDecisions prometheus.Counter
+	// Transitions counts switches, labelled to="fallback" or to="primary".
+	Transitions *prometheus.CounterVec
+	// PrimaryFailures counts failed primary attempts, labelled
+	// reason="error" or reason="deadline".
+	PrimaryFailures *prometheus.CounterVec
+	// ProbeFailures counts failed probes.
+	ProbeFailures prometheus.Counter
+}
+
+// NewMetrics returns the collectors, registered with reg unless reg is nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Degraded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_store_degraded",
+			Help: "1 while decisions are answered by the fallback (memory) store because the primary (Redis) fails.",
+		}),
+		DegradedDecisions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_degraded_decisions_total",
+			Help: "Store calls answered by the fallback (memory) store.",
+		}),
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_degrade_transitions_total",
+			Help: "Switches between the primary and the fallback store, by destination.",
+		}, []string{"to"}),
+		PrimaryFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_primary_failures_total",
+			Help: "Primary store calls that failed (reason=error) or missed the deadline (reason=deadline).",
+		}, []string{"reason"}),
+		ProbeFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_probe_failures_total",
+			Help: "Health probes of the primary store that failed while degraded.",
+		}),
+	}
+	for _, to := range []string{"fallback", "primary"} {
+		m.Transitions.WithLabelValues(to)
+	}
+	for _, r := range []string{"error", "deadline"} {
+		m.PrimaryFailures.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.Degraded, m.DegradedDecisions, m.Transitions, m.PrimaryFailures, m.ProbeFailures)
+	}
+	return m
+}
+
+// New returns a Store deciding on primary, falling back to fallback.
+func New(primary, fallback store.Store, opts Options) (*Store, error) {
+	switch {
+	case primary == nil:
+		return nil, errors.New("degrade: primary store is nil")
+	case fallback == nil:
+		return nil, errors.New("degrade: fallback store is nil")
+	case opts.Probe == nil:
+		return nil, errors.New("degrade: Options.Probe is required (it tells when the primary is back)")
+	case opts.Deadline < 0:
+		return nil, fmt.Errorf("degrade: Options.Deadline must not be negative (got %v)", opts.Deadline)
+	case opts.ProbeInterval < 0:
+		return nil, fmt.Errorf("degrade: Options.ProbeInterval must not be negative (got %v)", opts.ProbeInterval)
+	case opts.ProbeTimeout < 0:
+		return nil, fmt.Errorf("degrade: Options.ProbeTimeout must not be negative (got %v)", opts.ProbeTimeout)
+	}
+	s := &Store{
+		primary:       primary,
+		fallback:      fallback,
+		probe:         opts.Probe,
+		deadline:      opts.Deadline,
+		probeInterval: opts.ProbeInterval,
+		probeTimeout:  opts.ProbeTimeout,
+		log:           opts.Logger,
+		metrics:       NewMetrics(opts.Registerer),
+		onChange:      opts.OnChange,
+		trustContext:  opts.TrustContext,
+		stop:          make(chan struct{}),
+	}
+	if s.deadline == 0 {
+		s.deadline = DefaultDeadline
+	}
+	if s.probeInterval == 0 {
+		s.probeInterval = DefaultProbeInterval
+	}
+	if s.probeTimeout == 0 {
+		s.probeTimeout = s.probeInterval
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.calls.New = func() any { return &call{done: make(chan error, 1)} }
+	return s, nil
+}
+
+// Name returns "primary|fallback", e.g. "redis|memory".
+func (s *Store) Name() string { return s.primary.Name() + "|" + s.fallback.Name() }
+
+// Degraded reports whether decisions currently come from the fallback.
+func (s *Store) Degraded() bool { return s.degraded.Load() }
+
+// Metrics returns the Store's collectors.
+func (s *Store) Metrics() *Metrics { return s.metrics }
+
+// Decide implements store.Store: the primary within the deadline, else the
+// fallback. An error means both failed (or ctx ended, or a check is invalid:
+// an error wrapping store.ErrInvalidLimit does not degrade the Store, since
+// the fallback would refuse the check too).
+func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorithms.Result) error {
+	if len(out) != len(checks) {
+		return fmt.Errorf("degrade: %d results for %d checks", len(out), len(checks))
+	}
+	if !s.degraded.Load() {
+		err := s.tryPrimary(ctx, checks, out)
+		if err == nil {
+			return nil
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return ctxErr // the caller gave up: not the primary's fault
+		}
+		if errors.Is(err, store.ErrInvalidLimit) {
+			return err
+		}
+		reason := "error"
+		if errors.Is(err, ErrDeadline) {
+			reason = "deadline"
+		}
+		s.metrics.PrimaryFailures.WithLabelValues(reason).Inc()
+		s.enterDegraded(err)
+	}
+	s.metrics.DegradedDecisions.Inc()
+	if err := s.fallback.Decide(ctx, checks, out); err != nil {
+		return fmt.Errorf("degrade: primary %s unavailable and fallback %s failed: %w", s.primary.Name(), s.fallback.Name(), err)
+	}
+	return nil
+}
+
+// call is one primary attempt. Its own copies of the checks and results let
+// an attempt that missed the deadline finish in the background without
+// touching the caller's slices.
+type call struct {
+	checks []store.Check
+	out    []algorithms.Result
+	done   chan error // buffered: the attempt never blocks on send
+}
+
+// tryPrimary runs checks on the primary and waits at most the deadline,
+// whether or not the primary honours its context (unless TrustContext).
+func (s *Store) tryPrimary(ctx context.Context, checks []store.Check, out []algorithms.Result) error {
+	if s.trustContext {
+		pctx, cancel := context.WithTimeout(ctx, s.deadline)
+		defer cancel()
+		err := s.primary.Decide(pctx, checks, out)
+		if err != nil && pctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			return fmt.Errorf("%w (%v): %v", ErrDeadline, s.deadline, err)
+		}
+		return err
+	}
+	c := s.calls.Get().(*call)
+	c.checks = append(c.checks[:0], checks...)
+	if cap(c.out) < len(checks) {
+		c.out = make([]algorithms.Result, len(checks))
+	}
+	c.out = c.out[:len(checks)]
+	pctx, cancel := context.WithTimeout(ctx, s.deadline)
+	defer cancel()
+	go func() { c.done <- s.primary.Decide(pctx, c.checks, c.out) }()
+	select {
+	case err := <-c.done:
+		if err == nil {
+			copy(out, c.out)
+		}
+		clear(c.checks) // drop key references while pooled
+		s.calls.Put(c)
+		if err != nil && pctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			return fmt.Errorf("%w (%v): %v", ErrDeadline, s.deadline, err)
+		}
+		return err
+	case <-pctx.Done():
+		// The attempt still owns c; it is left to the garbage collector.
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w (%v)", ErrDeadline, s.deadline)
+	}
+}
+
+// enterDegraded switches to the fallback (once) and starts the prober.
+func (s *Store) enterDegraded(cause error) {
+	if !s.degraded.CompareAndSwap(false, true) {
+		return
+	}
+	s.metrics.Degraded.Set(1)
+	s.metrics.Transitions.WithLabelValues("fallback").Inc()
+	s.log.Warn("primary store failing: deciding from the fallback store",
+		"primary", s.primary.Name(), "fallback", s.fallback.Name(), "error", cause.Error())
+	if s.onChange != nil {
+		s.onChange(true)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.probing || s.closed {
+		return
+	}
+	s.probing = true
+	s.wg.Add(1)
+	go s.runProber()
+}
+
+// runProber probes every probeInterval until a probe succeeds or Close.
+func (s *Store) runProber() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.probeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			s.mu.Lock()
+			s.probing = false
+			s.mu.Unlock()
+			return
+		case <-t.C:
+		}
+		if s.ProbeOnce(context.Background()) {
+			s.mu.Lock()
+			s.probing = false
+			// A decision may have failed again between the switch and
+			// here; if so it found probing set, so keep probing.
+			again := s.degraded.Load() && !s.closed
+			if again {
+				s.probing = true
+			}
+			s.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	}
+}
+
+// ProbeOnce probes the primary now. If the probe succeeds while degraded,
+// decisions switch back to the primary. It reports whether the probe
+// succeeded. The background prober calls it; tests may too.
+func (s *Store) ProbeOnce(ctx context.Context) bool {
+	pctx, cancel := context.WithTimeout(ctx, s.probeTimeout)
+	defer cancel()
+	if err := s.probe(pctx); err != nil {
+		s.metrics.ProbeFailures.Inc()
+		s.log.Debug("primary store probe failed", "primary", s.primary.Name(), "error", err.Error())
+		return false
+	}
+	if s.degraded.CompareAndSwap(true, false) {
+		s.metrics.Degraded.Set(0)
+		s.metrics.Transitions.WithLabelValues("primary").Inc()
+		s.log.Info("primary store answers again: deciding on it", "primary", s.primary.Name())
+		if s.onChange != nil {
+			s.onChange(false)
+		}
+	}
+	return true
+}
+
+// Close stops the background prober and waits for it. Decide keeps working
+// afterwards, but a degraded Store then stays degraded.
+func (s *Store) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.stop)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}

@@ -1,0 +1,79 @@
+package rls
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// MetadataKey is the field of RateLimitResponse.dynamic_metadata in which
+// sluice reports, for its filter's local precheck, the parameters of the
+// limit that decided each descriptor. The contract with the filter:
+//
+//	dynamic_metadata: {
+//	  "sluice": [                 // a list, one struct per request descriptor, in order
+//	    {
+//	      "algorithm":      "token_bucket", // fixed_window | sliding_window | sliding_log |
+//	                                        // token_bucket | gcra; "" = do not precheck
+//	      "limit":          5,       // requests per window (the refill rate for
+//	                                 // token_bucket and gcra)
+//	      "window_ms":      1000,    // the window or refill period in milliseconds
+//	                                 // (fractional when not whole milliseconds)
+//	      "burst":          20,      // capacity: the most admitted at one instant
+//	                                 // (the burst for token_bucket and gcra, else limit)
+//	      "retry_after_ms": 0        // when the descriptor's status is OVER_LIMIT: how
+//	                                 // long until the same request would be allowed; else 0
+//	    },
+//	    ...
+//	  ]
+//	}
+//
+// All numbers are protobuf numbers (doubles); limit and burst are below
+// 2^32; window_ms and retry_after_ms may be fractional (round retry_after_ms
+// up). algorithm is "" (and limit, window_ms and burst 0) when the filter
+// must not size a local bucket from the descriptor: nothing limits it, it is unlimited, its limits are in
+// shadow_mode, the store failed and failure_mode decided, or a limit
+// override of 0 requests answered. Several limits on one descriptor: the
+// struct describes the one its status reports (the most restrictive), which
+// is safe for a precheck since every limit must pass. retry_after_ms is set
+// for every OVER_LIMIT status, including failure_mode closed (1000).
+const MetadataKey = "sluice"
+
+// Metadata struct field names (see MetadataKey).
+const (
+	MetaAlgorithm  = "algorithm"
+	MetaLimit      = "limit"
+	MetaWindowMs   = "window_ms"
+	MetaBurst      = "burst"
+	MetaRetryAfter = "retry_after_ms"
+)
+
+// limitMetadata returns the dynamic_metadata for one response.
+func limitMetadata(outs []outcome) *structpb.Struct {
+	list := make([]*structpb.Value, len(outs))
+	for i := range outs {
+		o := &outs[i]
+		alg := ""
+		var limit, windowMs, burst, retryMs float64
+		if o.lim != nil && !o.lim.ShadowMode && !o.failed && o.lim.Requests > 0 {
+			sl := storeLimit(o.lim)
+			alg = string(o.lim.Algorithm)
+			limit = float64(o.lim.Requests)
+			windowMs = float64(o.lim.Window) / float64(time.Millisecond)
+			burst = float64(capacity(sl))
+		}
+		if o.over() {
+			retryMs = float64(o.res.RetryAfter) / float64(time.Millisecond)
+		}
+		list[i] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			MetaAlgorithm:  structpb.NewStringValue(alg),
+			MetaLimit:      structpb.NewNumberValue(limit),
+			MetaWindowMs:   structpb.NewNumberValue(windowMs),
+			MetaBurst:      structpb.NewNumberValue(burst),
+			MetaRetryAfter: structpb.NewNumberValue(retryMs),
+		}})
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		MetadataKey: structpb.NewListValue(&structpb.ListValue{Values: list}),
+	}}
+}

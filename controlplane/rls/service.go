@@ -1,0 +1,465 @@
+// Package rls serves envoy.service.ratelimit.v3.RateLimitService: one
+// ShouldRateLimit call decides a request's descriptors against the policies
+// of its domain, with the semantics of envoyproxy/ratelimit so that Envoy's
+// own ratelimit filter works against it unchanged:
+//
+//   - the domain selects a policy; an unknown domain or descriptor is OK;
+//   - descriptors are answered in order, one status each: code,
+//     current_limit {requests_per_unit, unit, unit_multiplier, name},
+//     limit_remaining and duration_until_reset;
+//   - the overall code is OVER_LIMIT if any enforced limit is over;
+//   - hits_addend is the cost (0 means 1); a descriptor's own hits_addend
+//     overrides it (0 there peeks: nothing is counted);
+//   - shadow_mode limits are evaluated and counted but answer OK;
+//   - unlimited descriptors answer OK with limit_remaining 2^32-1;
+//   - replaces drops the named limits across the whole request;
+//   - a descriptor's limit override (requests_per_unit, unit,
+//     unit_multiplier) replaces its configured limits with a fixed window,
+//     as envoyproxy/ratelimit does, when the domain is known.
+//
+// sluice adds several limits per descriptor (all must pass; the status
+// reports the most restrictive; each is counted on its own, so a request one
+// limit denies still counts in the others, as envoyproxy/ratelimit counts
+// each descriptor of a request), the IETF RateLimit headers (see
+// rateLimitHeaders) and per-descriptor limit parameters in dynamic_metadata
+// for the filter's local precheck (see MetadataKey).
+//
+// When the store fails, each limit's failure_mode decides: open answers OK,
+// closed answers OVER_LIMIT with duration_until_reset FailureRetryAfter.
+//
+// Policies are held behind an atomic pointer and replaced whole
+// (SetPolicies), so a decision sees one version from start to end.
+package rls
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync/atomic"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// Defaults and fixed values.
+const (
+	// DefaultMaxDescriptors bounds the descriptors of one request.
+	DefaultMaxDescriptors = 256
+	// DefaultMaxEntries bounds the entries of one descriptor.
+	DefaultMaxEntries = 64
+	// FailureRetryAfter is the duration_until_reset (and Retry-After) of a
+	// limit answered OVER_LIMIT by failure_mode closed: how long a client
+	// should wait before the store is asked again.
+	FailureRetryAfter = time.Second
+	// maxWindow bounds override windows as shared/algorithms bounds spans.
+	maxWindow = time.Duration(1) << 61
+)
+
+// Options configures a Service. The zero value is usable.
+type Options struct {
+	// MaxDescriptors bounds the descriptors of one request; 0 means
+	// DefaultMaxDescriptors. More is refused with InvalidArgument.
+	MaxDescriptors int
+	// MaxEntries bounds the entries of one descriptor; 0 means
+	// DefaultMaxEntries. More is refused with InvalidArgument.
+	MaxEntries int
+	// Logger receives store errors (at most one line a second); nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Registerer registers the metrics; nil means they are kept but not
+	// registered.
+	Registerer prometheus.Registerer
+}
+
+// Service implements rlsv3.RateLimitServiceServer.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	store          store.Store
+	policies       atomic.Pointer[policy.Set]
+	maxDescriptors int
+	maxEntries     int
+	log            *slog.Logger
+	metrics        *Metrics
+	lastErrLog     atomic.Int64 // Unix ns of the last store error logged
+}
+
+// New returns a Service deciding on st with the given policies (nil means
+// none: every domain is unknown and every request OK).
+func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
+	if st == nil {
+		return nil, fmt.Errorf("rls: store is nil")
+	}
+	if opts.MaxDescriptors < 0 || opts.MaxEntries < 0 {
+		return nil, fmt.Errorf("rls: MaxDescriptors and MaxEntries must not be negative (got %d, %d)", opts.MaxDescriptors, opts.MaxEntries)
+	}
+	s := &Service{
+		store:          st,
+		maxDescriptors: opts.MaxDescriptors,
+		maxEntries:     opts.MaxEntries,
+		log:            opts.Logger,
+		metrics:        NewMetrics(opts.Registerer),
+	}
+	if s.maxDescriptors == 0 {
+		s.maxDescriptors = DefaultMaxDescriptors
+	}
+	if s.maxEntries == 0 {
+		s.maxEntries = DefaultMaxEntries
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.SetPolicies(policies)
+	return s, nil
+}
+
+// SetPolicies replaces the policies whole. Decisions already running finish
+// with the set they started with. nil means no policies.
+func (s *Service) SetPolicies(p *policy.Set) {
+	if p == nil {
+		p, _ = policy.NewSet()
+	}
+	s.policies.Store(p)
+}
+
+// Policies returns the current policy set.
+func (s *Service) Policies() *policy.Set { return s.policies.Load() }
+
+// Metrics returns the service's collectors.
+func (s *Service) Metrics() *Metrics { return s.metrics }
+
+// Register registers the service on a gRPC server.
+func (s *Service) Register(r grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(r, s) }
+
+// ShouldRateLimit decides one request. Malformed requests are refused with
+// InvalidArgument naming the field; store failures are not errors (see the
+// package comment); an error is returned otherwise only when ctx ends.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.decide(ctx, req)
+	s.metrics.Latency.Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+// slot is one limit of one descriptor sent to the store.
+type slot struct {
+	desc     int           // index of the descriptor
+	lim      *policy.Limit // the limit
+	tooLarge bool          // the cost exceeds the capacity: peeked, answered over limit
+}
+
+// outcome is a descriptor's reported limit and its decision.
+type outcome struct {
+	lim    *policy.Limit     // nil: nothing limits the descriptor
+	res    algorithms.Result // the decision (times in nanoseconds)
+	failed bool              // decided by failure_mode: the store failed
+}
+
+// over reports whether the outcome is an enforced over-limit.
+func (o *outcome) over() bool { return o.lim != nil && !o.res.Allowed && !o.lim.ShadowMode }
+
+// decide is ShouldRateLimit without the latency measurement.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	domainName := req.GetDomain()
+	descs := req.GetDescriptors()
+	switch {
+	case domainName == "":
+		return nil, s.invalid(reasonEmptyDomain, "domain: must not be empty")
+	case len(descs) == 0:
+		return nil, s.invalid(reasonNoDescriptors, "descriptors: must not be empty")
+	case len(descs) > s.maxDescriptors:
+		return nil, s.invalid(reasonTooMany, "descriptors: %d in one request, more than the %d allowed", len(descs), s.maxDescriptors)
+	}
+	dom := s.policies.Load().Domain(domainName)
+	label := unknownDomain
+	if dom != nil {
+		label = dom.Name
+	}
+	dm := s.metrics.domain(label)
+
+	hits := int64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1 // proto3's default, as envoyproxy/ratelimit reads it
+	}
+	n := len(descs)
+	costs := make([]int64, n)
+	outs := make([]outcome, n)
+	unlimited := make([]bool, n)
+	var matched [][]*policy.Limit // configured limits per descriptor
+	var overrides []*policy.Limit // per-request override per descriptor
+	var entries [][]store.Entry
+	if dom != nil {
+		matched = make([][]*policy.Limit, n)
+		overrides = make([]*policy.Limit, n)
+		entries = make([][]store.Entry, n)
+	}
+	var pe []policy.Entry // scratch for Match
+	for i, d := range descs {
+		switch {
+		case d == nil:
+			return nil, s.invalid(reasonNilDescriptor, "descriptors[%d]: must not be null", i)
+		case len(d.GetEntries()) > s.maxEntries:
+			return nil, s.invalid(reasonTooManyEntries, "descriptors[%d].entries: %d entries, more than the %d allowed", i, len(d.GetEntries()), s.maxEntries)
+		case d.GetIsNegativeHits():
+			return nil, s.invalid(reasonNegativeHits, "descriptors[%d].is_negative_hits: not supported: sluice's limiters never give capacity back", i)
+		}
+		costs[i] = hits
+		if h := d.GetHitsAddend(); h != nil {
+			costs[i] = int64(min(h.GetValue(), math.MaxInt64))
+		}
+		if dom == nil {
+			continue
+		}
+		if o := d.GetLimit(); o != nil {
+			l, err := overrideLimit(dom, o)
+			if err != nil {
+				return nil, s.invalid(reasonBadOverride, "descriptors[%d].limit.%v", i, err)
+			}
+			overrides[i] = l
+			continue
+		}
+		pe = pe[:0]
+		for _, e := range d.GetEntries() {
+			pe = append(pe, policy.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		matched[i] = dom.Match(pe)
+	}
+	if dom != nil {
+		dom.DropReplaced(matched)
+	}
+
+	// One store check per limit to count.
+	var checks []store.Check
+	var slots []slot
+	for i := 0; dom != nil && i < n; i++ {
+		ls := matched[i]
+		if overrides[i] != nil {
+			ls = overrides[i : i+1]
+		}
+		for _, l := range ls {
+			switch {
+			case l.Unlimited:
+				unlimited[i] = true
+				continue
+			case l.Requests == 0: // an override of 0: nothing is admitted
+				outs[i] = outcome{lim: l}
+				dm.overLimit.Inc()
+				continue
+			}
+			if entries[i] == nil {
+				entries[i] = storeEntries(descs[i])
+			}
+			sl := storeLimit(l)
+			cost, tooLarge := costs[i], costs[i] > capacity(sl)
+			if tooLarge {
+				cost = 0 // peek, to report the limit's state
+			}
+			checks = append(checks, store.Check{Key: store.Key(dom.Name, entries[i], l.ID, sl.Algorithm), Limit: sl, Cost: cost})
+			slots = append(slots, slot{desc: i, lim: l, tooLarge: tooLarge})
+		}
+	}
+	var storeErr error
+	results := make([]algorithms.Result, len(checks))
+	if len(checks) > 0 {
+		storeErr = s.store.Decide(ctx, checks, results)
+		if storeErr != nil {
+			if err := ctx.Err(); err != nil {
+				return nil, status.FromContextError(err).Err()
+			}
+			dm.storeErrors.Inc()
+			s.logStoreError(label, storeErr)
+		}
+	}
+
+	for k, sl := range slots {
+		o := outcome{lim: sl.lim}
+		switch {
+		case storeErr != nil:
+			o.failed = true
+			o.res = algorithms.Result{Allowed: true, Limit: capacity(storeLimit(sl.lim))}
+			if sl.lim.FailureMode == policy.FailClosed {
+				o.res.Allowed, o.res.RetryAfter = false, int64(FailureRetryAfter)
+				dm.failClosed.Inc()
+			} else {
+				dm.failOpen.Inc()
+			}
+		case sl.tooLarge:
+			o.res = results[k]
+			o.res.Allowed, o.res.RetryAfter = false, 0
+		default:
+			o.res = results[k]
+		}
+		if !o.res.Allowed && !o.failed {
+			if sl.lim.ShadowMode {
+				dm.shadow.Inc()
+			} else {
+				dm.overLimit.Inc()
+			}
+		}
+		if cur := &outs[sl.desc]; cur.lim == nil || moreRestrictive(&o, cur) {
+			*cur = o
+		}
+	}
+
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	}
+	for i := range outs {
+		o := &outs[i]
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		switch {
+		case o.lim != nil:
+			st.CurrentLimit = currentLimit(o.lim)
+			st.LimitRemaining = uint32(min(max(o.res.Remaining, 0), math.MaxUint32))
+			d := o.res.ResetAfter
+			if !o.res.Allowed {
+				d = o.res.RetryAfter
+			}
+			st.DurationUntilReset = durationpb.New(time.Duration(d))
+			if o.over() {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		case unlimited[i]:
+			st.LimitRemaining = math.MaxUint32
+		}
+		resp.Statuses[i] = st
+	}
+	if dom != nil && dom.ResponseHeaders {
+		resp.ResponseHeadersToAdd = rateLimitHeaders(outs, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	}
+	resp.DynamicMetadata = limitMetadata(outs)
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		dm.overLimitCode.Inc()
+	} else {
+		dm.ok.Inc()
+	}
+	return resp, nil
+}
+
+// moreRestrictive reports whether a should be reported instead of b: an
+// over-limit before an allowed one, the longer wait among over-limits, the
+// fewer remaining (then the later reset) among allowed ones.
+func moreRestrictive(a, b *outcome) bool {
+	switch {
+	case a.res.Allowed != b.res.Allowed:
+		return !a.res.Allowed
+	case !a.res.Allowed:
+		return a.res.RetryAfter > b.res.RetryAfter
+	case a.res.Remaining != b.res.Remaining:
+		return a.res.Remaining < b.res.Remaining
+	}
+	return a.res.ResetAfter > b.res.ResetAfter
+}
+
+// invalid counts and returns an InvalidArgument error.
+func (s *Service) invalid(reason, format string, args ...any) error {
+	s.metrics.Invalid.WithLabelValues(reason).Inc()
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// logStoreError logs a store error, at most once a second.
+func (s *Service) logStoreError(domain string, err error) {
+	now := time.Now().UnixNano()
+	last := s.lastErrLog.Load()
+	if now-last < int64(time.Second) || !s.lastErrLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("store failed: limits follow their failure_mode", "store", s.store.Name(), "domain", domain, "error", err.Error())
+}
+
+// storeEntries copies a descriptor's entries for store.Key.
+func storeEntries(d *ratelimitv3.RateLimitDescriptor) []store.Entry {
+	es := d.GetEntries()
+	out := make([]store.Entry, len(es))
+	for i, e := range es {
+		out[i] = store.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	return out
+}
+
+// storeAlgorithms maps policy algorithms to the store's.
+var storeAlgorithms = map[policy.Algorithm]store.Algorithm{
+	policy.FixedWindow:   store.FixedWindow,
+	policy.SlidingWindow: store.SlidingWindow,
+	policy.SlidingLog:    store.SlidingLog,
+	policy.TokenBucket:   store.TokenBucket,
+	policy.GCRA:          store.GCRA,
+}
+
+// storeLimit returns what the store needs to know of l.
+func storeLimit(l *policy.Limit) store.Limit {
+	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst}
+}
+
+// capacity returns the most a limit admits at one instant: the largest
+// cost it can ever allow.
+func capacity(l store.Limit) int64 {
+	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA) && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Requests
+}
+
+// overrideUnits maps the override units to their length. The numeric values
+// of typev3.RateLimitUnit equal those of the RLS response enum.
+var overrideUnits = map[typev3.RateLimitUnit]time.Duration{
+	typev3.RateLimitUnit_SECOND: time.Second,
+	typev3.RateLimitUnit_MINUTE: time.Minute,
+	typev3.RateLimitUnit_HOUR:   time.Hour,
+	typev3.RateLimitUnit_DAY:    24 * time.Hour,
+	typev3.RateLimitUnit_MONTH:  30 * 24 * time.Hour,
+	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
+}
+
+// overridePrefix starts the ID of an override limit. Configured limit IDs
+// escape '%' (policy.Limit.ID), so no configured ID starts with "%o".
+const overridePrefix = "%override/"
+
+// overrideLimit returns the fixed-window limit a descriptor's limit override
+// asks for. As in envoyproxy/ratelimit, the counter is keyed by the window
+// (not requests_per_unit), so changing the number keeps the count. The error
+// names the field under "limit.".
+func overrideLimit(dom *policy.Domain, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*policy.Limit, error) {
+	unit, ok := overrideUnits[o.GetUnit()]
+	if !ok {
+		return nil, fmt.Errorf("unit: %v is not a unit (use SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)", o.GetUnit())
+	}
+	mult := uint32(1)
+	if m := o.GetUnitMultiplier(); m != nil {
+		if m.GetValue() == 0 {
+			return nil, fmt.Errorf("unit_multiplier: must be at least 1")
+		}
+		mult = m.GetValue()
+	}
+	if time.Duration(mult) > maxWindow/unit {
+		return nil, fmt.Errorf("unit_multiplier: %d %v is too long a window (at most %v)", mult, o.GetUnit(), maxWindow)
+	}
+	w := unit * time.Duration(mult)
+	u := policy.Unit(o.GetUnit())
+	if mult != 1 {
+		u = policy.UnitUnknown
+	}
+	return &policy.Limit{
+		Algorithm:   policy.FixedWindow,
+		Requests:    int64(o.GetRequestsPerUnit()),
+		Window:      w,
+		Unit:        u,
+		FailureMode: dom.FailureMode,
+		ID:          fmt.Sprintf("%s%v*%d", overridePrefix, o.GetUnit(), mult),
+		Domain:      dom.Name,
+	}, nil
+}

@@ -1,0 +1,411 @@
+// Package memory is the in-process store: shared/algorithms applied to state
+// held in this process. It is sluice's embedded default (no Redis configured)
+// and the rescue limiter that answers while Redis cannot.
+//
+// State lives in 64 shards, chosen by a seeded hash of the key, each a map
+// under its own mutex. An entry is kept only while its limiter is not full:
+// a decision that leaves the limiter full stores nothing, and an entry whose
+// ResetAfter has passed is equivalent to a missing one, so Sweep may drop it
+// and an access simply reuses it (the algorithms treat an expired state as a
+// fresh one).
+//
+// Memory is bounded twice, per shard: by entries (MaxEntries) and by
+// approximate bytes (MaxBytes; a sliding_log entry holds one 16-byte slot per
+// request of its limit). Inserting past either bound evicts the least
+// recently used entries of the shard. Eviction forgets a live limiter, which
+// then starts full again: the bound trades accuracy for keys nobody has used
+// lately against memory that hostile keys could otherwise grow without
+// bound. Evictions are counted (Stats) so operators can see it happen.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// Defaults for Options.
+const (
+	// DefaultMaxEntries is the default bound on keys held (about 200 MB
+	// with the per-entry overhead of small states).
+	DefaultMaxEntries = 1 << 20
+	// DefaultMaxBytes is the default bound on approximate memory held.
+	DefaultMaxBytes = 256 << 20
+	// MaxSlidingLog is the largest sliding_log limit the store accepts: the
+	// log holds one 16-byte slot per request of the limit (16 MB here).
+	// Policies allow far less (policy.MaxSlidingLog).
+	MaxSlidingLog = 1 << 20
+)
+
+// shardCount is the number of shards: enough that 2 to 64 cores rarely
+// meet on one mutex.
+const shardCount = 64
+
+// Approximate sizes used for the byte bound.
+const (
+	entryOverhead = 200 // entry struct, map slot and string header
+	logEntrySize  = 16  // one slot of a sliding log's ring
+)
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// MaxEntries bounds the keys held; 0 means DefaultMaxEntries. It is
+	// divided evenly among the shards (at least one entry each).
+	MaxEntries int
+	// MaxBytes bounds the approximate bytes held; 0 means DefaultMaxBytes.
+	// It is divided evenly among the shards. One entry larger than its
+	// shard's share (a huge sliding log) is still kept, alone.
+	MaxBytes int64
+}
+
+// Store is the in-process store. It is safe for concurrent use.
+type Store struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	shards [shardCount]shard
+
+	evicted atomic.Uint64 // live entries dropped to respect the bounds
+	expired atomic.Uint64 // expired entries dropped by Sweep
+}
+
+// shard is one lock's worth of entries, with an LRU list.
+type shard struct {
+	mu         sync.Mutex
+	m          map[string]*entry
+	lru        entry // sentinel: lru.next is the most recent, lru.prev the least
+	bytes      int64 // approximate bytes held
+	maxEntries int
+	maxBytes   int64
+	_          [64]byte // keep neighbouring shards' mutexes off one cache line
+}
+
+// entry is the state of one key.
+type entry struct {
+	key     string
+	alg     store.Algorithm
+	logCap  int64 // sliding_log: the limit the ring was sized for
+	expires int64 // Unix ns from which the state equals a fresh one
+	size    int64 // approximate bytes, for the shard's total
+
+	prev, next *entry // LRU list
+
+	fw  algorithms.FixedWindowState
+	sw  algorithms.SlidingWindowState
+	tb  algorithms.TokenBucketState
+	gc  algorithms.GCRAState
+	log *algorithms.SlidingLogState
+}
+
+// Stats are counters describing a Store.
+type Stats struct {
+	Entries int    // keys held now
+	Bytes   int64  // approximate bytes held now
+	Evicted uint64 // live entries dropped to respect the bounds, ever
+	Expired uint64 // expired entries dropped by Sweep, ever
+}
+
+// New returns an empty Store.
+func New(opts Options) *Store {
+	s := &Store{now: opts.Now, seed: maphash.MakeSeed()}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	maxEntries := opts.MaxEntries
+	if maxEntries <= 0 {
+		maxEntries = DefaultMaxEntries
+	}
+	maxBytes := opts.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.m = make(map[string]*entry)
+		sh.lru.next, sh.lru.prev = &sh.lru, &sh.lru
+		sh.maxEntries = max(1, maxEntries/shardCount)
+		sh.maxBytes = max(1, maxBytes/shardCount)
+	}
+	return s
+}
+
+// Name returns "memory".
+func (s *Store) Name() string { return "memory" }
+
+// Decide implements store.Store. Every check is validated before any state
+// changes, so an invalid check (an error wrapping store.ErrInvalidLimit)
+// leaves the store as it was.
+func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorithms.Result) error {
+	if len(out) != len(checks) {
+		return fmt.Errorf("memory: %d results for %d checks", len(out), len(checks))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i := range checks {
+		if err := validate(&checks[i]); err != nil {
+			return fmt.Errorf("%w: checks[%d] (%s): %v", store.ErrInvalidLimit, i, checks[i].Limit.Algorithm, err)
+		}
+	}
+	now := s.now().UnixNano()
+	for i := range checks {
+		c := &checks[i]
+		r, err := s.shardOf(c.Key).decide(c, now, &s.evicted)
+		if err != nil {
+			return fmt.Errorf("memory: checks[%d]: %w", i, err)
+		}
+		out[i] = r
+	}
+	return nil
+}
+
+// shardOf returns the shard holding key.
+func (s *Store) shardOf(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%shardCount]
+}
+
+// Sweep drops every entry whose state has expired (equals a fresh one) and
+// returns how many it dropped. It locks one shard at a time.
+func (s *Store) Sweep() int {
+	now := s.now().UnixNano()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for e := sh.lru.prev; e != &sh.lru; {
+			prev := e.prev
+			if e.expires <= now {
+				sh.remove(e)
+				n++
+			}
+			e = prev
+		}
+		sh.mu.Unlock()
+	}
+	s.expired.Add(uint64(n))
+	return n
+}
+
+// RunSweeper calls Sweep every interval until ctx is done.
+func (s *Store) RunSweeper(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	st := Stats{Evicted: s.evicted.Load(), Expired: s.expired.Load()}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Entries += len(sh.m)
+		st.Bytes += sh.bytes
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+// decide applies one check to the shard's state for its key.
+func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algorithms.Result, error) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[c.Key]
+	if e != nil && !e.fits(c.Limit) {
+		// Made for another algorithm, or a log too small for a raised
+		// limit: start over from a fresh state.
+		sh.remove(e)
+		e = nil
+	}
+	if e == nil {
+		if c.Cost == 0 {
+			return freshPeek(c.Limit), nil // nothing to store
+		}
+		e = &entry{key: c.Key, alg: c.Limit.Algorithm}
+		if e.alg == store.SlidingLog {
+			e.logCap = c.Limit.Requests
+			e.log = slidingLog(c.Limit).NewState()
+		}
+		e.size = entryOverhead + int64(len(c.Key)) + e.logCap*logEntrySize
+	}
+	r, err := e.apply(c, now)
+	if err != nil {
+		return r, err
+	}
+	if r.ResetAfter <= 0 {
+		// The limiter is full: a missing entry means the same.
+		if e.prev != nil {
+			sh.remove(e)
+		}
+		return r, nil
+	}
+	e.expires = now + r.ResetAfter
+	if e.prev == nil {
+		sh.insert(e, evicted)
+	} else {
+		sh.touch(e)
+	}
+	return r, nil
+}
+
+// fits reports whether e's state can serve limit l.
+func (e *entry) fits(l store.Limit) bool {
+	return e.alg == l.Algorithm && (e.alg != store.SlidingLog || e.logCap >= l.Requests)
+}
+
+// insert adds e as the most recent entry, evicting the least recent ones
+// while the shard is over a bound.
+func (sh *shard) insert(e *entry, evicted *atomic.Uint64) {
+	sh.m[e.key] = e
+	sh.bytes += e.size
+	e.prev, e.next = &sh.lru, sh.lru.next
+	e.next.prev = e
+	sh.lru.next = e
+	for len(sh.m) > sh.maxEntries || sh.bytes > sh.maxBytes {
+		victim := sh.lru.prev
+		if victim == e {
+			break // e alone is over the byte share: keep it
+		}
+		sh.remove(victim)
+		evicted.Add(1)
+	}
+}
+
+// touch makes e the most recent entry.
+func (sh *shard) touch(e *entry) {
+	if sh.lru.next == e {
+		return
+	}
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = &sh.lru, sh.lru.next
+	e.next.prev = e
+	sh.lru.next = e
+}
+
+// remove drops e from the shard.
+func (sh *shard) remove(e *entry) {
+	delete(sh.m, e.key)
+	sh.bytes -= e.size
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
+// apply decides c against e's state. c has been validated and fits has
+// sized the log, so the algorithms do not refuse it; should they, the state
+// is unchanged and the error is returned.
+func (e *entry) apply(c *store.Check, now int64) (algorithms.Result, error) {
+	var r algorithms.Result
+	var err error
+	switch c.Limit.Algorithm {
+	case store.FixedWindow:
+		r, err = fixedWindow(c.Limit).Allow(&e.fw, now, c.Cost)
+	case store.SlidingWindow:
+		r, err = slidingWindow(c.Limit).Allow(&e.sw, now, c.Cost)
+	case store.SlidingLog:
+		r, err = slidingLog(c.Limit).Allow(e.log, now, c.Cost)
+	case store.TokenBucket:
+		r, err = tokenBucket(c.Limit).Allow(&e.tb, now, c.Cost)
+	case store.GCRA:
+		r, err = gcra(c.Limit).Allow(&e.gc, now, c.Cost)
+	}
+	return r, err
+}
+
+// freshPeek returns what a cost-0 check answers against a fresh limiter.
+func freshPeek(l store.Limit) algorithms.Result {
+	var r algorithms.Result
+	switch l.Algorithm {
+	case store.FixedWindow:
+		r, _ = fixedWindow(l).Allow(&algorithms.FixedWindowState{}, 0, 0)
+	case store.SlidingWindow:
+		r, _ = slidingWindow(l).Allow(&algorithms.SlidingWindowState{}, 0, 0)
+	case store.SlidingLog:
+		r = algorithms.Result{Allowed: true, Limit: l.Requests, Remaining: l.Requests}
+	case store.TokenBucket:
+		r, _ = tokenBucket(l).Allow(&algorithms.TokenBucketState{}, 0, 0)
+	case store.GCRA:
+		r, _ = gcra(l).Allow(&algorithms.GCRAState{}, 0, 0)
+	}
+	return r
+}
+
+// validate checks a check's limit and cost with shared/algorithms.
+func validate(c *store.Check) error {
+	var capacity int64
+	var err error
+	switch c.Limit.Algorithm {
+	case store.FixedWindow:
+		p := fixedWindow(c.Limit)
+		capacity, err = p.Limit, p.Validate()
+	case store.SlidingWindow:
+		p := slidingWindow(c.Limit)
+		capacity, err = p.Limit, p.Validate()
+	case store.SlidingLog:
+		p := slidingLog(c.Limit)
+		capacity, err = p.Limit, p.Validate()
+		if err == nil && p.Limit > MaxSlidingLog {
+			return fmt.Errorf("sliding_log limit %d is more than the memory store keeps per key (%d)", p.Limit, MaxSlidingLog)
+		}
+	case store.TokenBucket:
+		p := tokenBucket(c.Limit)
+		capacity, err = p.Burst, p.Validate()
+	case store.GCRA:
+		p := gcra(c.Limit)
+		capacity, err = p.MaxBurst+1, p.Validate()
+	default:
+		return fmt.Errorf("algorithm %d is unknown", c.Limit.Algorithm)
+	}
+	switch {
+	case err != nil:
+		return err
+	case c.Cost < 0:
+		return algorithms.ErrCostNegative
+	case c.Cost > capacity:
+		return algorithms.ErrCostTooLarge
+	}
+	return nil
+}
+
+// The shared/algorithms parameters of a store.Limit, times in nanoseconds.
+
+func fixedWindow(l store.Limit) algorithms.FixedWindow {
+	return algorithms.FixedWindow{Limit: l.Requests, Window: int64(l.Window), Aligned: true}
+}
+
+func slidingWindow(l store.Limit) algorithms.SlidingWindow {
+	return algorithms.SlidingWindow{Limit: l.Requests, Window: int64(l.Window)}
+}
+
+func slidingLog(l store.Limit) algorithms.SlidingLog {
+	return algorithms.SlidingLog{Limit: l.Requests, Window: int64(l.Window)}
+}
+
+func tokenBucket(l store.Limit) algorithms.TokenBucket {
+	return algorithms.TokenBucket{Rate: l.Requests, Period: int64(l.Window), Burst: burst(l)}
+}
+
+func gcra(l store.Limit) algorithms.GCRA {
+	return algorithms.GCRA{MaxBurst: burst(l) - 1, Count: l.Requests, Period: int64(l.Window)}
+}
+
+// burst returns l.Burst, or l.Requests when it is 0.
+func burst(l store.Limit) int64 {
+	if l.Burst == 0 {
+		return l.Requests
+	}
+	return l.Burst
+}

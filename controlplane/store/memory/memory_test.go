@@ -1,0 +1,425 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// clock is a settable clock for tests.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *clock) Now() time.Time           { return time.Unix(0, c.ns.Load()) }
+func (c *clock) Advance(d time.Duration)  { c.ns.Add(int64(d)) }
+func (c *clock) nanos() int64             { return c.ns.Load() }
+func newStore(c *clock, o Options) *Store { o.Now = c.Now; return New(o) }
+
+// decide runs one check and fails the test on error.
+func decide(t *testing.T, s *Store, c store.Check) algorithms.Result {
+	t.Helper()
+	out := make([]algorithms.Result, 1)
+	if err := s.Decide(context.Background(), []store.Check{c}, out); err != nil {
+		t.Fatalf("Decide(%+v): %v", c, err)
+	}
+	return out[0]
+}
+
+var limits = []store.Limit{
+	{Algorithm: store.FixedWindow, Requests: 5, Window: time.Second},
+	{Algorithm: store.SlidingWindow, Requests: 7, Window: 2 * time.Second},
+	{Algorithm: store.SlidingLog, Requests: 6, Window: time.Second},
+	{Algorithm: store.TokenBucket, Requests: 3, Window: time.Second, Burst: 8},
+	{Algorithm: store.GCRA, Requests: 4, Window: time.Second, Burst: 5},
+	{Algorithm: store.TokenBucket, Requests: 3, Window: time.Second}, // Burst 0 = Requests
+}
+
+// oracle decides like the memory store should, straight through
+// shared/algorithms with state kept by the test.
+type oracle struct {
+	fw  algorithms.FixedWindowState
+	sw  algorithms.SlidingWindowState
+	log *algorithms.SlidingLogState
+	tb  algorithms.TokenBucketState
+	gc  algorithms.GCRAState
+}
+
+func (o *oracle) allow(l store.Limit, now, cost int64) (algorithms.Result, error) {
+	w := int64(l.Window)
+	b := l.Burst
+	if b == 0 {
+		b = l.Requests
+	}
+	switch l.Algorithm {
+	case store.FixedWindow:
+		return algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Allow(&o.fw, now, cost)
+	case store.SlidingWindow:
+		return algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Allow(&o.sw, now, cost)
+	case store.SlidingLog:
+		p := algorithms.SlidingLog{Limit: l.Requests, Window: w}
+		if o.log == nil {
+			o.log = p.NewState()
+		}
+		return p.Allow(o.log, now, cost)
+	case store.TokenBucket:
+		return algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: b}.Allow(&o.tb, now, cost)
+	case store.GCRA:
+		return algorithms.GCRA{MaxBurst: b - 1, Count: l.Requests, Period: w}.Allow(&o.gc, now, cost)
+	}
+	return algorithms.Result{}, errors.New("unknown algorithm")
+}
+
+// TestMatchesAlgorithms drives every algorithm through the store and through
+// shared/algorithms directly with the same random times and costs; the
+// results must be identical, also across expiry, sweeps and peeks.
+func TestMatchesAlgorithms(t *testing.T) {
+	for _, l := range limits {
+		t.Run(fmt.Sprintf("%s/%d/%d", l.Algorithm, l.Requests, l.Burst), func(t *testing.T) {
+			c := newClock()
+			s := newStore(c, Options{})
+			rng := rand.New(rand.NewPCG(1, uint64(l.Algorithm)))
+			var o oracle
+			capacity := l.Requests
+			if l.Burst > 0 {
+				capacity = l.Burst
+			}
+			for step := 0; step < 5000; step++ {
+				switch rng.IntN(10) {
+				case 0:
+					c.Advance(time.Duration(rng.Int64N(int64(3 * l.Window))))
+				case 1, 2, 3:
+					c.Advance(time.Duration(rng.Int64N(int64(l.Window / 10))))
+				}
+				if rng.IntN(50) == 0 {
+					s.Sweep()
+				}
+				cost := rng.Int64N(capacity + 1)
+				want, err := o.allow(l, c.nanos(), cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := decide(t, s, store.Check{Key: "k", Limit: l, Cost: cost})
+				if got != want {
+					t.Fatalf("step %d cost %d: store %+v, algorithms %+v", step, cost, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestFullStateNotStoredAndExpiry(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{})
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 3, Window: time.Minute}
+	// A peek on a missing key stores nothing.
+	if r := decide(t, s, store.Check{Key: "a", Limit: l}); !r.Allowed || r.Remaining != 3 {
+		t.Fatalf("peek: %+v", r)
+	}
+	if n := s.Stats().Entries; n != 0 {
+		t.Fatalf("peek stored %d entries", n)
+	}
+	// Align the clock to a window start so the reset time is known.
+	c.ns.Store(c.nanos() - c.nanos()%int64(time.Minute))
+	r := decide(t, s, store.Check{Key: "a", Limit: l, Cost: 1})
+	if r.ResetAfter != int64(time.Minute) || s.Stats().Entries != 1 {
+		t.Fatalf("after a hit: %+v, %d entries", r, s.Stats().Entries)
+	}
+	c.Advance(time.Minute - 1)
+	if n := s.Sweep(); n != 0 {
+		t.Fatalf("swept %d entries before their reset", n)
+	}
+	c.Advance(1)
+	if n := s.Sweep(); n != 1 {
+		t.Fatalf("swept %d entries at their reset, want 1", n)
+	}
+	if st := s.Stats(); st.Entries != 0 || st.Bytes != 0 || st.Expired != 1 {
+		t.Fatalf("after sweep: %+v", st)
+	}
+	// A token bucket refilled to full by an allowed zero-cost peek is
+	// dropped at once.
+	tb := store.Limit{Algorithm: store.TokenBucket, Requests: 10, Window: time.Second}
+	decide(t, s, store.Check{Key: "b", Limit: tb, Cost: 10})
+	if s.Stats().Entries != 1 {
+		t.Fatal("token bucket entry not stored")
+	}
+	c.Advance(time.Second)
+	if r := decide(t, s, store.Check{Key: "b", Limit: tb}); r.Remaining != 10 || r.ResetAfter != 0 {
+		t.Fatalf("refilled bucket: %+v", r)
+	}
+	if s.Stats().Entries != 0 {
+		t.Fatal("full bucket still stored")
+	}
+}
+
+func TestLimitChanges(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{})
+	small := store.Limit{Algorithm: store.SlidingLog, Requests: 4, Window: time.Minute}
+	big := small
+	big.Requests = 8
+	for i := 0; i < 4; i++ {
+		decide(t, s, store.Check{Key: "k", Limit: big, Cost: 1})
+	}
+	// Lowered to 4: the log sized for 8 serves it and keeps its 4 entries.
+	if r := decide(t, s, store.Check{Key: "k", Limit: small, Cost: 1}); r.Allowed {
+		t.Fatalf("lowered limit forgot the log: %+v", r)
+	}
+	// Raised to 16: the log is too small and starts over.
+	bigger := small
+	bigger.Requests = 16
+	if r := decide(t, s, store.Check{Key: "k", Limit: bigger, Cost: 1}); !r.Allowed || r.Remaining != 15 {
+		t.Fatalf("raised limit: %+v", r)
+	}
+	if st := s.Stats(); st.Entries != 1 || st.Bytes != entryOverhead+1+16*logEntrySize {
+		t.Fatalf("after recreate: %+v", st)
+	}
+	// Another algorithm on the same key starts from a fresh state too.
+	fw := store.Limit{Algorithm: store.FixedWindow, Requests: 2, Window: time.Minute}
+	if r := decide(t, s, store.Check{Key: "k", Limit: fw, Cost: 2}); !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("algorithm change: %+v", r)
+	}
+	if st := s.Stats(); st.Entries != 1 || st.Bytes != entryOverhead+1 {
+		t.Fatalf("after algorithm change: %+v", st)
+	}
+}
+
+func TestInvalidChecks(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{})
+	ok := store.Check{Key: "ok", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 1, Window: time.Second}, Cost: 1}
+	cases := []struct {
+		name  string
+		check store.Check
+		want  string
+	}{
+		{"unknown algorithm", store.Check{Key: "x", Limit: store.Limit{Requests: 1, Window: time.Second}, Cost: 1}, "algorithm 0 is unknown"},
+		{"zero requests", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.FixedWindow, Window: time.Second}, Cost: 1}, "limit must be at least 1"},
+		{"negative window", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.SlidingWindow, Requests: 1, Window: -1}, Cost: 1}, "window must be positive"},
+		{"negative cost", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.GCRA, Requests: 1, Window: time.Second}, Cost: -1}, "cost must not be negative"},
+		{"cost over burst", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.TokenBucket, Requests: 1, Window: time.Second, Burst: 3}, Cost: 4}, "cost exceeds"},
+		{"negative burst", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.TokenBucket, Requests: 1, Window: time.Second, Burst: -3}, Cost: 1}, "burst must be at least 1"},
+		{"huge log", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.SlidingLog, Requests: 1 << 40, Window: time.Second}, Cost: 1}, "more than the memory store keeps"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := make([]algorithms.Result, 2)
+			err := s.Decide(context.Background(), []store.Check{ok, tc.check}, out)
+			if !errors.Is(err, store.ErrInvalidLimit) || !strings.Contains(err.Error(), "checks[1]") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v: want ErrInvalidLimit naming checks[1] and %q", err, tc.want)
+			}
+			if n := s.Stats().Entries; n != 0 {
+				t.Fatalf("an invalid request changed state: %d entries", n)
+			}
+		})
+	}
+	if err := s.Decide(context.Background(), []store.Check{ok}, nil); err == nil {
+		t.Fatal("no error for a short out slice")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Decide(ctx, []store.Check{ok}, make([]algorithms.Result, 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled context: %v", err)
+	}
+}
+
+func TestEvictionLRU(t *testing.T) {
+	c := newClock()
+	// 64 entries: one per shard.
+	s := newStore(c, Options{MaxEntries: shardCount})
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 2, Window: time.Hour}
+	// Find two keys of one shard.
+	first := "key-0"
+	second := ""
+	for i := 1; second == ""; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if s.shardOf(k) == s.shardOf(first) {
+			second = k
+		}
+	}
+	decide(t, s, store.Check{Key: first, Limit: l, Cost: 2})
+	if r := decide(t, s, store.Check{Key: first, Limit: l, Cost: 1}); r.Allowed {
+		t.Fatal("limit not enforced")
+	}
+	decide(t, s, store.Check{Key: second, Limit: l, Cost: 1}) // evicts first
+	if st := s.Stats(); st.Entries != 1 || st.Evicted != 1 {
+		t.Fatalf("after eviction: %+v", st)
+	}
+	if r := decide(t, s, store.Check{Key: first, Limit: l, Cost: 1}); !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("evicted key should start full: %+v", r)
+	}
+}
+
+func TestEvictionKeepsRecentlyUsed(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{MaxEntries: 3 * shardCount})
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
+	sh := s.shardOf("hot")
+	var same []string
+	for i := 0; len(same) < 4; i++ {
+		if k := fmt.Sprintf("cold-%d", i); s.shardOf(k) == sh {
+			same = append(same, k)
+		}
+	}
+	decide(t, s, store.Check{Key: "hot", Limit: l, Cost: 5})
+	decide(t, s, store.Check{Key: same[0], Limit: l, Cost: 1})
+	decide(t, s, store.Check{Key: same[1], Limit: l, Cost: 1})
+	decide(t, s, store.Check{Key: "hot", Limit: l, Cost: 1}) // hot is now the most recent
+	decide(t, s, store.Check{Key: same[2], Limit: l, Cost: 1})
+	decide(t, s, store.Check{Key: same[3], Limit: l, Cost: 1}) // evicts same[0] then same[1]
+	if r := decide(t, s, store.Check{Key: "hot", Limit: l}); r.Remaining != 4 {
+		t.Fatalf("the recently used key was evicted: %+v", r)
+	}
+	if st := s.Stats(); st.Evicted != 2 || st.Entries != 3 {
+		t.Fatalf("stats %+v, want 2 evicted and 3 held", st)
+	}
+}
+
+func TestHostileKeysBounded(t *testing.T) {
+	c := newClock()
+	const maxEntries, maxBytes = 1000, 1 << 20
+	s := newStore(c, Options{MaxEntries: maxEntries, MaxBytes: maxBytes})
+	fw := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
+	log := store.Limit{Algorithm: store.SlidingLog, Requests: 1000, Window: time.Hour}
+	checks := make([]store.Check, 2)
+	out := make([]algorithms.Result, 2)
+	for i := 0; i < 50000; i++ {
+		k := fmt.Sprintf("hostile\x00{%d}:\n", i)
+		checks[0] = store.Check{Key: k, Limit: fw, Cost: 1}
+		checks[1] = store.Check{Key: k + "log", Limit: log, Cost: 1}
+		if err := s.Decide(context.Background(), checks, out); err != nil {
+			t.Fatal(err)
+		}
+		if !out[0].Allowed || !out[1].Allowed {
+			t.Fatalf("fresh key %d denied: %+v", i, out)
+		}
+	}
+	st := s.Stats()
+	if st.Entries > maxEntries || st.Bytes > maxBytes {
+		t.Fatalf("bounds exceeded: %+v", st)
+	}
+	if st.Evicted < 50000*2-maxEntries {
+		t.Fatalf("evicted %d, want at least %d", st.Evicted, 50000*2-maxEntries)
+	}
+}
+
+func TestOversizedEntryKeptAlone(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{MaxBytes: shardCount * 1024}) // 1 KB per shard
+	l := store.Limit{Algorithm: store.SlidingLog, Requests: 1000, Window: time.Hour}
+	for i := 0; i < 3; i++ {
+		if r := decide(t, s, store.Check{Key: "big", Limit: l, Cost: 1}); !r.Allowed || r.Remaining != int64(999-i) {
+			t.Fatalf("hit %d: %+v", i, r)
+		}
+	}
+}
+
+// TestConcurrentExact hammers a few keys from many goroutines with the clock
+// stopped: every exact algorithm admits exactly its capacity. Run with -race.
+func TestConcurrentExact(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{})
+	lims := []store.Limit{
+		{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Hour},
+		{Algorithm: store.SlidingLog, Requests: 1000, Window: time.Hour},
+		{Algorithm: store.SlidingWindow, Requests: 1000, Window: time.Hour},
+		{Algorithm: store.TokenBucket, Requests: 1, Window: time.Hour, Burst: 1000},
+		{Algorithm: store.GCRA, Requests: 1, Window: time.Hour, Burst: 1000},
+	}
+	const workers, perWorker = 16, 200
+	allowed := make([]atomic.Int64, len(lims))
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			checks := make([]store.Check, len(lims))
+			out := make([]algorithms.Result, len(lims))
+			for i := range lims {
+				checks[i] = store.Check{Key: fmt.Sprintf("shared-%d", i), Limit: lims[i], Cost: 1}
+			}
+			for n := 0; n < perWorker; n++ {
+				if err := s.Decide(context.Background(), checks, out); err != nil {
+					t.Error(err)
+					return
+				}
+				for i, r := range out {
+					if r.Allowed {
+						allowed[i].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	// Sweep concurrently too: nothing has expired, so nothing may go.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 50; i++ {
+			if n := s.Sweep(); n != 0 {
+				t.Errorf("swept %d live entries", n)
+			}
+			s.Stats()
+		}
+	}()
+	wg.Wait()
+	<-done
+	for i, l := range lims {
+		if got := allowed[i].Load(); got != 1000 {
+			t.Errorf("%s admitted %d of %d, want exactly 1000", l.Algorithm, got, workers*perWorker)
+		}
+	}
+}
+
+func TestRunSweeper(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{})
+	decide(t, s, store.Check{Key: "k", Limit: store.Limit{Algorithm: store.GCRA, Requests: 1, Window: time.Second}, Cost: 1})
+	c.Advance(time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { s.RunSweeper(ctx, time.Millisecond); close(stopped) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Stats().Entries != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper did not drop the expired entry within 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-stopped
+}
+
+func BenchmarkDecide(b *testing.B) {
+	s := New(Options{})
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 1 << 30, Window: time.Hour}
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = store.Key("bench", []store.Entry{{Key: "k", Value: fmt.Sprint(i)}}, "l#0", store.FixedWindow)
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		checks := []store.Check{{Limit: l, Cost: 1}}
+		out := make([]algorithms.Result, 1)
+		i := 0
+		for pb.Next() {
+			checks[0].Key = keys[i%len(keys)]
+			i++
+			if err := s.Decide(context.Background(), checks, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
