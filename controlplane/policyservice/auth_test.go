@@ -1,0 +1,342 @@
+package policyservice
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
+	"github.com/sluicehq/sluice/controlplane/policystore"
+)
+
+// newFileBackend returns a file backend in a temporary directory.
+func newFileBackend(t testing.TB) policystore.Backend {
+	t.Helper()
+	b, err := policystore.NewFile(filepath.Join(t.TempDir(), "policies.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// wantCode fails the test unless err has code c and its message holds
+// every want.
+func wantCode(t testing.TB, what string, err error, c codes.Code, want ...string) {
+	t.Helper()
+	if status.Code(err) != c {
+		t.Fatalf("%s: err = %v; want %v", what, err, c)
+	}
+	for _, w := range want {
+		if !strings.Contains(status.Convert(err).Message(), w) {
+			t.Errorf("%s: message %q lacks %q", what, status.Convert(err).Message(), w)
+		}
+	}
+}
+
+// TestBearerToken: calls without a token, with a wrong one or a malformed
+// header are refused with Unauthenticated and logged; the decision API on
+// the same server needs no token; no token ever reaches the logs.
+func TestBearerToken(t *testing.T) {
+	r := startReplica(t, newFileBackend(t), replicaConfig{auth: AuthConfig{Tokens: []string{"another-token-abcdefghijkl", testToken}}})
+	ctx := context.Background()
+	wrongToken := "wrong-token-0123456789abcdef"
+
+	none := r.policyClient(t, "")
+	_, err := none.List(ctx, &sluicev1.ListRequest{})
+	wantCode(t, "List without a token", err, codes.Unauthenticated, "authorization: Bearer")
+	_, err = none.Apply(ctx, &sluicev1.ApplyRequest{Yaml: domainYAML("api", 5)})
+	wantCode(t, "Apply without a token", err, codes.Unauthenticated)
+	stream, err := none.Watch(ctx, &sluicev1.WatchRequest{})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	wantCode(t, "Watch without a token", err, codes.Unauthenticated)
+
+	wrong := r.policyClient(t, wrongToken)
+	_, err = wrong.Apply(ctx, &sluicev1.ApplyRequest{Yaml: domainYAML("api", 5)})
+	wantCode(t, "Apply with a wrong token", err, codes.Unauthenticated, "invalid bearer token")
+	_, err = wrong.Delete(ctx, &sluicev1.DeleteRequest{Domain: "api"})
+	wantCode(t, "Delete with a wrong token", err, codes.Unauthenticated)
+
+	conn := dial(t, r.addr, nil)
+	basic := metadata.AppendToOutgoingContext(ctx, "authorization", "Basic "+testToken)
+	_, err = sluicev1.NewPolicyServiceClient(conn).List(basic, &sluicev1.ListRequest{})
+	wantCode(t, "a Basic authorization header", err, codes.Unauthenticated, "not `Bearer <token>`")
+	twice := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testToken, "authorization", "Bearer "+testToken)
+	_, err = sluicev1.NewPolicyServiceClient(conn).List(twice, &sluicev1.ListRequest{})
+	wantCode(t, "two authorization headers", err, codes.Unauthenticated, "more than one")
+
+	if v, _ := r.store.Backend().Version(ctx); v != 1 {
+		t.Fatalf("refused calls changed the store: version %d", v)
+	}
+
+	good := r.policyClient(t, testToken)
+	res, err := good.Apply(ctx, &sluicev1.ApplyRequest{Yaml: domainYAML("api", 5), Source: "api.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := good.Get(ctx, &sluicev1.GetRequest{Domain: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	// The decision API on the same server needs no credentials.
+	dec, err := r.rlsClient(t).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "x"}}}}})
+	if err != nil || dec.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 5 {
+		t.Fatalf("decision without credentials: %v, %v; want the applied limit of 5", dec, err)
+	}
+
+	logs := r.logs.String()
+	for _, secret := range []string{testToken, wrongToken, "another-token"} {
+		if strings.Contains(logs, secret) {
+			t.Fatalf("a token appears in the logs:\n%s", logs)
+		}
+	}
+	if n := strings.Count(logs, "refused a call"); n != 7 {
+		t.Errorf("%d refusals logged; want 7:\n%s", n, logs)
+	}
+	for _, want := range []string{"method=/sluice.v1.PolicyService/Apply", "peer=127.0.0.1:", `reason="invalid bearer token"`,
+		"method=/sluice.v1.PolicyService/Watch", "by=\"bearer token #2\"", "domain=api", "version=" + itoa(res.Version)} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %q:\n%s", want, logs)
+		}
+	}
+}
+
+// itoa formats a version.
+func itoa(v uint64) string { return big.NewInt(0).SetUint64(v).String() }
+
+// TestAuthConfigErrors: a service without credentials does not start,
+// weak tokens are refused, and the errors never quote the token.
+func TestAuthConfigErrors(t *testing.T) {
+	if _, err := NewAuthenticator(AuthConfig{}); err == nil || !strings.Contains(err.Error(), "no credentials configured") {
+		t.Fatalf("no credentials: %v", err)
+	}
+	if _, err := NewAuthenticator(AuthConfig{AllowUnauthenticated: true}); err != nil {
+		t.Fatalf("AllowUnauthenticated: %v", err)
+	}
+	for _, tok := range []string{"x7q9z", "has a space in it 0123456789", "tab\there-0123456789abcdef"} {
+		_, err := NewAuthenticator(AuthConfig{Tokens: []string{tok}})
+		if err == nil || strings.Contains(err.Error(), tok) {
+			t.Errorf("token %q: err = %v; want an error that does not quote it", tok, err)
+		}
+	}
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	os.WriteFile(file, []byte("# rotation: old then new\n\n  first-token-0123456789abc  \nsecond-token-0123456789abc\n"), 0o600)
+	toks, err := LoadTokens(file, "UNUSED")
+	if err != nil || len(toks) != 2 || toks[0] != "first-token-0123456789abc" || toks[1] != "second-token-0123456789abc" {
+		t.Fatalf("LoadTokens(file) = %q, %v", toks, err)
+	}
+	bad := filepath.Join(dir, "bad")
+	os.WriteFile(bad, []byte("good-token-0123456789abcdef\ntiny\n"), 0o600)
+	if _, err := LoadTokens(bad, ""); err == nil || !strings.Contains(err.Error(), "line 2") || strings.Contains(err.Error(), "tiny") {
+		t.Fatalf("LoadTokens(bad) = %v; want line 2 named, the token not quoted", err)
+	}
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("# nothing\n"), 0o600)
+	if _, err := LoadTokens(empty, ""); err == nil || !strings.Contains(err.Error(), "holds no token") {
+		t.Fatalf("LoadTokens(empty) = %v", err)
+	}
+	if _, err := LoadTokens(filepath.Join(dir, "missing"), ""); err == nil {
+		t.Fatal("LoadTokens(missing): no error")
+	}
+	t.Setenv("SLUICE_TEST_TOKEN", " env-token-0123456789abcdef\n")
+	if toks, err := LoadTokens("", "SLUICE_TEST_TOKEN"); err != nil || len(toks) != 1 || toks[0] != "env-token-0123456789abcdef" {
+		t.Fatalf("LoadTokens(env) = %q, %v", toks, err)
+	}
+	t.Setenv("SLUICE_TEST_TOKEN", "weak")
+	if _, err := LoadTokens("", "SLUICE_TEST_TOKEN"); err == nil || !strings.Contains(err.Error(), "SLUICE_TEST_TOKEN") || strings.Contains(err.Error(), "weak") {
+		t.Fatalf("LoadTokens(weak env) = %v", err)
+	}
+	if toks, err := LoadTokens("", "SLUICE_TEST_UNSET_VARIABLE"); err != nil || toks != nil {
+		t.Fatalf("LoadTokens(unset env) = %q, %v; want none", toks, err)
+	}
+}
+
+// testPKI is a CA with certificates it signed, written as PEM files.
+type testPKI struct {
+	dir    string
+	caPool *x509.CertPool
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+}
+
+// newPKI makes a CA named name.
+func newPKI(t testing.TB, name string) *testPKI {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	p := &testPKI{dir: t.TempDir(), caPool: x509.NewCertPool(), ca: ca, caKey: key}
+	p.caPool.AddCert(ca)
+	writePEM(t, filepath.Join(p.dir, "ca.pem"), "CERTIFICATE", der)
+	return p
+}
+
+// issue signs a certificate for cn with the given usage and returns the
+// paths of its certificate and key files.
+func (p *testPKI) issue(t testing.TB, cn string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     []string{cn},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(p.dir, cn+".pem"), filepath.Join(p.dir, cn+"-key.pem")
+	writePEM(t, certFile, "CERTIFICATE", der)
+	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
+	return certFile, keyFile
+}
+
+// writePEM writes one PEM block.
+func writePEM(t testing.TB, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMutualTLS: a client certificate signed by the configured CA is
+// accepted; one from another CA, one not for client authentication, or
+// none at all is refused with Unauthenticated and a reason.
+func TestMutualTLS(t *testing.T) {
+	pki := newPKI(t, "sluice test CA")
+	other := newPKI(t, "some other CA")
+	serverCert, serverKey := pki.issue(t, "localhost", x509.ExtKeyUsageServerAuth)
+	tlsCfg, err := ServerTLSConfig(serverCert, serverKey, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPool, err := LoadCertPool(filepath.Join(pki.dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startReplica(t, newFileBackend(t), replicaConfig{
+		auth:  AuthConfig{ClientCAs: caPool},
+		creds: credentials.NewTLS(tlsCfg),
+	})
+	ctx := context.Background()
+	client := func(certFile, keyFile string) sluicev1.PolicyServiceClient {
+		cfg := &tls.Config{RootCAs: pki.caPool, ServerName: "localhost"}
+		if certFile != "" {
+			c, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{c}
+		}
+		return sluicev1.NewPolicyServiceClient(dial(t, r.addr, credentials.NewTLS(cfg)))
+	}
+
+	okCert, okKey := pki.issue(t, "operator", x509.ExtKeyUsageClientAuth)
+	if _, err := client(okCert, okKey).Apply(ctx, &sluicev1.ApplyRequest{Yaml: domainYAML("api", 5)}); err != nil {
+		t.Fatalf("Apply with a good client certificate: %v", err)
+	}
+	_, err = client("", "").List(ctx, &sluicev1.ListRequest{})
+	wantCode(t, "no client certificate", err, codes.Unauthenticated, "requires mTLS")
+	strangerCert, strangerKey := other.issue(t, "stranger", x509.ExtKeyUsageClientAuth)
+	_, err = client(strangerCert, strangerKey).List(ctx, &sluicev1.ListRequest{})
+	wantCode(t, "a certificate from another CA", err, codes.Unauthenticated, "client certificate not accepted")
+	serverUse, serverUseKey := pki.issue(t, "not-a-client", x509.ExtKeyUsageServerAuth)
+	_, err = client(serverUse, serverUseKey).List(ctx, &sluicev1.ListRequest{})
+	wantCode(t, "a certificate not for client authentication", err, codes.Unauthenticated, "client certificate not accepted")
+
+	// A plaintext client cannot even connect.
+	_, err = sluicev1.NewPolicyServiceClient(dial(t, r.addr, insecure.NewCredentials())).List(ctx, &sluicev1.ListRequest{})
+	if err == nil {
+		t.Fatal("a plaintext client was answered by the TLS listener")
+	}
+	logs := r.logs.String()
+	for _, want := range []string{`by="client certificate CN=operator"`, "refused a call", "certificate signed by unknown authority"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %q:\n%s", want, logs)
+		}
+	}
+}
+
+// TestTokenOrCertificate: with both configured, either credential works.
+func TestTokenOrCertificate(t *testing.T) {
+	pki := newPKI(t, "sluice test CA")
+	serverCert, serverKey := pki.issue(t, "localhost", x509.ExtKeyUsageServerAuth)
+	tlsCfg, err := ServerTLSConfig(serverCert, serverKey, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startReplica(t, newFileBackend(t), replicaConfig{
+		auth:  AuthConfig{ClientCAs: pki.caPool, Tokens: []string{testToken}},
+		creds: credentials.NewTLS(tlsCfg),
+	})
+	ctx := context.Background()
+	tlsOnly := credentials.NewTLS(&tls.Config{RootCAs: pki.caPool, ServerName: "localhost"})
+	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(tlsOnly), grpc.WithPerRPCCredentials(bearer(testToken)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := sluicev1.NewPolicyServiceClient(conn).List(ctx, &sluicev1.ListRequest{}); err != nil {
+		t.Fatalf("token over TLS without a client certificate: %v", err)
+	}
+	_, err = sluicev1.NewPolicyServiceClient(dial(t, r.addr, tlsOnly)).List(ctx, &sluicev1.ListRequest{})
+	wantCode(t, "neither", err, codes.Unauthenticated, "or a client certificate")
+	if _, err := ServerTLSConfig(filepath.Join(pki.dir, "missing.pem"), serverKey, false); err == nil || !strings.Contains(err.Error(), "missing.pem") {
+		t.Fatalf("ServerTLSConfig with a missing file: %v", err)
+	}
+	if _, err := LoadCertPool(serverKey); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("LoadCertPool of a key file: %v", err)
+	}
+}

@@ -1,0 +1,196 @@
+// Package policyservice serves sluice.v1.PolicyService: Apply, Get, List,
+// Delete and Watch over a policystore.Store, behind bearer-token or mTLS
+// authentication (Authenticator).
+//
+// Mount it on its own listener, or on the decision API's gRPC server: the
+// Authenticator's interceptors guard PolicyService methods only.
+//
+//	auth, err := policyservice.NewAuthenticator(policyservice.AuthConfig{Tokens: tokens, Logger: log})
+//	gs := grpc.NewServer(append(auth.ServerOptions(), grpc.Creds(creds))...)
+//	policyservice.New(store, log).Register(gs)
+package policyservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"unicode"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
+	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/controlplane/policystore"
+)
+
+// maxSourceLen bounds ApplyRequest.source, which error messages quote.
+const maxSourceLen = 256
+
+// Service implements sluicev1.PolicyServiceServer.
+type Service struct {
+	sluicev1.UnimplementedPolicyServiceServer
+	store *policystore.Store
+	log   *slog.Logger
+}
+
+// New returns the service for store. log receives one line per change
+// (domain, version, who); nil means slog.Default().
+func New(store *policystore.Store, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{store: store, log: log}
+}
+
+// Register registers the service on r (a *grpc.Server).
+func (s *Service) Register(r grpc.ServiceRegistrar) {
+	sluicev1.RegisterPolicyServiceServer(r, s)
+}
+
+// guard converts an optional expected version.
+func guard(expected *uint64) policystore.Guard {
+	if expected == nil {
+		return policystore.Guard{}
+	}
+	return policystore.Expect(*expected)
+}
+
+// Apply validates and stores one domain's policy.
+func (s *Service) Apply(ctx context.Context, req *sluicev1.ApplyRequest) (*sluicev1.ApplyResponse, error) {
+	if err := checkSource(req.GetSource()); err != nil {
+		return nil, err
+	}
+	g := guard(req.ExpectedVersion)
+	res, err := s.store.Apply(ctx, req.GetSource(), []byte(req.GetYaml()), g)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	s.log.Info("policy service: applied", "domain", res.Domain, "version", res.Version,
+		"unchanged", res.Unchanged, "expected_version", g.String(), "by", IdentityFrom(ctx))
+	return &sluicev1.ApplyResponse{Version: res.Version, Domain: res.Domain, Unchanged: res.Unchanged}, nil
+}
+
+// checkSource checks ApplyRequest.source.
+func checkSource(src string) error {
+	if len(src) > maxSourceLen || strings.IndexFunc(src, unicode.IsControl) >= 0 {
+		return status.Errorf(codes.InvalidArgument,
+			"source: at most %d bytes without control characters (it names the document in error messages, e.g. the file name)", maxSourceLen)
+	}
+	return nil
+}
+
+// checkDomain checks a request's domain field.
+func checkDomain(domain string) error {
+	if domain == "" {
+		return status.Error(codes.InvalidArgument, "domain: required: name the domain (list shows them)")
+	}
+	return nil
+}
+
+// Get returns one domain's policy as this replica enforces it.
+func (s *Service) Get(ctx context.Context, req *sluicev1.GetRequest) (*sluicev1.GetResponse, error) {
+	if err := checkDomain(req.GetDomain()); err != nil {
+		return nil, err
+	}
+	snap := s.store.Current()
+	p := snap.Policy(req.GetDomain())
+	if p == nil {
+		return nil, status.Errorf(codes.NotFound, "domain %q: no such domain (list shows the domains there are)", req.GetDomain())
+	}
+	return &sluicev1.GetResponse{Policy: toProto(p), StoreVersion: snap.Version}, nil
+}
+
+// List returns every domain's policy from one snapshot.
+func (s *Service) List(ctx context.Context, req *sluicev1.ListRequest) (*sluicev1.ListResponse, error) {
+	snap := s.store.Current()
+	out := &sluicev1.ListResponse{StoreVersion: snap.Version}
+	for _, p := range snap.Policies() {
+		out.Policies = append(out.Policies, toProto(p))
+	}
+	return out, nil
+}
+
+// Delete removes one domain's policy.
+func (s *Service) Delete(ctx context.Context, req *sluicev1.DeleteRequest) (*sluicev1.DeleteResponse, error) {
+	if err := checkDomain(req.GetDomain()); err != nil {
+		return nil, err
+	}
+	g := guard(req.ExpectedVersion)
+	v, err := s.store.Delete(ctx, req.GetDomain(), g)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	s.log.Info("policy service: deleted", "domain", req.GetDomain(), "store_version", v,
+		"expected_version", g.String(), "by", IdentityFrom(ctx))
+	return &sluicev1.DeleteResponse{StoreVersion: v}, nil
+}
+
+// Watch sends the current set, then every new version as the domains
+// applied and deleted since the previous message. It ends when the client
+// goes away or the store is closed (server shutdown: Unavailable).
+func (s *Service) Watch(req *sluicev1.WatchRequest, stream grpc.ServerStreamingServer[sluicev1.WatchResponse]) error {
+	ctx := stream.Context()
+	var prev *policystore.Snapshot
+	for {
+		snap, err := s.store.Next(ctx, prev)
+		if err != nil {
+			return statusOf(err)
+		}
+		if msg := changes(prev, snap); msg != nil {
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+		}
+		prev = snap
+	}
+}
+
+// changes is the Watch message that takes a watcher from prev (nil: nothing
+// yet) to snap, or nil when there is nothing to tell.
+func changes(prev, snap *policystore.Snapshot) *sluicev1.WatchResponse {
+	msg := &sluicev1.WatchResponse{StoreVersion: snap.Version, Snapshot: prev == nil}
+	for _, p := range snap.Policies() {
+		if old := prev.Policy(p.Domain); old == nil || old.Version != p.Version || string(old.YAML) != string(p.YAML) {
+			msg.Applied = append(msg.Applied, toProto(p))
+		}
+	}
+	for _, p := range prev.Policies() {
+		if snap.Policy(p.Domain) == nil {
+			msg.Deleted = append(msg.Deleted, p.Domain)
+		}
+	}
+	if prev != nil && prev.Version == snap.Version && len(msg.Applied) == 0 && len(msg.Deleted) == 0 {
+		return nil
+	}
+	return msg
+}
+
+// toProto converts a stored policy.
+func toProto(p *policystore.Policy) *sluicev1.Policy {
+	return &sluicev1.Policy{Domain: p.Domain, Version: p.Version, Yaml: string(p.YAML)}
+}
+
+// statusOf maps a store error to a gRPC status.
+func statusOf(err error) error {
+	var list policy.ErrorList
+	var conflict *policystore.ConflictError
+	switch {
+	case errors.As(err, &list):
+		return status.Error(codes.InvalidArgument, "policy rejected, nothing was changed:\n"+list.Error())
+	case errors.As(err, &conflict):
+		return status.Error(codes.FailedPrecondition, conflict.Error())
+	case errors.Is(err, policystore.ErrNotFound):
+		return status.Errorf(codes.NotFound, "%v (list shows the domains there are)", err)
+	case errors.Is(err, policystore.ErrClosed):
+		return status.Error(codes.Unavailable, "the control plane is shutting down: retry on another replica")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	case errors.Is(err, policystore.ErrUnavailable):
+		return status.Errorf(codes.Unavailable, "%v: nothing was changed; retry when the store is reachable", err)
+	}
+	return status.Error(codes.Internal, fmt.Sprintf("policy store: %v", err))
+}

@@ -1,0 +1,134 @@
+package policystore
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+
+	"github.com/sluicehq/sluice/controlplane/policy"
+)
+
+// Policy is one domain's policy in a snapshot.
+type Policy struct {
+	// Domain is the domain.
+	Domain string
+	// Version is the store version at which the domain was last written;
+	// 0 for a seed policy not yet written to the store.
+	Version uint64
+	// YAML is the policy as applied. It must not be modified.
+	YAML []byte
+	// Parsed is the parsed, validated policy.
+	Parsed *policy.Domain
+}
+
+// Snapshot is one whole version of the policy set. It is immutable: the
+// Store replaces its snapshot, never changes one, so everything read from
+// one snapshot belongs to one version.
+type Snapshot struct {
+	// Version is the store version the snapshot reflects; 0 before the
+	// store was first read (the snapshot then holds the seed, if any).
+	Version uint64
+	// Set holds the parsed domains, for matching requests.
+	Set *policy.Set
+
+	policies []*Policy          // sorted by domain
+	byDomain map[string]*Policy // the same, by domain
+}
+
+// Policy returns the named domain's policy, or nil.
+func (s *Snapshot) Policy(domain string) *Policy {
+	if s == nil {
+		return nil
+	}
+	return s.byDomain[domain]
+}
+
+// Policies returns every policy, sorted by domain. The slice is shared: do
+// not modify it.
+func (s *Snapshot) Policies() []*Policy {
+	if s == nil {
+		return nil
+	}
+	return s.policies
+}
+
+// state returns the snapshot as a state to write back with Backend.Init:
+// the version and each domain's version raised to at least 1.
+func (s *Snapshot) state() State {
+	st := State{Version: max(s.Version, 1), Records: make([]Record, len(s.policies))}
+	for i, p := range s.policies {
+		v := max(p.Version, 1)
+		st.Version = max(st.Version, v)
+		st.Records[i] = Record{Domain: p.Domain, Version: v, YAML: p.YAML}
+	}
+	return st
+}
+
+// newSnapshot assembles a snapshot from policies sorted by domain.
+func newSnapshot(version uint64, policies []*Policy) *Snapshot {
+	s := &Snapshot{Version: version, policies: policies, byDomain: make(map[string]*Policy, len(policies))}
+	domains := make([]*policy.Domain, len(policies))
+	for i, p := range policies {
+		s.byDomain[p.Domain] = p
+		domains[i] = p.Parsed
+	}
+	set, err := policy.NewSet(domains...)
+	if err != nil { // cannot happen: policies are unique by domain
+		panic(fmt.Sprintf("policystore: %v", err))
+	}
+	s.Set = set
+	return s
+}
+
+// sourceName is the name a stored policy is parsed under, which its errors
+// and Domain.Source show.
+func sourceName(backend, domain string, version uint64) string {
+	return fmt.Sprintf("%s:%s@v%d", backend, domain, version)
+}
+
+// buildSnapshot parses a state read from the backend. A domain whose
+// version and text are those of prev's is not parsed again. A stored policy
+// that fails to parse (written by a sluice with other rules, or damaged) is
+// logged; prev's version of that domain is kept if there is one, else the
+// domain is left out.
+func buildSnapshot(backend string, st State, prev *Snapshot, log *slog.Logger) *Snapshot {
+	policies := make([]*Policy, 0, len(st.Records))
+	for _, rec := range st.Records {
+		old := prev.Policy(rec.Domain)
+		if old != nil && old.Version == rec.Version && bytes.Equal(old.YAML, rec.YAML) {
+			policies = append(policies, old)
+			continue
+		}
+		d, err := policy.Parse(sourceName(backend, rec.Domain, rec.Version), rec.YAML)
+		if err == nil && d.Name != rec.Domain {
+			err = fmt.Errorf("the policy names domain %q", d.Name)
+		}
+		if err != nil {
+			if old != nil {
+				log.Error("policy store: a stored policy is invalid; keeping the previous version of the domain",
+					"domain", rec.Domain, "version", rec.Version, "kept_version", old.Version, "error", err)
+				policies = append(policies, old)
+			} else {
+				log.Error("policy store: a stored policy is invalid; the domain is left out",
+					"domain", rec.Domain, "version", rec.Version, "error", err)
+			}
+			continue
+		}
+		policies = append(policies, &Policy{Domain: rec.Domain, Version: rec.Version, YAML: rec.YAML, Parsed: d})
+	}
+	return newSnapshot(st.Version, policies)
+}
+
+// seedSnapshot returns the version-0 snapshot of the seed set: each domain
+// written back as canonical YAML.
+func seedSnapshot(seed *policy.Set) (*Snapshot, error) {
+	var policies []*Policy
+	for _, d := range seed.Domains() {
+		y, err := policy.Marshal(d)
+		if err != nil {
+			return nil, fmt.Errorf("policystore: seed domain %q: %v", d.Name, err)
+		}
+		policies = append(policies, &Policy{Domain: d.Name, YAML: y, Parsed: d})
+	}
+	return newSnapshot(0, policies), nil
+}

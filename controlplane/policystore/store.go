@@ -1,0 +1,382 @@
+// Package policystore keeps the versioned set of rate-limit policies that
+// every control-plane replica enforces, and tells each replica when it
+// changes.
+//
+// A Store sits on a Backend: Redis (NewRedis), shared by all replicas, or a
+// local file (NewFile) for embedded mode. Apply validates a domain's policy
+// with the policy package and writes it in one atomic, optionally
+// version-guarded step; every replica then loads the new version, told by
+// the backend's change notification or, if that was missed, by polling the
+// store's version. Each loaded version becomes an immutable Snapshot that
+// replaces the previous one whole, so a decision in flight sees one version
+// from start to end:
+//
+//	st, err := policystore.New(ctx, backend, policystore.Options{Seed: startupSet})
+//	...
+//	var policies atomic.Pointer[policy.Set]
+//	policies.Store(st.Current().Set)
+//	go st.Watch(ctx, func(s *policystore.Snapshot) { policies.Store(s.Set) })
+package policystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/controlplane/policy"
+)
+
+// Defaults of Options.
+const (
+	DefaultPollInterval = time.Second
+	DefaultTimeout      = 5 * time.Second
+)
+
+// MaxPolicySize is the largest policy document Apply accepts.
+const MaxPolicySize = 1 << 20
+
+// Options configures a Store.
+type Options struct {
+	// Seed is written to the backend when the store is empty (never
+	// written): the start-up policy file. A store that holds anything,
+	// even an empty set after deletions, is never seeded again. Until the
+	// backend can be read, the Store serves the seed (as version 0).
+	Seed *policy.Set
+	// PollInterval is how often the store's version is polled, so that a
+	// replica that missed a change notification still converges. Default
+	// DefaultPollInterval.
+	PollInterval time.Duration
+	// Timeout bounds each background call to the backend. Default
+	// DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives the store's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is the policy set of one replica, kept in step with a Backend.
+type Store struct {
+	b       Backend
+	log     *slog.Logger
+	poll    time.Duration
+	timeout time.Duration
+
+	refreshMu sync.Mutex  // serializes refresh
+	loaded    atomic.Bool // the backend has been read at least once
+	failing   bool        // the last refresh failed (under refreshMu)
+
+	mu      sync.Mutex               // guards changed and the swap of cur
+	cur     atomic.Pointer[Snapshot] // the current snapshot, never nil
+	changed chan struct{}            // closed and replaced when cur changes
+
+	stop context.CancelFunc // ends run
+	done chan struct{}      // closed when run returns
+}
+
+// ApplyResult is what Apply did.
+type ApplyResult struct {
+	// Domain is the domain the policy names.
+	Domain string
+	// Version is the domain's version after the call.
+	Version uint64
+	// Unchanged is true when the stored policy was already byte-identical:
+	// nothing was written.
+	Unchanged bool
+}
+
+// New returns a Store on b and starts keeping it current. It reads the
+// backend once before returning; if the store is empty it is seeded with
+// opts.Seed. When the backend cannot be reached (ErrUnavailable) New still
+// succeeds: the Store serves the seed and keeps trying in the background.
+// Any other error (a damaged file) is returned. Close the Store when done.
+func New(ctx context.Context, b Backend, opts Options) (*Store, error) {
+	if b == nil {
+		return nil, errors.New("policystore: New: nil backend")
+	}
+	s := &Store{
+		b:       b,
+		log:     opts.Logger,
+		poll:    opts.PollInterval,
+		timeout: opts.Timeout,
+		changed: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.poll <= 0 {
+		s.poll = DefaultPollInterval
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	first, err := seedSnapshot(opts.Seed)
+	if err != nil {
+		return nil, err
+	}
+	s.cur.Store(first)
+	initCtx, cancel := context.WithTimeout(ctx, s.timeout)
+	err = s.refresh(initCtx)
+	cancel()
+	if err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		s.log.Warn("policy store: cannot read the store yet; serving the start-up policies until it can be read",
+			"backend", b.Name(), "domains", first.Set.Len(), "error", err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	go s.run(runCtx)
+	return s, nil
+}
+
+// Close stops following the backend. Current keeps returning the last
+// snapshot; Next, Watch, Apply and Delete return ErrClosed.
+func (s *Store) Close() {
+	s.stop()
+	<-s.done
+}
+
+// closed reports whether Close was called.
+func (s *Store) closed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Ready reports whether the store has been read from the backend at least
+// once (before that, the Store serves the seed).
+func (s *Store) Ready() bool { return s.loaded.Load() }
+
+// Backend returns the backend.
+func (s *Store) Backend() Backend { return s.b }
+
+// Current returns the current snapshot; never nil.
+func (s *Store) Current() *Snapshot { return s.cur.Load() }
+
+// Next returns the current snapshot as soon as it is not prev: at once when
+// prev is nil or already stale, else when the next version is loaded. It
+// fails when ctx ends or the Store is closed.
+func (s *Store) Next(ctx context.Context, prev *Snapshot) (*Snapshot, error) {
+	for {
+		s.mu.Lock()
+		cur, changed := s.cur.Load(), s.changed
+		s.mu.Unlock()
+		if cur != prev {
+			return cur, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.done:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Watch calls fn with the current snapshot and then with every new one, in
+// order, from the calling goroutine, until ctx ends or the Store is closed;
+// it returns why it stopped. A slow fn misses intermediate versions, never
+// the latest.
+func (s *Store) Watch(ctx context.Context, fn func(*Snapshot)) error {
+	var snap *Snapshot
+	for {
+		next, err := s.Next(ctx, snap)
+		if err != nil {
+			return err
+		}
+		snap = next
+		fn(snap)
+	}
+}
+
+// Apply validates data as one domain's policy (source names it in error
+// messages, e.g. the file it came from) and stores it if g holds. Invalid
+// policies change nothing and return the policy.ErrorList naming every
+// problem; a failed guard is a *ConflictError. Apply returns once this
+// replica's snapshot holds the new version (or, if the store cannot be read
+// back right away, once it is written).
+func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) (ApplyResult, error) {
+	if s.closed() {
+		return ApplyResult{}, ErrClosed
+	}
+	if source == "" {
+		source = "request"
+	}
+	if err := checkDocument(source, data); err != nil {
+		return ApplyResult{}, err
+	}
+	d, err := policy.Parse(source, data)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	v, unchanged, err := s.b.Put(ctx, d.Name, data, g)
+	if errors.Is(err, ErrUninitialized) {
+		// The store is new or was lost: write back what this replica
+		// holds first, so that the other domains survive, then retry.
+		if err = s.refresh(ctx); err == nil {
+			v, unchanged, err = s.b.Put(ctx, d.Name, data, g)
+		}
+	}
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	if !unchanged {
+		s.catchUp(ctx, v)
+	}
+	return ApplyResult{Domain: d.Name, Version: v, Unchanged: unchanged}, nil
+}
+
+// Delete removes domain's policy if g holds and returns the new store
+// version. A missing domain is ErrNotFound (wrapped), a failed guard a
+// *ConflictError.
+func (s *Store) Delete(ctx context.Context, domain string, g Guard) (uint64, error) {
+	if s.closed() {
+		return 0, ErrClosed
+	}
+	v, err := s.b.Delete(ctx, domain, g)
+	if err != nil {
+		return 0, err
+	}
+	s.catchUp(ctx, v)
+	return v, nil
+}
+
+// checkDocument checks what Parse does not: size and encoding.
+func checkDocument(source string, data []byte) error {
+	switch {
+	case len(data) > MaxPolicySize:
+		return policy.ErrorList{{File: source, Problem: fmt.Sprintf(
+			"policy too large: %d bytes (at most %d): split it into several domains", len(data), MaxPolicySize)}}
+	case !utf8.Valid(data):
+		return policy.ErrorList{{File: source, Problem: "not valid UTF-8 text"}}
+	}
+	return nil
+}
+
+// catchUp loads the store until this replica's snapshot reaches version v
+// (a write of its own), so that a caller reads its own writes here. A
+// failure is logged, not returned: the write itself succeeded, and the
+// background loop retries.
+func (s *Store) catchUp(ctx context.Context, v uint64) {
+	if s.Current().Version >= v {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.refresh(ctx); err != nil {
+		s.log.Warn("policy store: written, but not read back yet; the background refresh will load it",
+			"backend", s.b.Name(), "version", v, "error", err)
+	}
+}
+
+// run refreshes on every hint from the backend and every poll interval.
+func (s *Store) run(ctx context.Context) {
+	defer close(s.done)
+	hints := s.b.Subscribe(ctx)
+	tick := time.NewTicker(s.poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-hints:
+			if !ok {
+				hints = nil // closed: rely on polling
+			}
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.timeout)
+		s.refresh(rctx)
+		cancel()
+	}
+}
+
+// refresh reads the store's version and, when it differs from the current
+// snapshot's, loads and publishes the new state. An empty store (never
+// written, or lost) is first given what this replica holds: the seed, or
+// the last loaded set.
+func (s *Store) refresh(ctx context.Context) error {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
+	err := s.refreshLocked(ctx)
+	switch {
+	case err != nil && !s.failing:
+		s.failing = true
+		s.log.Warn("policy store: cannot read the store; keeping the current policies",
+			"backend", s.b.Name(), "version", s.Current().Version, "error", err)
+	case err == nil && s.failing:
+		s.failing = false
+		s.log.Info("policy store: reading the store again", "backend", s.b.Name(), "version", s.Current().Version)
+	}
+	return err
+}
+
+// refreshLocked is refresh under refreshMu.
+func (s *Store) refreshLocked(ctx context.Context) error {
+	cur := s.Current()
+	v, err := s.b.Version(ctx)
+	if err != nil {
+		return err
+	}
+	if v == 0 {
+		if err := s.initialize(ctx, cur); err != nil {
+			return err
+		}
+	} else if v == cur.Version && s.loaded.Load() {
+		return nil
+	}
+	st, err := s.b.Load(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Version == 0 || (st.Version == cur.Version && s.loaded.Load()) {
+		return nil // emptied again since Init, or nothing new: the next round sees
+	}
+	if st.Version < cur.Version {
+		s.log.Warn("policy store: the store's version went back; following the store",
+			"backend", s.b.Name(), "from", cur.Version, "to", st.Version)
+	}
+	s.publish(buildSnapshot(s.b.Name(), st, cur, s.log))
+	s.loaded.Store(true)
+	return nil
+}
+
+// initialize writes cur into an empty store.
+func (s *Store) initialize(ctx context.Context, cur *Snapshot) error {
+	st := cur.state()
+	wrote, err := s.b.Init(ctx, st)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !wrote: // another replica was first
+	case cur.Version > 0:
+		s.log.Warn("policy store: the store was found empty (lost?); wrote back the policies this replica held",
+			"backend", s.b.Name(), "version", st.Version, "domains", len(st.Records))
+	default:
+		s.log.Info("policy store: initialized an empty store with the start-up policies",
+			"backend", s.b.Name(), "domains", len(st.Records))
+	}
+	return nil
+}
+
+// publish makes snap current and wakes Next.
+func (s *Store) publish(snap *Snapshot) {
+	s.mu.Lock()
+	s.cur.Store(snap)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	s.log.Info("policy store: loaded a new version", "backend", s.b.Name(), "version", snap.Version,
+		"domains", snap.Set.Len())
+}
