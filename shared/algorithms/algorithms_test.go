@@ -302,3 +302,23 @@ func TestInvalidLimits(t *testing.T) {
 		t.Fatal("an invalid call changed state")
 	}
 }
+
+// TestLoweredLimit: state left by a higher limit never yields a negative
+// Remaining once the limit is lowered.
+func TestLoweredLimit(t *testing.T) {
+	var tb TokenBucketState
+	TokenBucket{Rate: 1, Period: sec, Burst: 100}.Allow(&tb, 0, 100)
+	if r, _ := (TokenBucket{Rate: 1, Period: sec, Burst: 10}).Allow(&tb, 0, 1); r.Allowed || r.Remaining != 0 {
+		t.Fatalf("token bucket: %+v", r)
+	}
+	var rs ReserveState
+	Reserve{Rate: 1, Period: sec, Burst: 100}.Allow(&rs, 0, 100)
+	if r, _ := (Reserve{Rate: 1, Period: sec, Burst: 10, MaxWait: sec}).Allow(&rs, 0, 0); r.Remaining != 0 {
+		t.Fatalf("reserve: %+v", r)
+	}
+	var fw FixedWindowState
+	FixedWindow{Limit: 100, Window: sec}.Allow(&fw, 0, 100)
+	if r, _ := (FixedWindow{Limit: 10, Window: sec}).Allow(&fw, 0, 0); r.Remaining != 0 {
+		t.Fatalf("fixed window: %+v", r)
+	}
+}

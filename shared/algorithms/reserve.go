@@ -78,7 +78,7 @@ func (l Reserve) Allow(s *ReserveState, now, cost int64) (Result, error) {
 		s.Next, s.Missing = next, missing
 	}
 	if next <= now {
-		r.Remaining = (capacity - missing) / l.Period
+		r.Remaining = nonNegative(capacity-missing) / l.Period // a lowered burst can leave missing > capacity
 	}
 	r.ResetAfter = max(next-now, 0) + ceilDiv(missing, l.Rate)
 	return r, nil

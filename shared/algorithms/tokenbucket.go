@@ -58,7 +58,7 @@ func (l TokenBucket) Allow(s *TokenBucketState, now, cost int64) (Result, error)
 	} else {
 		r.RetryAfter = ceilDiv(used+need-capacity, l.Rate)
 	}
-	r.Remaining = (capacity - used) / l.Period
+	r.Remaining = nonNegative(capacity-used) / l.Period // a lowered limit can leave used > capacity
 	r.ResetAfter = ceilDiv(used, l.Rate)
 	return r, nil
 }
