@@ -1,0 +1,106 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// TestAccuracy: three stores with separate clients, as three control-plane
+// replicas, and 64 concurrent callers each hammer one key per algorithm on
+// the production clock (Redis TIME). Demand is about twice the limit and no
+// capacity comes back during the test (aligned windows are chosen far from
+// their boundaries, refill takes an hour per request), so every algorithm must
+// admit exactly the limit: none over, none under.
+func TestAccuracy(t *testing.T) {
+	srv, admin := startClient(t)
+	const replicas, callers, limit = 3, 64, 1000
+	const attempts = 2*limit/(replicas*callers) + 1 // per caller: about twice the limit in all
+	var stores []*Store
+	for range replicas {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: callers})
+		t.Cleanup(func() { c.Close() })
+		stores = append(stores, newStore(t, c, Options{}))
+	}
+	aligned := alignedWindow(t, admin)
+	limits := map[store.Algorithm]store.Limit{
+		store.FixedWindow:   {Algorithm: store.FixedWindow, Requests: limit, Window: aligned},
+		store.SlidingWindow: {Algorithm: store.SlidingWindow, Requests: limit, Window: aligned},
+		store.SlidingLog:    {Algorithm: store.SlidingLog, Requests: limit, Window: time.Hour},
+		store.TokenBucket:   {Algorithm: store.TokenBucket, Requests: 1, Window: time.Hour, Burst: limit},
+		store.GCRA:          {Algorithm: store.GCRA, Requests: 1, Window: time.Hour, Burst: limit},
+	}
+	for _, alg := range algs {
+		t.Run(alg.String(), func(t *testing.T) {
+			check := store.Check{Key: store.Key("accuracy", nil, "l", alg), Limit: limits[alg], Cost: 1}
+			var admitted, denied atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, replicas*callers)
+			for _, s := range stores {
+				for range callers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						out := make([]algorithms.Result, 1)
+						for range attempts {
+							ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+							err := s.Decide(ctx, []store.Check{check}, out)
+							cancel()
+							if err != nil {
+								errs <- err
+								return
+							}
+							if out[0].Allowed {
+								admitted.Add(1)
+							} else {
+								denied.Add(1)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if got := admitted.Load(); got != limit {
+				t.Errorf("admitted %d of %d requests, want exactly %d", got, got+denied.Load(), limit)
+			}
+			if admitted.Load()+denied.Load() < 2*limit {
+				t.Errorf("demand %d does not exceed the limit %d enough", admitted.Load()+denied.Load(), limit)
+			}
+		})
+	}
+}
+
+// alignedWindow returns a window length, a whole number of hours, whose
+// clock-aligned boundary is at least 10 minutes away from Redis's time, so
+// a test of a few seconds cannot straddle it.
+func alignedWindow(t *testing.T, c *redis.Client) time.Duration {
+	t.Helper()
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := now.UnixMicro()
+	for h := int64(24); h < 48; h++ {
+		w := h * int64(time.Hour/time.Microsecond)
+		if w-us%w > int64(10*time.Minute/time.Microsecond) {
+			return time.Duration(h) * time.Hour
+		}
+	}
+	t.Fatal("no window of 24 to 47 hours has its boundary 10 minutes away: impossible")
+	return 0
+}
+
+// keyName is a readable key for tests that do not need store.Key's hashing.
+func keyName(prefix string, i int) string { return "sluice-test:" + prefix + ":" + strconv.Itoa(i) }

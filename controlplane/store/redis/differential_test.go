@@ -1,0 +1,184 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// differential drives keys limits of alg through the store (the scripts, with
+// injected time) and through shared/algorithms on the same microsecond
+// numbers, rounds times, and fails on the first results that differ. Each
+// round steps the clock once and decides every key in one Decide (one script
+// call per hash slot). With changeLimits, limits change under existing state
+// every few rounds, as a policy update does.
+func differential(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits bool, seed int64) {
+	t.Helper()
+	rng := rand.New(rand.NewSource(seed))
+	clk := newClock(1_700_000_000_000_000 + rng.Int63n(1_000_000_000_000))
+	s := newStore(t, client, Options{MaxBatch: keys, Now: clk.Now})
+	const maxRequests = 1000
+	checks := make([]store.Check, keys)
+	oracles := make([]*oracle, keys)
+	for i := range checks {
+		l := randomLimit(rng, alg, maxRequests, 1)
+		checks[i] = store.Check{Key: store.Key("differential", []store.Entry{{Key: "k", Value: strconv.Itoa(i)}}, strconv.FormatInt(seed, 10), alg), Limit: l}
+		oracles[i] = newOracle(l, time.Microsecond, maxRequests)
+	}
+	out := make([]algorithms.Result, keys)
+	// The sorted set of sliding_log orders entries by time, the Go ring by
+	// arrival: they agree while the clock does not step back (see
+	// sliding_log.lua), so only the other algorithms see it step back.
+	back := alg != store.SlidingLog
+	var allowed, denied int
+	for r := range rounds {
+		clk.add(randomStep(rng, back))
+		for i := range checks {
+			if changeLimits && rng.Intn(8) == 0 {
+				checks[i].Limit = randomLimit(rng, alg, maxRequests, 1)
+				oracles[i].l = checks[i].Limit
+			}
+			checks[i].Cost = randomCost(rng, checks[i].Limit)
+		}
+		if err := s.Decide(context.Background(), checks, out); err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		for i, c := range checks {
+			want, err := oracles[i].allow(clk.get(), c.Cost)
+			if err != nil {
+				t.Fatalf("round %d key %d: Go: %v", r, i, err)
+			}
+			if want.Remaining < 0 {
+				t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d: shared/algorithms answered Remaining %d, "+
+					"which its Result contract forbids (the script answers 0): the Go %s must clamp it at 0",
+					r, i, c.Limit, clk.get(), c.Cost, want.Remaining, alg)
+			}
+			if diff := sameResult(out[i], want); diff != "" {
+				t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d:\n%s", r, i, c.Limit, clk.get(), c.Cost, diff)
+			}
+			if want.Allowed {
+				allowed++
+			} else {
+				denied++
+			}
+		}
+	}
+	// Both outcomes must be well represented, or the comparison proves little.
+	if allowed < keys*rounds/10 || denied < keys*rounds/10 {
+		t.Fatalf("allowed %d, denied %d of %d: the random steps do not exercise both outcomes", allowed, denied, keys*rounds)
+	}
+	t.Logf("%d steps: %d allowed, %d denied", keys*rounds, allowed, denied)
+}
+
+// TestDifferential: for every algorithm, 12,000 random (time, cost, limit)
+// steps give identical Allowed, Limit, Remaining, RetryAfter and ResetAfter
+// in the scripts and in shared/algorithms.
+func TestDifferential(t *testing.T) {
+	_, client := startClient(t)
+	for i, alg := range algs {
+		t.Run(alg.String(), func(t *testing.T) {
+			differential(t, client, alg, 200, 60, false, int64(100+i))
+		})
+	}
+}
+
+// TestDifferentialLimitChanges is TestDifferential with limits that change
+// under existing state (a policy update keeps the keys).
+func TestDifferentialLimitChanges(t *testing.T) {
+	_, client := startClient(t)
+	for i, alg := range algs {
+		t.Run(alg.String(), func(t *testing.T) {
+			differential(t, client, alg, 200, 50, true, int64(200+i))
+		})
+	}
+}
+
+// roundUpMicro rounds a nanosecond duration up to a whole microsecond.
+func roundUpMicro(ns int64) int64 {
+	return (ns + 999) / 1000 * 1000
+}
+
+// TestRoundingRule states and checks how the store's results (the scripts
+// on microseconds, times 1000) relate to the Go algorithms run on
+// nanoseconds, for inputs on whole microseconds:
+//
+//   - fixed_window, sliding_log: identical.
+//   - token_bucket, sliding_window: identical Allowed, Limit and Remaining;
+//     RetryAfter and ResetAfter are the Go ones rounded up to a whole
+//     microsecond (token_bucket divides by the rate, sliding_window's
+//     retry-after finds the first instant the weight allows, and both round
+//     up, to the unit they run on).
+//   - gcra: identical when the period in microseconds is a multiple of
+//     count. Otherwise the emission interval is rounded down to a microsecond
+//     instead of a nanosecond, and the results differ (checked to happen).
+func TestRoundingRule(t *testing.T) {
+	_, client := startClient(t)
+	const keys, rounds, maxRequests = 100, 40, 200
+	for ai, alg := range algs {
+		t.Run(alg.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(int64(300 + ai)))
+			clk := newClock(1_700_000_000_000_000)
+			s := newStore(t, client, Options{MaxBatch: keys, Now: clk.Now})
+			checks := make([]store.Check, keys)
+			oracles := make([]*oracle, keys)
+			divisible := make([]bool, keys)
+			for i := range checks {
+				l := randomLimit(rng, alg, maxRequests, 1)
+				w := int64(l.Window / time.Microsecond)
+				if alg == store.GCRA && i%2 == 0 { // half with period a multiple of count
+					w = max(w/l.Requests, 1) * l.Requests
+					l.Window = micros(w)
+				}
+				divisible[i] = w%l.Requests == 0
+				checks[i] = store.Check{Key: store.Key("rounding", []store.Entry{{Key: "k", Value: strconv.Itoa(i)}}, "", alg), Limit: l}
+				oracles[i] = newOracle(l, time.Nanosecond, maxRequests)
+			}
+			out := make([]algorithms.Result, keys)
+			var differ int
+			for r := range rounds {
+				clk.add(randomStep(rng, alg != store.SlidingLog))
+				for i := range checks {
+					checks[i].Cost = randomCost(rng, checks[i].Limit)
+				}
+				if err := s.Decide(context.Background(), checks, out); err != nil {
+					t.Fatal(err)
+				}
+				for i, c := range checks {
+					goNs, err := oracles[i].allow(clk.get()*1000, c.Cost)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := out[i]
+					want := goNs
+					switch alg {
+					case store.TokenBucket, store.SlidingWindow:
+						want.RetryAfter = roundUpMicro(want.RetryAfter)
+						want.ResetAfter = roundUpMicro(want.ResetAfter)
+					case store.GCRA:
+						if !divisible[i] {
+							// Different emission intervals: count the
+							// differences, compare nothing else.
+							if got != want {
+								differ++
+							}
+							continue
+						}
+					}
+					if got != want {
+						t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d:\nstore %+v\nGo ns %+v (rule applied)", r, i, c.Limit, clk.get(), c.Cost, got, want)
+					}
+				}
+			}
+			if alg == store.GCRA && differ == 0 {
+				t.Fatal("gcra with period not a multiple of count never differed from Go on nanoseconds: the stated rule is wrong")
+			}
+		})
+	}
+}

@@ -1,0 +1,199 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// algs lists every algorithm the store decides.
+var algs = []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA}
+
+// startClient starts a redis-server for the test and returns a client of it.
+func startClient(t testing.TB) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	return srv, c
+}
+
+// newStore returns a Store on client, failing the test on error.
+func newStore(t testing.TB, client redis.UniversalClient, opts Options) *Store {
+	t.Helper()
+	s, err := New(client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// clock is an injectable time, in microseconds.
+type clock struct{ us atomic.Int64 }
+
+func (c *clock) Now() time.Time     { return time.UnixMicro(c.us.Load()) }
+func (c *clock) set(us int64)       { c.us.Store(us) }
+func (c *clock) get() int64         { return c.us.Load() }
+func (c *clock) add(d int64)        { c.us.Add(d) }
+func newClock(us int64) *clock      { c := &clock{}; c.set(us); return c }
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// oracle runs the Go algorithm a store.Limit names, with its own state, in
+// whatever unit the caller passes (scale converts the limit's window).
+type oracle struct {
+	l     store.Limit
+	scale time.Duration // the unit: time.Microsecond (as Redis) or time.Nanosecond
+	fw    algorithms.FixedWindowState
+	sw    algorithms.SlidingWindowState
+	sl    *algorithms.SlidingLogState
+	tb    algorithms.TokenBucketState
+	gc    algorithms.GCRAState
+}
+
+// newOracle returns a fresh oracle for l; maxRequests sizes the sliding log
+// for every limit the test may switch to.
+func newOracle(l store.Limit, scale time.Duration, maxRequests int64) *oracle {
+	return &oracle{l: l, scale: scale, sl: algorithms.SlidingLog{Limit: maxRequests}.NewState()}
+}
+
+// allow decides one request at now (in the oracle's unit).
+func (o *oracle) allow(now, cost int64) (algorithms.Result, error) {
+	l := o.l
+	w := int64(l.Window / o.scale)
+	burst := l.Burst
+	if burst == 0 {
+		burst = l.Requests
+	}
+	switch l.Algorithm {
+	case store.FixedWindow:
+		return algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Allow(&o.fw, now, cost)
+	case store.SlidingWindow:
+		return algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Allow(&o.sw, now, cost)
+	case store.SlidingLog:
+		return algorithms.SlidingLog{Limit: l.Requests, Window: w}.Allow(o.sl, now, cost)
+	case store.TokenBucket:
+		return algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}.Allow(&o.tb, now, cost)
+	case store.GCRA:
+		return algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}.Allow(&o.gc, now, cost)
+	}
+	return algorithms.Result{}, fmt.Errorf("unknown algorithm %v", l.Algorithm)
+}
+
+// capacity returns the most one request of l may cost.
+func capacity(l store.Limit) int64 {
+	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA) && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Requests
+}
+
+// logUniform returns an integer in [lo, hi], log-uniformly.
+func logUniform(rng *rand.Rand, lo, hi int64) int64 {
+	if lo >= hi {
+		return lo
+	}
+	span := float64(hi) / float64(lo)
+	v := int64(float64(lo) * math.Pow(span, rng.Float64()))
+	return max(lo, min(hi, v))
+}
+
+// randomLimit returns a random valid limit of alg whose window is a whole
+// number of microseconds (minWindow microseconds at least).
+func randomLimit(rng *rand.Rand, alg store.Algorithm, maxRequests, minWindow int64) store.Limit {
+	l := store.Limit{Algorithm: alg, Requests: logUniform(rng, 1, maxRequests)}
+	w := logUniform(rng, minWindow, 100_000_000_000) // up to ~28 hours
+	switch alg {
+	case store.TokenBucket:
+		if rng.Intn(2) == 0 {
+			l.Burst = logUniform(rng, 1, 2*maxRequests)
+		}
+	case store.GCRA:
+		if rng.Intn(2) == 0 {
+			l.Burst = logUniform(rng, 1, 2*maxRequests)
+		}
+		if w < l.Requests { // at least one microsecond per request
+			w = l.Requests + rng.Int63n(l.Requests)
+		}
+	}
+	l.Window = micros(w)
+	return l
+}
+
+// randomCost returns a cost for l: mostly 1, sometimes up to the capacity,
+// rarely 0 (a peek).
+func randomCost(rng *rand.Rand, l store.Limit) int64 {
+	switch r := rng.Intn(100); {
+	case r < 5:
+		return 0
+	case r < 65:
+		return 1
+	default:
+		return 1 + rng.Int63n(capacity(l))
+	}
+}
+
+// randomStep returns a clock step in microseconds: often none, mostly
+// forward over many scales, backward when back is set.
+func randomStep(rng *rand.Rand, back bool) int64 {
+	switch r := rng.Intn(100); {
+	case r < 20:
+		return 0
+	case r < 25 && back:
+		return -logUniform(rng, 1, 10_000_000)
+	default:
+		return logUniform(rng, 1, 10_000_000_000)
+	}
+}
+
+// sameResult reports how got (from the store, nanoseconds) differs from want
+// (the Go algorithm on microseconds), or "" if it does not.
+func sameResult(got, want algorithms.Result) string {
+	want.RetryAfter *= 1000
+	want.ResetAfter *= 1000
+	if got != want {
+		return fmt.Sprintf("store %+v, Go (us*1000) %+v", got, want)
+	}
+	return ""
+}
+
+// commandStats returns calls and usec of the script commands from INFO
+// commandstats, summed over the given clients (the nodes of a cluster).
+func commandStats(t testing.TB, clients ...*redis.Client) (calls, usec int64) {
+	t.Helper()
+	for _, c := range clients {
+		info, err := c.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+				continue
+			}
+			_, fields, _ := strings.Cut(line, ":")
+			for _, f := range strings.Split(fields, ",") {
+				k, v, _ := strings.Cut(f, "=")
+				n, _ := strconv.ParseFloat(v, 64)
+				switch k {
+				case "calls":
+					calls += int64(n)
+				case "usec":
+					usec += int64(n)
+				}
+			}
+		}
+	}
+	return calls, usec
+}

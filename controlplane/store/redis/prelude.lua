@@ -1,0 +1,58 @@
+-- prelude.lua: the helpers every algorithm file uses. script.go joins this
+-- file, the five algorithm files and dispatch.lua into one script, so each
+-- algorithm is a local function of one chunk.
+--
+-- Every number here is an integer below 2^53, where Lua's doubles are exact:
+-- the Go side refuses limits that could leave that range, and state read
+-- back from Redis is checked against MAX. Times and durations are
+-- microseconds. Integers are written with fmt('%d', x), never passed to
+-- redis.call as Lua numbers (newer Redis versions render large ones as
+-- 1.7e+15, which integer arguments reject).
+local floor = math.floor
+local fmt = string.format
+local match = string.match
+local tonumber = tonumber
+local call = redis.call
+local rpcall = redis.pcall
+
+-- MAX is 2^53: state above it cannot have been written by sluice.
+local MAX = 9007199254740992
+
+-- BAD is the first reply value of a check whose key holds something sluice
+-- did not write (another type, or a value that does not parse). Such a check
+-- writes nothing.
+local BAD = -1
+
+-- pad is added to every expiry, in milliseconds. dispatch.lua raises it when
+-- the caller injected the time, so that wall-clock expiry cannot overtake
+-- the injected clock.
+local pad = 0
+
+-- ceil_div returns ceil(a/b) for integers a >= 0, b > 0 (a < 2^53): floor of
+-- a double quotient of such integers is exact.
+local function ceil_div(a, b)
+  local q = floor(a / b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
+-- px returns the expiry for a key whose state is back to "fresh" after reset
+-- microseconds: ceil(reset) in milliseconds, plus one, plus pad.
+local function px(reset)
+  return fmt('%d', ceil_div(reset, 1000) + 1 + pad)
+end
+
+-- get returns the string at key, nil when the key is missing, or false when
+-- it holds another type.
+local function get(key)
+  local v = rpcall('GET', key)
+  if type(v) == 'string' then
+    return v
+  end
+  if v == false then
+    return nil
+  end
+  return false
+end

@@ -1,0 +1,210 @@
+package redisstore
+
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"time"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// The script's parts. Each algorithm file defines one local function, a
+// line-by-line port of its shared/algorithms counterpart on microseconds;
+// dispatch.lua decides every key of one call with them.
+var (
+	//go:embed prelude.lua
+	preludeLua string
+	//go:embed fixed_window.lua
+	fixedWindowLua string
+	//go:embed sliding_window.lua
+	slidingWindowLua string
+	//go:embed sliding_log.lua
+	slidingLogLua string
+	//go:embed token_bucket.lua
+	tokenBucketLua string
+	//go:embed gcra.lua
+	gcraLua string
+	//go:embed dispatch.lua
+	dispatchLua string
+)
+
+// scriptSource is the one script every call runs: the parts joined in the
+// order their definitions need.
+var scriptSource = preludeLua + fixedWindowLua + slidingWindowLua + slidingLogLua +
+	tokenBucketLua + gcraLua + dispatchLua
+
+// scriptSHA is scriptSource's SHA-1, the name EVALSHA calls it by.
+var scriptSHA = func() string {
+	sum := sha1.Sum([]byte(scriptSource))
+	return hex.EncodeToString(sum[:])
+}()
+
+// The algorithm numbers dispatch.lua knows.
+const (
+	algFixedWindow   = 1
+	algSlidingWindow = 2
+	algSlidingLog    = 3
+	algTokenBucket   = 4
+	algGCRA          = 5
+)
+
+// argsPerLimit is how many ARGV entries one distinct limit takes: algorithm
+// and three parameters; argsPerCheck, how many one check takes: its limit's
+// number and cost.
+const (
+	argsPerLimit = 4
+	argsPerCheck = 2
+)
+
+// replyPerCheck is how many integers the script answers per check: allowed,
+// remaining, retry-after, reset-after.
+const replyPerCheck = 4
+
+// badState is the allowed value the script answers for a key that holds
+// something sluice did not write (dispatch.lua's BAD).
+const badState = -1
+
+// Bounds that keep every intermediate value of the scripts below 2^53, where
+// Lua's doubles hold integers exactly. Times are microseconds: the clock stays
+// below maxNow (2^52 us is the year 2112), spans and capacities below
+// maxSpan (2^50 us is 35 years), so now plus two spans stays below 2^53.
+const (
+	maxNow  = int64(1) << 52
+	maxSpan = int64(1) << 50
+)
+
+// The limits the algorithms accept but the scripts cannot compute exactly.
+var (
+	errLuaWindow = &algorithms.LimitError{Field: "window",
+		Problem: "is too long for the Redis store: its Lua arithmetic is exact only below 2^53 microseconds"}
+	errLuaLimit = &algorithms.LimitError{Field: "requests",
+		Problem: "is too large for the Redis store: its Lua arithmetic is exact only below 2^53"}
+	errLuaBurst = &algorithms.LimitError{Field: "burst",
+		Problem: "times the window is too large for the Redis store: its Lua arithmetic is exact only below 2^53"}
+	errMicros = &algorithms.LimitError{Field: "window",
+		Problem: "is not a whole number of microseconds (the Redis store's clock unit)"}
+	errBurst = &algorithms.LimitError{Field: "burst", Problem: "must not be negative (0 means requests)"}
+	errKey   = &algorithms.LimitError{Field: "key", Problem: "is empty"}
+	errAlg   = &algorithms.LimitError{Field: "algorithm", Problem: "is unknown"}
+)
+
+// wire is one check as the script receives it.
+type wire struct {
+	key   string
+	lim   params
+	cost  int64
+	limit int64 // the capacity, reported as Result.Limit
+}
+
+// params is a limit as the script receives it.
+type params struct {
+	alg        int64 // dispatch.lua's algorithm number
+	p1, p2, p3 int64 // the algorithm's parameters, times in microseconds
+}
+
+// encode validates c and converts it to the script's arguments:
+//
+//	fixed_window, sliding_window, sliding_log: limit, window, 0
+//	token_bucket: rate, period, burst
+//	gcra: max_burst, count, period
+//
+// It applies the algorithms' own validation (on microseconds, as the script
+// computes) and the bounds the Lua arithmetic needs.
+func encode(c store.Check) (wire, error) {
+	if c.Key == "" {
+		return wire{}, errKey
+	}
+	l := c.Limit
+	if l.Window%time.Microsecond != 0 {
+		return wire{}, errMicros
+	}
+	w := int64(l.Window / time.Microsecond)
+	if l.Burst < 0 {
+		return wire{}, errBurst
+	}
+	burst := l.Burst
+	if burst == 0 {
+		burst = l.Requests
+	}
+	x := wire{key: c.Key, cost: c.Cost}
+	var err error
+	switch l.Algorithm {
+	case store.FixedWindow:
+		err = algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Validate()
+		x.lim, x.limit = params{algFixedWindow, l.Requests, w, 0}, l.Requests
+	case store.SlidingLog:
+		err = algorithms.SlidingLog{Limit: l.Requests, Window: w}.Validate()
+		x.lim, x.limit = params{algSlidingLog, l.Requests, w, 0}, l.Requests
+	case store.SlidingWindow:
+		err = algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Validate()
+		x.lim, x.limit = params{algSlidingWindow, l.Requests, w, 0}, l.Requests
+	case store.TokenBucket:
+		err = algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}.Validate()
+		x.lim, x.limit = params{algTokenBucket, l.Requests, w, burst}, burst
+	case store.GCRA:
+		err = algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}.Validate()
+		x.lim, x.limit = params{algGCRA, burst - 1, l.Requests, w}, burst
+	default:
+		return wire{}, errAlg
+	}
+	if err != nil {
+		return wire{}, err
+	}
+	if err := luaBounds(l.Algorithm, l.Requests, w, burst); err != nil {
+		return wire{}, err
+	}
+	if c.Cost < 0 {
+		return wire{}, algorithms.ErrCostNegative
+	}
+	if c.Cost > x.limit {
+		return wire{}, algorithms.ErrCostTooLarge
+	}
+	return x, nil
+}
+
+// luaBounds reports limits (already valid for the algorithms) whose
+// arithmetic could leave the range where the scripts compute exactly.
+// requests, window (microseconds) and burst are positive here.
+func luaBounds(alg store.Algorithm, requests, window, burst int64) error {
+	switch alg {
+	case store.FixedWindow, store.SlidingLog:
+		// now + window; count + cost <= 2*limit.
+		if window > maxSpan {
+			return errLuaWindow
+		}
+		if requests > maxSpan {
+			return errLuaLimit
+		}
+	case store.SlidingWindow:
+		// (window-e)*1000 and (q+1)*window with q < 1000; the counts
+		// times 1000.
+		if window > 4*maxSpan/1000 {
+			return errLuaWindow
+		}
+		if requests > maxSpan/1000 {
+			return errLuaLimit
+		}
+	case store.TokenBucket:
+		// used + need <= 2*burst*period; elapsed*rate <= used.
+		if window > maxSpan {
+			return errLuaWindow
+		}
+		if requests > maxSpan {
+			return errLuaLimit
+		}
+		if burst > maxSpan/window {
+			return errLuaBurst
+		}
+	case store.GCRA:
+		// tat + interval*cost <= now + 2*interval*(max_burst+1).
+		if window > maxSpan {
+			return errLuaWindow
+		}
+		if burst > maxSpan/(window/requests) {
+			return errLuaBurst
+		}
+	}
+	return nil
+}

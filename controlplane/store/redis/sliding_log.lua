@@ -1,0 +1,149 @@
+-- sliding_log.lua: algorithms.SlidingLog on microseconds. State at key: a
+-- sorted set. Each instant with admitted requests is one member "at:cost"
+-- scored at: requests of one instant merge, as the Go ring merges them, which
+-- also keeps members unique. The member '#' scored -1-total carries the
+-- running total so that counting is O(1); entry scores are >= 0, so '#'
+-- always ranks first.
+--
+-- Like the Go function, every call drops the entries that have left the
+-- window, whatever its outcome (a denied request takes nothing, but may clear
+-- expired entries: were they kept, a window lengthened by a policy update
+-- would count them again where Go has forgotten them). Only an admitted
+-- request adds an entry and moves the expiry.
+--
+-- The Go ring keeps entries in arrival order, the set in time order; the two
+-- agree while the clock does not step back. If it does, the set prunes every
+-- entry older than the window where the ring stops at the first younger one.
+-- Both keep at least every entry younger than the window as of the latest
+-- time the log has seen, so no window ending at or after that time ever holds
+-- more than limit.
+--
+-- Reads come first and writes last, so a BAD reply never follows a write.
+
+-- sl_entry returns the arrival time and cost in an entry member, nil if it
+-- does not parse. (Reading times from members spares Redis formatting scores.)
+local function sl_entry(member)
+  local at, c = match(member, '^(%d+):(%d+)$')
+  return tonumber(at), tonumber(c)
+end
+
+local function sliding_log(key, now, limit, window, _, cost)
+  local head = rpcall('ZRANGE', key, 0, 1, 'WITHSCORES')
+  if head.err then
+    return BAD, 0, 0, 0
+  end
+  local total, oldest = 0, nil
+  if head[1] then
+    if head[1] ~= '#' then
+      return BAD, 0, 0, 0
+    end
+    total = -1 - tonumber(head[2])
+    if head[4] then
+      oldest = tonumber(head[4])
+    end
+  end
+  -- Entries at or before now-window have left the window.
+  local edge = now - window
+  local pruned = false
+  if oldest and oldest <= edge then
+    local gone = call('ZRANGEBYSCORE', key, 0, fmt('%d', edge))
+    for i = 1, #gone do
+      local _, c = sl_entry(gone[i])
+      if not c then
+        return BAD, 0, 0, 0
+      end
+      total = total - c
+    end
+    pruned = true
+  end
+  if not (total >= 0 and total <= MAX) then
+    return BAD, 0, 0, 0
+  end
+  local allowed, retry, reset = 0, 0, 0
+  local newest, add, same, merged
+  if total + cost <= limit then
+    allowed = 1
+    if cost > 0 then
+      -- push: the new entry, merged with an entry of the same instant
+      add, newest, merged = true, now, cost
+      local tail = call('ZRANGE', key, -1, -1)[1]
+      if tail and tail ~= '#' then
+        local at = sl_entry(tail)
+        if not at then
+          return BAD, 0, 0, 0
+        end
+        if at == now then
+          same = tail
+        elseif at > now then
+          newest = at
+          same = call('ZRANGEBYSCORE', key, fmt('%d', now), fmt('%d', now))[1]
+        end
+      end
+      if same then
+        local _, c = sl_entry(same)
+        if not c then
+          return BAD, 0, 0, 0
+        end
+        merged = merged + c
+      end
+      total = total + cost
+    end
+  else
+    -- freedAt: the arrival of the entry whose expiry frees enough
+    local need = total + cost - limit
+    local lo = '0'
+    if edge >= 0 then
+      lo = '(' .. fmt('%d', edge)
+    end
+    local live = call('ZRANGEBYSCORE', key, lo, '+inf', 'LIMIT', 0, fmt('%d', need))
+    local freed, at = 0, nil
+    for i = 1, #live do
+      local t, c = sl_entry(live[i])
+      if not c then
+        return BAD, 0, 0, 0
+      end
+      freed = freed + c
+      if freed >= need then
+        at = t
+        break
+      end
+    end
+    if not at then
+      return BAD, 0, 0, 0 -- the set holds less than its total says
+    end
+    retry = at + window - now
+  end
+  if total > 0 then
+    if not newest then
+      -- live entries remain, so the highest score is a live entry
+      newest = sl_entry(call('ZRANGE', key, -1, -1)[1] or '')
+      if not newest then
+        return BAD, 0, 0, 0
+      end
+    end
+    reset = newest + window - now
+  end
+  local remaining = limit - total
+  if remaining < 0 then
+    remaining = 0
+  end
+  -- writes
+  if pruned then
+    if total == 0 then
+      call('DEL', key)
+    else
+      call('ZREMRANGEBYSCORE', key, 0, fmt('%d', edge))
+    end
+  end
+  if add then
+    if same then
+      call('ZREM', key, same)
+    end
+    call('ZADD', key, fmt('%d', now), fmt('%d:%d', now, merged), fmt('%d', -1 - total), '#')
+    call('PEXPIRE', key, px(reset))
+  elseif pruned and total > 0 then
+    -- the newest entry, hence the expiry, is unchanged
+    call('ZADD', key, fmt('%d', -1 - total), '#')
+  end
+  return allowed, remaining, retry, reset
+end

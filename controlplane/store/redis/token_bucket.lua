@@ -1,0 +1,50 @@
+-- token_bucket.lua: algorithms.TokenBucket, line by line, on microseconds.
+-- State at key: the string "last:used", used in units of 1/period token.
+-- Like the Go function, an allowed request writes the state (unless nothing
+-- changed); a denied one writes nothing.
+local function token_bucket(key, now, rate, period, burst, cost)
+  local last, used = 0, 0
+  local v = get(key)
+  if v then
+    local a, b = match(v, '^(%d+):(%d+)$')
+    last, used = tonumber(a), tonumber(b)
+    if not last or last > MAX or used > MAX then
+      return BAD, 0, 0, 0
+    end
+  elseif v == false then
+    return BAD, 0, 0, 0
+  end
+  local last0, used0 = last, used
+  -- usedAt: refill since last; a clock that steps back refills nothing
+  local elapsed = now - last
+  if elapsed > 0 then
+    if elapsed > floor(used / rate) then
+      used = 0
+    else
+      used = used - elapsed * rate
+    end
+  end
+  local capacity = burst * period
+  local need = cost * period
+  local allowed, retry = 0, 0
+  if used + need <= capacity then
+    allowed = 1
+    used = used + need
+    if now > last then
+      last = now
+    end
+  else
+    retry = ceil_div(used + need - capacity, rate)
+  end
+  -- A burst lowered under existing state can leave used above capacity:
+  -- remaining is then 0, never negative.
+  local remaining = 0
+  if capacity > used then
+    remaining = floor((capacity - used) / period)
+  end
+  local reset = ceil_div(used, rate)
+  if allowed == 1 and (used ~= used0 or last ~= last0) then
+    call('SET', key, fmt('%d:%d', last, used), 'PX', px(reset))
+  end
+  return allowed, remaining, retry, reset
+end
