@@ -55,3 +55,13 @@ func TestExamplePolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestExampleEmbedded(t *testing.T) {
+	s := Example()
+	if s.Len() != 1 || s.Domain("sluice-demo") == nil {
+		t.Fatalf("Example() = %v domains, want sluice-demo", s.Len())
+	}
+	if !s.Domain("sluice-demo").Equal(mustParseExample(t)) {
+		t.Fatal("the embedded example differs from example.yaml")
+	}
+}

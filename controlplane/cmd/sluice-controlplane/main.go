@@ -1,0 +1,311 @@
+// Command sluice-controlplane serves sluice's rate-limit decisions:
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit over gRPC, and
+// /metrics, /healthz and /readyz over HTTP.
+//
+// Every flag can also be set by an environment variable (flags win):
+//
+//	-grpc-addr           SLUICE_GRPC_ADDR           gRPC listen address (127.0.0.1:8081)
+//	-http-addr           SLUICE_HTTP_ADDR           HTTP listen address for metrics and health (127.0.0.1:9090)
+//	-redis-mode          SLUICE_REDIS_MODE          memory | standalone | sentinel | cluster
+//	                                                (default: standalone with -redis-addrs, else memory)
+//	-redis-addrs         SLUICE_REDIS_ADDRS         comma-separated host:port: the server, the sentinels or cluster seeds
+//	-redis-master        SLUICE_REDIS_MASTER        Sentinel master name
+//	-redis-db            SLUICE_REDIS_DB            database number (standalone, sentinel)
+//	-redis-username      SLUICE_REDIS_USERNAME      ACL user name
+//	-redis-password-file SLUICE_REDIS_PASSWORD_FILE file holding the password
+//	                     SLUICE_REDIS_PASSWORD      the password itself (environment only, never a flag)
+//	-policy              SLUICE_POLICY              comma-separated policy files or directories (repeatable):
+//	                                                they seed an empty policy store (default: the
+//	                                                embedded example policies, domain sluice-demo)
+//	-policy-addr         SLUICE_POLICY_ADDR         policy service listen address (127.0.0.1:8082)
+//	-policy-token-file   SLUICE_POLICY_TOKEN_FILE   bearer tokens the policy service accepts, one a line
+//	                     SLUICE_TOKEN               one accepted token (environment only, never a flag)
+//	-policy-tls-cert     SLUICE_POLICY_TLS_CERT     serve the policy service over TLS with this certificate
+//	-policy-tls-key      SLUICE_POLICY_TLS_KEY      ... and this key
+//	-policy-client-ca    SLUICE_POLICY_CLIENT_CA    accept client certificates from this CA (mTLS)
+//	-policy-file         SLUICE_POLICY_FILE         without Redis: the file that keeps applied policies
+//	                                                (default: none, they last as long as the process)
+//	-deadline            SLUICE_DEADLINE            Redis decision deadline before the memory store answers (20ms)
+//	-probe-interval      SLUICE_PROBE_INTERVAL      Redis health probe interval while degraded (200ms)
+//	-max-descriptors     SLUICE_MAX_DESCRIPTORS     descriptors allowed in one request (256)
+//	-memory-max-entries  SLUICE_MEMORY_MAX_ENTRIES  memory store bound on keys (1048576)
+//	-memory-max-bytes    SLUICE_MEMORY_MAX_BYTES    memory store bound on bytes (268435456)
+//	-shutdown-timeout    SLUICE_SHUTDOWN_TIMEOUT    graceful drain limit on SIGTERM/SIGINT (10s)
+//	-log-level           SLUICE_LOG_LEVEL           debug | info | warn | error (info)
+//	-log-format          SLUICE_LOG_FORMAT          json | text (json)
+//
+// With Redis, policies live in Redis and every replica converges on them.
+// Without a token or client CA the policy service is off (logged).
+// Exit status: 0 after a clean shutdown, 1 when serving fails, 2 for bad
+// flags or configuration.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/controlplane/degrade"
+	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/controlplane/policyservice"
+	"github.com/sluicehq/sluice/controlplane/rls"
+	"github.com/sluicehq/sluice/controlplane/server"
+	"github.com/sluicehq/sluice/controlplane/store/memory"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+}
+
+// config is what the flags say.
+type config struct {
+	grpcAddr, httpAddr  string
+	redisMode           string
+	redisAddrs          listFlag
+	redisMaster         string
+	redisDB             int
+	redisUser           string
+	redisPasswordFile   string
+	policies            listFlag
+	policyAddr          string
+	policyTokenFile     string
+	policyCert          string
+	policyKey           string
+	policyCA            string
+	policyFile          string
+	deadline, probe     time.Duration
+	maxDescriptors      int
+	memEntries          int
+	memBytes            int64
+	shutdown            time.Duration
+	logLevel, logFormat string
+}
+
+// listFlag is a comma-separated, repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+// parseFlags reads args, then the SLUICE_* environment for flags not given.
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("sluice-controlplane", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	envOf := map[string]string{}
+	str := func(p *string, name, env, def, usage string) {
+		fs.StringVar(p, name, def, usage+" ($"+env+")")
+		envOf[name] = env
+	}
+	dur := func(p *time.Duration, name, env string, def time.Duration, usage string) {
+		fs.DurationVar(p, name, def, usage+" ($"+env+")")
+		envOf[name] = env
+	}
+	num := func(p *int, name, env string, def int, usage string) {
+		fs.IntVar(p, name, def, usage+" ($"+env+")")
+		envOf[name] = env
+	}
+	str(&c.grpcAddr, "grpc-addr", "SLUICE_GRPC_ADDR", server.DefaultGRPCAddr, "gRPC listen address (ShouldRateLimit)")
+	str(&c.httpAddr, "http-addr", "SLUICE_HTTP_ADDR", server.DefaultHTTPAddr, "HTTP listen address (/metrics, /healthz, /readyz)")
+	str(&c.redisMode, "redis-mode", "SLUICE_REDIS_MODE", "", "memory, standalone, sentinel or cluster (default: standalone with -redis-addrs, else memory)")
+	fs.Var(&c.redisAddrs, "redis-addrs", "comma-separated Redis host:port: the server, the sentinels or cluster seed nodes ($SLUICE_REDIS_ADDRS)")
+	envOf["redis-addrs"] = "SLUICE_REDIS_ADDRS"
+	str(&c.redisMaster, "redis-master", "SLUICE_REDIS_MASTER", "", "Sentinel master name")
+	num(&c.redisDB, "redis-db", "SLUICE_REDIS_DB", 0, "Redis database (standalone, sentinel)")
+	str(&c.redisUser, "redis-username", "SLUICE_REDIS_USERNAME", "", "Redis ACL user name")
+	str(&c.redisPasswordFile, "redis-password-file", "SLUICE_REDIS_PASSWORD_FILE", "", "file holding the Redis password (or set $SLUICE_REDIS_PASSWORD)")
+	fs.Var(&c.policies, "policy", "policy file or directory, comma-separated or repeated; re-read on SIGHUP ($SLUICE_POLICY)")
+	envOf["policy"] = "SLUICE_POLICY"
+	str(&c.policyAddr, "policy-addr", "SLUICE_POLICY_ADDR", server.DefaultPolicyAddr, "policy service listen address (authenticated)")
+	str(&c.policyTokenFile, "policy-token-file", "SLUICE_POLICY_TOKEN_FILE", "", "file of bearer tokens the policy service accepts, one a line (or set $SLUICE_TOKEN)")
+	str(&c.policyCert, "policy-tls-cert", "SLUICE_POLICY_TLS_CERT", "", "TLS certificate of the policy listener")
+	str(&c.policyKey, "policy-tls-key", "SLUICE_POLICY_TLS_KEY", "", "TLS key of the policy listener")
+	str(&c.policyCA, "policy-client-ca", "SLUICE_POLICY_CLIENT_CA", "", "CA whose client certificates the policy service accepts (mTLS)")
+	str(&c.policyFile, "policy-file", "SLUICE_POLICY_FILE", "", "without Redis: file keeping the policies applied at run time")
+	dur(&c.deadline, "deadline", "SLUICE_DEADLINE", degrade.DefaultDeadline, "Redis decision deadline; past it the memory store answers")
+	dur(&c.probe, "probe-interval", "SLUICE_PROBE_INTERVAL", degrade.DefaultProbeInterval, "Redis health probe interval while degraded")
+	num(&c.maxDescriptors, "max-descriptors", "SLUICE_MAX_DESCRIPTORS", rls.DefaultMaxDescriptors, "descriptors allowed in one request")
+	num(&c.memEntries, "memory-max-entries", "SLUICE_MEMORY_MAX_ENTRIES", memory.DefaultMaxEntries, "memory store bound on keys")
+	fs.Int64Var(&c.memBytes, "memory-max-bytes", memory.DefaultMaxBytes, "memory store bound on approximate bytes ($SLUICE_MEMORY_MAX_BYTES)")
+	envOf["memory-max-bytes"] = "SLUICE_MEMORY_MAX_BYTES"
+	dur(&c.shutdown, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", server.DefaultShutdownTimeout, "graceful drain limit on SIGTERM/SIGINT")
+	str(&c.logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
+	str(&c.logFormat, "log-format", "SLUICE_LOG_FORMAT", "json", "json or text")
+
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q (every setting is a flag)", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := envOf[f.Name]
+		if set[f.Name] || env == "" {
+			return
+		}
+		if v := getenv(env); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("$%s=%q: invalid value for -%s: %v", env, v, f.Name, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	switch {
+	case c.deadline <= 0:
+		errs = append(errs, fmt.Errorf("-deadline must be positive (got %v)", c.deadline))
+	case c.probe <= 0:
+		errs = append(errs, fmt.Errorf("-probe-interval must be positive (got %v)", c.probe))
+	case c.shutdown <= 0:
+		errs = append(errs, fmt.Errorf("-shutdown-timeout must be positive (got %v)", c.shutdown))
+	case c.maxDescriptors <= 0:
+		errs = append(errs, fmt.Errorf("-max-descriptors must be positive (got %d)", c.maxDescriptors))
+	case c.memEntries <= 0 || c.memBytes <= 0:
+		errs = append(errs, errors.New("-memory-max-entries and -memory-max-bytes must be positive"))
+	case (c.policyCert == "") != (c.policyKey == ""):
+		errs = append(errs, errors.New("-policy-tls-cert and -policy-tls-key go together"))
+	case c.policyCA != "" && c.policyCert == "":
+		errs = append(errs, errors.New("-policy-client-ca needs TLS: give -policy-tls-cert and -policy-tls-key"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// newLogger returns the slog logger the flags ask for.
+func newLogger(c *config, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("-log-level %q: use debug, info, warn or error", c.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.logFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("-log-format %q: use json or text", c.logFormat)
+}
+
+// run is main with its inputs injected; it returns the exit status.
+func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	c, err := parseFlags(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice-controlplane:", err)
+		return 2
+	}
+	log, err := newLogger(c, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice-controlplane:", err)
+		return 2
+	}
+	server.SetRedisLogger(log)
+
+	policies := policy.Example()
+	if len(c.policies) > 0 {
+		if policies, err = policy.Load(c.policies...); err != nil {
+			log.Error("invalid policy: fix the files named below", "error", err.Error())
+			return 2
+		}
+	} else {
+		log.Info("no -policy given: seeding the policy store with the embedded example policies (domain sluice-demo)")
+	}
+	auth, tlsConfig, err := policyAuth(c, getenv)
+	if err != nil {
+		log.Error("policy service credentials", "error", err.Error())
+		return 2
+	}
+	password := getenv("SLUICE_REDIS_PASSWORD")
+	if c.redisPasswordFile != "" {
+		b, err := os.ReadFile(c.redisPasswordFile)
+		if err != nil {
+			log.Error("cannot read the Redis password file", "error", err.Error())
+			return 2
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	srv, err := server.New(server.Config{
+		GRPCAddr: c.grpcAddr,
+		HTTPAddr: c.httpAddr,
+		Redis: server.RedisConfig{
+			Mode: c.redisMode, Addrs: c.redisAddrs, MasterName: c.redisMaster,
+			Username: c.redisUser, Password: password, DB: c.redisDB,
+		},
+		Policies:         policies,
+		PolicyAddr:       c.policyAddr,
+		PolicyAuth:       auth,
+		PolicyTLS:        tlsConfig,
+		PolicyFile:       c.policyFile,
+		Deadline:         c.deadline,
+		ProbeInterval:    c.probe,
+		MaxDescriptors:   c.maxDescriptors,
+		MemoryMaxEntries: c.memEntries,
+		MemoryMaxBytes:   c.memBytes,
+		ShutdownTimeout:  c.shutdown,
+		Logger:           log,
+	})
+	if err != nil {
+		log.Error("cannot start", "error", err.Error())
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := srv.Run(ctx); err != nil {
+		log.Error("serving failed", "error", err.Error())
+		return 1
+	}
+	return 0
+}
+
+// policyAuth reads the policy service's credentials: bearer tokens from
+// -policy-token-file or $SLUICE_TOKEN, and the TLS and client-CA files.
+func policyAuth(c *config, getenv func(string) string) (policyservice.AuthConfig, *tls.Config, error) {
+	var a policyservice.AuthConfig
+	if c.policyTokenFile != "" || getenv(policyservice.DefaultTokenEnv) != "" {
+		toks, err := policyservice.LoadTokens(c.policyTokenFile, policyservice.DefaultTokenEnv)
+		if err != nil {
+			return a, nil, err
+		}
+		a.Tokens = toks
+	}
+	if c.policyCert == "" {
+		return a, nil, nil
+	}
+	tc, err := policyservice.ServerTLSConfig(c.policyCert, c.policyKey, c.policyCA != "")
+	if err != nil {
+		return a, nil, err
+	}
+	if c.policyCA != "" {
+		if a.ClientCAs, err = policyservice.LoadCertPool(c.policyCA); err != nil {
+			return a, nil, err
+		}
+	}
+	return a, tc, nil
+}

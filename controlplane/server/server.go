@@ -1,0 +1,595 @@
+// Package server wires sluice's control plane together: the store (Redis
+// behind the degradation wrapper, or the embedded memory store), the RLS
+// decision service on a gRPC listener, and an HTTP listener with /metrics
+// (Prometheus), /healthz and /readyz. Run serves until its context ends and
+// then shuts down gracefully.
+//
+// Readiness: /readyz answers 200 while the server serves and its store is
+// healthy, and 503 with the reason while starting, while draining, and while
+// the Redis store is degraded (decisions then come from this replica's
+// memory store only). The standard gRPC health service reports the same, for
+// the empty service name and for the RLS service. /healthz answers 200 as
+// long as the process serves HTTP.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice/controlplane/degrade"
+	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/controlplane/policyservice"
+	"github.com/sluicehq/sluice/controlplane/policystore"
+	"github.com/sluicehq/sluice/controlplane/rls"
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/controlplane/store/memory"
+	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
+)
+
+// Redis modes.
+const (
+	ModeMemory     = "memory"     // no Redis: the embedded memory store
+	ModeStandalone = "standalone" // one Redis server
+	ModeSentinel   = "sentinel"   // Redis Sentinel: MasterName and sentinel Addrs
+	ModeCluster    = "cluster"    // Redis Cluster: seed Addrs
+)
+
+// Defaults for Config.
+const (
+	DefaultGRPCAddr        = "127.0.0.1:8081"
+	DefaultHTTPAddr        = "127.0.0.1:9090"
+	DefaultPolicyAddr      = "127.0.0.1:8082"
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultSweepInterval   = time.Second
+)
+
+// RedisConfig says how to reach Redis.
+type RedisConfig struct {
+	// Mode is ModeMemory, ModeStandalone, ModeSentinel or ModeCluster; ""
+	// means ModeStandalone when Addrs is set, else ModeMemory.
+	Mode string
+	// Addrs: the server (standalone), the sentinels (sentinel) or seed
+	// nodes (cluster), as host:port.
+	Addrs []string
+	// MasterName is the Sentinel master name (sentinel mode).
+	MasterName string
+	// Username and Password authenticate to Redis (and to the sentinels).
+	Username, Password string
+	// DB selects the database (standalone and sentinel).
+	DB int
+}
+
+// Config configures a Server. Zero values take the defaults.
+type Config struct {
+	// GRPCAddr is the decision service's listen address; DefaultGRPCAddr
+	// if empty. Port 0 picks a free port (see Server.GRPCAddr).
+	GRPCAddr string
+	// HTTPAddr is the metrics and health listen address; DefaultHTTPAddr
+	// if empty.
+	HTTPAddr string
+	// Redis says where state lives.
+	Redis RedisConfig
+	// Policies seeds an empty policy store (the start-up policy file); nil
+	// means none. Once the store holds anything (policies applied through
+	// the policy service, by this replica or another), the store wins.
+	Policies *policy.Set
+	// PolicyAddr is the policy service's listen address; DefaultPolicyAddr
+	// if empty. The decision API stays on GRPCAddr, unauthenticated.
+	PolicyAddr string
+	// PolicyAuth says which credentials the policy service accepts. With
+	// no token, no client CA and AllowUnauthenticated off, the policy
+	// service is not served at all (logged).
+	PolicyAuth policyservice.AuthConfig
+	// PolicyTLS, when set, serves the policy listener over TLS; with
+	// PolicyAuth.ClientCAs it verifies client certificates (mTLS).
+	PolicyTLS *tls.Config
+	// PolicyFile is where policies live without Redis, written
+	// atomically. Empty means a file in a temporary directory removed at
+	// shutdown: run-time changes then last as long as the process. With
+	// Redis, policies live in Redis and PolicyFile must be empty.
+	PolicyFile string
+	// Deadline bounds each Redis decision before the memory store answers
+	// instead; 0 means degrade.DefaultDeadline.
+	Deadline time.Duration
+	// ProbeInterval is how often a degraded server pings Redis; 0 means
+	// degrade.DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// MaxDescriptors bounds the descriptors of one request; 0 means
+	// rls.DefaultMaxDescriptors.
+	MaxDescriptors int
+	// MemoryMaxEntries and MemoryMaxBytes bound the memory store; 0 means
+	// its defaults.
+	MemoryMaxEntries int
+	MemoryMaxBytes   int64
+	// ShutdownTimeout bounds the graceful drain; 0 means
+	// DefaultShutdownTimeout. Calls still running then are cut.
+	ShutdownTimeout time.Duration
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is one control-plane process.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	registry *prometheus.Registry
+
+	memory   *memory.Store
+	degrade  *degrade.Store        // nil in memory mode
+	client   redis.UniversalClient // nil in memory mode
+	store    store.Store           // what decisions use
+	service  *rls.Service
+	policies *policystore.Store
+	tempDir  string       // PolicyFile's directory when the server made it
+	polGRPC  *grpc.Server // the policy service; nil when it is off
+	polLn    net.Listener
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	grpcLn   net.Listener
+	httpLn   net.Listener
+	serving  atomic.Bool // between Run's start and its shutdown
+	runOnce  sync.Once
+	shutdown time.Duration
+}
+
+// New builds a Server and opens its listeners; Run serves them. On error
+// nothing is left open.
+func New(cfg Config) (*Server, error) {
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = DefaultGRPCAddr
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = DefaultHTTPAddr
+	}
+	if cfg.ShutdownTimeout < 0 || cfg.Deadline < 0 || cfg.ProbeInterval < 0 {
+		return nil, errors.New("server: ShutdownTimeout, Deadline and ProbeInterval must not be negative")
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), shutdown: cfg.ShutdownTimeout}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.shutdown == 0 {
+		s.shutdown = DefaultShutdownTimeout
+	}
+	if err := s.build(); err != nil {
+		s.closeResources()
+		return nil, err
+	}
+	return s, nil
+}
+
+// build makes the parts of s and opens its listeners.
+func (s *Server) build() error {
+	cfg := s.cfg
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	s.memory = memory.New(memory.Options{MaxEntries: cfg.MemoryMaxEntries, MaxBytes: cfg.MemoryMaxBytes})
+	s.registerMemoryMetrics()
+	if err := s.buildStore(); err != nil {
+		return err
+	}
+	if err := s.buildPolicies(); err != nil {
+		return err
+	}
+	var err error
+	s.service, err = rls.New(s.store, s.policies.Current().Set, rls.Options{
+		MaxDescriptors: cfg.MaxDescriptors,
+		Logger:         s.log,
+		Registerer:     s.registry,
+	})
+	if err != nil {
+		return err
+	}
+
+	s.grpc = grpc.NewServer()
+	s.service.Register(s.grpc)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.setHealth()
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+
+	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("server: gRPC address %s: %w", cfg.GRPCAddr, err)
+	}
+	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("server: HTTP address %s: %w", cfg.HTTPAddr, err)
+	}
+	return s.buildPolicyService()
+}
+
+// buildPolicies opens the policy store: in Redis when the server has Redis
+// (every replica converges on it), else in a local file. The start-up
+// policies seed an empty store only.
+func (s *Server) buildPolicies() error {
+	var backend policystore.Backend
+	var err error
+	switch {
+	case s.client != nil && s.cfg.PolicyFile != "":
+		return errors.New("server: with Redis, policies live in Redis: leave the policy file empty")
+	case s.client != nil:
+		backend, err = policystore.NewRedis(s.client, policystore.RedisOptions{})
+	default:
+		path := s.cfg.PolicyFile
+		if path == "" {
+			if s.tempDir, err = os.MkdirTemp("", "sluice-policies-"); err != nil {
+				return fmt.Errorf("server: policy store: %w", err)
+			}
+			path = filepath.Join(s.tempDir, "policies.json")
+		}
+		backend, err = policystore.NewFile(path)
+	}
+	if err != nil {
+		return err
+	}
+	s.policies, err = policystore.New(context.Background(), backend, policystore.Options{Seed: s.cfg.Policies, Logger: s.log})
+	return err
+}
+
+// buildPolicyService mounts the policy service on its own listener, behind
+// the authenticator, unless no credential is configured.
+func (s *Server) buildPolicyService() error {
+	a := s.cfg.PolicyAuth
+	if len(a.Tokens) == 0 && a.ClientCAs == nil && !a.AllowUnauthenticated {
+		s.log.Warn("policy service off: no token and no client CA configured (set $SLUICE_TOKEN or -policy-token-file to change policies at run time)")
+		return nil
+	}
+	if a.Logger == nil {
+		a.Logger = s.log
+	}
+	auth, err := policyservice.NewAuthenticator(a)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	opts := auth.ServerOptions()
+	if s.cfg.PolicyTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.PolicyTLS)))
+	}
+	s.polGRPC = grpc.NewServer(opts...)
+	policyservice.New(s.policies, s.log).Register(s.polGRPC)
+	addr := s.cfg.PolicyAddr
+	if addr == "" {
+		addr = DefaultPolicyAddr
+	}
+	if s.polLn, err = net.Listen("tcp", addr); err != nil {
+		return fmt.Errorf("server: policy address %s: %w", addr, err)
+	}
+	return nil
+}
+
+// buildStore makes the memory store, or Redis behind the degradation
+// wrapper with the memory store as the rescue limiter.
+func (s *Server) buildStore() error {
+	rc := s.cfg.Redis
+	mode := rc.Mode
+	if mode == "" {
+		mode = ModeMemory
+		if len(rc.Addrs) > 0 {
+			mode = ModeStandalone
+		}
+	}
+	deadline := s.cfg.Deadline
+	if deadline == 0 {
+		deadline = degrade.DefaultDeadline
+	}
+	// Round trips end near the decision deadline, so a stalled Redis frees
+	// its connections quickly; dials are retried by the prober, not here.
+	ioTimeout := max(2*deadline, 50*time.Millisecond)
+	dialTimeout := max(10*deadline, 250*time.Millisecond)
+	switch mode {
+	case ModeMemory:
+		if len(rc.Addrs) > 0 || rc.MasterName != "" {
+			return errors.New("server: redis mode memory takes no Redis addresses or master name")
+		}
+		s.store = s.memory
+		return nil
+	case ModeStandalone:
+		if len(rc.Addrs) != 1 {
+			return fmt.Errorf("server: redis mode standalone needs exactly one address (got %d)", len(rc.Addrs))
+		}
+		s.client = redis.NewClient(&redis.Options{
+			Addr: rc.Addrs[0], Username: rc.Username, Password: rc.Password, DB: rc.DB,
+			ContextTimeoutEnabled: true, DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
+			DialerRetries: 1,
+		})
+	case ModeSentinel:
+		if rc.MasterName == "" || len(rc.Addrs) == 0 {
+			return errors.New("server: redis mode sentinel needs the master name and at least one sentinel address")
+		}
+		s.client = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: rc.MasterName, SentinelAddrs: rc.Addrs,
+			Username: rc.Username, Password: rc.Password, SentinelUsername: rc.Username, SentinelPassword: rc.Password, DB: rc.DB,
+			ContextTimeoutEnabled: true, DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
+			DialerRetries: 1,
+		})
+	case ModeCluster:
+		if len(rc.Addrs) == 0 {
+			return errors.New("server: redis mode cluster needs at least one seed address")
+		}
+		if rc.DB != 0 {
+			return errors.New("server: redis mode cluster has no databases: leave db at 0")
+		}
+		s.client = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: rc.Addrs, Username: rc.Username, Password: rc.Password,
+			ContextTimeoutEnabled: true, DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
+			DialerRetries: 1,
+		})
+	default:
+		return fmt.Errorf("server: unknown redis mode %q (use memory, standalone, sentinel or cluster)", mode)
+	}
+	primary, err := redisstore.New(s.client, redisstore.Options{})
+	if err != nil {
+		return err
+	}
+	s.degrade, err = degrade.New(primary, s.memory, degrade.Options{
+		Probe:         s.ping,
+		Deadline:      deadline,
+		TrustContext:  true, // redisstore.Decide returns when its context ends
+		ProbeInterval: s.cfg.ProbeInterval,
+		OnChange:      func(bool) { s.setHealth() },
+		Logger:        s.log,
+		Registerer:    s.registry,
+	})
+	if err != nil {
+		return err
+	}
+	s.store = s.degrade
+	return nil
+}
+
+// ping checks Redis: every master on a Cluster, else the server.
+func (s *Server) ping(ctx context.Context) error {
+	if c, ok := s.client.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+	}
+	return s.client.Ping(ctx).Err()
+}
+
+// registerMemoryMetrics exports the memory store's counters.
+func (s *Server) registerMemoryMetrics() {
+	stat := func(f func(memory.Stats) float64) func() float64 {
+		return func() float64 { return f(s.memory.Stats()) }
+	}
+	s.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_memory_entries", Help: "Keys held by the memory store."},
+			stat(func(st memory.Stats) float64 { return float64(st.Entries) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_memory_bytes", Help: "Approximate bytes held by the memory store."},
+			stat(func(st memory.Stats) float64 { return float64(st.Bytes) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memory_evictions_total", Help: "Live memory-store entries dropped to respect its bounds."},
+			stat(func(st memory.Stats) float64 { return float64(st.Evicted) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memory_expired_total", Help: "Expired memory-store entries swept."},
+			stat(func(st memory.Stats) float64 { return float64(st.Expired) })),
+	)
+}
+
+// GRPCAddr returns the gRPC listener's address.
+func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// HTTPAddr returns the HTTP listener's address.
+func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
+
+// RLS returns the decision service (to swap its policies).
+func (s *Server) RLS() *rls.Service { return s.service }
+
+// PolicyAddr returns the policy service's address, or "" when it is off.
+func (s *Server) PolicyAddr() string {
+	if s.polLn == nil {
+		return ""
+	}
+	return s.polLn.Addr().String()
+}
+
+// Policies returns the policy store.
+func (s *Server) Policies() *policystore.Store { return s.policies }
+
+// GRPCServer returns the gRPC server, to register more services on it
+// before Run.
+func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
+
+// Registry returns the Prometheus registry /metrics serves.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// RedisClient returns the Redis client, or nil in memory mode.
+func (s *Server) RedisClient() redis.UniversalClient { return s.client }
+
+// Ready reports whether the server is ready and, if not, why.
+func (s *Server) Ready() (bool, string) {
+	switch {
+	case !s.serving.Load():
+		return false, "not serving (starting or draining)"
+	case s.degrade != nil && s.degrade.Degraded():
+		return false, "redis unavailable: deciding from this replica's memory store"
+	}
+	return true, "ready"
+}
+
+// readyz serves /readyz.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	ok, why := s.Ready()
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	io.WriteString(w, why+"\n")
+}
+
+// setHealth updates the gRPC health service from Ready.
+func (s *Server) setHealth() {
+	if s.health == nil {
+		return // still in New
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok, _ := s.Ready(); ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+}
+
+// Run serves until ctx ends (or a listener fails), then shuts down: it
+// turns unready, drains gRPC calls for up to the shutdown timeout (then cuts
+// them), stops HTTP and releases the store. It returns nil after a clean
+// shutdown on ctx. Run may be called once.
+func (s *Server) Run(ctx context.Context) error {
+	err := errors.New("server: Run called twice")
+	s.runOnce.Do(func() { err = s.run(ctx) })
+	return err
+}
+
+func (s *Server) run(ctx context.Context) error {
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.memory.RunSweeper(sweepCtx, DefaultSweepInterval) }()
+
+	errc := make(chan error, 3)
+	go func() {
+		if err := s.grpc.Serve(s.grpcLn); err != nil {
+			errc <- fmt.Errorf("server: gRPC: %w", err)
+		}
+	}()
+	if s.polGRPC != nil {
+		go func() {
+			if err := s.polGRPC.Serve(s.polLn); err != nil {
+				errc <- fmt.Errorf("server: policy gRPC: %w", err)
+			}
+		}()
+	}
+	// Each new policy version replaces the decision service's set whole.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.policies.Watch(sweepCtx, func(snap *policystore.Snapshot) {
+			s.service.SetPolicies(snap.Set)
+			s.log.Info("policies in force", "version", snap.Version, "domains", strings.Join(domainNames(snap.Set), ","))
+		})
+	}()
+	go func() {
+		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("server: HTTP: %w", err)
+		}
+	}()
+	if s.client != nil {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		if err := s.ping(pctx); err != nil {
+			s.log.Warn("redis does not answer yet: decisions will come from the memory store until it does", "error", err.Error())
+		}
+		cancel()
+	}
+	s.serving.Store(true)
+	s.setHealth()
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "policy", s.PolicyAddr(), "store", s.store.Name(),
+		"domains", strings.Join(domainNames(s.service.Policies()), ","))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down", "drain_timeout", s.shutdown.String())
+	case runErr = <-errc:
+		s.log.Error("listener failed: shutting down", "error", runErr.Error())
+	}
+	s.serving.Store(false)
+	s.setHealth()
+
+	// Closing the policy store ends Watch streams, so the drain is not
+	// held up by them.
+	s.policies.Close()
+	drained := make(chan struct{})
+	go func() {
+		if s.polGRPC != nil {
+			s.polGRPC.GracefulStop()
+		}
+		s.grpc.GracefulStop()
+		close(drained)
+	}()
+	timer := time.NewTimer(s.shutdown)
+	select {
+	case <-drained:
+		timer.Stop()
+	case <-timer.C:
+		s.log.Warn("drain timeout: cutting remaining gRPC calls")
+		if s.polGRPC != nil {
+			s.polGRPC.Stop()
+		}
+		s.grpc.Stop()
+		<-drained
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), s.shutdown)
+	if err := s.http.Shutdown(hctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("server: HTTP shutdown: %w", err)
+	}
+	cancel()
+	stopSweep()
+	wg.Wait()
+	s.closeResources()
+	s.log.Info("stopped")
+	return runErr
+}
+
+// closeResources releases the store and the listeners (idempotent enough
+// for New's error path and the end of Run).
+func (s *Server) closeResources() {
+	if s.policies != nil {
+		s.policies.Close()
+	}
+	if s.tempDir != "" {
+		os.RemoveAll(s.tempDir)
+	}
+	if s.degrade != nil {
+		s.degrade.Close()
+	}
+	if s.client != nil {
+		s.client.Close()
+	}
+	for _, ln := range []net.Listener{s.grpcLn, s.httpLn, s.polLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// domainNames lists a policy set's domains.
+func domainNames(set *policy.Set) []string {
+	var names []string
+	for _, d := range set.Domains() {
+		names = append(names, d.Name)
+	}
+	return names
+}
+
+// SetRedisLogger routes go-redis's internal log lines (one per failed dial
+// while Redis is down, for instance) to l at debug level.
+func SetRedisLogger(l *slog.Logger) { redis.SetLogger(redisLogger{l}) }
+
+// redisLogger adapts slog to go-redis's logger interface.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}
