@@ -228,13 +228,13 @@ func TestReserve(t *testing.T) {
 		retry          int64
 	}
 	for i, tc := range []c{
-		{0, 2, 0, true, 0},               // stored permits
-		{0, 1, 0, true, 0},               // pays later: proceeds now, next caller waits 500ms
-		{0, 1, 500 * ms, true, 0},        // waits 500ms; next free at 1s
-		{0, 1, 1000 * ms, true, 0},       // waits the full MaxWait; next free at 1.5s
+		{0, 2, 0, true, 0},         // stored permits
+		{0, 1, 0, true, 0},         // pays later: proceeds now, next caller waits 500ms
+		{0, 1, 500 * ms, true, 0},  // waits 500ms; next free at 1s
+		{0, 1, 1000 * ms, true, 0}, // waits the full MaxWait; next free at 1.5s
 		{0, 1, 1500 * ms, false, 500 * ms},
 		{500 * ms, 1, 1000 * ms, true, 0}, // retried after RetryAfter: wait is MaxWait
-		{10 * sec, 2, 0, true, 0},        // idle: the store refilled
+		{10 * sec, 2, 0, true, 0},         // idle: the store refilled
 	} {
 		r, err := l.Allow(&s, tc.at, tc.cost)
 		if err != nil {
