@@ -1,0 +1,105 @@
+//go:build wasip1
+
+package abi
+
+// The callbacks of ABI 0.2.1 the filter implements. Each one marks its span
+// on the scratch arena and recovers from a panic the handler let through, so
+// that a bug never traps the module (a trapped module fails every later
+// request). The handler applies the policy's failure mode itself; these
+// recovers are the last line and pick the least harmful answer.
+
+// scratch serves proxy_on_memory_allocate.
+var scratch = newArena(arenaSize)
+
+// guard ends a callback: it leaves the arena and swallows a panic, logging it.
+func guard() {
+	scratch.leave()
+	if r := recover(); r != nil {
+		msg := "sluice: panic in a proxy-wasm callback"
+		if e, ok := r.(error); ok {
+			msg += ": " + e.Error()
+		} else if s, ok := r.(string); ok {
+			msg += ": " + s
+		}
+		proxyLog(LogCritical, msg)
+	}
+}
+
+//go:wasmexport proxy_abi_version_0_2_1
+func proxyABIVersion021() {}
+
+//go:wasmexport proxy_on_memory_allocate
+func proxyOnMemoryAllocate(size uint32) uint32 {
+	return uint32(uintptr(scratch.alloc(int(size))))
+}
+
+//go:wasmexport proxy_on_vm_start
+func proxyOnVMStart(rootID, configSize uint32) (ok bool) {
+	scratch.enter()
+	defer guard()
+	return handler.OnVMStart(rootID, int(configSize))
+}
+
+//go:wasmexport proxy_on_configure
+func proxyOnConfigure(rootID, configSize uint32) (ok bool) {
+	scratch.enter()
+	defer guard()
+	return handler.OnConfigure(rootID, int(configSize))
+}
+
+//go:wasmexport proxy_on_context_create
+func proxyOnContextCreate(id, parent uint32) {
+	scratch.enter()
+	defer guard()
+	handler.OnContextCreate(id, parent)
+}
+
+//go:wasmexport proxy_on_request_headers
+func proxyOnRequestHeaders(id, numHeaders uint32, endOfStream bool) (action uint32) {
+	scratch.enter()
+	defer guard()
+	return handler.OnRequestHeaders(id, int(numHeaders), endOfStream)
+}
+
+//go:wasmexport proxy_on_response_headers
+func proxyOnResponseHeaders(id, numHeaders uint32, endOfStream bool) (action uint32) {
+	scratch.enter()
+	defer guard()
+	return handler.OnResponseHeaders(id, int(numHeaders), endOfStream)
+}
+
+//go:wasmexport proxy_on_http_call_response
+func proxyOnHTTPCallResponse(rootID, callID, numHeaders, bodySize, numTrailers uint32) {
+	scratch.enter()
+	defer guard()
+	handler.OnHTTPCallResponse(rootID, callID, int(numHeaders), int(bodySize), int(numTrailers))
+}
+
+//go:wasmexport proxy_on_tick
+func proxyOnTick(rootID uint32) {
+	scratch.enter()
+	defer guard()
+	handler.OnTick(rootID)
+}
+
+//go:wasmexport proxy_on_done
+func proxyOnDone(id uint32) (done bool) {
+	done = true // on a panic, let the host finish the context
+	scratch.enter()
+	defer guard()
+	return handler.OnDone(id)
+}
+
+//go:wasmexport proxy_on_log
+func proxyOnLog(id uint32) {
+	scratch.enter()
+	defer guard()
+	handler.OnLog(id)
+}
+
+//go:wasmexport proxy_on_delete
+func proxyOnDelete(id uint32) {
+	scratch.enter()
+	defer guard()
+	handler.OnDelete(id)
+}

@@ -1,0 +1,184 @@
+//go:build wasip1
+
+package abi
+
+import (
+	"unsafe"
+
+	"github.com/sluicehq/sluice/filter/headermap"
+)
+
+// Out-parameters of host calls: globals, so that the host writes into memory
+// the Go compiler knows is live (never a stack slot).
+var (
+	outData uint32
+	outSize uint32
+	outID   uint32
+)
+
+// view returns the size bytes at address ptr (memory this module handed out
+// through proxy_on_memory_allocate) as a string, without copying.
+func view(ptr, size uint32) string {
+	if size == 0 || ptr == 0 {
+		return ""
+	}
+	return unsafe.String((*byte)(unsafe.Add(nil, uintptr(ptr))), size)
+}
+
+// viewBytes is view as a byte slice.
+func viewBytes(ptr, size uint32) []byte {
+	if size == 0 || ptr == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(nil, uintptr(ptr))), size)
+}
+
+// data returns the address and length of b for a host call.
+func data(b []byte) (unsafe.Pointer, uint32) {
+	return unsafe.Pointer(unsafe.SliceData(b)), uint32(len(b))
+}
+
+// Host calls the host functions on behalf of the current context. Strings
+// and byte slices it returns point into host-filled memory and are valid
+// only until the current callback returns.
+type Host struct {
+	trailers []byte // the (empty) trailers of HTTP calls
+}
+
+// NewHost returns a Host.
+func NewHost() *Host {
+	// An empty map as a 4-byte zero count: some hosts cannot parse 0 bytes.
+	return &Host{trailers: headermap.Append(nil, nil)}
+}
+
+// outTime receives clock_time_get's result.
+var outTime uint64
+
+// Now returns WASI's monotonic clock in nanoseconds (0 if the host has
+// none, which stops the precheck's clock but breaks nothing).
+func (h *Host) Now() int64 {
+	outTime = 0
+	clockTimeGet(clockMonotonic, 1, &outTime)
+	return int64(outTime)
+}
+
+// Log writes a message at a proxy-wasm log level.
+func (h *Host) Log(level uint32, msg string) { proxyLog(level, msg) }
+
+// PluginConfiguration returns the plugin configuration, during
+// proxy_on_configure.
+func (h *Host) PluginConfiguration(size int) ([]byte, error) {
+	return h.buffer(BufferPluginConfiguration, size)
+}
+
+// CallResponseBody returns the body of an HTTP call's response, during
+// proxy_on_http_call_response.
+func (h *Host) CallResponseBody(size int) ([]byte, error) {
+	return h.buffer(BufferCallResponseBody, size)
+}
+
+func (h *Host) buffer(b BufferType, size int) ([]byte, error) {
+	if size <= 0 {
+		return nil, nil
+	}
+	outData, outSize = 0, 0
+	if err := Status(proxyGetBufferBytes(uint32(b), 0, uint32(size), &outData, &outSize)).err(); err != nil {
+		return nil, err
+	}
+	return viewBytes(outData, outSize), nil
+}
+
+func (h *Host) header(m MapType, name string) (string, bool) {
+	outData, outSize = 0, 0
+	if Status(proxyGetHeaderMapValue(uint32(m), name, &outData, &outSize)) != StatusOK {
+		return "", false
+	}
+	return view(outData, outSize), true
+}
+
+// RequestHeader returns a request header of the current stream.
+func (h *Host) RequestHeader(name string) (string, bool) { return h.header(MapRequestHeaders, name) }
+
+// CallResponseHeader returns a header of an HTTP call's response.
+func (h *Host) CallResponseHeader(name string) (string, bool) {
+	return h.header(MapCallResponseHeaders, name)
+}
+
+// CallResponseTrailer returns a trailer of an HTTP call's response.
+func (h *Host) CallResponseTrailer(name string) (string, bool) {
+	return h.header(MapCallResponseTrailers, name)
+}
+
+// AddRequestHeader adds a header to the current stream's request.
+func (h *Host) AddRequestHeader(name, value string) error {
+	return Status(proxyAddHeaderMapValue(uint32(MapRequestHeaders), name, value)).err()
+}
+
+// AddResponseHeader adds a header to the current stream's response.
+func (h *Host) AddResponseHeader(name, value string) error {
+	return Status(proxyAddHeaderMapValue(uint32(MapResponseHeaders), name, value)).err()
+}
+
+// sourceAddress is the property path of the downstream peer's address:
+// path segments separated by NUL.
+const sourceAddress = "source\x00address"
+
+// RemoteAddress returns the downstream peer's address ("ip:port").
+func (h *Host) RemoteAddress() (string, bool) {
+	outData, outSize = 0, 0
+	if Status(proxyGetProperty(sourceAddress, &outData, &outSize)) != StatusOK {
+		return "", false
+	}
+	return view(outData, outSize), true
+}
+
+// ResumeRequest resumes the current stream's paused request.
+func (h *Host) ResumeRequest() error {
+	return Status(proxyContinueStream(uint32(StreamRequest))).err()
+}
+
+// SendLocalResponse answers the current stream's request locally; headers
+// is a serialized header map (package headermap).
+func (h *Host) SendLocalResponse(status uint32, details string, body, headers []byte) error {
+	bp, bn := data(body)
+	hp, hn := data(headers)
+	return Status(proxySendLocalResponse(status, details, bp, bn, hp, hn, -1)).err()
+}
+
+// HTTPCall sends an HTTP request to an upstream cluster and returns the
+// call's id; the response arrives in proxy_on_http_call_response. headers
+// is a serialized header map (package headermap).
+func (h *Host) HTTPCall(cluster string, headers, body []byte, timeoutMs uint32) (uint32, error) {
+	hp, hn := data(headers)
+	bp, bn := data(body)
+	tp, tn := data(h.trailers)
+	outID = 0
+	if err := Status(proxyHTTPCall(cluster, hp, hn, bp, bn, tp, tn, timeoutMs, &outID)).err(); err != nil {
+		return 0, err
+	}
+	return outID, nil
+}
+
+// SetEffectiveContext makes id the context later host calls act on.
+func (h *Host) SetEffectiveContext(id uint32) error {
+	return Status(proxySetEffectiveContext(id)).err()
+}
+
+// SetTickPeriod asks for proxy_on_tick every ms milliseconds (0 stops it).
+func (h *Host) SetTickPeriod(ms uint32) error {
+	return Status(proxySetTickPeriodMilliseconds(ms)).err()
+}
+
+// DefineCounter defines a counter metric and returns its id.
+func (h *Host) DefineCounter(name string) (uint32, error) {
+	outID = 0
+	if err := Status(proxyDefineMetric(MetricCounter, name, &outID)).err(); err != nil {
+		return 0, err
+	}
+	return outID, nil
+}
+
+// IncrementCounter adds delta to a counter.
+func (h *Host) IncrementCounter(id uint32, delta int64) {
+	proxyIncrementMetric(id, delta)
+}

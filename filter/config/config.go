@@ -1,0 +1,551 @@
+// Package config reads and validates the filter's plugin configuration.
+//
+// The configuration is the JSON document Envoy hands the plugin (the
+// plugin_config's configuration, usually a google.protobuf.StringValue).
+// Example:
+//
+//	{
+//	  "cluster": "sluice_control_plane",
+//	  "authority": "sluice-control-plane",
+//	  "domain": "edge",
+//	  "timeout": "20ms",
+//	  "failure_mode": "open",
+//	  "status_on_error": 500,
+//	  "rate_limits": [
+//	    {"actions": [{"remote_address": {}}]},
+//	    {"actions": [
+//	      {"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}},
+//	      {"path": {}}
+//	    ], "hits_addend": 1},
+//	    {"actions": [{"generic_key": {"descriptor_value": "all"}}]}
+//	  ],
+//	  "precheck": {"enabled": true, "max_entries": 10000},
+//	  "headers": {"draft10": true, "legacy": false, "retry_after": true}
+//	}
+//
+// Each entry of rate_limits produces at most one descriptor, built from its
+// actions in order, as Envoy's route rate_limits do.
+package config
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Defaults and bounds.
+const (
+	DefaultTimeout       = 20 * Millisecond // ns
+	MaxTimeout           = 60 * Second      // ns
+	DefaultStatusOnError = 500
+	DefaultMaxEntries    = 10000
+	MaxMaxEntries        = 1000000
+	MaxRateLimits        = 64 // descriptors per request
+	MaxActions           = 16 // entries per descriptor
+)
+
+// FailureMode says what happens to a request when the control plane cannot
+// be asked or gives no usable answer.
+type FailureMode uint8
+
+const (
+	// FailOpen lets the request through.
+	FailOpen FailureMode = iota
+	// FailClosed answers it locally with StatusOnError.
+	FailClosed
+)
+
+// String returns the mode as written in the configuration.
+func (m FailureMode) String() string {
+	if m == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// ActionKind is what a descriptor entry is taken from.
+type ActionKind uint8
+
+const (
+	// RemoteAddress is the downstream client's IP address (no port).
+	RemoteAddress ActionKind = iota + 1
+	// RequestHeader is the value of one request header.
+	RequestHeader
+	// Path is the request path without the query string.
+	Path
+	// Method is the request method.
+	Method
+	// GenericKey is a constant value.
+	GenericKey
+)
+
+// Default descriptor keys of the actions that have one.
+const (
+	DefaultRemoteAddressKey = "remote_address"
+	DefaultPathKey          = "path"
+	DefaultMethodKey        = "method"
+	DefaultGenericKey       = "generic_key"
+)
+
+// Config is a validated plugin configuration.
+type Config struct {
+	Cluster       string      // Envoy cluster of the control plane, the proxy_http_call upstream
+	Authority     string      // :authority of the gRPC request; defaults to Cluster
+	Domain        string      // rate limit domain sent in every RateLimitRequest
+	Timeout       int64       // deadline of one control-plane call, ns
+	FailureMode   FailureMode // what to do when the call fails or times out
+	StatusOnError uint32      // HTTP status of the local reply when failing closed
+	RateLimits    []RateLimit // one descriptor each
+	Precheck      Precheck    // the local precheck
+	Headers       Headers     // which rate limit headers to emit
+}
+
+// RateLimit builds one descriptor from its actions.
+type RateLimit struct {
+	Actions    []Action // entries, in order
+	HitsAddend uint32   // cost of one request for this descriptor, >= 1
+}
+
+// Action produces one descriptor entry.
+type Action struct {
+	Kind            ActionKind
+	DescriptorKey   string // the entry's key
+	HeaderName      string // RequestHeader: lower-case header name
+	DescriptorValue string // GenericKey: the constant value
+	SkipIfAbsent    bool   // RequestHeader: leave the entry out instead of the whole descriptor
+}
+
+// Precheck configures the local precheck.
+type Precheck struct {
+	Enabled    bool // reject locally what the control plane is known to reject
+	MaxEntries int  // descriptors remembered per plugin instance (LRU)
+}
+
+// Headers selects the rate limit headers added to responses.
+type Headers struct {
+	Draft10    bool // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-10)
+	Legacy     bool // X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset
+	RetryAfter bool // Retry-After on 429 replies
+}
+
+// FieldError reports an invalid configuration field.
+type FieldError struct {
+	Field   string // path of the field, e.g. rate_limits[0].actions[1].request_headers.header_name
+	Problem string // what is wrong with it
+}
+
+// Error implements error.
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return "config: " + e.Problem
+	}
+	return "config: " + e.Field + ": " + e.Problem
+}
+
+// Parse parses and validates a configuration document.
+func Parse(data []byte) (*Config, error) {
+	root, err := parseJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{
+		Timeout:       DefaultTimeout,
+		StatusOnError: DefaultStatusOnError,
+		Precheck:      Precheck{Enabled: true, MaxEntries: DefaultMaxEntries},
+		Headers:       Headers{Draft10: true, RetryAfter: true},
+	}
+	if err := c.decode(root); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) decode(root value) error {
+	o, err := asObject(root, "")
+	if err != nil {
+		return err
+	}
+	if err := o.only("cluster", "authority", "domain", "timeout", "failure_mode", "status_on_error",
+		"rate_limits", "precheck", "headers"); err != nil {
+		return err
+	}
+	if c.Cluster, err = o.requiredString("cluster"); err != nil {
+		return err
+	}
+	if c.Domain, err = o.requiredString("domain"); err != nil {
+		return err
+	}
+	c.Authority = c.Cluster
+	if v, ok := o.get("authority"); ok {
+		if c.Authority, err = nonEmptyString(v, "authority"); err != nil {
+			return err
+		}
+	}
+	if v, ok := o.get("timeout"); ok {
+		if c.Timeout, err = duration(v, "timeout"); err != nil {
+			return err
+		}
+		if c.Timeout < Millisecond || c.Timeout > MaxTimeout {
+			return &FieldError{"timeout", "must be between 1ms and 60s"}
+		}
+	}
+	if v, ok := o.get("failure_mode"); ok {
+		s, err := asString(v, "failure_mode")
+		if err != nil {
+			return err
+		}
+		switch s {
+		case "open":
+			c.FailureMode = FailOpen
+		case "closed":
+			c.FailureMode = FailClosed
+		default:
+			return &FieldError{"failure_mode", "must be \"open\" or \"closed\", not " + strconv.Quote(s)}
+		}
+	}
+	if v, ok := o.get("status_on_error"); ok {
+		n, err := integer(v, "status_on_error", 200, 599)
+		if err != nil {
+			return err
+		}
+		c.StatusOnError = uint32(n)
+	}
+	v, ok := o.get("rate_limits")
+	if !ok {
+		return &FieldError{"rate_limits", "is required"}
+	}
+	if c.RateLimits, err = rateLimits(v, "rate_limits"); err != nil {
+		return err
+	}
+	if v, ok := o.get("precheck"); ok {
+		if err := c.Precheck.decode(v, "precheck"); err != nil {
+			return err
+		}
+	}
+	if v, ok := o.get("headers"); ok {
+		if err := c.Headers.decode(v, "headers"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Precheck) decode(v value, field string) error {
+	if v.kind == kindBool { // "precheck": false is short for {"enabled": false}
+		p.Enabled = v.boolean
+		return nil
+	}
+	o, err := asObject(v, field)
+	if err != nil {
+		return &FieldError{field, "must be a boolean or an object, not " + v.kind.String()}
+	}
+	if err := o.only("enabled", "max_entries"); err != nil {
+		return err
+	}
+	if v, ok := o.get("enabled"); ok {
+		if p.Enabled, err = asBool(v, o.path("enabled")); err != nil {
+			return err
+		}
+	}
+	if v, ok := o.get("max_entries"); ok {
+		n, err := integer(v, o.path("max_entries"), 1, MaxMaxEntries)
+		if err != nil {
+			return err
+		}
+		p.MaxEntries = int(n)
+	}
+	return nil
+}
+
+func (h *Headers) decode(v value, field string) error {
+	o, err := asObject(v, field)
+	if err != nil {
+		return err
+	}
+	if err := o.only("draft10", "legacy", "retry_after"); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		dst  *bool
+	}{{"draft10", &h.Draft10}, {"legacy", &h.Legacy}, {"retry_after", &h.RetryAfter}} {
+		if v, ok := o.get(f.name); ok {
+			if *f.dst, err = asBool(v, o.path(f.name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func rateLimits(v value, field string) ([]RateLimit, error) {
+	if v.kind != kindArray {
+		return nil, &FieldError{field, "must be an array, not " + v.kind.String()}
+	}
+	if len(v.items) == 0 {
+		return nil, &FieldError{field, "must hold at least one rate limit"}
+	}
+	if len(v.items) > MaxRateLimits {
+		return nil, &FieldError{field, "must hold at most " + strconv.Itoa(MaxRateLimits) + " rate limits"}
+	}
+	out := make([]RateLimit, len(v.items))
+	for i, item := range v.items {
+		path := field + "[" + strconv.Itoa(i) + "]"
+		o, err := asObject(item, path)
+		if err != nil {
+			return nil, err
+		}
+		if err := o.only("actions", "hits_addend"); err != nil {
+			return nil, err
+		}
+		out[i].HitsAddend = 1
+		if v, ok := o.get("hits_addend"); ok {
+			n, err := integer(v, o.path("hits_addend"), 1, 1<<32-1)
+			if err != nil {
+				return nil, err
+			}
+			out[i].HitsAddend = uint32(n)
+		}
+		av, ok := o.get("actions")
+		if !ok {
+			return nil, &FieldError{o.path("actions"), "is required"}
+		}
+		if out[i].Actions, err = actions(av, o.path("actions")); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func actions(v value, field string) ([]Action, error) {
+	if v.kind != kindArray {
+		return nil, &FieldError{field, "must be an array, not " + v.kind.String()}
+	}
+	if len(v.items) == 0 {
+		return nil, &FieldError{field, "must hold at least one action"}
+	}
+	if len(v.items) > MaxActions {
+		return nil, &FieldError{field, "must hold at most " + strconv.Itoa(MaxActions) + " actions"}
+	}
+	out := make([]Action, len(v.items))
+	for i, item := range v.items {
+		path := field + "[" + strconv.Itoa(i) + "]"
+		o, err := asObject(item, path)
+		if err != nil {
+			return nil, err
+		}
+		if len(o.v.members) != 1 {
+			return nil, &FieldError{path, "must have exactly one of remote_address, request_headers, path, method, generic_key"}
+		}
+		m := o.v.members[0]
+		body, err := asObject(m.value, o.path(m.name))
+		if err != nil {
+			return nil, err
+		}
+		a := &out[i]
+		switch m.name {
+		case "remote_address":
+			a.Kind = RemoteAddress
+			err = body.keyOnly(a, DefaultRemoteAddressKey)
+		case "path":
+			a.Kind = Path
+			err = body.keyOnly(a, DefaultPathKey)
+		case "method":
+			a.Kind = Method
+			err = body.keyOnly(a, DefaultMethodKey)
+		case "generic_key":
+			a.Kind = GenericKey
+			err = body.genericKey(a)
+		case "request_headers":
+			a.Kind = RequestHeader
+			err = body.requestHeaders(a)
+		default:
+			return nil, &FieldError{o.path(m.name), "is not a known action (remote_address, request_headers, path, method, generic_key)"}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (o object) keyOnly(a *Action, def string) error {
+	if err := o.only("descriptor_key"); err != nil {
+		return err
+	}
+	return o.descriptorKey(a, def)
+}
+
+func (o object) descriptorKey(a *Action, def string) error {
+	a.DescriptorKey = def
+	if v, ok := o.get("descriptor_key"); ok {
+		var err error
+		if a.DescriptorKey, err = nonEmptyString(v, o.path("descriptor_key")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o object) genericKey(a *Action) error {
+	if err := o.only("descriptor_key", "descriptor_value"); err != nil {
+		return err
+	}
+	var err error
+	if a.DescriptorValue, err = o.requiredString("descriptor_value"); err != nil {
+		return err
+	}
+	return o.descriptorKey(a, DefaultGenericKey)
+}
+
+func (o object) requestHeaders(a *Action) error {
+	if err := o.only("header_name", "descriptor_key", "skip_if_absent"); err != nil {
+		return err
+	}
+	name, err := o.requiredString("header_name")
+	if err != nil {
+		return err
+	}
+	if !validHeaderName(name) {
+		return &FieldError{o.path("header_name"), "is not a valid header name: " + strconv.Quote(name)}
+	}
+	a.HeaderName = strings.ToLower(name)
+	if a.DescriptorKey, err = o.requiredString("descriptor_key"); err != nil {
+		return err
+	}
+	if v, ok := o.get("skip_if_absent"); ok {
+		if a.SkipIfAbsent, err = asBool(v, o.path("skip_if_absent")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validHeaderName accepts an HTTP token, optionally with a leading ':' for
+// the HTTP/2 pseudo-headers (:authority, :path, ...).
+func validHeaderName(s string) bool {
+	if strings.HasPrefix(s, ":") {
+		s = s[1:]
+	}
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// object is a JSON object with the path it was found at.
+type object struct {
+	v     value
+	field string
+}
+
+func asObject(v value, field string) (object, error) {
+	if v.kind != kindObject {
+		what := "the configuration"
+		if field != "" {
+			return object{}, &FieldError{field, "must be an object, not " + v.kind.String()}
+		}
+		return object{}, &FieldError{"", what + " must be a JSON object, not " + v.kind.String()}
+	}
+	return object{v: v, field: field}, nil
+}
+
+func (o object) path(name string) string {
+	if o.field == "" {
+		return name
+	}
+	return o.field + "." + name
+}
+
+func (o object) get(name string) (value, bool) {
+	for _, m := range o.v.members {
+		if m.name == name {
+			return m.value, true
+		}
+	}
+	return value{}, false
+}
+
+// only rejects members other than the named ones.
+func (o object) only(names ...string) error {
+	for _, m := range o.v.members {
+		known := false
+		for _, n := range names {
+			if m.name == n {
+				known = true
+				break
+			}
+		}
+		if !known {
+			return &FieldError{o.path(m.name), "is not a known field"}
+		}
+	}
+	return nil
+}
+
+func (o object) requiredString(name string) (string, error) {
+	v, ok := o.get(name)
+	if !ok {
+		return "", &FieldError{o.path(name), "is required"}
+	}
+	return nonEmptyString(v, o.path(name))
+}
+
+func asString(v value, field string) (string, error) {
+	if v.kind != kindString {
+		return "", &FieldError{field, "must be a string, not " + v.kind.String()}
+	}
+	return v.text, nil
+}
+
+func nonEmptyString(v value, field string) (string, error) {
+	s, err := asString(v, field)
+	if err == nil && s == "" {
+		err = &FieldError{field, "must not be empty"}
+	}
+	return s, err
+}
+
+func asBool(v value, field string) (bool, error) {
+	if v.kind != kindBool {
+		return false, &FieldError{field, "must be true or false, not " + v.kind.String()}
+	}
+	return v.boolean, nil
+}
+
+// integer accepts a JSON number that is a whole number within [lo, hi].
+func integer(v value, field string, lo, hi int64) (int64, error) {
+	if v.kind != kindNumber {
+		return 0, &FieldError{field, "must be a number, not " + v.kind.String()}
+	}
+	n, err := strconv.ParseInt(v.text, 10, 64)
+	if err != nil {
+		return 0, &FieldError{field, "must be a whole number, not " + v.text}
+	}
+	if n < lo || n > hi {
+		return 0, &FieldError{field, "must be between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10)}
+	}
+	return n, nil
+}
+
+// duration accepts a Go duration string ("20ms", "1.5s") or, as protobuf
+// JSON writes durations, seconds with an "s" suffix ("0.020s").
+func duration(v value, field string) (int64, error) {
+	s, err := asString(v, field)
+	if err != nil {
+		return 0, &FieldError{field, "must be a duration string such as \"20ms\", not " + v.kind.String()}
+	}
+	d, ok := parseDuration(s)
+	if !ok {
+		return 0, &FieldError{field, "is not a duration: " + strconv.Quote(s)}
+	}
+	return d, nil
+}

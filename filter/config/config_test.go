@@ -1,0 +1,153 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const full = `{
+  "cluster": "sluice_control_plane",
+  "authority": "sluice.internal",
+  "domain": "edge",
+  "timeout": "35ms",
+  "failure_mode": "closed",
+  "status_on_error": 503,
+  "rate_limits": [
+    {"actions": [{"remote_address": {}}]},
+    {"actions": [
+      {"request_headers": {"header_name": "X-Api-Key", "descriptor_key": "api_key", "skip_if_absent": true}},
+      {"path": {"descriptor_key": "route"}},
+      {"method": {}}
+    ], "hits_addend": 3},
+    {"actions": [{"generic_key": {"descriptor_value": "all"}}]}
+  ],
+  "precheck": {"enabled": false, "max_entries": 50},
+  "headers": {"draft10": false, "legacy": true, "retry_after": false}
+}`
+
+func TestParseFull(t *testing.T) {
+	c, err := Parse([]byte(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		Cluster:       "sluice_control_plane",
+		Authority:     "sluice.internal",
+		Domain:        "edge",
+		Timeout:       int64(35 * time.Millisecond),
+		FailureMode:   FailClosed,
+		StatusOnError: 503,
+		RateLimits: []RateLimit{
+			{HitsAddend: 1, Actions: []Action{{Kind: RemoteAddress, DescriptorKey: "remote_address"}}},
+			{HitsAddend: 3, Actions: []Action{
+				{Kind: RequestHeader, HeaderName: "x-api-key", DescriptorKey: "api_key", SkipIfAbsent: true},
+				{Kind: Path, DescriptorKey: "route"},
+				{Kind: Method, DescriptorKey: "method"},
+			}},
+			{HitsAddend: 1, Actions: []Action{{Kind: GenericKey, DescriptorKey: "generic_key", DescriptorValue: "all"}}},
+		},
+		Precheck: Precheck{Enabled: false, MaxEntries: 50},
+		Headers:  Headers{Draft10: false, Legacy: true, RetryAfter: false},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("got  %+v\nwant %+v", c, want)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse([]byte(`{"cluster":"cp","domain":"d","rate_limits":[{"actions":[{"method":{}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Authority != "cp" || c.Timeout != int64(20*time.Millisecond) || c.FailureMode != FailOpen ||
+		c.StatusOnError != 500 || !c.Precheck.Enabled || c.Precheck.MaxEntries != DefaultMaxEntries ||
+		c.Headers != (Headers{Draft10: true, RetryAfter: true}) {
+		t.Fatalf("defaults wrong: %+v", c)
+	}
+	c, err = Parse([]byte(`{"cluster":"cp","domain":"d","precheck":false,"timeout":"0.5s","rate_limits":[{"actions":[{"method":{}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Precheck.Enabled || c.Timeout != int64(500*time.Millisecond) {
+		t.Fatalf("precheck shorthand or protobuf-style duration not applied: %+v", c)
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	base := func(rl string) string {
+		return `{"cluster":"cp","domain":"d","rate_limits":` + rl + `}`
+	}
+	tests := []struct {
+		name, doc, field, problem string
+	}{
+		{"not object", `[]`, "", "must be a JSON object"},
+		{"missing cluster", `{"domain":"d","rate_limits":[]}`, "cluster", "is required"},
+		{"empty cluster", `{"cluster":"","domain":"d"}`, "cluster", "must not be empty"},
+		{"missing domain", `{"cluster":"c"}`, "domain", "is required"},
+		{"domain type", `{"cluster":"c","domain":7}`, "domain", "must be a string, not a number"},
+		{"unknown top", `{"cluster":"c","domain":"d","clsuter":1}`, "clsuter", "is not a known field"},
+		{"bad timeout", `{"cluster":"c","domain":"d","timeout":"soon"}`, "timeout", "is not a duration"},
+		{"timeout number", `{"cluster":"c","domain":"d","timeout":20}`, "timeout", "must be a duration string"},
+		{"timeout zero", `{"cluster":"c","domain":"d","timeout":"0s"}`, "timeout", "between 1ms"},
+		{"timeout huge", `{"cluster":"c","domain":"d","timeout":"2m"}`, "timeout", "between 1ms"},
+		{"failure mode", `{"cluster":"c","domain":"d","failure_mode":"ajar"}`, "failure_mode", `must be "open" or "closed"`},
+		{"status", `{"cluster":"c","domain":"d","status_on_error":99}`, "status_on_error", "between 200 and 599"},
+		{"status frac", `{"cluster":"c","domain":"d","status_on_error":500.5}`, "status_on_error", "whole number"},
+		{"no rate limits", `{"cluster":"c","domain":"d"}`, "rate_limits", "is required"},
+		{"empty rate limits", base(`[]`), "rate_limits", "at least one"},
+		{"rate limit type", base(`[1]`), "rate_limits[0]", "must be an object, not a number"},
+		{"no actions", base(`[{}]`), "rate_limits[0].actions", "is required"},
+		{"empty actions", base(`[{"actions":[]}]`), "rate_limits[0].actions", "at least one action"},
+		{"unknown rl field", base(`[{"actions":[{"method":{}}],"limit":3}]`), "rate_limits[0].limit", "is not a known field"},
+		{"hits zero", base(`[{"actions":[{"method":{}}],"hits_addend":0}]`), "rate_limits[0].hits_addend", "between 1 and"},
+		{"two kinds", base(`[{"actions":[{"method":{},"path":{}}]}]`), "rate_limits[0].actions[0]", "exactly one"},
+		{"unknown action", base(`[{"actions":[{"method":{}},{"query":{}}]}]`), "rate_limits[0].actions[1].query", "not a known action"},
+		{"action body", base(`[{"actions":[{"method":true}]}]`), "rate_limits[0].actions[0].method", "must be an object"},
+		{"header name missing", base(`[{"actions":[{"request_headers":{"descriptor_key":"k"}}]}]`), "rate_limits[0].actions[0].request_headers.header_name", "is required"},
+		{"header name bad", base(`[{"actions":[{"request_headers":{"header_name":"x y","descriptor_key":"k"}}]}]`), "rate_limits[0].actions[0].request_headers.header_name", "not a valid header name"},
+		{"header key missing", base(`[{"actions":[{"request_headers":{"header_name":"x"}}]}]`), "rate_limits[0].actions[0].request_headers.descriptor_key", "is required"},
+		{"skip type", base(`[{"actions":[{"request_headers":{"header_name":"x","descriptor_key":"k","skip_if_absent":"yes"}}]}]`), "rate_limits[0].actions[0].request_headers.skip_if_absent", "must be true or false"},
+		{"generic value", base(`[{"actions":[{"generic_key":{}}]}]`), "rate_limits[0].actions[0].generic_key.descriptor_value", "is required"},
+		{"empty key", base(`[{"actions":[{"path":{"descriptor_key":""}}]}]`), "rate_limits[0].actions[0].path.descriptor_key", "must not be empty"},
+		{"remote extra", base(`[{"actions":[{"remote_address":{"v6_prefix":64}}]}]`), "rate_limits[0].actions[0].remote_address.v6_prefix", "is not a known field"},
+		{"precheck type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"precheck":"on"}`, "precheck", "boolean or an object"},
+		{"precheck entries", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"precheck":{"max_entries":0}}`, "precheck.max_entries", "between 1 and"},
+		{"headers unknown", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"headers":{"draft9":true}}`, "headers.draft9", "is not a known field"},
+		{"headers type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"headers":{"legacy":1}}`, "headers.legacy", "must be true or false"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.doc))
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("got %v, want a FieldError", err)
+			}
+			if fe.Field != tt.field || !strings.Contains(fe.Problem, tt.problem) {
+				t.Fatalf("got field %q problem %q, want field %q problem containing %q", fe.Field, fe.Problem, tt.field, tt.problem)
+			}
+			if tt.field != "" && !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("message %q does not name the field", err)
+			}
+		})
+	}
+}
+
+func TestParseTooMany(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"cluster":"c","domain":"d","rate_limits":[`)
+	for i := 0; i <= MaxRateLimits; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`{"actions":[{"method":{}}]}`)
+	}
+	b.WriteString(`]}`)
+	_, err := Parse([]byte(b.String()))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "rate_limits" {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -1,0 +1,171 @@
+package descriptors
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"github.com/sluicehq/sluice/filter/config"
+)
+
+// fakeRequest serves headers from a map; remote is the peer address.
+type fakeRequest struct {
+	headers map[string]string
+	remote  string
+}
+
+func (r fakeRequest) Header(name string) (string, bool) {
+	v, ok := r.headers[name]
+	return v, ok
+}
+
+func (r fakeRequest) RemoteAddress() (string, bool) { return r.remote, r.remote != "" }
+
+func mustConfig(t testing.TB, rateLimits string) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte(`{"cluster":"cp","domain":"d","rate_limits":` + rateLimits + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestBuild(t *testing.T) {
+	req := fakeRequest{
+		headers: map[string]string{":path": "/v1/items?id=3", ":method": "GET", "x-api-key": "k1"},
+		remote:  "10.1.2.3:5555",
+	}
+	tests := []struct {
+		name       string
+		rateLimits string
+		req        fakeRequest
+		want       []Descriptor
+	}{
+		{
+			name:       "each action kind",
+			rateLimits: `[{"actions":[{"remote_address":{}},{"request_headers":{"header_name":"X-Api-Key","descriptor_key":"key"}},{"path":{}},{"method":{"descriptor_key":"verb"}},{"generic_key":{"descriptor_value":"v"}}],"hits_addend":2}]`,
+			req:        req,
+			want: []Descriptor{{HitsAddend: 2, RateLimit: 0, Entries: []Entry{
+				{"remote_address", "10.1.2.3"}, {"key", "k1"}, {"path", "/v1/items"}, {"verb", "GET"}, {"generic_key", "v"},
+			}}},
+		},
+		{
+			name:       "missing header drops the descriptor, others remain",
+			rateLimits: `[{"actions":[{"request_headers":{"header_name":"x-user","descriptor_key":"user"}},{"method":{}}]},{"actions":[{"method":{}}]}]`,
+			req:        req,
+			want:       []Descriptor{{HitsAddend: 1, RateLimit: 1, Entries: []Entry{{"method", "GET"}}}},
+		},
+		{
+			name:       "skip_if_absent drops only the entry",
+			rateLimits: `[{"actions":[{"request_headers":{"header_name":"x-user","descriptor_key":"user","skip_if_absent":true}},{"method":{}}]}]`,
+			req:        req,
+			want:       []Descriptor{{HitsAddend: 1, Entries: []Entry{{"method", "GET"}}}},
+		},
+		{
+			name:       "all entries skipped yields no descriptor",
+			rateLimits: `[{"actions":[{"request_headers":{"header_name":"x-user","descriptor_key":"user","skip_if_absent":true}}]}]`,
+			req:        req,
+			want:       nil,
+		},
+		{
+			name:       "no remote address",
+			rateLimits: `[{"actions":[{"remote_address":{}}]},{"actions":[{"generic_key":{"descriptor_value":"g"}}]}]`,
+			req:        fakeRequest{headers: req.headers},
+			want:       []Descriptor{{HitsAddend: 1, RateLimit: 1, Entries: []Entry{{"generic_key", "g"}}}},
+		},
+		{
+			name:       "non-IP remote address",
+			rateLimits: `[{"actions":[{"remote_address":{}}]}]`,
+			req:        fakeRequest{remote: "envoy://internal_client_address/"},
+			want:       nil,
+		},
+		{
+			name:       "several descriptors keep their order",
+			rateLimits: `[{"actions":[{"remote_address":{}}]},{"actions":[{"path":{}}]},{"actions":[{"method":{}},{"path":{}}]}]`,
+			req:        fakeRequest{headers: map[string]string{":path": "/a#frag", ":method": "POST"}, remote: "[2001:db8::7]:443"},
+			want: []Descriptor{
+				{HitsAddend: 1, RateLimit: 0, Entries: []Entry{{"remote_address", "2001:db8::7"}}},
+				{HitsAddend: 1, RateLimit: 1, Entries: []Entry{{"path", "/a"}}},
+				{HitsAddend: 1, RateLimit: 2, Entries: []Entry{{"method", "POST"}, {"path", "/a"}}},
+			},
+		},
+	}
+	var s Set
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s.Build(mustConfig(t, tt.rateLimits).RateLimits, tt.req)
+			if len(s.Descriptors) == 0 && len(tt.want) == 0 {
+				return
+			}
+			if !reflect.DeepEqual(s.Descriptors, tt.want) {
+				t.Fatalf("got  %+v\nwant %+v", s.Descriptors, tt.want)
+			}
+		})
+	}
+}
+
+func TestBuildRepairsInvalidUTF8(t *testing.T) {
+	c := mustConfig(t, `[{"actions":[{"request_headers":{"header_name":"a","descriptor_key":"a"}},{"request_headers":{"header_name":"b","descriptor_key":"b"}}]}]`)
+	var s Set
+	s.Build(c.RateLimits, fakeRequest{headers: map[string]string{"a": "x\xff\xfey", "b": "ok\xc3"}})
+	if len(s.Descriptors) != 1 {
+		t.Fatalf("got %+v", s.Descriptors)
+	}
+	if got := s.Descriptors[0].Entries; got[0].Value != "x\uFFFDy" || got[1].Value != "ok\uFFFD" {
+		t.Fatalf("got %q, %q", got[0].Value, got[1].Value)
+	}
+}
+
+func TestHostIP(t *testing.T) {
+	tests := []struct {
+		addr, ip string
+		ok       bool
+	}{
+		{"1.2.3.4:80", "1.2.3.4", true},
+		{"1.2.3.4", "1.2.3.4", true},
+		{"[::1]:8080", "::1", true},
+		{"::1", "::1", true},
+		{"2001:db8::1", "2001:db8::1", true},
+		{"[fe80::1%eth0]:1", "fe80::1%eth0", true},
+		{"[::1", "", false},
+		{"localhost:80", "", false},
+		{"/tmp/sock", "", false},
+		{"", "", false},
+	}
+	for _, tt := range tests {
+		ip, ok := HostIP(tt.addr)
+		if ip != tt.ip || ok != tt.ok {
+			t.Errorf("HostIP(%q) = %q, %v; want %q, %v", tt.addr, ip, ok, tt.ip, tt.ok)
+		}
+	}
+}
+
+func TestAppendKeyIsUnambiguous(t *testing.T) {
+	a := Descriptor{Entries: []Entry{{"ab", "c"}}}
+	b := Descriptor{Entries: []Entry{{"a", "bc"}}}
+	c := Descriptor{Entries: []Entry{{"a", "b"}, {"c", ""}}}
+	ka, kb, kc := AppendKey(nil, &a), AppendKey(nil, &b), AppendKey(nil, &c)
+	if bytes.Equal(ka, kb) || bytes.Equal(ka, kc) || bytes.Equal(kb, kc) {
+		t.Fatalf("keys collide: %q %q %q", ka, kb, kc)
+	}
+	if !bytes.Equal(AppendKey(nil, &a), ka) {
+		t.Fatal("key not deterministic")
+	}
+}
+
+func TestBuildAllocatesNothingOnceWarm(t *testing.T) {
+	c := mustConfig(t, `[{"actions":[{"remote_address":{}},{"path":{}}]},{"actions":[{"method":{}}]}]`)
+	req := &fakeRequest{headers: map[string]string{":path": "/x?y", ":method": "GET"}, remote: "10.0.0.1:1"}
+	var s Set
+	var key []byte
+	s.Build(c.RateLimits, req)
+	allocs := testing.AllocsPerRun(100, func() {
+		s.Build(c.RateLimits, req)
+		for i := range s.Descriptors {
+			key = AppendKey(key[:0], &s.Descriptors[i])
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Build allocates %v times per run", allocs)
+	}
+}

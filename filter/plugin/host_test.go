@@ -1,0 +1,295 @@
+package plugin
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/filter/headermap"
+)
+
+// fakeHost is a proxy for the plugin's tests: it serves request headers per
+// stream, records what the plugin does, and delivers answers to calls.
+type fakeHost struct {
+	t       testing.TB
+	now     int64
+	config  []byte
+	current uint32 // the context host calls act on
+	quiet   bool   // record nothing that allocates (for the allocation test)
+
+	headers map[uint32]map[string]string // request headers per stream
+	remote  map[uint32]string
+
+	calls    []fakeCall
+	nextCall uint32
+	callErr  error
+
+	answer *fakeAnswer // the answer being delivered
+
+	local    map[uint32]fakeLocal
+	resumed  map[uint32]int
+	addedReq map[uint32][][2]string
+	addedRsp map[uint32][][2]string
+	logs     []string
+	counters map[string]int64
+	names    []string // counter names by id-1
+	tick     uint32
+	locals   int // local responses sent (also when quiet)
+
+	panicOnHeader bool
+	panicOnBody   bool
+}
+
+type fakeCall struct {
+	id      uint32
+	stream  uint32
+	cluster string
+	headers [][2]string
+	body    []byte
+	timeout uint32
+}
+
+type fakeAnswer struct {
+	headers  map[string]string
+	trailers map[string]string
+	body     []byte
+}
+
+type fakeLocal struct {
+	status  uint32
+	details string
+	body    string
+	headers [][2]string
+}
+
+func newFakeHost(t testing.TB, config string) *fakeHost {
+	return &fakeHost{
+		t: t, config: []byte(config), now: 1e12, nextCall: 7,
+		headers: map[uint32]map[string]string{}, remote: map[uint32]string{},
+		local: map[uint32]fakeLocal{}, resumed: map[uint32]int{},
+		addedReq: map[uint32][][2]string{}, addedRsp: map[uint32][][2]string{},
+		counters: map[string]int64{},
+	}
+}
+
+func (h *fakeHost) Now() int64 { return h.now }
+
+func (h *fakeHost) Log(level uint32, msg string) {
+	h.logs = append(h.logs, []string{"trace", "debug", "info", "warn", "error", "critical"}[level]+": "+msg)
+}
+
+func (h *fakeHost) PluginConfiguration(size int) ([]byte, error) {
+	if size != len(h.config) {
+		h.t.Errorf("configuration size %d, want %d", size, len(h.config))
+	}
+	return h.config, nil
+}
+
+func (h *fakeHost) RequestHeader(name string) (string, bool) {
+	if h.panicOnHeader {
+		panic("injected failure")
+	}
+	v, ok := h.headers[h.current][name]
+	return v, ok
+}
+
+func (h *fakeHost) RemoteAddress() (string, bool) {
+	v, ok := h.remote[h.current]
+	return v, ok
+}
+
+func (h *fakeHost) AddRequestHeader(name, value string) error {
+	h.addedReq[h.current] = append(h.addedReq[h.current], [2]string{name, value})
+	return nil
+}
+
+func (h *fakeHost) AddResponseHeader(name, value string) error {
+	h.addedRsp[h.current] = append(h.addedRsp[h.current], [2]string{name, value})
+	return nil
+}
+
+func (h *fakeHost) ResumeRequest() error {
+	h.resumed[h.current]++
+	return nil
+}
+
+func (h *fakeHost) SendLocalResponse(status uint32, details string, body, headers []byte) error {
+	h.locals++
+	if h.quiet {
+		return nil
+	}
+	if _, dup := h.local[h.current]; dup {
+		h.t.Errorf("second local response for stream %d", h.current)
+	}
+	pairs := h.parse(headers)
+	h.local[h.current] = fakeLocal{status, details, string(body), pairs}
+	return nil
+}
+
+// parse deserializes a header map, copying the strings.
+func (h *fakeHost) parse(data []byte) [][2]string {
+	pairs, err := headermap.Parse(nil, append([]byte(nil), data...))
+	if err != nil {
+		h.t.Errorf("malformed header map: %v", err)
+	}
+	return pairs
+}
+
+func (h *fakeHost) SetEffectiveContext(id uint32) error {
+	if _, ok := h.headers[id]; !ok {
+		return errors.New("BAD_ARGUMENT")
+	}
+	h.current = id
+	return nil
+}
+
+func (h *fakeHost) HTTPCall(cluster string, headers, body []byte, timeoutMs uint32) (uint32, error) {
+	if h.callErr != nil {
+		return 0, h.callErr
+	}
+	h.nextCall++
+	h.calls = append(h.calls, fakeCall{h.nextCall, h.current, cluster, h.parse(headers), append([]byte(nil), body...), timeoutMs})
+	return h.nextCall, nil
+}
+
+func (h *fakeHost) CallResponseHeader(name string) (string, bool) {
+	v, ok := h.answer.headers[name]
+	return v, ok
+}
+
+func (h *fakeHost) CallResponseTrailer(name string) (string, bool) {
+	v, ok := h.answer.trailers[name]
+	return v, ok
+}
+
+func (h *fakeHost) CallResponseBody(size int) ([]byte, error) {
+	if h.panicOnBody {
+		panic(errors.New("injected failure"))
+	}
+	if size != len(h.answer.body) {
+		h.t.Errorf("body size %d, want %d", size, len(h.answer.body))
+	}
+	return h.answer.body, nil
+}
+
+func (h *fakeHost) SetTickPeriod(ms uint32) error {
+	h.tick = ms
+	return nil
+}
+
+func (h *fakeHost) DefineCounter(name string) (uint32, error) {
+	for i, n := range h.names {
+		if n == name {
+			return uint32(i + 1), nil
+		}
+	}
+	h.names = append(h.names, name)
+	return uint32(len(h.names)), nil
+}
+
+func (h *fakeHost) IncrementCounter(id uint32, delta int64) {
+	h.counters[h.names[id-1]] += delta
+}
+
+func (h *fakeHost) logged(part string) bool {
+	for _, l := range h.logs {
+		if strings.Contains(l, part) {
+			return true
+		}
+	}
+	return false
+}
+
+// grpcOK returns an answer carrying resp with grpc-status 0 in the trailers.
+func grpcOK(t testing.TB, resp *rlsv3.RateLimitResponse) *fakeAnswer {
+	t.Helper()
+	msg, err := proto.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte{0}
+	body = binary.BigEndian.AppendUint32(body, uint32(len(msg)))
+	return &fakeAnswer{
+		headers:  map[string]string{":status": "200", "content-type": "application/grpc"},
+		trailers: map[string]string{"grpc-status": "0"},
+		body:     append(body, msg...),
+	}
+}
+
+// testbed drives a VM with one plugin instance.
+type testbed struct {
+	t    testing.TB
+	host *fakeHost
+	vm   *VM
+	next uint32
+}
+
+const rootID = 1
+
+func newTestbed(t testing.TB, config string) *testbed {
+	h := newFakeHost(t, config)
+	vm := NewVM(h)
+	h.current = rootID
+	vm.OnContextCreate(rootID, 0)
+	if !vm.OnVMStart(rootID, 0) {
+		t.Fatal("vm start failed")
+	}
+	if !vm.OnConfigure(rootID, len(config)) {
+		t.Fatalf("configuration refused: %v", h.logs)
+	}
+	return &testbed{t: t, host: h, vm: vm, next: 100}
+}
+
+// request creates a stream and runs its request headers.
+func (b *testbed) request(headers map[string]string, remote string) (id, action uint32) {
+	b.next++
+	id = b.next
+	b.host.headers[id] = headers
+	if remote != "" {
+		b.host.remote[id] = remote
+	}
+	b.host.current = id
+	b.vm.OnContextCreate(id, rootID)
+	return id, b.vm.OnRequestHeaders(id, len(headers), true)
+}
+
+// deliver delivers an answer to the last call.
+func (b *testbed) deliver(a *fakeAnswer) {
+	b.t.Helper()
+	if len(b.host.calls) == 0 {
+		b.t.Fatal("no call to answer")
+	}
+	c := b.host.calls[len(b.host.calls)-1]
+	b.host.answer = a
+	b.host.current = rootID
+	if a == nil {
+		b.vm.OnHTTPCallResponse(rootID, c.id, 0, 0, 0)
+		return
+	}
+	b.vm.OnHTTPCallResponse(rootID, c.id, len(a.headers), len(a.body), len(a.trailers))
+	b.host.answer = nil
+}
+
+// respond runs a stream's response headers and ends it.
+func (b *testbed) respond(id uint32) {
+	b.host.current = id
+	b.vm.OnResponseHeaders(id, 2, false)
+	b.vm.OnLog(id)
+	if !b.vm.OnDone(id) {
+		b.t.Fatal("OnDone returned false")
+	}
+	b.vm.OnDelete(id)
+}
+
+func header(hs [][2]string, name string) (string, bool) {
+	for _, h := range hs {
+		if h[0] == name {
+			return h[1], true
+		}
+	}
+	return "", false
+}

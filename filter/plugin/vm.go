@@ -1,0 +1,188 @@
+package plugin
+
+// VM receives the proxy-wasm callbacks of one Wasm VM: it keeps the plugin
+// instances (root contexts, one per filter configuration sharing the VM)
+// and their streams. It implements abi.Handler.
+//
+// Every callback recovers from panics: a panic in a stream's callback is
+// logged and handled as the plugin's failure mode.
+type VM struct {
+	host    Host
+	roots   map[uint32]*Plugin
+	streams map[uint32]*stream
+	free    []*stream // streams kept for reuse: their buffers have grown
+	current *stream   // the stream a callback is working on, for recovery
+}
+
+// NewVM returns a VM that talks to the proxy through host.
+func NewVM(host Host) *VM {
+	return &VM{host: host, roots: make(map[uint32]*Plugin), streams: make(map[uint32]*stream)}
+}
+
+// OnVMStart accepts the VM; the VM configuration is not used.
+func (vm *VM) OnVMStart(rootID uint32, configSize int) bool { return true }
+
+// OnContextCreate creates a plugin instance (parent 0) or a stream.
+func (vm *VM) OnContextCreate(id, parent uint32) {
+	defer vm.recoverRoot("proxy_on_context_create")
+	if parent == 0 {
+		vm.roots[id] = newPlugin(id, vm.host)
+		return
+	}
+	p, ok := vm.roots[parent]
+	if !ok {
+		return
+	}
+	var s *stream
+	if n := len(vm.free); n > 0 {
+		s = vm.free[n-1]
+		vm.free = vm.free[:n-1]
+	} else {
+		s = &stream{}
+	}
+	s.reset(id, p)
+	vm.streams[id] = s
+}
+
+// OnConfigure configures a plugin instance; false refuses the
+// configuration (the proxy then rejects the filter).
+func (vm *VM) OnConfigure(rootID uint32, configSize int) (ok bool) {
+	defer vm.recoverRoot("proxy_on_configure")
+	p, found := vm.roots[rootID]
+	if !found {
+		p = newPlugin(rootID, vm.host)
+		vm.roots[rootID] = p
+	}
+	return p.configure(configSize)
+}
+
+// OnRequestHeaders decides a request.
+func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) (action uint32) {
+	s, ok := vm.streams[id]
+	if !ok {
+		return ActionContinue
+	}
+	vm.current = s
+	defer vm.recoverStream("proxy_on_request_headers", &action, false)
+	action = s.plugin.onRequestHeaders(s)
+	vm.current = nil
+	return action
+}
+
+// OnResponseHeaders adds the rate limit headers to an admitted request's
+// response.
+func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) (action uint32) {
+	s, ok := vm.streams[id]
+	if !ok {
+		return ActionContinue
+	}
+	defer vm.recoverRoot("proxy_on_response_headers")
+	s.plugin.onResponseHeaders(s)
+	return ActionContinue
+}
+
+// OnHTTPCallResponse takes the control plane's answer to a call.
+func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, numTrailers int) {
+	p, ok := vm.roots[rootID]
+	if !ok {
+		return
+	}
+	s, ok := p.calls[callID]
+	if !ok || s.callID != callID {
+		return // an answer after the tick gave up on the call, or not ours
+	}
+	delete(p.calls, callID)
+	vm.current = s
+	var action uint32
+	defer vm.recoverStream("proxy_on_http_call_response", &action, true)
+	p.onAnswer(s, numHeaders, bodySize)
+	vm.current = nil
+	vm.release(s)
+}
+
+// OnTick gives up on calls the proxy never answered.
+func (vm *VM) OnTick(rootID uint32) {
+	defer vm.recoverRoot("proxy_on_tick")
+	p, ok := vm.roots[rootID]
+	if !ok {
+		return
+	}
+	for _, s := range p.overdue(vm.host.Now()) {
+		vm.current = s
+		p.giveUp(s)
+		vm.current = nil
+		vm.release(s)
+	}
+}
+
+// OnDone lets the proxy finish any context at once.
+func (vm *VM) OnDone(id uint32) bool { return true }
+
+// OnLog has nothing to log.
+func (vm *VM) OnLog(id uint32) {}
+
+// OnDelete forgets a context. A stream whose call is still out is kept
+// until the answer (which still teaches the precheck) or the tick.
+func (vm *VM) OnDelete(id uint32) {
+	defer vm.recoverRoot("proxy_on_delete")
+	if s, ok := vm.streams[id]; ok {
+		delete(vm.streams, id)
+		s.deleted = true
+		vm.release(s)
+		return
+	}
+	if p, ok := vm.roots[id]; ok {
+		delete(vm.roots, id)
+		p.calls = nil
+	}
+}
+
+// release returns a deleted stream with no call out to the pool.
+func (vm *VM) release(s *stream) {
+	if !s.deleted || s.state == statePending {
+		return
+	}
+	s.plugin = nil
+	vm.free = append(vm.free, s)
+}
+
+// recoverStream, deferred, turns a panic in a stream callback into the
+// failure mode for that stream. paused says whether the request waits for
+// the callback (an answer) rather than for its return value.
+func (vm *VM) recoverStream(callback string, action *uint32, paused bool) {
+	r := recover()
+	s := vm.current
+	vm.current = nil
+	if r == nil {
+		return
+	}
+	vm.host.Log(LogCritical, "sluice: panic in "+callback+": "+panicText(r))
+	if s == nil || s.plugin == nil {
+		*action = ActionContinue
+		return
+	}
+	p := s.plugin
+	if s.state == statePending && !paused {
+		delete(p.calls, s.callID) // its answer will be ignored
+	}
+	*action = p.failSafely(s, "panic in "+callback, paused)
+	s.state = stateDone
+	vm.release(s)
+}
+
+// recoverRoot, deferred, logs a panic in a callback without a stream.
+func (vm *VM) recoverRoot(callback string) {
+	if r := recover(); r != nil {
+		vm.host.Log(LogCritical, "sluice: panic in "+callback+": "+panicText(r))
+	}
+}
+
+func panicText(r any) string {
+	switch v := r.(type) {
+	case error:
+		return v.Error()
+	case string:
+		return v
+	}
+	return "(non-error value)"
+}

@@ -1,0 +1,37 @@
+package rlsproto
+
+import "strconv"
+
+// gRPC status codes the filter distinguishes.
+const (
+	GRPCOK = 0
+)
+
+// ParseGRPCStatus parses the value of a grpc-status header or trailer.
+func ParseGRPCStatus(v string) (code int, ok bool) {
+	if v == "" || len(v) > 3 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// AppendGRPCTimeout appends a timeout of ns nanoseconds as a grpc-timeout
+// header value: at most eight digits and a unit, here whole milliseconds
+// rounded up (or seconds when the milliseconds need more digits).
+func AppendGRPCTimeout(dst []byte, ns int64) []byte {
+	const ms, second = int64(1e6), int64(1e9)
+	n := max((ns+ms-1)/ms, 1)
+	if n <= 99999999 {
+		return append(strconv.AppendInt(dst, n, 10), 'm')
+	}
+	n = min((ns+second-1)/second, 99999999)
+	return append(strconv.AppendInt(dst, n, 10), 'S')
+}

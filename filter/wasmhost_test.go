@@ -1,0 +1,408 @@
+package main
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluicehq/sluice/filter/abi"
+	"github.com/sluicehq/sluice/filter/headermap"
+	"github.com/sluicehq/sluice/filter/rlsproto"
+)
+
+// wasmHost is a minimal proxy-wasm host on wazero (compiler engine) for the
+// allocation check and the benchmark: just the host functions filter.wasm
+// imports, each cheap enough not to drown the guest's cost. The full
+// Envoy-like test host lives in e2e.
+
+const i32, i64 = api.ValueTypeI32, api.ValueTypeI64
+
+// compiled caches the compiled module across the tests' runtimes.
+var compiled = wazero.NewCompilationCache()
+
+type wasmHost struct {
+	tb      testing.TB
+	ctx     context.Context
+	runtime wazero.Runtime
+	mod     api.Module
+	stack   []uint64
+	fn      map[string]api.Function
+
+	config   []byte
+	current  uint32
+	headers  map[uint32]map[string]string
+	remote   string
+	answer   *hostAnswer
+	calls    []uint32 // stream of each call, by call id - 1
+	locals   map[uint32]uint32
+	lastBody []byte
+	resumed  map[uint32]int
+	logs     []string
+	quiet    bool // record nothing per request (benchmark)
+	nLocals  int
+}
+
+type hostAnswer struct {
+	headers, trailers map[string]string
+	body              []byte
+}
+
+func newWasmHost(tb testing.TB, wasm []byte, config string) *wasmHost {
+	tb.Helper()
+	h := &wasmHost{
+		tb: tb, ctx: context.Background(), config: []byte(config), stack: make([]uint64, 16),
+		fn: map[string]api.Function{}, headers: map[uint32]map[string]string{},
+		locals: map[uint32]uint32{}, resumed: map[uint32]int{}, remote: "198.51.100.4:5000",
+	}
+	h.runtime = wazero.NewRuntimeWithConfig(h.ctx, wazero.NewRuntimeConfigCompiler().WithCompilationCache(compiled))
+	tb.Cleanup(func() { h.runtime.Close(h.ctx) })
+	wasi_snapshot_preview1.MustInstantiate(h.ctx, h.runtime)
+	b := h.runtime.NewHostModuleBuilder("env")
+	export := func(name string, params []api.ValueType, f api.GoModuleFunc) {
+		b.NewFunctionBuilder().WithGoModuleFunction(f, params, []api.ValueType{i32}).Export(name)
+	}
+	export("proxy_log", []api.ValueType{i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		msg, _ := m.Memory().Read(uint32(s[1]), uint32(s[2]))
+		h.logs = append(h.logs, string(msg))
+		s[0] = 0
+	})
+	export("proxy_get_buffer_bytes", []api.ValueType{i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		var buf []byte
+		switch abi.BufferType(s[0]) {
+		case abi.BufferPluginConfiguration:
+			buf = h.config
+		case abi.BufferCallResponseBody:
+			buf = h.answer.body
+		}
+		s[0] = h.give(m, buf, uint32(s[3]), uint32(s[4]))
+	})
+	export("proxy_get_header_map_value", []api.ValueType{i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		key, _ := m.Memory().Read(uint32(s[1]), uint32(s[2]))
+		var v string
+		var ok bool
+		switch abi.MapType(s[0]) {
+		case abi.MapRequestHeaders:
+			v, ok = h.headers[h.current][string(key)]
+		case abi.MapCallResponseHeaders:
+			v, ok = h.answer.headers[string(key)]
+		case abi.MapCallResponseTrailers:
+			v, ok = h.answer.trailers[string(key)]
+		}
+		if !ok {
+			s[0] = uint64(abi.StatusNotFound)
+			return
+		}
+		s[0] = h.giveString(m, v, uint32(s[3]), uint32(s[4]))
+	})
+	export("proxy_add_header_map_value", []api.ValueType{i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		s[0] = 0
+	})
+	export("proxy_get_property", []api.ValueType{i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		path, _ := m.Memory().Read(uint32(s[0]), uint32(s[1]))
+		if string(path) != "source\x00address" {
+			s[0] = uint64(abi.StatusNotFound)
+			return
+		}
+		s[0] = h.giveString(m, h.remote, uint32(s[2]), uint32(s[3]))
+	})
+	export("proxy_continue_stream", []api.ValueType{i32}, func(_ context.Context, m api.Module, s []uint64) {
+		h.resumed[h.current]++
+		s[0] = 0
+	})
+	export("proxy_send_local_response", []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		h.nLocals++
+		if !h.quiet {
+			h.locals[h.current] = uint32(s[0])
+			hs, _ := m.Memory().Read(uint32(s[5]), uint32(s[6]))
+			h.lastBody = append(h.lastBody[:0], hs...)
+		}
+		s[0] = 0
+	})
+	export("proxy_http_call", []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		h.calls = append(h.calls, h.current)
+		m.Memory().WriteUint32Le(uint32(s[9]), uint32(len(h.calls)))
+		s[0] = 0
+	})
+	export("proxy_set_effective_context", []api.ValueType{i32}, func(_ context.Context, m api.Module, s []uint64) {
+		h.current = uint32(s[0])
+		s[0] = 0
+	})
+	export("proxy_set_tick_period_milliseconds", []api.ValueType{i32}, func(_ context.Context, m api.Module, s []uint64) {
+		s[0] = 0
+	})
+	export("proxy_define_metric", []api.ValueType{i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		m.Memory().WriteUint32Le(uint32(s[3]), 1)
+		s[0] = 0
+	})
+	export("proxy_increment_metric", []api.ValueType{i32, i64}, func(_ context.Context, m api.Module, s []uint64) {
+		s[0] = 0
+	})
+	if _, err := b.Instantiate(h.ctx); err != nil {
+		tb.Fatal(err)
+	}
+	cfg := wazero.NewModuleConfig().WithSysNanotime().WithSysWalltime().WithStartFunctions("_initialize")
+	mod, err := h.runtime.InstantiateWithConfig(h.ctx, wasm, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h.mod = mod
+	for name := range mod.ExportedFunctionDefinitions() {
+		h.fn[name] = mod.ExportedFunction(name)
+	}
+	h.call("proxy_on_context_create", 1, 0)
+	if h.call("proxy_on_vm_start", 1, 0) != 1 {
+		tb.Fatal("vm start failed")
+	}
+	return h
+}
+
+// give copies data into guest memory from proxy_on_memory_allocate and
+// writes its address and size to the out-parameters.
+func (h *wasmHost) give(m api.Module, data []byte, ptrOut, sizeOut uint32) uint64 {
+	stack := []uint64{uint64(len(data))}
+	if err := h.fn["proxy_on_memory_allocate"].CallWithStack(h.ctx, stack); err != nil {
+		h.tb.Fatal(err)
+	}
+	ptr := uint32(stack[0])
+	m.Memory().Write(ptr, data)
+	m.Memory().WriteUint32Le(ptrOut, ptr)
+	m.Memory().WriteUint32Le(sizeOut, uint32(len(data)))
+	return 0
+}
+
+func (h *wasmHost) giveString(m api.Module, s string, ptrOut, sizeOut uint32) uint64 {
+	stack := []uint64{uint64(len(s))}
+	if err := h.fn["proxy_on_memory_allocate"].CallWithStack(h.ctx, stack); err != nil {
+		h.tb.Fatal(err)
+	}
+	ptr := uint32(stack[0])
+	m.Memory().WriteString(ptr, s)
+	m.Memory().WriteUint32Le(ptrOut, ptr)
+	m.Memory().WriteUint32Le(sizeOut, uint32(len(s)))
+	return 0
+}
+
+// call calls an export with up to a few i32 arguments, without allocating.
+func (h *wasmHost) call(name string, args ...uint64) uint64 {
+	f, ok := h.fn[name]
+	if !ok {
+		h.tb.Fatalf("no export %s", name)
+	}
+	copy(h.stack, args)
+	if err := f.CallWithStack(h.ctx, h.stack); err != nil {
+		h.tb.Fatalf("%s: %v", name, err)
+	}
+	return h.stack[0]
+}
+
+func (h *wasmHost) configure() bool {
+	h.current = 1
+	return h.call("proxy_on_configure", 1, uint64(len(h.config))) == 1
+}
+
+func (h *wasmHost) request(id uint32, headers map[string]string) uint64 {
+	h.headers[id] = headers
+	h.current = id
+	h.call("proxy_on_context_create", uint64(id), 1)
+	return h.call("proxy_on_request_headers", uint64(id), uint64(len(headers)), 1)
+}
+
+func (h *wasmHost) finish(id uint32) {
+	h.current = id
+	h.call("proxy_on_done", uint64(id))
+	h.call("proxy_on_delete", uint64(id))
+	delete(h.headers, id)
+}
+
+func (h *wasmHost) deliver(callID uint32, a *hostAnswer) {
+	h.answer = a
+	h.current = 1
+	if a == nil {
+		h.call("proxy_on_http_call_response", 1, uint64(callID), 0, 0, 0)
+		return
+	}
+	h.call("proxy_on_http_call_response", 1, uint64(callID), uint64(len(a.headers)), uint64(len(a.body)), uint64(len(a.trailers)))
+	h.answer = nil
+}
+
+func hostOverLimit(tb testing.TB, retryAfterMs float64) *hostAnswer {
+	meta, err := structpb.NewStruct(map[string]any{rlsproto.MetadataKey: []any{
+		map[string]any{"algorithm": "sliding_window", "limit": 100, "window_ms": 60000, "retry_after_ms": retryAfterMs},
+		map[string]any{"algorithm": "token_bucket", "limit": 10, "window_ms": 1000, "burst": 10, "retry_after_ms": retryAfterMs},
+	}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, DurationUntilReset: durationpb.New(time.Minute)},
+			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, DurationUntilReset: durationpb.New(time.Second)},
+		},
+		DynamicMetadata: meta,
+	}
+	body := grpcAnswer(tb, resp)
+	return &hostAnswer{
+		headers:  map[string]string{":status": "200"},
+		trailers: map[string]string{"grpc-status": "0"},
+		body:     body,
+	}
+}
+
+const benchConfig = `{
+  "cluster": "sluice_cp",
+  "domain": "edge",
+  "rate_limits": [
+    {"actions": [{"remote_address": {}}]},
+    {"actions": [{"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}}, {"method": {}}]}
+  ]
+}`
+
+var benchRequest = map[string]string{":method": "GET", ":path": "/v1/items", ":authority": "example.com", "x-api-key": "key-1"}
+
+// overLimitHost returns a host whose filter has learnt that benchRequest's
+// descriptors are over their limit for an hour.
+func overLimitHost(tb testing.TB, wasm []byte) *wasmHost {
+	h := newWasmHost(tb, wasm, benchConfig)
+	if !h.configure() {
+		tb.Fatalf("configuration refused: %v", h.logs)
+	}
+	if a := h.request(2, benchRequest); a != uint64(abi.ActionPause) || len(h.calls) != 1 {
+		tb.Fatalf("action %d, %d calls", a, len(h.calls))
+	}
+	h.deliver(1, hostOverLimit(tb, 3600e3))
+	if h.locals[2] != 429 {
+		tb.Fatalf("no 429 for the over-limit answer: %v", h.logs)
+	}
+	h.finish(2)
+	if a := h.request(3, benchRequest); a != uint64(abi.ActionPause) || len(h.calls) != 1 || h.locals[3] != 429 {
+		tb.Fatalf("the precheck did not reject: action %d, calls %d", a, len(h.calls))
+	}
+	h.finish(3)
+	return h
+}
+
+func TestWasmScenarios(t *testing.T) {
+	h := newWasmHost(t, filterWasm, benchConfig)
+	if !h.configure() {
+		t.Fatalf("configuration refused: %v", h.logs)
+	}
+	// Allowed.
+	h.request(10, benchRequest)
+	h.deliver(1, &hostAnswer{
+		headers: map[string]string{":status": "200"}, trailers: map[string]string{"grpc-status": "0"},
+		body: grpcAnswer(t, &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+			Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: 1}, {Code: 1}}}),
+	})
+	if h.resumed[10] != 1 {
+		t.Fatalf("allowed request not resumed: %v", h.logs)
+	}
+	h.finish(10)
+	// Timeout: fail open.
+	h.request(11, benchRequest)
+	h.deliver(2, nil)
+	if h.resumed[11] != 1 || !strings.Contains(strings.Join(h.logs, "\n"), "failing open") {
+		t.Fatalf("timeout not failed open: %v", h.logs)
+	}
+	h.finish(11)
+	// Over limit, then rejected by the precheck without a call.
+	h.request(12, benchRequest)
+	h.deliver(3, hostOverLimit(t, 60e3))
+	if h.locals[12] != 429 {
+		t.Fatal("no 429")
+	}
+	pairs, err := headermap.Parse(nil, h.lastBody)
+	if err != nil || findHeader(pairs, "retry-after") != "60" || findHeader(pairs, "ratelimit") == "" {
+		t.Fatalf("429 headers %v (%v)", pairs, err)
+	}
+	h.finish(12)
+	h.request(13, benchRequest)
+	if h.locals[13] != 429 || len(h.calls) != 3 {
+		t.Fatalf("precheck: local %d, calls %d", h.locals[13], len(h.calls))
+	}
+	// A bad configuration is refused.
+	bad := newWasmHost(t, filterWasm, `{"cluster":"cp"}`)
+	if bad.configure() || !strings.Contains(strings.Join(bad.logs, "\n"), "domain: is required") {
+		t.Fatalf("bad configuration: %v", bad.logs)
+	}
+}
+
+// TestWasmPrecheckRejectionAllocatesNothing counts the guest's own heap
+// allocations (runtime.MemStats.Mallocs, exported by the sluicetest build)
+// over many requests the precheck rejects.
+func TestWasmPrecheckRejectionAllocatesNothing(t *testing.T) {
+	h := overLimitHost(t, filterWasmDev)
+	h.quiet = true
+	run := func(n int) {
+		for i := 0; i < n; i++ {
+			id := uint32(100 + i%2)
+			h.current = id
+			h.call("proxy_on_context_create", uint64(id), 1)
+			h.call("proxy_on_request_headers", uint64(id), 4, 1)
+			h.call("proxy_on_done", uint64(id))
+			h.call("proxy_on_delete", uint64(id))
+		}
+	}
+	h.headers[100], h.headers[101] = benchRequest, benchRequest
+	run(100) // warm up: maps and buffers reach their size
+	before := h.call("sluice_test_mallocs")
+	locals := h.nLocals
+	run(1000)
+	after := h.call("sluice_test_mallocs")
+	if h.nLocals-locals != 1000 {
+		t.Fatalf("%d local responses for 1000 requests", h.nLocals-locals)
+	}
+	if after != before {
+		t.Fatalf("the guest allocated %d times in 1000 rejected requests", after-before)
+	}
+}
+
+// BenchmarkRequestHeadersPrecheck measures proxy_on_request_headers when
+// the precheck decides (a local 429, no call), under wazero's compiler.
+// ns/op covers the whole stream (context create, request headers, done,
+// delete); ns/request_headers the proxy_on_request_headers call alone.
+func BenchmarkRequestHeadersPrecheck(b *testing.B) {
+	h := overLimitHost(b, filterWasm)
+	h.quiet = true
+	h.headers[100] = benchRequest
+	onCreate, onHeaders := h.fn["proxy_on_context_create"], h.fn["proxy_on_request_headers"]
+	onDone, onDelete := h.fn["proxy_on_done"], h.fn["proxy_on_delete"]
+	stack := h.stack
+	var inHeaders time.Duration
+	samples := make([]time.Duration, 0, 1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h.current = 100
+		stack[0], stack[1] = 100, 1
+		_ = onCreate.CallWithStack(h.ctx, stack)
+		stack[0], stack[1], stack[2] = 100, 4, 1
+		start := time.Now()
+		_ = onHeaders.CallWithStack(h.ctx, stack)
+		d := time.Since(start)
+		inHeaders += d
+		if len(samples) < cap(samples) {
+			samples = append(samples, d)
+		}
+		stack[0] = 100
+		_ = onDone.CallWithStack(h.ctx, stack)
+		stack[0] = 100
+		_ = onDelete.CallWithStack(h.ctx, stack)
+	}
+	b.StopTimer()
+	if h.nLocals < b.N {
+		b.Fatalf("%d local responses for %d requests", h.nLocals, b.N)
+	}
+	b.ReportMetric(float64(inHeaders.Nanoseconds())/float64(b.N), "ns/request_headers")
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	b.ReportMetric(float64(samples[len(samples)/2].Nanoseconds()), "ns/request_headers_median")
+}
