@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -19,6 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	filterconfig "github.com/sluicehq/sluice/filter/config"
 )
 
 // readConfig returns the text of envoy.yaml.
@@ -114,101 +115,13 @@ func TestWasmPlugin(t *testing.T) {
 	}
 }
 
-// checkPluginJSON checks the shape of the sluice plugin configuration: exactly the known keys, each
-// of the right type, and descriptors built only from known actions.
+// checkPluginJSON checks the plugin configuration with the filter's own
+// parser, the code proxy_on_configure runs, so the file cannot drift from
+// what filter.wasm accepts.
 func checkPluginJSON(s string) error {
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.DisallowUnknownFields()
-	var c struct {
-		Cluster     *string             `json:"cluster"`
-		Authority   *string             `json:"authority"`
-		Domain      *string             `json:"domain"`
-		Timeout     *string             `json:"timeout"`
-		FailureMode *string             `json:"failure_mode"`
-		Descriptors [][]json.RawMessage `json:"descriptors"`
-		Precheck    *bool               `json:"precheck"`
-		Headers     *struct {
-			IETF       *bool `json:"ietf"`
-			Legacy     *bool `json:"legacy"`
-			RetryAfter *bool `json:"retry_after"`
-		} `json:"headers"`
-	}
-	if err := dec.Decode(&c); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errString("trailing data after the JSON object")
-	}
-	for name, v := range map[string]*string{"cluster": c.Cluster, "authority": c.Authority, "domain": c.Domain, "timeout": c.Timeout, "failure_mode": c.FailureMode} {
-		if v == nil || *v == "" {
-			return errString("missing " + name)
-		}
-	}
-	if d, err := time.ParseDuration(*c.Timeout); err != nil || d <= 0 {
-		return errString("timeout " + *c.Timeout + " is not a positive duration")
-	}
-	if *c.FailureMode != "open" && *c.FailureMode != "closed" {
-		return errString("failure_mode " + *c.FailureMode + " is not open or closed")
-	}
-	if c.Precheck == nil {
-		return errString("missing precheck")
-	}
-	if c.Headers == nil || c.Headers.IETF == nil || c.Headers.Legacy == nil || c.Headers.RetryAfter == nil {
-		return errString("headers must set ietf, legacy and retry_after")
-	}
-	if len(c.Descriptors) == 0 {
-		return errString("no descriptors")
-	}
-	for _, d := range c.Descriptors {
-		if len(d) == 0 {
-			return errString("empty descriptor")
-		}
-		for _, raw := range d {
-			if err := checkAction(raw); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	_, err := filterconfig.Parse([]byte(s))
+	return err
 }
-
-// checkAction checks one descriptor action: an object with exactly one known key and its fields.
-func checkAction(raw json.RawMessage) error {
-	var a map[string]map[string]string
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return errString("action " + string(raw) + ": " + err.Error())
-	}
-	if len(a) != 1 {
-		return errString("action " + string(raw) + " must have exactly one kind")
-	}
-	want := map[string][]string{
-		"remote_address":  nil,
-		"path":            nil,
-		"method":          nil,
-		"request_headers": {"header_name", "descriptor_key"},
-		"generic_key":     {"descriptor_key", "descriptor_value"},
-	}
-	for kind, fields := range a {
-		keys, ok := want[kind]
-		if !ok {
-			return errString("unknown action " + kind)
-		}
-		if len(fields) != len(keys) {
-			return errString("action " + kind + ": wrong fields in " + string(raw))
-		}
-		for _, k := range keys {
-			if fields[k] == "" {
-				return errString("action " + kind + ": missing " + k)
-			}
-		}
-	}
-	return nil
-}
-
-// errString is a constant error message.
-type errString string
-
-func (e errString) Error() string { return string(e) }
 
 // findCluster returns the cluster called name.
 func findCluster(t *testing.T, cs []*clusterv3.Cluster, name string) *clusterv3.Cluster {
@@ -302,7 +215,7 @@ func TestBrokenConfigs(t *testing.T) {
 		},
 		{
 			name: "plugin configuration not JSON",
-			old:  `"domain": "edge",`, new: `"domain": "edge",,`,
+			old:  `"domain": "sluice-demo",`, new: `"domain": "sluice-demo",,`,
 			want: []string{"not valid JSON"},
 		},
 		{
@@ -344,14 +257,17 @@ func TestBrokenConfigs(t *testing.T) {
 	}
 }
 
+
 func TestBrokenPluginJSON(t *testing.T) {
+	const base = `"cluster":"c","domain":"d","rate_limits":[{"actions":[{"path":{}}]}]`
 	tests := []struct{ name, json, want string }{
-		{"unknown key", `{"cluster":"c","authority":"a","domain":"d","timeout":"20ms","failure_mode":"open","descriptors":[[{"path":{}}]],"precheck":true,"headers":{"ietf":true,"legacy":false,"retry_after":true},"extra":1}`, "extra"},
-		{"bad failure mode", `{"cluster":"c","authority":"a","domain":"d","timeout":"20ms","failure_mode":"maybe","descriptors":[[{"path":{}}]],"precheck":true,"headers":{"ietf":true,"legacy":false,"retry_after":true}}`, "failure_mode"},
-		{"bad timeout", `{"cluster":"c","authority":"a","domain":"d","timeout":"-5ms","failure_mode":"open","descriptors":[[{"path":{}}]],"precheck":true,"headers":{"ietf":true,"legacy":false,"retry_after":true}}`, "timeout"},
-		{"unknown action", `{"cluster":"c","authority":"a","domain":"d","timeout":"20ms","failure_mode":"open","descriptors":[[{"query":{}}]],"precheck":true,"headers":{"ietf":true,"legacy":false,"retry_after":true}}`, "unknown action query"},
-		{"header action without key", `{"cluster":"c","authority":"a","domain":"d","timeout":"20ms","failure_mode":"open","descriptors":[[{"request_headers":{"header_name":"x"}}]],"precheck":true,"headers":{"ietf":true,"legacy":false,"retry_after":true}}`, "request_headers"},
-		{"missing domain", `{"cluster":"c","authority":"a","timeout":"20ms","failure_mode":"open","descriptors":[[{"path":{}}]],"precheck":true,"headers":{"ietf":true,"legacy":false,"retry_after":true}}`, "domain"},
+		{"unknown key", `{` + base + `,"extra":1}`, "extra"},
+		{"bad failure mode", `{` + base + `,"failure_mode":"maybe"}`, "failure_mode"},
+		{"bad timeout", `{` + base + `,"timeout":"-5ms"}`, "timeout"},
+		{"unknown action", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"query":{}}]}]}`, "rate_limits[0].actions[0]"},
+		{"header action without key", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"request_headers":{"header_name":"x"}}]}]}`, "descriptor_key"},
+		{"missing domain", `{"cluster":"c","rate_limits":[{"actions":[{"path":{}}]}]}`, "domain"},
+		{"old descriptors shape", `{"cluster":"c","domain":"d","descriptors":[[{"path":{}}]]}`, "descriptors"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
