@@ -12,7 +12,7 @@ FUZZ_PKG    := ./shared/algorithms
 FUZZ_TARGETS := FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve
 FUZZTIME ?= 1500ms
 
-.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms vet
+.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms vet wasm run e2e
 
 ## test: everything — Redis check, native tests, wasip1 tests under wazero, short fuzzing.
 test: redis-server vet test-native test-wasip1 fuzz-short
@@ -64,3 +64,17 @@ bench: bench-algorithms
 bench-algorithms: $(WAZERO)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
 	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./shared/algorithms/
+
+## wasm: build the proxy-wasm filter, build/filter.wasm, with upstream Go.
+wasm:
+	./wasm-build.sh build/filter.wasm
+
+## run: the whole stack on loopback: control plane (embedded memory store, example
+## policies), a demo upstream, filter.wasm in the proxy-wasm host on :8080. Ctrl-C stops it.
+## REDIS_ADDR=host:port make run uses Redis.
+run: wasm
+	$(HOSTENV) $(GO) run ./e2e/cmd/sluice-dev -wasm build/filter.wasm
+
+## e2e: the end-to-end scenarios alone (real redis-server, 2 control planes, 2 gateways).
+e2e: redis-server
+	$(GO) test -count=1 -v ./e2e/...

@@ -1,0 +1,428 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/stack"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Built once by TestMain.
+var (
+	progs    stack.Programs // sluice-controlplane, ratectl, filter.wasm
+	wasm     []byte         // filter.wasm
+	cacheDir string         // wazero's compilation cache, shared by every gateway
+)
+
+// The domain every test policy uses, and the header its descriptors come from.
+const (
+	domain    = "e2e"
+	keyHeader = "x-api-key"
+)
+
+// cpDeadline is the control planes' Redis deadline in these tests. The
+// default (20 ms) is meant for a dedicated machine; here, two busy cores run
+// Redis, two control planes, two gateways and the load, and a missed
+// deadline degrades a replica to its own memory store, which the exact
+// counts of the scenarios would then see as over-admission. The filter's
+// timeout (plugin()) is longer, so that a slow Redis degrades the control
+// plane before the filter gives up on it.
+const cpDeadline = "100ms"
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(runTests(m))
+}
+
+// runTests builds the programs, warms the compilation cache and runs the
+// tests.
+func runTests(m *testing.M) int {
+	if testing.Short() {
+		fmt.Println("e2e: skipped in -short mode (each test starts Redis, control planes and gateways)")
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "sluice-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if progs, err = stack.Build(ctx, dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: build:", err)
+		return 1
+	}
+	if wasm, err = os.ReadFile(progs.Wasm); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	cacheDir = filepath.Join(dir, "wazero-cache")
+	// The first gateway compiles filter.wasm; later ones load the cache.
+	g, err := stack.StartGateway(ctx, stack.GatewayConfig{
+		Wasm: wasm, Plugin: plugin().JSON(), ControlPlane: "127.0.0.1:1",
+		Upstream: "http://127.0.0.1:1", CacheDir: cacheDir, Workers: 1,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: filter.wasm does not start:", err)
+		return 1
+	}
+	g.Close(ctx)
+	fmt.Printf("e2e: built the control plane, ratectl and filter.wasm and compiled it in %v\n", time.Since(start).Round(time.Millisecond))
+	return m.Run()
+}
+
+// plugin returns the gateways' usual plugin configuration: one descriptor,
+// api_key from the x-api-key header, and a timeout well above the control
+// planes' Redis deadline.
+func plugin() stack.PluginConfig {
+	return stack.PluginConfig{
+		Cluster:     stack.DefaultCluster,
+		Domain:      domain,
+		Timeout:     "300ms",
+		FailureMode: "open",
+		RateLimits:  []stack.RateLimit{{Actions: []stack.Action{stack.RequestHeader(keyHeader, "api_key")}}},
+		Precheck:    &stack.Precheck{Enabled: true},
+		Headers:     &stack.Headers{Draft10: true, RetryAfter: true},
+	}
+}
+
+// clusterConfig configures startCluster.
+type clusterConfig struct {
+	policy  string               // policy YAML the control planes start with
+	plugins []stack.PluginConfig // per gateway; missing ones get plugin()
+	cpArgs  []string             // extra control-plane flags
+}
+
+// cluster is one Redis, two control planes, two gateways (gateway i calls
+// control plane i) and an upstream.
+type cluster struct {
+	t      *testing.T
+	dir    string
+	redis  *redistest.Server
+	cps    []*stack.ControlPlane
+	gws    []*stack.Gateway
+	up     *stack.Upstream
+	token  string // the policy service's bearer token
+	client *http.Client
+}
+
+// needStack skips the test in -short mode, where TestMain builds nothing.
+func needStack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: skipped in -short mode")
+	}
+}
+
+// startCluster starts a cluster; everything is stopped when the test ends.
+func startCluster(t *testing.T, cfg clusterConfig) *cluster {
+	t.Helper()
+	needStack(t)
+	ctx := context.Background()
+	c := &cluster{t: t, dir: t.TempDir(), token: newToken(t)}
+	c.client = &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second,
+		},
+	}
+	t.Cleanup(c.client.CloseIdleConnections)
+	c.redis = redistest.StartServer(t)
+	policyFile := filepath.Join(c.dir, "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(cfg.policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if c.up, err = stack.StartUpstream("127.0.0.1:0", keyHeader); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.up.Close(context.Background()) })
+	for i := range 2 {
+		cp, err := stack.StartControlPlane(ctx, stack.ControlPlaneConfig{
+			Binary:    progs.ControlPlane,
+			Dir:       c.dir,
+			RedisAddr: c.redis.Addr(),
+			Policies:  []string{policyFile},
+			Token:     c.token,
+			Args:      append([]string{"-deadline", cpDeadline}, cfg.cpArgs...),
+		})
+		if err != nil {
+			t.Fatalf("control plane %d: %v", i, err)
+		}
+		c.cps = append(c.cps, cp)
+		t.Cleanup(func() {
+			start := time.Now()
+			if err := cp.Stop(); err != nil {
+				t.Errorf("control plane %d: %v", i, err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Logf("control plane %d took %v to stop", i, d.Round(time.Millisecond))
+			}
+			if t.Failed() {
+				t.Logf("control plane %d log (%s):\n%s", i, cp.LogPath(), logTail(cp.LogPath(), 40))
+			}
+		})
+	}
+	for i := range 2 {
+		pc := plugin()
+		if i < len(cfg.plugins) {
+			pc = cfg.plugins[i]
+		}
+		g, err := stack.StartGateway(ctx, stack.GatewayConfig{
+			Wasm: wasm, Plugin: pc.JSON(), ControlPlane: c.cps[i].GRPCAddr(),
+			Upstream: c.up.URL(), CacheDir: cacheDir, Logger: testLogger(t),
+		})
+		if err != nil {
+			t.Fatalf("gateway %d: %v", i, err)
+		}
+		c.gws = append(c.gws, g)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			if err := g.Close(ctx); err != nil {
+				t.Errorf("gateway %d: close: %v", i, err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Logf("gateway %d took %v to close", i, d.Round(time.Millisecond))
+			}
+		})
+	}
+	c.warmUp()
+	return c
+}
+
+// warmUp sends a request through every VM of both gateways, on a key no
+// policy knows, so that connections (gateway to control plane, control plane
+// to Redis) exist before a test starts counting.
+func (c *cluster) warmUp() {
+	c.t.Helper()
+	for gw, g := range c.gws {
+		for range g.Host.Workers() {
+			if r := c.send(gw, "warm-up"); r.err != nil || r.status != 200 {
+				c.t.Fatalf("warm-up via gateway %d: %v status %d %q", gw, r.err, r.status, r.body)
+			}
+		}
+	}
+}
+
+// filterErrors describes the filter's failures so far, for messages about
+// counts that are off: a failed call applies the failure mode.
+func (c *cluster) filterErrors() string {
+	return fmt.Sprintf("filter errors %d (failed open %d, closed %d)",
+		c.gwCounter("sluice.errors"), c.gwCounter("sluice.failure_open"), c.gwCounter("sluice.failure_closed"))
+}
+
+// reply is one response as a client sees it.
+type reply struct {
+	status int
+	header http.Header
+	body   string
+	at     time.Time     // when the response arrived
+	took   time.Duration // from sending to the response
+	err    error         // transport error
+}
+
+// send sends GET / with the api key to gateway gw.
+func (c *cluster) send(gw int, key string) reply {
+	req, err := http.NewRequest("GET", c.gws[gw].URL()+"/", nil)
+	if err != nil {
+		return reply{err: err}
+	}
+	if key != "" {
+		req.Header.Set(keyHeader, key)
+	}
+	start := time.Now()
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return reply{err: err, took: time.Since(start)}
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	now := time.Now()
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(body), at: now, took: now.Sub(start), err: err}
+}
+
+// cpMetric sums a metric over both control planes.
+func (c *cluster) cpMetric(name string, match ...string) float64 {
+	c.t.Helper()
+	var total float64
+	for i, cp := range c.cps {
+		s, err := stack.Scrape(cp.HTTPURL() + "/metrics")
+		if err != nil {
+			c.t.Fatalf("control plane %d: %v", i, err)
+		}
+		total += s.Sum(name, match...)
+	}
+	return total
+}
+
+// gwCounter sums one of the filter's counters over both gateways.
+func (c *cluster) gwCounter(name string) int64 {
+	var total int64
+	for _, g := range c.gws {
+		total += g.Counter(name)
+	}
+	return total
+}
+
+// waitFor polls cond every 10 ms until it holds or d passes, and returns how
+// long it took and whether it held.
+func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for {
+		if cond() {
+			return time.Since(start), true
+		}
+		if time.Since(start) > d {
+			return time.Since(start), false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// newToken returns a random bearer token.
+func newToken(t *testing.T) string {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// logTail returns the last n lines of a file.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// sfItem is one member of a structured-field list such as RateLimit's
+// `"name";r=0;t=2`.
+type sfItem struct {
+	name   string
+	params map[string]int64
+}
+
+// parseSFList parses the RateLimit-Policy and RateLimit field values the
+// filter writes: quoted names with integer parameters.
+func parseSFList(v string) ([]sfItem, error) {
+	var out []sfItem
+	for _, member := range strings.Split(v, ",") {
+		parts := strings.Split(strings.TrimSpace(member), ";")
+		name, err := strconv.Unquote(parts[0])
+		if err != nil {
+			return nil, fmt.Errorf("member %q: name is not a quoted string", member)
+		}
+		it := sfItem{name: name, params: map[string]int64{}}
+		for _, p := range parts[1:] {
+			k, val, ok := strings.Cut(p, "=")
+			if !ok {
+				return nil, fmt.Errorf("member %q: parameter %q has no value", member, p)
+			}
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("member %q: parameter %q is not an integer", member, p)
+			}
+			it.params[k] = n
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// testLogger sends the gateways' log lines (warnings and errors: the guest
+// runs at "warn") to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// tWriter writes to t.Log until the test ends.
+type tWriter struct{ t *testing.T }
+
+var tWriterMu sync.Mutex
+
+func (w tWriter) Write(p []byte) (int, error) {
+	tWriterMu.Lock()
+	defer tWriterMu.Unlock()
+	defer func() { recover() }() // a line after the test ended
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// ratectl runs the ratectl binary against control plane cp's policy service
+// (and decision API), with the cluster's token in its environment, and
+// returns its output and exit code.
+func (c *cluster) ratectl(cp int, args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, progs.Ratectl, args...)
+	cmd.Dir = c.dir
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+		"SLUICE_TOKEN=" + c.token,
+		"SLUICE_SERVER=" + c.cps[cp].PolicyAddr(),
+		"SLUICE_RLS_SERVER=" + c.cps[cp].GRPCAddr(),
+	}
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		c.t.Fatalf("ratectl %q: %v", args, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// writeFile writes a file in the cluster's directory and returns its path.
+func (c *cluster) writeFile(name, content string) string {
+	c.t.Helper()
+	path := filepath.Join(c.dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	return path
+}
+
+// quota returns the q parameter of the response's RateLimit-Policy (its
+// first member), or -1 without one.
+func quota(r reply) int64 {
+	items, err := parseSFList(r.header.Get("RateLimit-Policy"))
+	if err != nil || len(items) == 0 {
+		return -1
+	}
+	q, ok := items[0].params["q"]
+	if !ok {
+		return -1
+	}
+	return q
+}

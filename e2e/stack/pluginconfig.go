@@ -1,0 +1,70 @@
+package stack
+
+import "encoding/json"
+
+// DefaultCluster is the name the gateways give the control-plane cluster, as
+// in envoy/envoy.yaml.
+const DefaultCluster = "sluice_control_plane"
+
+// PluginConfig is the filter's plugin configuration (filter/config), the JSON
+// document Envoy hands filter.wasm. Empty optional fields are left out, so
+// the filter's defaults apply.
+type PluginConfig struct {
+	Cluster       string      `json:"cluster"`                   // control-plane cluster name
+	Authority     string      `json:"authority,omitempty"`       // :authority of the gRPC call
+	Domain        string      `json:"domain"`                    // rate limit domain
+	Timeout       string      `json:"timeout,omitempty"`         // control-plane call deadline, e.g. "50ms"
+	FailureMode   string      `json:"failure_mode,omitempty"`    // "open" or "closed"
+	StatusOnError int         `json:"status_on_error,omitempty"` // status when failing closed
+	RateLimits    []RateLimit `json:"rate_limits"`               // one descriptor each
+	Precheck      *Precheck   `json:"precheck,omitempty"`        // local precheck
+	Headers       *Headers    `json:"headers,omitempty"`         // rate limit headers to emit
+}
+
+// RateLimit builds one descriptor from its actions.
+type RateLimit struct {
+	Actions    []Action `json:"actions"`               // descriptor entries, in order
+	HitsAddend int      `json:"hits_addend,omitempty"` // cost of one request
+}
+
+// Action is one descriptor entry: a single-key object such as
+// {"remote_address": {}}.
+type Action map[string]map[string]string
+
+// Precheck configures the filter's local precheck.
+type Precheck struct {
+	Enabled    bool `json:"enabled"`               // reject locally what is known to be over limit
+	MaxEntries int  `json:"max_entries,omitempty"` // descriptors remembered per VM
+}
+
+// Headers selects the rate limit headers the filter emits.
+type Headers struct {
+	Draft10    bool `json:"draft10"`     // RateLimit-Policy and RateLimit
+	Legacy     bool `json:"legacy"`      // X-RateLimit-*
+	RetryAfter bool `json:"retry_after"` // Retry-After on 429
+}
+
+// RemoteAddress is the action for the client's address (key remote_address).
+func RemoteAddress() Action { return Action{"remote_address": {}} }
+
+// RequestHeader is the action taking descriptor key from header's value.
+func RequestHeader(header, key string) Action {
+	return Action{"request_headers": {"header_name": header, "descriptor_key": key}}
+}
+
+// Path is the action for the request path (key path).
+func Path() Action { return Action{"path": {}} }
+
+// GenericKey is the action for a constant entry.
+func GenericKey(key, value string) Action {
+	return Action{"generic_key": {"descriptor_key": key, "descriptor_value": value}}
+}
+
+// JSON returns the configuration as the filter reads it.
+func (c PluginConfig) JSON() []byte {
+	b, err := json.Marshal(c)
+	if err != nil { // only strings, ints, bools, maps and slices: cannot fail
+		panic("stack: marshal plugin config: " + err.Error())
+	}
+	return b
+}
