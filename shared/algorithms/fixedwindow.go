@@ -23,17 +23,7 @@ type FixedWindowState struct {
 }
 
 // Validate reports whether the parameters are usable.
-func (l FixedWindow) Validate() error {
-	switch {
-	case l.Limit < 1:
-		return ErrLimit
-	case l.Window <= 0:
-		return ErrWindow
-	case l.Window > maxSpan:
-		return ErrWindowTooLong
-	}
-	return nil
-}
+func (l FixedWindow) Validate() error { return validateWindow(l.Limit, l.Window) }
 
 // Allow decides a request of the given cost at now.
 func (l FixedWindow) Allow(s *FixedWindowState, now, cost int64) (Result, error) {

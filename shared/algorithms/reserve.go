@@ -29,19 +29,10 @@ type ReserveState struct {
 
 // Validate reports whether the parameters are usable.
 func (l Reserve) Validate() error {
-	switch {
-	case l.Rate < 1:
-		return ErrRate
-	case l.Period <= 0:
-		return ErrPeriod
-	case l.Burst < 1:
-		return ErrBurst
-	case l.Period > maxSpan || l.Burst > maxSpan/l.Period:
-		return ErrPeriodTooLong
-	case l.MaxWait < 0:
+	if l.MaxWait < 0 {
 		return ErrMaxWait
 	}
-	return nil
+	return validateRate(l.Rate, l.Period, l.Burst)
 }
 
 // Allow reserves cost permits at now. Result.Wait is how long the caller must

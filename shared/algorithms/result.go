@@ -56,6 +56,35 @@ var (
 // (2^61 ns is 73 years).
 const maxSpan = int64(1) << 61
 
+// validateWindow validates the parameters of the windowed algorithms.
+func validateWindow(limit, window int64) error {
+	switch {
+	case limit < 1:
+		return ErrLimit
+	case window <= 0:
+		return ErrWindow
+	case window > maxSpan:
+		return ErrWindowTooLong
+	}
+	return nil
+}
+
+// validateRate validates the parameters of the refilling algorithms (token
+// bucket and reserve), which count Burst*Period units.
+func validateRate(rate, period, burst int64) error {
+	switch {
+	case rate < 1:
+		return ErrRate
+	case period <= 0:
+		return ErrPeriod
+	case burst < 1:
+		return ErrBurst
+	case period > maxSpan || burst > maxSpan/period:
+		return ErrPeriodTooLong
+	}
+	return nil
+}
+
 // checkCost validates a request's cost against a capacity.
 func checkCost(cost, capacity int64) error {
 	if cost < 0 {

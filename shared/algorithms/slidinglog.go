@@ -38,17 +38,7 @@ func (l SlidingLog) NewState() *SlidingLogState {
 func (s *SlidingLogState) Total() int64 { return s.total }
 
 // Validate reports whether the parameters are usable.
-func (l SlidingLog) Validate() error {
-	switch {
-	case l.Limit < 1:
-		return ErrLimit
-	case l.Window <= 0:
-		return ErrWindow
-	case l.Window > maxSpan:
-		return ErrWindowTooLong
-	}
-	return nil
-}
+func (l SlidingLog) Validate() error { return validateWindow(l.Limit, l.Window) }
 
 // Allow decides a request of the given cost at now.
 func (l SlidingLog) Allow(s *SlidingLogState, now, cost int64) (Result, error) {

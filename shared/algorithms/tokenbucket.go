@@ -22,19 +22,7 @@ type TokenBucketState struct {
 }
 
 // Validate reports whether the parameters are usable.
-func (l TokenBucket) Validate() error {
-	switch {
-	case l.Rate < 1:
-		return ErrRate
-	case l.Period <= 0:
-		return ErrPeriod
-	case l.Burst < 1:
-		return ErrBurst
-	case l.Period > maxSpan || l.Burst > maxSpan/l.Period:
-		return ErrPeriodTooLong
-	}
-	return nil
-}
+func (l TokenBucket) Validate() error { return validateRate(l.Rate, l.Period, l.Burst) }
 
 // Allow decides a request of the given cost at now.
 func (l TokenBucket) Allow(s *TokenBucketState, now, cost int64) (Result, error) {
