@@ -7,15 +7,17 @@ WAZERO   := $(BIN)/wazero
 # go test -exec runner for GOOS=wasip1: the wazero CLI built for this host.
 WASM_EXEC := $(WAZERO) run -mount=/:/ -env-inherit -cachedir=$(CACHE)/wazero
 # Packages whose tests also run as wasip1 modules under wazero.
-WASIP1_PKGS := ./shared/algorithms/...
+WASIP1_PKGS := ./shared/algorithms/... ./filter/config/... ./filter/descriptors/... ./filter/headermap/... \
+               ./filter/limitheaders/... ./filter/precheck/... ./filter/rlsproto/...
 FUZZ_PKG    := ./shared/algorithms
 FUZZ_TARGETS := FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve
 FUZZTIME ?= 1500ms
 
-.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms vet wasm run e2e
+.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms bench-e2e vet wasm run e2e
 
-## test: everything — Redis check, native tests, wasip1 tests under wazero, short fuzzing.
-test: redis-server vet test-native test-wasip1 fuzz-short
+## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
+## under wazero, short fuzzing.
+test: redis-server vet wasm test-native test-wasip1 fuzz-short
 	@echo "make test: all suites passed"
 
 ## redis-server: make sure a real redis-server is on PATH (tests start their own on free ports).
@@ -59,7 +61,7 @@ fuzz:
 	$(MAKE) fuzz-short FUZZTIME=$${FUZZTIME:-1m}
 
 ## bench: benchmarks (not tests): algorithms natively and under wazero.
-bench: bench-algorithms
+bench: bench-algorithms bench-e2e
 
 bench-algorithms: $(WAZERO)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
@@ -78,3 +80,7 @@ run: wasm
 ## e2e: the end-to-end scenarios alone (real redis-server, 2 control planes, 2 gateways).
 e2e: redis-server
 	$(GO) test -count=1 -v ./e2e/...
+
+## bench-e2e: requests/s and latency through the gateway with filter.wasm, in three modes.
+bench-e2e: redis-server
+	$(HOSTENV) $(GO) run ./e2e/cmd/sluice-bench
