@@ -36,6 +36,8 @@ type wasmHost struct {
 	mod     api.Module
 	stack   []uint64
 	fn      map[string]api.Function
+	malloc  api.Function // proxy_on_memory_allocate
+	mstack  []uint64     // its stack
 
 	config   []byte
 	current  uint32
@@ -59,7 +61,7 @@ type hostAnswer struct {
 func newWasmHost(tb testing.TB, wasm []byte, config string) *wasmHost {
 	tb.Helper()
 	h := &wasmHost{
-		tb: tb, ctx: context.Background(), config: []byte(config), stack: make([]uint64, 16),
+		tb: tb, ctx: context.Background(), config: []byte(config), stack: make([]uint64, 16), mstack: make([]uint64, 1),
 		fn: map[string]api.Function{}, headers: map[uint32]map[string]string{},
 		locals: map[uint32]uint32{}, resumed: map[uint32]int{}, remote: "198.51.100.4:5000",
 	}
@@ -158,6 +160,7 @@ func newWasmHost(tb testing.TB, wasm []byte, config string) *wasmHost {
 	for name := range mod.ExportedFunctionDefinitions() {
 		h.fn[name] = mod.ExportedFunction(name)
 	}
+	h.malloc = h.fn["proxy_on_memory_allocate"]
 	h.call("proxy_on_context_create", 1, 0)
 	if h.call("proxy_on_vm_start", 1, 0) != 1 {
 		tb.Fatal("vm start failed")
@@ -168,11 +171,7 @@ func newWasmHost(tb testing.TB, wasm []byte, config string) *wasmHost {
 // give copies data into guest memory from proxy_on_memory_allocate and
 // writes its address and size to the out-parameters.
 func (h *wasmHost) give(m api.Module, data []byte, ptrOut, sizeOut uint32) uint64 {
-	stack := []uint64{uint64(len(data))}
-	if err := h.fn["proxy_on_memory_allocate"].CallWithStack(h.ctx, stack); err != nil {
-		h.tb.Fatal(err)
-	}
-	ptr := uint32(stack[0])
+	ptr := h.allocate(len(data))
 	m.Memory().Write(ptr, data)
 	m.Memory().WriteUint32Le(ptrOut, ptr)
 	m.Memory().WriteUint32Le(sizeOut, uint32(len(data)))
@@ -180,15 +179,21 @@ func (h *wasmHost) give(m api.Module, data []byte, ptrOut, sizeOut uint32) uint6
 }
 
 func (h *wasmHost) giveString(m api.Module, s string, ptrOut, sizeOut uint32) uint64 {
-	stack := []uint64{uint64(len(s))}
-	if err := h.fn["proxy_on_memory_allocate"].CallWithStack(h.ctx, stack); err != nil {
-		h.tb.Fatal(err)
-	}
-	ptr := uint32(stack[0])
+	ptr := h.allocate(len(s))
 	m.Memory().WriteString(ptr, s)
 	m.Memory().WriteUint32Le(ptrOut, ptr)
 	m.Memory().WriteUint32Le(sizeOut, uint32(len(s)))
 	return 0
+}
+
+// allocate asks the guest for n bytes (proxy_on_memory_allocate), without
+// allocating in the host.
+func (h *wasmHost) allocate(n int) uint32 {
+	h.mstack[0] = uint64(n)
+	if err := h.malloc.CallWithStack(h.ctx, h.mstack); err != nil {
+		h.tb.Fatal(err)
+	}
+	return uint32(h.mstack[0])
 }
 
 // call calls an export with up to a few i32 arguments, without allocating.
@@ -291,6 +296,52 @@ func overLimitHost(tb testing.TB, wasm []byte) *wasmHost {
 	return h
 }
 
+// hostAdmitted returns an OK answer whose descriptors have a token bucket
+// of one request per hour, burst 1.
+func hostAdmitted(tb testing.TB) *hostAnswer {
+	limit := map[string]any{"algorithm": "token_bucket", "limit": 1, "window_ms": 3600e3, "burst": 1}
+	meta, err := structpb.NewStruct(map[string]any{rlsproto.MetadataKey: []any{limit, limit}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &hostAnswer{
+		headers:  map[string]string{":status": "200"},
+		trailers: map[string]string{"grpc-status": "0"},
+		body: grpcAnswer(tb, &rlsv3.RateLimitResponse{
+			OverallCode:     rlsv3.RateLimitResponse_OK,
+			Statuses:        []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: 1}, {Code: 1}},
+			DynamicMetadata: meta,
+		}),
+	}
+}
+
+// emptyBucketHost returns a host whose filter's local token bucket for
+// benchRequest's descriptors is empty: the control plane admitted requests
+// until the bucket (burst 1, plus the slack for the call latency) had no
+// room left, and it refills one request per hour.
+func emptyBucketHost(tb testing.TB, wasm []byte) *wasmHost {
+	h := newWasmHost(tb, wasm, benchConfig)
+	if !h.configure() {
+		tb.Fatalf("configuration refused: %v", h.logs)
+	}
+	for id := uint32(2); ; id++ {
+		calls := len(h.calls)
+		h.request(id, benchRequest)
+		if len(h.calls) == calls {
+			if h.locals[id] != 429 {
+				tb.Fatalf("request %d neither called out nor rejected", id)
+			}
+			h.finish(id)
+			return h
+		}
+		if id > 10 {
+			tb.Fatal("the local bucket never ran out")
+		}
+		h.deliver(uint32(len(h.calls)), hostAdmitted(tb))
+		h.finish(id)
+	}
+}
+
 func TestWasmScenarios(t *testing.T) {
 	h := newWasmHost(t, filterWasm, benchConfig)
 	if !h.configure() {
@@ -340,38 +391,55 @@ func TestWasmScenarios(t *testing.T) {
 // allocations (runtime.MemStats.Mallocs, exported by the sluicetest build)
 // over many requests the precheck rejects.
 func TestWasmPrecheckRejectionAllocatesNothing(t *testing.T) {
-	h := overLimitHost(t, filterWasmDev)
-	h.quiet = true
-	run := func(n int) {
-		for i := 0; i < n; i++ {
-			id := uint32(100 + i%2)
-			h.current = id
-			h.call("proxy_on_context_create", uint64(id), 1)
-			h.call("proxy_on_request_headers", uint64(id), 4, 1)
-			h.call("proxy_on_done", uint64(id))
-			h.call("proxy_on_delete", uint64(id))
-		}
-	}
-	h.headers[100], h.headers[101] = benchRequest, benchRequest
-	run(100) // warm up: maps and buffers reach their size
-	before := h.call("sluice_test_mallocs")
-	locals := h.nLocals
-	run(1000)
-	after := h.call("sluice_test_mallocs")
-	if h.nLocals-locals != 1000 {
-		t.Fatalf("%d local responses for 1000 requests", h.nLocals-locals)
-	}
-	if after != before {
-		t.Fatalf("the guest allocated %d times in 1000 rejected requests", after-before)
+	for name, newHost := range map[string]func(testing.TB, []byte) *wasmHost{
+		"over limit":   overLimitHost,
+		"empty bucket": emptyBucketHost,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHost(t, filterWasmDev)
+			h.quiet = true
+			run := func(n int) {
+				for i := 0; i < n; i++ {
+					id := uint32(100 + i%2)
+					h.current = id
+					h.call("proxy_on_context_create", uint64(id), 1)
+					h.call("proxy_on_request_headers", uint64(id), 4, 1)
+					h.call("proxy_on_done", uint64(id))
+					h.call("proxy_on_delete", uint64(id))
+				}
+			}
+			h.headers[100], h.headers[101] = benchRequest, benchRequest
+			run(100) // warm up: tables and buffers reach their size
+			before := h.call("sluice_test_mallocs")
+			locals := h.nLocals
+			run(1000)
+			after := h.call("sluice_test_mallocs")
+			if h.nLocals-locals != 1000 {
+				t.Fatalf("%d local responses for 1000 requests", h.nLocals-locals)
+			}
+			if after != before {
+				t.Fatalf("the guest allocated %d times in 1000 rejected requests", after-before)
+			}
+		})
 	}
 }
 
 // BenchmarkRequestHeadersPrecheck measures proxy_on_request_headers when
-// the precheck decides (a local 429, no call), under wazero's compiler.
+// the precheck decides (a local 429, no call), under wazero's compiler: the
+// control plane said the first descriptor is over its limit.
 // ns/op covers the whole stream (context create, request headers, done,
 // delete); ns/request_headers the proxy_on_request_headers call alone.
 func BenchmarkRequestHeadersPrecheck(b *testing.B) {
-	h := overLimitHost(b, filterWasm)
+	benchmarkPrecheck(b, overLimitHost(b, filterWasm))
+}
+
+// BenchmarkRequestHeadersPrecheckBucket is BenchmarkRequestHeadersPrecheck
+// with the rejection coming from the local token bucket instead.
+func BenchmarkRequestHeadersPrecheckBucket(b *testing.B) {
+	benchmarkPrecheck(b, emptyBucketHost(b, filterWasm))
+}
+
+func benchmarkPrecheck(b *testing.B, h *wasmHost) {
 	h.quiet = true
 	h.headers[100] = benchRequest
 	onCreate, onHeaders := h.fn["proxy_on_context_create"], h.fn["proxy_on_request_headers"]
@@ -379,6 +447,7 @@ func BenchmarkRequestHeadersPrecheck(b *testing.B) {
 	stack := h.stack
 	var inHeaders time.Duration
 	samples := make([]time.Duration, 0, 1024)
+	locals := h.nLocals
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -399,10 +468,36 @@ func BenchmarkRequestHeadersPrecheck(b *testing.B) {
 		_ = onDelete.CallWithStack(h.ctx, stack)
 	}
 	b.StopTimer()
-	if h.nLocals < b.N {
-		b.Fatalf("%d local responses for %d requests", h.nLocals, b.N)
+	if h.nLocals-locals != b.N {
+		b.Fatalf("%d local responses for %d requests", h.nLocals-locals, b.N)
 	}
 	b.ReportMetric(float64(inHeaders.Nanoseconds())/float64(b.N), "ns/request_headers")
 	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
 	b.ReportMetric(float64(samples[len(samples)/2].Nanoseconds()), "ns/request_headers_median")
+}
+
+// BenchmarkHostCallFloor measures what no implementation of the precheck
+// path can avoid under this host: an export that only makes the host calls
+// of a precheck rejection (the peer's address, the clock, a counter, the
+// local reply). Compare ns/call with BenchmarkRequestHeadersPrecheck's
+// ns/request_headers_median.
+func BenchmarkHostCallFloor(b *testing.B) {
+	h := overLimitHost(b, filterWasmDev)
+	h.quiet = true
+	h.current = 100
+	floor := h.fn["sluice_test_host_floor"]
+	stack := h.stack
+	samples := make([]time.Duration, 0, 1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		_ = floor.CallWithStack(h.ctx, stack)
+		if d := time.Since(start); len(samples) < cap(samples) {
+			samples = append(samples, d)
+		}
+	}
+	b.StopTimer()
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	b.ReportMetric(float64(samples[len(samples)/2].Nanoseconds()), "ns/call_median")
 }

@@ -27,11 +27,11 @@ type Descriptor struct {
 }
 
 // Request is what the actions read from a request. Returned strings need only
-// stay valid until Build returns.
+// stay valid until Build returns. The filter's proxy host implements it.
 type Request interface {
-	// Header returns the value of a request header; name is lower case.
-	// Pseudo-headers (":path", ":method", ...) are headers too.
-	Header(name string) (string, bool)
+	// RequestHeader returns the value of a request header; name is lower
+	// case. Pseudo-headers (":path", ":method", ...) are headers too.
+	RequestHeader(name string) (string, bool)
 	// RemoteAddress returns the downstream peer address as the proxy reports
 	// it: "ip:port", "[ipv6]:port" or a bare IP.
 	RemoteAddress() (string, bool)
@@ -47,44 +47,72 @@ type Set struct {
 }
 
 // Build replaces the set's descriptors with those the rate limits produce for
-// req. The entries' strings are the ones req returned, except that values
-// that are not valid UTF-8 are repaired (each invalid byte sequence becomes
-// U+FFFD): protobuf strings must be UTF-8, and a control plane would reject
-// the whole request otherwise, which a client could use to trigger the
-// failure mode at will.
+// req: Reset, then Add for each rate limit.
 func (s *Set) Build(rateLimits []config.RateLimit, req Request) {
+	s.Reset()
+	for i := range rateLimits {
+		s.Add(&rateLimits[i], i, req)
+	}
+}
+
+// Reset empties the set for a new request.
+func (s *Set) Reset() {
 	s.Descriptors = s.Descriptors[:0]
 	s.entries = s.entries[:0]
 	s.text = s.text[:0]
 	s.bounds = append(s.bounds[:0], 0)
-	for i := range rateLimits {
-		rl := &rateLimits[i]
-		start := len(s.entries)
-		ok := true
-		for j := range rl.Actions {
-			e, produced, keep := entry(&rl.Actions[j], req)
-			if !keep {
-				ok = false
-				break
-			}
-			if produced {
-				if !utf8.ValidString(e.Value) {
-					e.Value = s.repair(e.Value)
-				}
-				s.entries = append(s.entries, e)
-			}
-		}
-		if !ok || len(s.entries) == start {
+}
+
+// Add evaluates rate limit rl, the index-th configured one, for req and
+// appends the descriptor it produces, if any; it reports whether it did.
+// Adding rate limits one at a time lets a caller stop early: the filter
+// prechecks each descriptor as soon as it is built, and a request rejected
+// on the first one needs none of the host calls the others would make.
+//
+// The entries' strings are the ones req returned, except that values that
+// are not valid UTF-8 are repaired (each invalid byte sequence becomes
+// U+FFFD): protobuf strings must be UTF-8, and a control plane would reject
+// the whole request otherwise, which a client could use to trigger the
+// failure mode at will.
+func (s *Set) Add(rl *config.RateLimit, index int, req Request) bool {
+	start, oldCap := len(s.entries), cap(s.entries)
+	for j := range rl.Actions {
+		a := &rl.Actions[j]
+		v, produced, keep := value(a, req)
+		if !keep {
 			s.entries = s.entries[:start]
-			continue
+			return false
 		}
-		s.bounds = append(s.bounds, len(s.entries))
-		s.Descriptors = append(s.Descriptors, Descriptor{HitsAddend: rl.HitsAddend, RateLimit: i})
+		if produced {
+			if a.Kind != config.RemoteAddress && !utf8.ValidString(v) {
+				v = s.repair(v) // (an address HostIP accepts is ASCII)
+			}
+			s.entries = append(s.entries, Entry{Key: a.DescriptorKey, Value: v})
+		}
 	}
-	// Slice the entries only now: appends above may have moved them.
-	for i := range s.Descriptors {
-		s.Descriptors[i].Entries = s.entries[s.bounds[i]:s.bounds[i+1]:s.bounds[i+1]]
+	if len(s.entries) == start {
+		return false
 	}
+	s.bounds = append(s.bounds, len(s.entries))
+	// Grow Descriptors by one and set the new one's fields in place: in
+	// filter.wasm, appending a composite literal zeroes and copies it
+	// through memory.fill and memory.copy, a call each under wazero.
+	n := len(s.Descriptors)
+	if n < cap(s.Descriptors) {
+		s.Descriptors = s.Descriptors[:n+1]
+	} else {
+		s.Descriptors = append(s.Descriptors, Descriptor{})
+	}
+	d := &s.Descriptors[n]
+	d.HitsAddend, d.RateLimit = rl.HitsAddend, index
+	d.Entries = s.entries[start:len(s.entries):len(s.entries)]
+	if cap(s.entries) != oldCap {
+		// The appends moved the storage: slice the earlier ones again.
+		for i := 0; i < n; i++ {
+			s.Descriptors[i].Entries = s.entries[s.bounds[i]:s.bounds[i+1]:s.bounds[i+1]]
+		}
+	}
+	return true
 }
 
 // repair returns v with invalid UTF-8 replaced, stored in s.text. Strings
@@ -110,54 +138,49 @@ func (s *Set) repair(v string) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// entry evaluates one action. produced reports whether it yields an entry;
-// keep is false when the whole descriptor must be dropped.
-func entry(a *config.Action, req Request) (e Entry, produced, keep bool) {
-	e.Key = a.DescriptorKey
+// value evaluates one action: the entry's value. produced reports whether
+// the action yields an entry; keep is false when the whole descriptor must
+// be dropped.
+func value(a *config.Action, req Request) (v string, produced, keep bool) {
 	switch a.Kind {
 	case config.GenericKey:
-		e.Value = a.DescriptorValue
-		return e, true, true
+		return a.DescriptorValue, true, true
 	case config.RequestHeader:
-		v, ok := req.Header(a.HeaderName)
+		v, ok := req.RequestHeader(a.HeaderName)
 		if !ok {
 			// Envoy: a missing header drops the descriptor unless
 			// skip_if_absent, which drops only the entry.
-			return e, false, a.SkipIfAbsent
+			return "", false, a.SkipIfAbsent
 		}
-		e.Value = v
-		return e, true, true
+		return v, true, true
 	case config.Method:
-		v, ok := req.Header(":method")
+		v, ok := req.RequestHeader(":method")
 		if !ok || v == "" {
-			return e, false, false
+			return "", false, false
 		}
-		e.Value = v
-		return e, true, true
+		return v, true, true
 	case config.Path:
-		v, ok := req.Header(":path")
+		v, ok := req.RequestHeader(":path")
 		if !ok {
-			return e, false, false
+			return "", false, false
 		}
 		v = StripQuery(v)
 		if v == "" {
-			return e, false, false
+			return "", false, false
 		}
-		e.Value = v
-		return e, true, true
+		return v, true, true
 	case config.RemoteAddress:
 		v, ok := req.RemoteAddress()
 		if !ok {
-			return e, false, false
+			return "", false, false
 		}
 		ip, ok := HostIP(v)
 		if !ok {
-			return e, false, false
+			return "", false, false
 		}
-		e.Value = ip
-		return e, true, true
+		return ip, true, true
 	}
-	return e, false, false
+	return "", false, false
 }
 
 // StripQuery returns the path without its query string and fragment.
@@ -173,6 +196,20 @@ func StripQuery(path string) string {
 // substring of addr. ok is false when addr holds no IP address (a pipe, an
 // internal address).
 func HostIP(addr string) (ip string, ok bool) {
+	// The common case, an IPv4 address with or without a port, in one pass.
+	if n := dottedQuadPrefix(addr); n > 0 {
+		if n == len(addr) {
+			return addr, true
+		}
+		if addr[n] == ':' && strings.IndexByte(addr[n+1:], ':') < 0 {
+			return addr[:n], true
+		}
+	}
+	return hostIP(addr)
+}
+
+// hostIP is HostIP for any address.
+func hostIP(addr string) (ip string, ok bool) {
 	host := addr
 	switch {
 	case strings.HasPrefix(addr, "["):
@@ -194,11 +231,21 @@ func HostIP(addr string) (ip string, ok bool) {
 // for each entry, the key's length, the key, the value's length, the value,
 // lengths as unsigned varints. Equal keys mean equal descriptors.
 func AppendKey(dst []byte, d *Descriptor) []byte {
-	for _, e := range d.Entries {
-		dst = binary.AppendUvarint(dst, uint64(len(e.Key)))
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		dst = appendLen(dst, len(e.Key))
 		dst = append(dst, e.Key...)
-		dst = binary.AppendUvarint(dst, uint64(len(e.Value)))
+		dst = appendLen(dst, len(e.Value))
 		dst = append(dst, e.Value...)
 	}
 	return dst
+}
+
+// appendLen appends n as an unsigned varint; a length under 128, the usual
+// case, is one byte, appended without binary.AppendUvarint's loop.
+func appendLen(dst []byte, n int) []byte {
+	if n < 0x80 {
+		return append(dst, byte(n))
+	}
+	return binary.AppendUvarint(dst, uint64(n))
 }

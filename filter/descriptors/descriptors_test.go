@@ -2,7 +2,10 @@ package descriptors
 
 import (
 	"bytes"
+	"encoding/binary"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/filter/config"
@@ -14,7 +17,7 @@ type fakeRequest struct {
 	remote  string
 }
 
-func (r fakeRequest) Header(name string) (string, bool) {
+func (r fakeRequest) RequestHeader(name string) (string, bool) {
 	v, ok := r.headers[name]
 	return v, ok
 }
@@ -153,6 +156,21 @@ func TestAppendKeyIsUnambiguous(t *testing.T) {
 	}
 }
 
+func TestAppendKeyEncoding(t *testing.T) {
+	long := strings.Repeat("v", 300) // a two-byte varint length
+	d := Descriptor{Entries: []Entry{{"k", "v1"}, {"key", long}}}
+	var want []byte
+	for _, e := range d.Entries {
+		want = binary.AppendUvarint(want, uint64(len(e.Key)))
+		want = append(want, e.Key...)
+		want = binary.AppendUvarint(want, uint64(len(e.Value)))
+		want = append(want, e.Value...)
+	}
+	if got := AppendKey([]byte("prefix"), &d); !bytes.Equal(got, append([]byte("prefix"), want...)) {
+		t.Fatalf("AppendKey = %q, want %q", got, want)
+	}
+}
+
 func TestBuildAllocatesNothingOnceWarm(t *testing.T) {
 	c := mustConfig(t, `[{"actions":[{"remote_address":{}},{"path":{}}]},{"actions":[{"method":{}}]}]`)
 	req := &fakeRequest{headers: map[string]string{":path": "/x?y", ":method": "GET"}, remote: "10.0.0.1:1"}
@@ -167,5 +185,37 @@ func TestBuildAllocatesNothingOnceWarm(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("Build allocates %v times per run", allocs)
+	}
+}
+
+// TestAddKeepsEarlierDescriptors adds descriptors one at a time to a fresh
+// set, so that the entries' storage moves several times, with dropped
+// descriptors in between, and checks all of them after each Add.
+func TestAddKeepsEarlierDescriptors(t *testing.T) {
+	var rls []string
+	for i := 0; i < 12; i++ {
+		if i%4 == 3 { // a descriptor whose header is missing: dropped
+			rls = append(rls, `{"actions":[{"generic_key":{"descriptor_value":"x"}},{"request_headers":{"header_name":"missing","descriptor_key":"m"}}]}`)
+			continue
+		}
+		rls = append(rls, `{"actions":[{"generic_key":{"descriptor_value":"g`+strconv.Itoa(i)+`"}},{"method":{}},{"path":{}}]}`)
+	}
+	c := mustConfig(t, "["+strings.Join(rls, ",")+"]")
+	req := fakeRequest{headers: map[string]string{":method": "GET", ":path": "/p"}}
+	var s Set
+	s.Reset()
+	var want []Descriptor
+	for i := range c.RateLimits {
+		added := s.Add(&c.RateLimits[i], i, req)
+		if added != (i%4 != 3) {
+			t.Fatalf("rate limit %d: Add = %v", i, added)
+		}
+		if added {
+			want = append(want, Descriptor{HitsAddend: 1, RateLimit: i, Entries: []Entry{
+				{"generic_key", "g" + strconv.Itoa(i)}, {"method", "GET"}, {"path", "/p"}}})
+		}
+		if !reflect.DeepEqual(s.Descriptors, want) {
+			t.Fatalf("after rate limit %d:\ngot  %+v\nwant %+v", i, s.Descriptors, want)
+		}
 	}
 }

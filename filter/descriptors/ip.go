@@ -43,6 +43,42 @@ func isIPv4(s string) bool {
 	return fields == 4
 }
 
+// dottedQuadPrefix returns the length of the dotted quad s starts with (as
+// isIPv4 defines it), or 0 if it does not start with one. The quad ends at
+// the end of s or at the first byte that is neither a digit nor a dot.
+func dottedQuadPrefix(s string) int {
+	fields, val, digits := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits == 1 && val == 0 {
+				return 0 // a leading zero
+			}
+			val = val*10 + int(c-'0')
+			digits++
+			if val > 255 {
+				return 0
+			}
+		case c == '.':
+			if digits == 0 || fields == 3 {
+				return 0
+			}
+			fields++
+			val, digits = 0, 0
+		default:
+			if fields == 3 && digits > 0 {
+				return i
+			}
+			return 0
+		}
+	}
+	if fields == 3 && digits > 0 {
+		return len(s)
+	}
+	return 0
+}
+
 // isIPv6 reports whether s is an IPv6 address: up to eight groups of one to
 // four hex digits separated by ':', one "::" standing for one or more zero
 // groups, the last 32 bits optionally as a dotted quad, and an optional

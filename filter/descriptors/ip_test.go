@@ -3,6 +3,7 @@ package descriptors
 import (
 	"math/rand/v2"
 	"net/netip"
+	"strconv"
 	"testing"
 )
 
@@ -63,4 +64,66 @@ func FuzzIsIP(f *testing.F) {
 	f.Add("::ffff:1.2.3.4")
 	f.Add("fe80::1%eth0")
 	f.Fuzz(func(t *testing.T, s string) { checkIP(t, s) })
+}
+
+// TestHostIPFastPathMatches compares HostIP, whose IPv4 fast path skips the
+// general parse, with the general parse on random addresses.
+func TestHostIPFastPathMatches(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const alphabet = "0123456789.:[]a%"
+	for _, addr := range []string{"1.2.3.4", "1.2.3.4:80", "1.2.3.4:", "1.2.3.4::80", "1.2.3.4:8:0", "1.2.3.4.5:80",
+		"01.2.3.4:80", "1.2.3.256:80", "1.2.3:80", "1.2.3.4a:80", "1.2.3.4%z:80", "255.255.255.255:65535", "0.0.0.0"} {
+		ip, ok := HostIP(addr)
+		wantIP, wantOK := hostIP(addr)
+		if ip != wantIP || ok != wantOK {
+			t.Errorf("HostIP(%q) = %q, %v; the general parse says %q, %v", addr, ip, ok, wantIP, wantOK)
+		}
+	}
+	for i := 0; i < 200000; i++ {
+		b := make([]byte, 1+rng.IntN(24))
+		for j := range b {
+			b[j] = alphabet[rng.IntN(len(alphabet))]
+		}
+		addr := string(b)
+		if rng.IntN(2) == 0 { // mostly a plausible IPv4 start
+			addr = "10." + strconv.Itoa(rng.IntN(300)) + ".0." + addr
+		}
+		ip, ok := HostIP(addr)
+		wantIP, wantOK := hostIP(addr)
+		if ip != wantIP || ok != wantOK {
+			t.Fatalf("HostIP(%q) = %q, %v; the general parse says %q, %v", addr, ip, ok, wantIP, wantOK)
+		}
+	}
+}
+
+// TestDottedQuadPrefixMatchesIsIPv4 runs dottedQuadPrefix over every dotted
+// quad of tricky fields (leading zeros, the bounds around 255, empty and too
+// long fields), bare and followed by a port.
+func TestDottedQuadPrefixMatchesIsIPv4(t *testing.T) {
+	fields := []string{"", "0", "00", "01", "1", "9", "10", "19", "99", "100", "199", "200", "249", "250", "255", "256",
+		"260", "299", "300", "999", "1000", "a"}
+	for _, a := range fields {
+		for _, b := range fields {
+			for _, c := range fields {
+				for _, d := range fields {
+					s := a + "." + b + "." + c + "." + d
+					want := 0
+					if isIPv4(s) {
+						want = len(s)
+					}
+					if n := dottedQuadPrefix(s); n != want {
+						t.Fatalf("dottedQuadPrefix(%q) = %d, want %d", s, n, want)
+					}
+					if n := dottedQuadPrefix(s + ":80"); n != want {
+						t.Fatalf("dottedQuadPrefix(%q) = %d, want %d", s+":80", n, want)
+					}
+				}
+			}
+		}
+	}
+	for _, s := range []string{"1.2.3.4.5", "1.2.3", "1.2.3.4.", ".1.2.3.4", "1.2.3.04"} {
+		if n := dottedQuadPrefix(s); n != 0 {
+			t.Errorf("dottedQuadPrefix(%q) = %d, want 0", s, n)
+		}
+	}
 }

@@ -137,6 +137,7 @@ type metrics struct {
 type Plugin struct {
 	id      uint32
 	host    Host
+	req     descriptors.Request // host, converted once: what the actions read
 	cfg     *config.Config
 	table   *precheck.Table    // nil when the precheck is off
 	calls   map[uint32]*stream // calls out, by call id
@@ -149,9 +150,7 @@ type Plugin struct {
 	// seconds) changes.
 	reply replyCache
 	// Scratch space reused by every request (the VM is single-threaded).
-	req      request
 	descs    descriptors.Set
-	key      []byte
 	body     []byte
 	resp     rlsproto.Response
 	policies []limitheaders.Policy
@@ -163,14 +162,8 @@ type Plugin struct {
 }
 
 func newPlugin(id uint32, host Host) *Plugin {
-	return &Plugin{id: id, host: host, calls: make(map[uint32]*stream), req: request{host: host}, lastWarn: -logEvery}
+	return &Plugin{id: id, host: host, calls: make(map[uint32]*stream), req: host, lastWarn: -logEvery}
 }
-
-// request reads a stream's request for the descriptor actions.
-type request struct{ host Host }
-
-func (r *request) Header(name string) (string, bool) { return r.host.RequestHeader(name) }
-func (r *request) RemoteAddress() (string, bool)     { return r.host.RemoteAddress() }
 
 // configure reads and applies the plugin configuration.
 func (p *Plugin) configure(size int) bool {
@@ -272,27 +265,58 @@ func (p *Plugin) warn(msg string) {
 
 // onRequestHeaders decides a request: a local 429, a call to the control
 // plane (pause), or through.
+//
+// The descriptors are built one at a time and each is prechecked as soon as
+// it is built: the precheck decides each on its own, in order, so a request
+// rejected on one needs none of the header reads of the later ones (each a
+// host call). The clock is read once, when the first descriptor is checked
+// (or before the call when the precheck is off); that time is also the
+// call's SentAt, which may be earlier than the send, never later, as the
+// precheck's bounds need.
 func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 	if p.cfg == nil || s.state != stateIdle {
 		return ActionContinue
 	}
 	s.state = stateDone
-	p.descs.Build(p.cfg.RateLimits, &p.req)
-	descs := p.descs.Descriptors
-	if len(descs) == 0 {
-		return ActionContinue
-	}
-	now := p.host.Now()
-	if p.table != nil {
-		for i := range descs {
-			p.key = descriptors.AppendKey(p.key[:0], &descs[i])
-			v := p.table.Check(p.key, int64(descs[i].HitsAddend), now)
-			if v.Reject {
-				p.count(p.metrics.precheckRejected)
-				return p.rejectLocally(s, descs[i].RateLimit, v)
-			}
+	rls := p.cfg.RateLimits
+	p.descs.Reset()
+	var now int64
+	haveNow := false
+	for i := range rls {
+		if !p.descs.Add(&rls[i], i, p.req) {
+			continue
+		}
+		d := &p.descs.Descriptors[len(p.descs.Descriptors)-1]
+		start := len(s.keys)
+		s.keys = descriptors.AppendKey(s.keys, d)
+		s.keyEnds = append(s.keyEnds, len(s.keys))
+		if p.table == nil {
+			continue
+		}
+		if !haveNow {
+			now, haveNow = p.host.Now(), true
+		}
+		if v := p.table.Check(s.keys[start:], int64(d.HitsAddend), now); v.Reject {
+			p.count(p.metrics.precheckRejected)
+			return p.rejectLocally(s, d.RateLimit, v)
 		}
 	}
+	if len(p.descs.Descriptors) == 0 {
+		return ActionContinue
+	}
+	if !haveNow {
+		now = p.host.Now()
+	}
+	return p.callOut(s, now)
+}
+
+// callOut asks the control plane about the descriptors in p.descs (their
+// precheck keys are in s.keys) and pauses the request until the answer.
+// It is apart from onRequestHeaders, which it would slow down: in
+// filter.wasm, the more code and variables a function has, the more each of
+// its branches costs.
+func (p *Plugin) callOut(s *stream, now int64) uint32 {
+	descs := p.descs.Descriptors
 	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs)
 	callID, err := p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
 	if err != nil {
@@ -300,8 +324,6 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 	}
 	s.state, s.callID, s.sentAt = statePending, callID, now
 	for i := range descs {
-		s.keys = descriptors.AppendKey(s.keys, &descs[i])
-		s.keyEnds = append(s.keyEnds, len(s.keys))
 		s.costs = append(s.costs, int64(descs[i].HitsAddend))
 		s.rateLimits = append(s.rateLimits, descs[i].RateLimit)
 	}
@@ -323,29 +345,38 @@ type replyCache struct {
 func (p *Plugin) rejectLocally(s *stream, rateLimit int, v precheck.Verdict) uint32 {
 	secs := limitheaders.Seconds(v.RetryAfter)
 	c := &p.reply
-	if !c.valid || c.rateLimit != rateLimit || c.limit != v.Limit || c.hasLimit != v.HasLimit || c.seconds != secs {
-		p.policies = p.policies[:0]
-		if v.HasLimit {
-			p.policies = append(p.policies, limitheaders.Policy{
-				Name: p.name(rateLimit), Quota: v.Limit.Limit, Window: v.Limit.Window, Remaining: 0, Reset: v.RetryAfter,
-			})
-		}
-		p.local.reset()
-		p.addLimitHeaders(&p.local, p.policies)
-		if p.cfg.Headers.RetryAfter {
-			p.local.begin(limitheaders.RetryAfterHeader)
-			p.local.buf = limitheaders.AppendRetryAfter(p.local.buf, v.RetryAfter)
-			p.local.end()
-		}
-		p.local.add("content-type", "text/plain")
-		*c = replyCache{valid: true, rateLimit: rateLimit, limit: v.Limit, hasLimit: v.HasLimit, seconds: secs,
-			headers: headermap.Append(c.headers[:0], p.local.list())}
+	if !c.valid || c.rateLimit != rateLimit || c.hasLimit != (v.Limit != nil) || (v.Limit != nil && c.limit != *v.Limit) || c.seconds != secs {
+		p.buildReply(rateLimit, v, secs)
 	}
 	if err := p.host.SendLocalResponse(429, DetailsPrecheck, bodyOverLimit, c.headers); err != nil {
 		p.warn("sluice: cannot send the local reply: " + err.Error())
 		return ActionContinue
 	}
 	return ActionPause
+}
+
+// buildReply fills p.reply with the headers of a precheck rejection by
+// rateLimit whose retry-after is secs whole seconds.
+func (p *Plugin) buildReply(rateLimit int, v precheck.Verdict, secs int64) {
+	var lim precheck.Limit
+	p.policies = p.policies[:0]
+	if v.Limit != nil {
+		lim = *v.Limit
+		p.policies = append(p.policies, limitheaders.Policy{
+			Name: p.name(rateLimit), Quota: lim.Limit, Window: lim.Window, Remaining: 0, Reset: v.RetryAfter,
+		})
+	}
+	p.local.reset()
+	p.addLimitHeaders(&p.local, p.policies)
+	if p.cfg.Headers.RetryAfter {
+		p.local.begin(limitheaders.RetryAfterHeader)
+		p.local.buf = limitheaders.AppendRetryAfter(p.local.buf, v.RetryAfter)
+		p.local.end()
+	}
+	p.local.add("content-type", "text/plain")
+	c := &p.reply
+	*c = replyCache{valid: true, rateLimit: rateLimit, limit: lim, hasLimit: v.Limit != nil, seconds: secs,
+		headers: headermap.Append(c.headers[:0], p.local.list())}
 }
 
 // addLimitHeaders appends the configured rate limit headers for ps.

@@ -416,7 +416,7 @@ func TestPanicWhileAnswering(t *testing.T) {
 		if mode == "closed" && (b.host.resumed[id] != 0 || b.host.local[id].status != 500) {
 			t.Fatalf("closed: resumed %d, local %v", b.host.resumed[id], b.host.local)
 		}
-		if len(b.vm.roots[rootID].calls) != 0 {
+		if len(b.vm.root(rootID).calls) != 0 {
 			t.Fatal("the call is still pending")
 		}
 	}
@@ -463,5 +463,35 @@ func TestPrecheckRejectionAllocatesNothing(t *testing.T) {
 	}
 	if allocs != 0 {
 		t.Fatalf("%v allocations per rejected request", allocs)
+	}
+}
+
+// TestPrecheckStopsAtTheRejectingDescriptor checks that the descriptors are
+// prechecked as they are built: once the first descriptor is known to be
+// over its limit, a request is rejected without reading the headers the
+// later descriptors need (reading them would panic here).
+func TestPrecheckStopsAtTheRejectingDescriptor(t *testing.T) {
+	b := newTestbed(t, testConfig)
+	b.request(apiRequest, "10.0.0.9:1")
+	b.deliver(grpcOK(t, &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: rlsv3.RateLimitResponse_OVER_LIMIT},
+			{Code: rlsv3.RateLimitResponse_OK},
+		},
+		DynamicMetadata: metadata(t,
+			map[string]any{"algorithm": "fixed_window", "limit": 5, "window_ms": 60000, "retry_after_ms": 30000},
+			map[string]any{"algorithm": "fixed_window", "limit": 100, "window_ms": 60000},
+		),
+	}))
+	b.host.panicOnHeader = true
+	id, action := b.request(apiRequest, "10.0.0.9:1")
+	if action != ActionPause || b.host.local[id].details != DetailsPrecheck || len(b.host.calls) != 1 {
+		t.Fatalf("action %d, local %+v, %d calls; logs %v", action, b.host.local[id], len(b.host.calls), b.host.logs)
+	}
+	// Another client still reaches the second descriptor (and its header).
+	b.host.panicOnHeader = false
+	if _, action := b.request(apiRequest, "10.0.0.10:1"); action != ActionPause || len(b.host.calls) != 2 {
+		t.Fatalf("another client: action %d, %d calls", action, len(b.host.calls))
 	}
 }

@@ -8,15 +8,25 @@ package plugin
 // logged and handled as the plugin's failure mode.
 type VM struct {
 	host    Host
-	roots   map[uint32]*Plugin
-	streams map[uint32]*stream
-	free    []*stream // streams kept for reuse: their buffers have grown
-	current *stream   // the stream a callback is working on, for recovery
+	roots   []*Plugin   // the plugin instances; a VM has one or a few
+	streams streamTable // the streams, by context id
+	free    []*stream   // streams kept for reuse: their buffers have grown
+	current *stream     // the stream a callback is working on, for recovery
 }
 
 // NewVM returns a VM that talks to the proxy through host.
 func NewVM(host Host) *VM {
-	return &VM{host: host, roots: make(map[uint32]*Plugin), streams: make(map[uint32]*stream)}
+	return &VM{host: host}
+}
+
+// root returns the plugin instance of root context id, or nil.
+func (vm *VM) root(id uint32) *Plugin {
+	for _, p := range vm.roots {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
 }
 
 // OnVMStart accepts the VM; the VM configuration is not used.
@@ -26,11 +36,12 @@ func (vm *VM) OnVMStart(rootID uint32, configSize int) bool { return true }
 func (vm *VM) OnContextCreate(id, parent uint32) {
 	defer vm.recoverRoot("proxy_on_context_create")
 	if parent == 0 {
-		vm.roots[id] = newPlugin(id, vm.host)
+		vm.removeRoot(id)
+		vm.roots = append(vm.roots, newPlugin(id, vm.host))
 		return
 	}
-	p, ok := vm.roots[parent]
-	if !ok {
+	p := vm.root(parent)
+	if p == nil {
 		return
 	}
 	var s *stream
@@ -41,25 +52,25 @@ func (vm *VM) OnContextCreate(id, parent uint32) {
 		s = &stream{}
 	}
 	s.reset(id, p)
-	vm.streams[id] = s
+	vm.streams.put(id, s)
 }
 
 // OnConfigure configures a plugin instance; false refuses the
 // configuration (the proxy then rejects the filter).
 func (vm *VM) OnConfigure(rootID uint32, configSize int) (ok bool) {
 	defer vm.recoverRoot("proxy_on_configure")
-	p, found := vm.roots[rootID]
-	if !found {
+	p := vm.root(rootID)
+	if p == nil {
 		p = newPlugin(rootID, vm.host)
-		vm.roots[rootID] = p
+		vm.roots = append(vm.roots, p)
 	}
 	return p.configure(configSize)
 }
 
 // OnRequestHeaders decides a request.
 func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) (action uint32) {
-	s, ok := vm.streams[id]
-	if !ok {
+	s := vm.streams.get(id)
+	if s == nil {
 		return ActionContinue
 	}
 	vm.current = s
@@ -72,8 +83,8 @@ func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) (act
 // OnResponseHeaders adds the rate limit headers to an admitted request's
 // response.
 func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) (action uint32) {
-	s, ok := vm.streams[id]
-	if !ok {
+	s := vm.streams.get(id)
+	if s == nil {
 		return ActionContinue
 	}
 	defer vm.recoverRoot("proxy_on_response_headers")
@@ -83,8 +94,8 @@ func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) (ac
 
 // OnHTTPCallResponse takes the control plane's answer to a call.
 func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, numTrailers int) {
-	p, ok := vm.roots[rootID]
-	if !ok {
+	p := vm.root(rootID)
+	if p == nil {
 		return
 	}
 	s, ok := p.calls[callID]
@@ -103,8 +114,8 @@ func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, nu
 // OnTick gives up on calls the proxy never answered.
 func (vm *VM) OnTick(rootID uint32) {
 	defer vm.recoverRoot("proxy_on_tick")
-	p, ok := vm.roots[rootID]
-	if !ok {
+	p := vm.root(rootID)
+	if p == nil {
 		return
 	}
 	for _, s := range p.overdue(vm.host.Now()) {
@@ -125,16 +136,26 @@ func (vm *VM) OnLog(id uint32) {}
 // until the answer (which still teaches the precheck) or the tick.
 func (vm *VM) OnDelete(id uint32) {
 	defer vm.recoverRoot("proxy_on_delete")
-	if s, ok := vm.streams[id]; ok {
-		delete(vm.streams, id)
+	if s := vm.streams.remove(id); s != nil {
 		s.deleted = true
 		vm.release(s)
 		return
 	}
-	if p, ok := vm.roots[id]; ok {
-		delete(vm.roots, id)
+	if p := vm.removeRoot(id); p != nil {
 		p.calls = nil
 	}
+}
+
+// removeRoot forgets the plugin instance of root context id and returns it,
+// or nil if there is none.
+func (vm *VM) removeRoot(id uint32) *Plugin {
+	for i, p := range vm.roots {
+		if p.id == id {
+			vm.roots = append(vm.roots[:i], vm.roots[i+1:]...)
+			return p
+		}
+	}
+	return nil
 }
 
 // release returns a deleted stream with no call out to the pool.

@@ -103,3 +103,38 @@ func TestLocalBucket(t *testing.T) {
 		})
 	}
 }
+
+// TestPeekMatchesAllow holds peek to algorithms.TokenBucket.Allow on a
+// copy of the state, over random valid buckets, states (including more used
+// than the capacity, after a lowered limit), times and costs.
+func TestPeekMatchesAllow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	rejected, admitted := 0, 0
+	for i := 0; i < 200000; i++ {
+		b := algorithms.TokenBucket{Rate: 1 + rng.Int64N(1000), Period: 1 + rng.Int64N(1e9), Burst: 1 + rng.Int64N(1000)}
+		if rng.IntN(4) == 0 {
+			b.Rate = 1 + rng.Int64N(1e12)
+		}
+		if b.Validate() != nil {
+			continue
+		}
+		capacity := b.Burst * b.Period
+		s := algorithms.TokenBucketState{Last: rng.Int64N(1e12), Used: rng.Int64N(capacity + capacity/4 + 1)}
+		now := s.Last + rng.Int64N(2e9) - 1e8
+		cost := rng.Int64N(b.Burst+2) - 1
+		c := s
+		r, err := b.Allow(&c, now, cost)
+		retry, ok := peek(&b, &s, now, cost)
+		if wantOK := err != nil || r.Allowed; ok != wantOK || (!ok && retry != r.RetryAfter) {
+			t.Fatalf("%+v %+v now %d cost %d: peek %d, %v; Allow %+v, %v", b, s, now, cost, retry, ok, r, err)
+		}
+		if ok {
+			admitted++
+		} else {
+			rejected++
+		}
+	}
+	if rejected < 10000 || admitted < 10000 {
+		t.Fatalf("unbalanced cases: %d rejected, %d admitted", rejected, admitted)
+	}
+}

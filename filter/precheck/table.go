@@ -1,17 +1,26 @@
 package precheck
 
-import "github.com/sluicehq/sluice/shared/algorithms"
+import (
+	"bytes"
+
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
 
 // MaxKeyLen is the longest descriptor key the table remembers; longer keys
 // are never prechecked (they still go to the control plane).
 const MaxKeyLen = 512
 
-// Verdict is the precheck's answer for one descriptor.
+// Verdict is the precheck's answer for one descriptor. It is kept to three
+// words: in filter.wasm a larger result (the limit by value) is zeroed and
+// copied through memory.fill and memory.copy, which under wazero added a
+// third to the cost of Check.
 type Verdict struct {
 	Reject     bool  // the global limiter would reject the request
 	RetryAfter int64 // with Reject: ns until the same request could pass
-	Limit      Limit // with Reject and HasLimit: the limit that rejects it
-	HasLimit   bool
+	// Limit is, with Reject, the limit that rejects the request, or nil
+	// when the control plane reported none. It points into the table:
+	// valid until the next Record.
+	Limit *Limit
 }
 
 // Outcome is what the control plane said about one descriptor of a request.
@@ -35,9 +44,10 @@ type Outcome struct {
 
 // entry is what the table remembers about one descriptor.
 type entry struct {
-	key        string
-	prev, next int32 // LRU list, most recently used first; -1 ends it
-	limit      Limit // last limit reported
+	key        []byte // the descriptor key (a copy)
+	hash       uint64 // hashKey of key
+	prev, next int32  // LRU list, most recently used first; -1 ends it
+	limit      Limit  // last limit reported
 	hasLimit   bool
 	hasBucket  bool
 	bucket     algorithms.TokenBucket      // local bucket sized from limit
@@ -54,9 +64,12 @@ type Table struct {
 	delay   int64 // latency bound D (ns): the call timeout
 	max     int   // most entries
 	entries []entry
-	index   map[string]int32
 	head    int32 // most recently used; -1 when empty
 	tail    int32 // least recently used
+	// The index from key to entry (index.go).
+	seed  uint64   // hash seed
+	slots []uint32 // entry index + 1, 0 when free; a power of two long
+	count int      // entries indexed
 }
 
 // NewTable returns a table of at most maxEntries descriptors for calls that
@@ -65,11 +78,11 @@ func NewTable(maxEntries int, delay int64) *Table {
 	if maxEntries < 1 {
 		maxEntries = 1
 	}
-	return &Table{delay: delay, max: maxEntries, index: make(map[string]int32), head: -1, tail: -1}
+	return &Table{delay: delay, max: maxEntries, head: -1, tail: -1, seed: newSeed()}
 }
 
 // Len returns the number of descriptors remembered.
-func (t *Table) Len() int { return len(t.index) }
+func (t *Table) Len() int { return t.count }
 
 // Check decides, at now (ns), whether a request of cost for the descriptor
 // key would certainly be rejected by the global limiter. It changes no
@@ -78,23 +91,61 @@ func (t *Table) Check(key []byte, cost, now int64) Verdict {
 	if len(key) > MaxKeyLen {
 		return Verdict{}
 	}
-	i, ok := t.index[string(key)]
-	if !ok {
+	i := t.lookup(key, hashKey(t.seed, key))
+	if i < 0 {
 		return Verdict{}
 	}
+	if i != t.head {
+		t.touch(i)
+	}
 	e := &t.entries[i]
-	t.touch(i)
 	if now < e.blockUntil && cost >= e.blockCost {
-		return Verdict{Reject: true, RetryAfter: e.blockUntil - now, Limit: e.limit, HasLimit: e.hasLimit}
+		return Verdict{Reject: true, RetryAfter: e.blockUntil - now, Limit: e.limitRef()}
 	}
 	if e.hasBucket {
-		s := e.state // peek: decide on a copy
-		r, err := e.bucket.Allow(&s, now/unit, cost)
-		if err == nil && !r.Allowed {
-			return Verdict{Reject: true, RetryAfter: r.RetryAfter * unit, Limit: e.limit, HasLimit: e.hasLimit}
+		if retry, ok := peek(&e.bucket, &e.state, now/unit, cost); !ok {
+			return Verdict{Reject: true, RetryAfter: retry * unit, Limit: e.limitRef()}
 		}
 	}
 	return Verdict{}
+}
+
+// peek reports whether bucket b in state s has room for a request of cost
+// at now, and if not, how long until it would: what b.Allow(&copy, now,
+// cost) decides, without changing s. A cost Allow refuses as an error
+// (negative, or over the burst) is reported as room: the precheck rejects
+// only what it knows the global limiter rejects.
+//
+// It is Allow's arithmetic (a test holds the two together) without its
+// parameter checks, which the bucket passed when localBucket made it, and
+// without its Result: in filter.wasm, results of more than four words are
+// zeroed and copied through memory.fill and memory.copy, which cost more
+// than the arithmetic.
+func peek(b *algorithms.TokenBucket, s *algorithms.TokenBucketState, now, cost int64) (retryAfter int64, ok bool) {
+	if cost < 0 || cost > b.Burst {
+		return 0, true
+	}
+	used := s.Used // units missing at now, after the refill since s.Last
+	if elapsed := now - s.Last; elapsed > 0 {
+		if elapsed > s.Used/b.Rate {
+			used = 0
+		} else {
+			used -= elapsed * b.Rate
+		}
+	}
+	over := used + cost*b.Period - b.Burst*b.Period
+	if over <= 0 {
+		return 0, true
+	}
+	return (over + b.Rate - 1) / b.Rate, false
+}
+
+// limitRef returns the entry's limit, or nil if it has none.
+func (e *entry) limitRef() *Limit {
+	if !e.hasLimit {
+		return nil
+	}
+	return &e.limit
 }
 
 // Record takes in, at now (ns), what the control plane said about a
@@ -104,12 +155,13 @@ func (t *Table) Record(key []byte, o Outcome, now int64) {
 		return
 	}
 	blocks := o.OverLimit && t.blockEnd(o) > now
-	i, ok := t.index[string(key)]
-	if !ok {
+	h := hashKey(t.seed, key)
+	i := t.lookup(key, h)
+	if i < 0 {
 		if !o.HasLimit && !blocks {
 			return // nothing worth remembering
 		}
-		i = t.insert(string(key))
+		i = t.insert(key, h)
 	}
 	t.touch(i)
 	e := &t.entries[i]
@@ -149,9 +201,9 @@ func (t *Table) blockEnd(o Outcome) int64 {
 	return o.SentAt + o.RetryAfter - t.delay - unit
 }
 
-// insert adds an entry for key, evicting the least recently used one when
-// the table is full, and returns its index.
-func (t *Table) insert(key string) int32 {
+// insert adds an entry for (a copy of) key, whose hash is h, evicting the
+// least recently used one when the table is full, and returns its index.
+func (t *Table) insert(key []byte, h uint64) int32 {
 	var i int32
 	if len(t.entries) < t.max {
 		t.entries = append(t.entries, entry{})
@@ -159,10 +211,10 @@ func (t *Table) insert(key string) int32 {
 	} else {
 		i = t.tail
 		t.unlink(i)
-		delete(t.index, t.entries[i].key)
+		t.indexRemove(i)
 	}
-	t.entries[i] = entry{key: key, prev: -1, next: -1}
-	t.index[key] = i
+	t.entries[i] = entry{key: bytes.Clone(key), hash: h, prev: -1, next: -1}
+	t.indexAdd(i)
 	t.pushFront(i)
 	return i
 }

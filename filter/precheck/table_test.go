@@ -27,7 +27,7 @@ func TestTableOverLimitBlocksByCostUntilRetryAfter(t *testing.T) {
 		if v.Reject != tt.reject {
 			t.Fatalf("cost %d at %d: reject %v, want %v", tt.cost, tt.now, v.Reject, tt.reject)
 		}
-		if v.Reject && (v.RetryAfter != end-tt.now || !v.HasLimit || v.Limit != lim) {
+		if v.Reject && (v.RetryAfter != end-tt.now || v.Limit == nil || *v.Limit != lim) {
 			t.Fatalf("cost %d at %d: verdict %+v", tt.cost, tt.now, v)
 		}
 	}
@@ -117,7 +117,7 @@ func TestTableIsBoundedUnderHostileKeys(t *testing.T) {
 	// The LRU list and the index agree.
 	n := 0
 	for i := tab.head; i >= 0; i = tab.entries[i].next {
-		if j, ok := tab.index[tab.entries[i].key]; !ok || j != i {
+		if j := tab.lookup(tab.entries[i].key, tab.entries[i].hash); j != i {
 			t.Fatalf("entry %d not indexed", i)
 		}
 		n++
