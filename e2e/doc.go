@@ -14,8 +14,10 @@
 //     (TestApplyLowersLimit);
 //  4. Redis killed under load: no 5xx, decisions continue degraded, back on
 //     Redis after restart (TestRedisKilledUnderLoad);
-//  5. control planes stopped or hung: the failure mode (open / closed) is
-//     applied within the filter timeout (TestControlPlaneDown);
+//  5. control planes stopped or hung: each policy's failure mode (open /
+//     closed), as the control plane reported it per descriptor, is applied
+//     within the filter timeout, and the gateway's own failure mode for
+//     descriptors not reported yet (TestControlPlaneDown);
 //  6. a bad plugin configuration is refused with the field named, a bad
 //     policy applied with ratectl is refused and changes nothing
 //     (TestBadPluginConfig, TestBadPolicyRefused).

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,35 +11,61 @@ import (
 
 // TestControlPlaneDown is scenario 5: with the control planes hung
 // (SIGSTOP: connections accepted, nothing answered) and then dead (SIGKILL:
-// connections refused), each gateway applies its failure mode within the
-// filter's timeout: gateway 0 guards a policy that fails open (requests go
-// through), gateway 1 one that fails closed (503). Restarted, the control
-// planes decide again.
+// connections refused), each policy's failure mode is applied within the
+// filter's timeout.
+//
+// One policy has a descriptor that fails closed (api_key "strict") and one
+// that fails open ("lenient"). The control plane reports each descriptor's
+// failure mode with its answers, and the filter remembers it; so once both
+// keys have been answered on every VM, requests for "strict" are refused
+// (503) and requests for "lenient" pass, on both gateways. The gateways'
+// configurations are the same but for their own failure_mode, which only
+// decides for descriptors the control plane has not described: a key
+// never seen ("stranger") passes on gateway 0 (open) and is refused on
+// gateway 1 (closed). Restarted, the control planes decide again.
 func TestControlPlaneDown(t *testing.T) {
 	const timeout = 150 * time.Millisecond
 	// Scheduling margin on two busy cores, on top of the timeout.
 	const margin = 600 * time.Millisecond
 	open, closed := plugin(), plugin()
-	open.Timeout, closed.Timeout = timeout.String(), timeout.String()
-	open.FailureMode = "open"
-	closed.FailureMode, closed.StatusOnError = "closed", 503
+	for i, pc := range []*stack.PluginConfig{&open, &closed} {
+		pc.Timeout, pc.StatusOnError = timeout.String(), 503
+		pc.FailureMode = []string{"open", "closed"}[i]
+	}
 	c := startCluster(t, clusterConfig{
 		policy: `
 domain: e2e
 descriptors:
   - key: api_key
-    rate_limit: {name: per_key, unit: second, requests_per_unit: 1000}
+    value: strict
+    failure_mode: closed
+    rate_limit: {name: strict, unit: second, requests_per_unit: 1000}
+  - key: api_key
+    value: lenient
+    failure_mode: open
+    rate_limit: {name: lenient, unit: second, requests_per_unit: 1000}
 `,
 		plugins: []stack.PluginConfig{open, closed},
 	})
-	want := []int{200, 503} // per gateway: failure mode open, closed
+	// What each key gets per gateway with the control planes down.
+	want := []struct {
+		key    string
+		status [2]int
+	}{
+		{"strict", [2]int{503, 503}},   // the policy fails closed
+		{"lenient", [2]int{200, 200}},  // the policy fails open
+		{"stranger", [2]int{200, 503}}, // unknown: each gateway's failure_mode
+	}
 
-	// Up: both decide normally, with the control plane's headers.
+	// Up: the control planes decide, and their answers teach every VM (two
+	// requests in a row go to both) each descriptor's failure mode.
 	for gw := range 2 {
-		for range 2 { // both VMs
-			r := c.send(gw, "alice")
-			if r.err != nil || r.status != 200 || r.header.Get("RateLimit") == "" {
-				t.Fatalf("gateway %d with the control plane up: %v status %d, RateLimit %q", gw, r.err, r.status, r.header.Get("RateLimit"))
+		for _, key := range []string{"strict", "lenient"} {
+			for range 2 {
+				r := c.send(gw, key)
+				if r.err != nil || r.status != 200 || !strings.HasPrefix(r.header.Get("RateLimit"), `"`+key+`";`) {
+					t.Fatalf("gateway %d, key %s, with the control plane up: %v status %d, RateLimit %q", gw, key, r.err, r.status, r.header.Get("RateLimit"))
+				}
 			}
 		}
 	}
@@ -46,16 +73,20 @@ descriptors:
 	check := func(phase string, minTook time.Duration) {
 		t.Helper()
 		for gw := range 2 {
-			for i := range 4 { // each VM twice
-				r := c.send(gw, "alice")
-				if r.err != nil {
-					t.Fatalf("%s: gateway %d: %v", phase, gw, r.err)
-				}
-				if r.status != want[gw] {
-					t.Errorf("%s: gateway %d request %d: status %d %q, want %d", phase, gw, i, r.status, r.body, want[gw])
-				}
-				if r.took > timeout+margin || r.took < minTook {
-					t.Errorf("%s: gateway %d request %d answered in %v, want %v..%v", phase, gw, i, r.took, minTook, timeout+margin)
+			for _, w := range want {
+				for i := range 2 { // both VMs
+					r := c.send(gw, w.key)
+					if r.err != nil {
+						t.Fatalf("%s: gateway %d: %v", phase, gw, r.err)
+					}
+					if r.status != w.status[gw] {
+						t.Errorf("%s: gateway %d, key %s, request %d: status %d %q, want %d (%s)",
+							phase, gw, w.key, i, r.status, r.body, w.status[gw], c.filterErrors())
+					}
+					if r.took > timeout+margin || r.took < minTook {
+						t.Errorf("%s: gateway %d, key %s, request %d answered in %v, want %v..%v",
+							phase, gw, w.key, i, r.took, minTook, timeout+margin)
+					}
 				}
 			}
 		}
@@ -74,10 +105,11 @@ descriptors:
 		cp.Kill()
 	}
 	check("control planes killed", 0)
-	failures := c.gwCounter("sluice.failure_open") + c.gwCounter("sluice.failure_closed")
-	if failures != 16 {
-		t.Errorf("the filter counted %d failures (open %d, closed %d), want 16 (4 per gateway and phase)", failures,
-			c.gwCounter("sluice.failure_open"), c.gwCounter("sluice.failure_closed"))
+	// Per phase and gateway, 2 requests per key: strict refused and lenient
+	// let through on both, the stranger by each gateway's own mode.
+	const wantOpen, wantClosed = 12, 12
+	if o, cl := c.gwCounter("sluice.failure_open"), c.gwCounter("sluice.failure_closed"); o != wantOpen || cl != wantClosed {
+		t.Errorf("the filter failed open %d times and closed %d times, want %d and %d", o, cl, wantOpen, wantClosed)
 	}
 
 	// Back: the gateways reconnect and the control planes decide again.
@@ -88,7 +120,7 @@ descriptors:
 	}
 	for gw := range 2 {
 		took, ok := waitFor(5*time.Second, func() bool {
-			r := c.send(gw, "alice")
+			r := c.send(gw, "strict")
 			return r.status == 200 && r.header.Get("RateLimit") != ""
 		})
 		if !ok {

@@ -92,7 +92,7 @@ type Config struct {
 	Authority     string      // :authority of the gRPC request; defaults to Cluster
 	Domain        string      // rate limit domain sent in every RateLimitRequest
 	Timeout       int64       // deadline of one control-plane call, ns
-	FailureMode   FailureMode // what to do when the call fails or times out
+	FailureMode   FailureMode // what to do when the call fails or times out, unless the control plane reported the descriptors' own (package plugin)
 	StatusOnError uint32      // HTTP status of the local reply when failing closed
 	RateLimits    []RateLimit // one descriptor each
 	Precheck      Precheck    // the local precheck

@@ -5,6 +5,44 @@
 // it through with rate limit headers, answers 429, or applies the failure
 // mode. It talks to the proxy through Host, so it runs natively in tests;
 // in filter.wasm, abi.Host implements Host and the abi callbacks call VM.
+//
+// # Failure modes
+//
+// When the check of a request fails (the call cannot be made, times out,
+// or gets an error or an unusable answer, the proxy never delivers the
+// answer, or a callback panics), the request is let through (open) or
+// answered locally with status_on_error (closed). Which one is the
+// policy's: the control plane reports each descriptor's failure mode in
+// its answers (the "failure_mode" field of the sluice dynamic metadata,
+// "closed" when any limit that matched the descriptor fails closed), and
+// the plugin remembers the last one per descriptor in its precheck table
+// (an LRU bounded by precheck.max_entries, kept with the precheck off
+// too). A failed request then fails
+//
+//   - closed if any of its descriptors was last reported closed;
+//   - else open if any was last reported open;
+//   - else as the plugin's failure_mode: a descriptor the control plane
+//     has not answered for yet (or that was evicted from the table, or
+//     whose answer carried no failure mode) follows the plugin's setting.
+//
+// The decision is made as soon as the failure is known, so within the call
+// timeout. A panic while the descriptors are being built counts only those
+// built so far. Each failure counts in sluice.errors and in
+// sluice.failure_open or sluice.failure_closed.
+//
+// # Local 429s
+//
+// A request the precheck rejects gets the same RateLimit-Policy and
+// RateLimit as a control-plane 429: the limit is named as the control plane
+// named it (current_limit.name, remembered with the limit; the descriptor
+// keys, as "api_key.path", when it gave no name). When the control plane
+// denied the descriptor, the 429's Retry-After (and the RateLimit t) is
+// counted from the arrival of that denial plus its retry-after, rounded up
+// to whole seconds: a client that waits that long is not refused for
+// having come back too early. The local block itself ends earlier (see
+// package precheck), so that it never rejects what the control plane would
+// allow. When the local bucket rejects, Retry-After is when the bucket has
+// room again, which the control plane's answer may then push later.
 package plugin
 
 // Host is what the plugin needs from the proxy. Strings and byte slices it

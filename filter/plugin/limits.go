@@ -96,3 +96,19 @@ func descriptorRetryAfter(resp *rlsproto.Response, i int) int64 {
 	}
 	return max(resp.Statuses[i].DurationUntilReset, 0)
 }
+
+// descriptorFailureMode returns the failure mode the control plane reported
+// for descriptor i in the sluice metadata, precheck.FailureUnknown when it
+// reported none.
+func descriptorFailureMode(resp *rlsproto.Response, i int) precheck.FailureMode {
+	if !resp.HasLimits || i >= len(resp.Limits) {
+		return precheck.FailureUnknown
+	}
+	switch resp.Limits[i].FailureMode {
+	case rlsproto.FailureModeOpen:
+		return precheck.FailureOpen
+	case rlsproto.FailureModeClosed:
+		return precheck.FailureClosed
+	}
+	return precheck.FailureUnknown
+}

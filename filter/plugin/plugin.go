@@ -135,16 +135,20 @@ type metrics struct {
 
 // Plugin is one plugin instance (root context) and its configuration.
 type Plugin struct {
-	id      uint32
-	host    Host
-	req     descriptors.Request // host, converted once: what the actions read
-	cfg     *config.Config
-	table   *precheck.Table    // nil when the precheck is off
-	calls   map[uint32]*stream // calls out, by call id
-	names   []string           // default policy name of each rate limit
-	headers []byte             // request headers of the gRPC call, serialized
-	timeout uint32             // call timeout, ms
-	metrics metrics
+	id   uint32
+	host Host
+	req  descriptors.Request // host, converted once: what the actions read
+	cfg  *config.Config
+	// table remembers what the control plane said about each descriptor:
+	// the precheck's state, and the failure modes (kept with the precheck
+	// off too).
+	table    *precheck.Table
+	precheck bool               // the precheck is on
+	calls    map[uint32]*stream // calls out, by call id
+	names    []string           // default policy name of each rate limit
+	headers  []byte             // request headers of the gRPC call, serialized
+	timeout  uint32             // call timeout, ms
+	metrics  metrics
 	// The last precheck reply's headers, serialized: a flood of requests for
 	// one descriptor gets the same reply until its retry-after (in whole
 	// seconds) changes.
@@ -178,10 +182,8 @@ func (p *Plugin) configure(size int) bool {
 		return false
 	}
 	p.cfg = cfg
-	p.table = nil
-	if cfg.Precheck.Enabled {
-		p.table = precheck.NewTable(cfg.Precheck.MaxEntries, cfg.Timeout)
-	}
+	p.table = precheck.NewTable(cfg.Precheck.MaxEntries, cfg.Timeout)
+	p.precheck = cfg.Precheck.Enabled
 	p.timeout = uint32(cfg.Timeout / config.Millisecond)
 	p.headers = headermap.Append(nil, [][2]string{
 		{":method", "POST"},
@@ -290,7 +292,7 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 		start := len(s.keys)
 		s.keys = descriptors.AppendKey(s.keys, d)
 		s.keyEnds = append(s.keyEnds, len(s.keys))
-		if p.table == nil {
+		if !p.precheck {
 			continue
 		}
 		if !haveNow {
@@ -334,9 +336,9 @@ func (p *Plugin) callOut(s *stream, now int64) uint32 {
 // replyCache remembers the headers of the last precheck reply.
 type replyCache struct {
 	valid     bool
-	rateLimit int            // the rejecting descriptor's rate limit
-	limit     precheck.Limit // its limit
-	hasLimit  bool
+	rateLimit int    // the rejecting descriptor's rate limit
+	version   uint64 // the Version of its policy (limit and name)...
+	hasPolicy bool   // ...if it has one
 	seconds   int64  // the retry-after in whole seconds
 	headers   []byte // serialized
 }
@@ -345,7 +347,7 @@ type replyCache struct {
 func (p *Plugin) rejectLocally(s *stream, rateLimit int, v precheck.Verdict) uint32 {
 	secs := limitheaders.Seconds(v.RetryAfter)
 	c := &p.reply
-	if !c.valid || c.rateLimit != rateLimit || c.hasLimit != (v.Limit != nil) || (v.Limit != nil && c.limit != *v.Limit) || c.seconds != secs {
+	if !c.valid || c.rateLimit != rateLimit || c.hasPolicy != (v.Policy != nil) || (v.Policy != nil && c.version != v.Policy.Version) || c.seconds != secs {
 		p.buildReply(rateLimit, v, secs)
 	}
 	if err := p.host.SendLocalResponse(429, DetailsPrecheck, bodyOverLimit, c.headers); err != nil {
@@ -356,14 +358,20 @@ func (p *Plugin) rejectLocally(s *stream, rateLimit int, v precheck.Verdict) uin
 }
 
 // buildReply fills p.reply with the headers of a precheck rejection by
-// rateLimit whose retry-after is secs whole seconds.
+// rateLimit whose retry-after is secs whole seconds. The limit is named as
+// the control plane named it (current_limit.name), so that a client sees
+// the same policy whichever of the two rejects it.
 func (p *Plugin) buildReply(rateLimit int, v precheck.Verdict, secs int64) {
-	var lim precheck.Limit
+	var version uint64
 	p.policies = p.policies[:0]
-	if v.Limit != nil {
-		lim = *v.Limit
+	if pol := v.Policy; pol != nil {
+		version = pol.Version
+		name := pol.Name
+		if name == "" {
+			name = p.name(rateLimit)
+		}
 		p.policies = append(p.policies, limitheaders.Policy{
-			Name: p.name(rateLimit), Quota: lim.Limit, Window: lim.Window, Remaining: 0, Reset: v.RetryAfter,
+			Name: name, Quota: pol.Limit.Limit, Window: pol.Limit.Window, Remaining: 0, Reset: v.RetryAfter,
 		})
 	}
 	p.local.reset()
@@ -375,7 +383,7 @@ func (p *Plugin) buildReply(rateLimit int, v precheck.Verdict, secs int64) {
 	}
 	p.local.add("content-type", "text/plain")
 	c := &p.reply
-	*c = replyCache{valid: true, rateLimit: rateLimit, limit: lim, hasLimit: v.Limit != nil, seconds: secs,
+	*c = replyCache{valid: true, rateLimit: rateLimit, version: version, hasPolicy: v.Policy != nil, seconds: secs,
 		headers: headermap.Append(c.headers[:0], p.local.list())}
 }
 
@@ -529,7 +537,8 @@ func (p *Plugin) record(s *stream, now int64) {
 	admitted := resp.OverallCode == rlsproto.CodeOK
 	for i := range s.costs {
 		lim, hasLimit := descriptorLimit(resp, i)
-		o := precheck.Outcome{Cost: s.costs[i], Limit: lim, HasLimit: hasLimit, Admitted: admitted, SentAt: s.sentAt}
+		o := precheck.Outcome{Cost: s.costs[i], Limit: lim, HasLimit: hasLimit, Admitted: admitted, SentAt: s.sentAt,
+			Name: resp.Statuses[i].Name, FailureMode: descriptorFailureMode(resp, i)}
 		if resp.Statuses[i].Code == rlsproto.CodeOverLimit {
 			o.OverLimit, o.RetryAfter = true, descriptorRetryAfter(resp, i)
 		}
@@ -578,14 +587,42 @@ func (p *Plugin) retryAfter() int64 {
 	return retry
 }
 
+// failureMode returns the failure mode for a stream whose check failed, and
+// whether it is the descriptors' (else the plugin's): closed if the control
+// plane last said that any of the stream's descriptors fails closed, else
+// open if it said that any fails open, else the plugin's failure_mode.
+func (p *Plugin) failureMode(s *stream) (mode config.FailureMode, fromPolicy bool) {
+	if p.table == nil {
+		return p.cfg.FailureMode, false
+	}
+	open := false
+	for i := range s.keyEnds {
+		switch p.table.FailureMode(s.key(i)) {
+		case precheck.FailureClosed:
+			return config.FailClosed, true
+		case precheck.FailureOpen:
+			open = true
+		}
+	}
+	if open {
+		return config.FailOpen, true
+	}
+	return p.cfg.FailureMode, false
+}
+
 // fail applies the failure mode to a stream; paused says whether its request
 // is waiting (it must then be resumed or answered). It returns the action
 // for a request-headers callback.
 func (p *Plugin) fail(s *stream, reason string, paused bool) uint32 {
 	s.state = stateDone
 	p.count(p.metrics.errors)
-	p.warn("sluice: rate limit check failed, failing " + p.cfg.FailureMode.String() + ": " + reason)
-	if p.cfg.FailureMode == config.FailOpen {
+	mode, fromPolicy := p.failureMode(s)
+	source := ""
+	if fromPolicy {
+		source = " (the policy's failure mode)"
+	}
+	p.warn("sluice: rate limit check failed, failing " + mode.String() + source + ": " + reason)
+	if mode == config.FailOpen {
 		p.count(p.metrics.failureOpen)
 		if paused && !s.deleted {
 			if err := p.host.ResumeRequest(); err != nil {

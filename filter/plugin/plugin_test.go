@@ -193,10 +193,12 @@ func TestOverLimitThenPrecheck(t *testing.T) {
 	if l.status != 429 || l.details != DetailsPrecheck {
 		t.Fatalf("local response %+v", l)
 	}
-	// Blocked until sentAt + 6s - 25ms - 1us: 2.975s from now.
+	// Blocked until sentAt + 6s - 25ms - 1us, but the client is told the
+	// answer's arrival + 6s: 3s from now. The limit has the control
+	// plane's name, as in its own 429.
 	for _, want := range [][2]string{
-		{"ratelimit-policy", `"api_key.path";q=10;w=60`},
-		{"ratelimit", `"api_key.path";r=0;t=3`},
+		{"ratelimit-policy", `"per-key";q=10;w=60`},
+		{"ratelimit", `"per-key";r=0;t=3`},
 		{"retry-after", "3"},
 	} {
 		if v, _ := header(l.headers, want[0]); v != want[1] {
@@ -218,7 +220,7 @@ func TestOverLimitThenPrecheck(t *testing.T) {
 	if v, _ := header(b.host.local[id4].headers, "retry-after"); v != "2" {
 		t.Fatalf("retry-after %q a second later, want 2", v)
 	}
-	if v, _ := header(b.host.local[id4].headers, "ratelimit"); v != `"api_key.path";r=0;t=2` {
+	if v, _ := header(b.host.local[id4].headers, "ratelimit"); v != `"per-key";r=0;t=2` {
 		t.Fatalf("ratelimit %q a second later", v)
 	}
 	// Another key is not blocked.

@@ -2,6 +2,7 @@ package precheck
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/sluicehq/sluice/shared/algorithms"
 )
@@ -10,17 +11,62 @@ import (
 // are never prechecked (they still go to the control plane).
 const MaxKeyLen = 512
 
+// MaxNameLen is the longest limit name the table remembers; a longer name is
+// remembered as "" (no name).
+const MaxNameLen = 256
+
+// FailureMode is what the control plane said should happen to a request for
+// a descriptor when the control plane cannot be asked.
+type FailureMode uint8
+
+// The failure modes.
+const (
+	FailureUnknown FailureMode = iota // not said: the filter's own failure mode applies
+	FailureOpen                       // let the request through
+	FailureClosed                     // refuse it
+)
+
+// String returns the mode's name in the sluice metadata ("" when unknown).
+func (m FailureMode) String() string {
+	switch m {
+	case FailureOpen:
+		return "open"
+	case FailureClosed:
+		return "closed"
+	}
+	return ""
+}
+
+// Policy is what the control plane last reported about a descriptor's limit.
+type Policy struct {
+	Limit Limit
+	// Name is the limit's name (RLS current_limit.name), "" when the
+	// control plane gave none.
+	Name string
+	// Version identifies this Limit and Name: it changes whenever either
+	// does, and no two entries of a table ever share one, so that whatever
+	// is derived from a policy (a reply's headers) can be cached under it.
+	Version uint64
+}
+
 // Verdict is the precheck's answer for one descriptor. It is kept to three
 // words: in filter.wasm a larger result (the limit by value) is zeroed and
 // copied through memory.fill and memory.copy, which under wazero added a
 // third to the cost of Check.
 type Verdict struct {
-	Reject     bool  // the global limiter would reject the request
-	RetryAfter int64 // with Reject: ns until the same request could pass
-	// Limit is, with Reject, the limit that rejects the request, or nil
+	Reject bool // the global limiter would reject the request
+	// RetryAfter is, with Reject, how long (ns) the client should wait
+	// before it sends the same request again: for a descriptor the control
+	// plane denied, until its retry-after counted from the arrival of its
+	// answer, which the control plane's decision preceded, so that a client
+	// retrying then is not refused again for lack of waiting (the local
+	// block itself ends earlier, see Record); for a local bucket with no
+	// room, until it has room.
+	RetryAfter int64
+	// Policy is, with Reject, the limit that rejects the request, or nil
 	// when the control plane reported none. It points into the table:
 	// valid until the next Record.
-	Limit *Limit
+	Policy *Policy
 }
 
 // Outcome is what the control plane said about one descriptor of a request.
@@ -40,6 +86,12 @@ type Outcome struct {
 	RetryAfter int64
 	// SentAt is when the request was sent to the control plane.
 	SentAt int64
+	// Name is the limit's name (RLS current_limit.name), "" for none. The
+	// table keeps a copy.
+	Name string
+	// FailureMode is the descriptor's failure mode as the control plane
+	// reported it; FailureUnknown when it reported none.
+	FailureMode FailureMode
 }
 
 // entry is what the table remembers about one descriptor.
@@ -47,13 +99,16 @@ type entry struct {
 	key        []byte // the descriptor key (a copy)
 	hash       uint64 // hashKey of key
 	prev, next int32  // LRU list, most recently used first; -1 ends it
-	limit      Limit  // last limit reported
+	policy     Policy // last limit reported, with its name
 	hasLimit   bool
 	hasBucket  bool
-	bucket     algorithms.TokenBucket      // local bucket sized from limit
+	bucket     algorithms.TokenBucket      // local bucket sized from policy.Limit
 	state      algorithms.TokenBucketState // times in microseconds
 	blockUntil int64                       // over-limit until this time (ns)...
 	blockCost  int64                       // ...for requests costing at least this
+	retryUntil int64                       // during the block: the time a client is told to retry at (ns)
+	// failureMode is the failure mode last reported for the descriptor.
+	failureMode FailureMode
 }
 
 // Table is the precheck of one plugin instance: a bounded map from
@@ -70,6 +125,8 @@ type Table struct {
 	seed  uint64   // hash seed
 	slots []uint32 // entry index + 1, 0 when free; a power of two long
 	count int      // entries indexed
+	// version is the last Policy.Version given out.
+	version uint64
 }
 
 // NewTable returns a table of at most maxEntries descriptors for calls that
@@ -100,11 +157,11 @@ func (t *Table) Check(key []byte, cost, now int64) Verdict {
 	}
 	e := &t.entries[i]
 	if now < e.blockUntil && cost >= e.blockCost {
-		return Verdict{Reject: true, RetryAfter: e.blockUntil - now, Limit: e.limitRef()}
+		return Verdict{Reject: true, RetryAfter: e.retryUntil - now, Policy: e.policyRef()}
 	}
 	if e.hasBucket {
 		if retry, ok := peek(&e.bucket, &e.state, now/unit, cost); !ok {
-			return Verdict{Reject: true, RetryAfter: retry * unit, Limit: e.limitRef()}
+			return Verdict{Reject: true, RetryAfter: retry * unit, Policy: e.policyRef()}
 		}
 	}
 	return Verdict{}
@@ -140,16 +197,36 @@ func peek(b *algorithms.TokenBucket, s *algorithms.TokenBucketState, now, cost i
 	return (over + b.Rate - 1) / b.Rate, false
 }
 
-// limitRef returns the entry's limit, or nil if it has none.
-func (e *entry) limitRef() *Limit {
+// policyRef returns the entry's policy, or nil if it has no limit.
+func (e *entry) policyRef() *Policy {
 	if !e.hasLimit {
 		return nil
 	}
-	return &e.limit
+	return &e.policy
+}
+
+// FailureMode returns the failure mode the control plane last reported for
+// the descriptor key: FailureUnknown when it reported none or the table
+// does not remember the key.
+func (t *Table) FailureMode(key []byte) FailureMode {
+	if len(key) > MaxKeyLen {
+		return FailureUnknown
+	}
+	i := t.lookup(key, hashKey(t.seed, key))
+	if i < 0 {
+		return FailureUnknown
+	}
+	return t.entries[i].failureMode
 }
 
 // Record takes in, at now (ns), what the control plane said about a
-// descriptor of a request.
+// descriptor of a request; now is when its answer arrived.
+//
+// A denial blocks the descriptor locally until blockEnd, and rejected
+// requests are told to retry at now+RetryAfter: the control plane decided
+// before its answer arrived, so by then the same request passes if nothing
+// else came. The block ends earlier, by up to twice the call timeout, so as
+// never to reject what the global limiter would allow.
 func (t *Table) Record(key []byte, o Outcome, now int64) {
 	if len(key) > MaxKeyLen {
 		return
@@ -158,22 +235,35 @@ func (t *Table) Record(key []byte, o Outcome, now int64) {
 	h := hashKey(t.seed, key)
 	i := t.lookup(key, h)
 	if i < 0 {
-		if !o.HasLimit && !blocks {
+		if !o.HasLimit && !blocks && o.FailureMode == FailureUnknown {
 			return // nothing worth remembering
 		}
 		i = t.insert(key, h)
 	}
 	t.touch(i)
 	e := &t.entries[i]
+	e.failureMode = o.FailureMode
 	switch {
 	case !o.HasLimit:
 		e.hasLimit, e.hasBucket = false, false
-	case !e.hasLimit || e.limit != o.Limit:
+	case !e.hasLimit || e.policy.Limit != o.Limit:
 		// A new or changed limit: start from a full bucket, which can only
 		// admit more than the truth.
-		e.limit, e.hasLimit = o.Limit, true
+		e.policy.Limit, e.hasLimit = o.Limit, true
 		e.bucket, e.hasBucket = localBucket(o.Limit, t.delay)
 		e.state = algorithms.TokenBucketState{}
+		t.version++
+		e.policy.Version = t.version
+	}
+	if name := o.Name; e.hasLimit && e.policy.Name != name {
+		if len(name) > MaxNameLen {
+			name = ""
+		}
+		if e.policy.Name != name {
+			e.policy.Name = strings.Clone(name)
+			t.version++
+			e.policy.Version = t.version
+		}
 	}
 	if o.Admitted && e.hasBucket && now-o.SentAt <= t.delay && o.Cost > 0 {
 		// Charge the admitted request. If the bucket has no room (possible
@@ -183,8 +273,15 @@ func (t *Table) Record(key []byte, o Outcome, now int64) {
 	}
 	if blocks {
 		until := t.blockEnd(o)
-		if e.blockUntil <= now || until > e.blockUntil || (until == e.blockUntil && o.Cost < e.blockCost) {
+		retry := max(now+o.RetryAfter, until)
+		active := e.blockUntil > now
+		if !active || until > e.blockUntil || (until == e.blockUntil && o.Cost < e.blockCost) {
 			e.blockUntil, e.blockCost = until, o.Cost
+		}
+		// The later of the retry times: telling a client to wait longer
+		// than needed is safe, shorter is not.
+		if !active || retry > e.retryUntil {
+			e.retryUntil = retry
 		}
 	}
 }

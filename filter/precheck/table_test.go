@@ -1,7 +1,9 @@
 package precheck
 
 import (
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -12,7 +14,11 @@ func TestTableOverLimitBlocksByCostUntilRetryAfter(t *testing.T) {
 	lim := Limit{Algorithm: Reserve, Limit: 10, Window: 1000 * ms, Burst: 5} // no bucket: only the block
 	tab.Record(key, Outcome{Cost: 3, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 500 * ms, SentAt: 100 * ms}, 110*ms)
 
+	// The block ends at the earliest time the control plane could have
+	// allowed the request, less the call timeout; the client is told the
+	// latest: the answer's arrival plus the retry-after.
 	end := 100*ms + 500*ms - delay - unit
+	retryAt := 110*ms + 500*ms
 	for _, tt := range []struct {
 		cost, now int64
 		reject    bool
@@ -27,18 +33,19 @@ func TestTableOverLimitBlocksByCostUntilRetryAfter(t *testing.T) {
 		if v.Reject != tt.reject {
 			t.Fatalf("cost %d at %d: reject %v, want %v", tt.cost, tt.now, v.Reject, tt.reject)
 		}
-		if v.Reject && (v.RetryAfter != end-tt.now || v.Limit == nil || *v.Limit != lim) {
+		if v.Reject && (v.RetryAfter != retryAt-tt.now || v.Policy == nil || v.Policy.Limit != lim) {
 			t.Fatalf("cost %d at %d: verdict %+v", tt.cost, tt.now, v)
 		}
 	}
-	// A shorter block does not shorten a longer one; a later one extends it.
+	// A shorter block does not shorten a longer one, nor the retry time; a
+	// later one extends both.
 	tab.Record(key, Outcome{Cost: 3, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 100 * ms, SentAt: 120 * ms}, 130*ms)
-	if !tab.Check(key, 3, end-1).Reject {
-		t.Fatal("a shorter block shortened the longer one")
+	if v := tab.Check(key, 3, end-1); !v.Reject || v.RetryAfter != retryAt-(end-1) {
+		t.Fatalf("a shorter block shortened the longer one: %+v", v)
 	}
 	tab.Record(key, Outcome{Cost: 3, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 900 * ms, SentAt: 140 * ms}, 150*ms)
-	if !tab.Check(key, 3, end+ms).Reject {
-		t.Fatal("a later block did not extend the block")
+	if v := tab.Check(key, 3, end+ms); !v.Reject || v.RetryAfter != 150*ms+900*ms-(end+ms) {
+		t.Fatalf("a later block did not extend the block and the retry time: %+v", v)
 	}
 	// A block that ends before the answer arrives is not recorded.
 	other := []byte("other")
@@ -142,5 +149,113 @@ func TestTableCheckAllocatesNothing(t *testing.T) {
 	tab.Record(key, Outcome{Cost: 1, Limit: Limit{Algorithm: GCRA, Limit: 10, Window: 1000 * ms, Burst: 4}, HasLimit: true, Admitted: true}, 0)
 	if n := testing.AllocsPerRun(100, func() { tab.Check(key, 1, ms) }); n != 0 {
 		t.Fatalf("Check allocates %v times", n)
+	}
+}
+
+// TestTableRetryAfterIsWhenTheGlobalLimiterAllows checks the retry-after a
+// locally rejected client is told: a client that retries exactly then is
+// allowed by the global limiter (nothing else arriving), whatever the
+// algorithm and however the call's time splits between the way to the
+// control plane and the way back.
+func TestTableRetryAfterIsWhenTheGlobalLimiterAllows(t *testing.T) {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA, Reserve} {
+		t.Run(alg.String(), func(t *testing.T) {
+			checked := 0
+			for seed := 0; seed < 200; seed++ {
+				rng := rand.New(rand.NewPCG(uint64(alg), uint64(seed)))
+				delay := []int64{ms, 5 * ms, 20 * ms, 40 * ms}[rng.IntN(4)]
+				o := randomOracle(rng, alg)
+				tab := NewTable(4, delay)
+				key := []byte("k")
+				// Requests of cost 1, one after the other, until one is denied.
+				var now int64
+				denied := false
+				for i := 0; i < 10000 && !denied; i++ {
+					sent := now
+					decided := sent + rng.Int64N(delay+1)
+					r, err := o.allow(decided, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					now = decided + rng.Int64N(sent+delay-decided+1)
+					denied = !r.Allowed
+					tab.Record(key, Outcome{Cost: 1, Limit: o.reported(), HasLimit: true, Admitted: r.Allowed,
+						OverLimit: !r.Allowed, RetryAfter: r.RetryAfter, SentAt: sent}, now)
+				}
+				if !denied {
+					continue
+				}
+				// A client rejected locally, at some time during the block,
+				// retries after the retry-after it is told.
+				at := now + rng.Int64N(delay+1)
+				v := tab.Check(key, 1, at)
+				if !v.Reject {
+					continue // the block was over already
+				}
+				checked++
+				retry := at + v.RetryAfter
+				if r, err := o.peek(retry, 1); err != nil || !r.Allowed {
+					t.Fatalf("seed %d (%+v, delay %d): rejected at %d with retry-after %d; at %d the global limiter says %+v %v",
+						seed, o.reported(), delay, at, v.RetryAfter, retry, r, err)
+				}
+				if v := tab.Check(key, 1, retry); v.Reject {
+					t.Fatalf("seed %d: the retry at the retry-after is rejected locally: %+v", seed, v)
+				}
+			}
+			if checked < 50 {
+				t.Fatalf("only %d of 200 runs had a local rejection to check", checked)
+			}
+		})
+	}
+}
+
+func TestTableRemembersNameAndFailureMode(t *testing.T) {
+	tab := NewTable(4, 20*ms)
+	key := []byte("k")
+	lim := Limit{Algorithm: FixedWindow, Limit: 1, Window: 1000 * ms}
+	deny := Outcome{Cost: 1, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 500 * ms, Name: "per_key", FailureMode: FailureClosed}
+	tab.Record(key, deny, 0)
+	v := tab.Check(key, 1, ms)
+	if !v.Reject || v.Policy == nil || v.Policy.Name != "per_key" || v.Policy.Limit != lim {
+		t.Fatalf("verdict %+v", v)
+	}
+	first := v.Policy.Version
+	if tab.FailureMode(key) != FailureClosed {
+		t.Fatalf("failure mode %v, want closed", tab.FailureMode(key))
+	}
+	// The same policy again: same version. A renamed one: a new version.
+	tab.Record(key, deny, ms)
+	if v := tab.Check(key, 1, ms); v.Policy.Version != first {
+		t.Fatalf("version changed from %d to %d for the same policy", first, v.Policy.Version)
+	}
+	deny.Name = "renamed"
+	tab.Record(key, deny, ms)
+	if v := tab.Check(key, 1, ms); v.Policy.Name != "renamed" || v.Policy.Version == first {
+		t.Fatalf("after a rename: %+v", v.Policy)
+	}
+	// An overlong name is not remembered.
+	deny.Name = strings.Repeat("x", MaxNameLen+1)
+	tab.Record(key, deny, ms)
+	if v := tab.Check(key, 1, ms); v.Policy.Name != "" {
+		t.Fatalf("an overlong name was kept (%d bytes)", len(v.Policy.Name))
+	}
+	// Each answer replaces the failure mode, unknown included.
+	tab.Record(key, Outcome{Cost: 1, Limit: lim, HasLimit: true, FailureMode: FailureOpen}, 2*ms)
+	if tab.FailureMode(key) != FailureOpen {
+		t.Fatalf("failure mode %v, want open", tab.FailureMode(key))
+	}
+	tab.Record(key, Outcome{Cost: 1, Limit: lim, HasLimit: true}, 3*ms)
+	if tab.FailureMode(key) != FailureUnknown {
+		t.Fatalf("failure mode %v, want unknown", tab.FailureMode(key))
+	}
+	// A descriptor with only a failure mode (no limit, no block) is
+	// remembered; one with nothing is not.
+	tab.Record([]byte("unlimited"), Outcome{Cost: 1, FailureMode: FailureClosed}, 0)
+	tab.Record([]byte("nothing"), Outcome{Cost: 1}, 0)
+	if tab.FailureMode([]byte("unlimited")) != FailureClosed || tab.Check([]byte("unlimited"), 1000, 0).Reject {
+		t.Fatal("a descriptor with only a failure mode was not remembered as such")
+	}
+	if tab.Len() != 2 || tab.FailureMode([]byte("nothing")) != FailureUnknown || tab.FailureMode([]byte("absent")) != FailureUnknown {
+		t.Fatalf("%d entries", tab.Len())
 	}
 }

@@ -17,7 +17,8 @@ import "math"
 //	      "limit": 100,            // number, see below
 //	      "window_ms": 60000,      // number, milliseconds, may be fractional
 //	      "burst": 21,             // number, the capacity, see below
-//	      "retry_after_ms": 1250   // number; set when the descriptor was denied
+//	      "retry_after_ms": 1250,  // number; set when the descriptor was denied
+//	      "failure_mode": "closed" // string, "open" or "closed"; see below
 //	    },
 //	    ...
 //	  ]
@@ -50,6 +51,11 @@ import "math"
 // one with the least remaining is the most useful). Any limit that applies is
 // a sound basis for the precheck, because a request must pass all of them.
 //
+// failure_mode is the effective failure mode of the limits that matched the
+// descriptor ("closed" if any of them fails closed): what the filter should
+// do with a request for this descriptor when it cannot ask the control
+// plane. Absent (or another value) means unknown.
+//
 // A response without the "sluice" field is treated as coming from an RLS
 // that only knows fixed windows (such as envoyproxy/ratelimit): the filter
 // uses current_limit as a fixed window of requests_per_unit per
@@ -62,6 +68,13 @@ const (
 	MetadataWindowMs     = "window_ms"
 	MetadataBurst        = "burst"
 	MetadataRetryAfterMs = "retry_after_ms"
+	MetadataFailureMode  = "failure_mode"
+)
+
+// Failure modes used in the metadata.
+const (
+	FailureModeOpen   = "open"
+	FailureModeClosed = "closed"
 )
 
 // Algorithm names used in the metadata.
@@ -82,6 +95,7 @@ type LimitInfo struct {
 	WindowMs     float64
 	Burst        float64
 	RetryAfterMs float64
+	FailureMode  string // "" when absent or not a string
 }
 
 // Google's well-known struct types, by field number:
@@ -272,14 +286,19 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 		}
 		var dst *float64
 		switch key {
-		case MetadataAlgorithm:
+		case MetadataAlgorithm, MetadataFailureMode:
 			s, ok, err := valueField(val, 3)
 			if err != nil {
 				return err
 			}
-			info.Algorithm = ""
+			v := ""
 			if ok {
-				info.Algorithm = str(s)
+				v = str(s)
+			}
+			if key == MetadataAlgorithm {
+				info.Algorithm = v
+			} else {
+				info.FailureMode = v
 			}
 			continue
 		case MetadataLimit:

@@ -155,8 +155,8 @@ func TestDecodeResponseFromGeneratedTypes(t *testing.T) {
 		RequestHeadersToAdd:  []*corev3.HeaderValue{{Key: "x-b", Value: "2"}},
 		RawBody:              []byte("ignored"),
 		DynamicMetadata: limitMetadata(t,
-			map[string]any{"algorithm": "gcra", "limit": 100.0, "window_ms": 60000.0, "burst": 20.0, "extra": true},
-			map[string]any{"algorithm": "fixed_window", "limit": 7.0, "window_ms": 604800000.0, "retry_after_ms": 1250.5},
+			map[string]any{"algorithm": "gcra", "limit": 100.0, "window_ms": 60000.0, "burst": 20.0, "extra": true, "failure_mode": "open"},
+			map[string]any{"algorithm": "fixed_window", "limit": 7.0, "window_ms": 604800000.0, "retry_after_ms": 1250.5, "failure_mode": "closed"},
 			map[string]any{},
 		),
 		Quota: &rlsv3.RateLimitResponse_Quota{Requests: 3},
@@ -195,8 +195,8 @@ func TestDecodeResponseFromGeneratedTypes(t *testing.T) {
 	if !got.HasLimits || len(got.Limits) != 3 {
 		t.Fatalf("limits: %+v", got.Limits)
 	}
-	if got.Limits[0] != (LimitInfo{Algorithm: "gcra", Limit: 100, WindowMs: 60000, Burst: 20}) ||
-		got.Limits[1] != (LimitInfo{Algorithm: "fixed_window", Limit: 7, WindowMs: 604800000, RetryAfterMs: 1250.5}) ||
+	if got.Limits[0] != (LimitInfo{Algorithm: "gcra", Limit: 100, WindowMs: 60000, Burst: 20, FailureMode: "open"}) ||
+		got.Limits[1] != (LimitInfo{Algorithm: "fixed_window", Limit: 7, WindowMs: 604800000, RetryAfterMs: 1250.5, FailureMode: "closed"}) ||
 		got.Limits[2] != (LimitInfo{}) {
 		t.Fatalf("limits: %+v", got.Limits)
 	}
@@ -225,8 +225,12 @@ func TestDecodeMetadataOddShapes(t *testing.T) {
 			structpb.NewNumberValue(3),
 			structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 				"algorithm": structpb.NewNumberValue(1), "limit": structpb.NewStringValue("9"), "window_ms": structpb.NewNumberValue(10),
+				"failure_mode": structpb.NewBoolValue(true),
 			}}),
-		}})}}, []LimitInfo{{}, {WindowMs: 10}}, true},
+			structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"failure_mode": structpb.NewStringValue("closed"),
+			}}),
+		}})}}, []LimitInfo{{}, {WindowMs: 10}, {FailureMode: "closed"}}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			msg, err := proto.Marshal(&rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, DynamicMetadata: tt.meta})
