@@ -13,7 +13,7 @@ FUZZ_PKG    := ./shared/algorithms
 FUZZ_TARGETS := FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve
 FUZZTIME ?= 1500ms
 
-.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms bench-e2e vet wasm run e2e
+.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms bench-e2e vet wasm run e2e bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing.
@@ -61,7 +61,7 @@ fuzz:
 	$(MAKE) fuzz-short FUZZTIME=$${FUZZTIME:-1m}
 
 ## bench: benchmarks (not tests): algorithms natively and under wazero.
-bench: bench-algorithms bench-e2e
+bench: bench-algorithms bench-e2e bench-rls
 
 bench-algorithms: $(WAZERO)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
@@ -80,6 +80,11 @@ run: wasm
 ## e2e: the end-to-end scenarios alone (real redis-server, 2 control planes, 2 gateways).
 e2e: redis-server
 	$(GO) test -count=1 -v ./e2e/...
+
+## bench-rls: decisions/s, latency and Redis CPU of sluice against envoyproxy/ratelimit (bench/ratelimit-peer),
+## same Redis, same load, 3 interleaved runs each (RUNS, CALLERS, CONNS, KEYS, DURATION override).
+bench-rls: redis-server
+	$(HOSTENV) bench/rls-compare.sh
 
 ## bench-e2e: requests/s and latency through the gateway with filter.wasm, in three modes.
 bench-e2e: redis-server

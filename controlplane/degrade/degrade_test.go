@@ -404,3 +404,68 @@ func value(t *testing.T, c prometheus.Collector) float64 {
 	t.Fatal("not a counter or gauge")
 	return 0
 }
+
+// withinFake is a fakeStore that bounds decisions itself (DecideWithin), as
+// the Redis store does.
+type withinFake struct {
+	*fakeStore
+	within atomic.Int64 // DecideWithin calls
+}
+
+func (w *withinFake) DecideWithin(ctx context.Context, timeout time.Duration, checks []store.Check, out []algorithms.Result) error {
+	w.within.Add(1)
+	if w.mode.Load() == slow {
+		w.calls.Add(1)
+		select {
+		case <-time.After(timeout):
+			return fmt.Errorf("%s: %w", w.name, context.DeadlineExceeded)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return w.Decide(ctx, checks, out)
+}
+
+// TestDecideWithin: with TrustContext, a primary that bounds decisions
+// itself is asked to, with the deadline; one that misses it degrades the
+// store with reason deadline.
+func TestDecideWithin(t *testing.T) {
+	const deadline = 30 * time.Millisecond
+	primary := &withinFake{fakeStore: newFake("primary", 1)}
+	fallback := newFake("fallback", 2)
+	s, err := New(primary, fallback, Options{Probe: (&probeSwitch{}).probe, ProbeInterval: time.Hour,
+		Deadline: deadline, TrustContext: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(primary.release); s.Close() })
+	if got := from(t, s); got != "primary" || primary.within.Load() != 1 {
+		t.Fatalf("answered by %s after %d DecideWithin calls", got, primary.within.Load())
+	}
+	primary.mode.Store(slow)
+	start := time.Now()
+	got := from(t, s)
+	took := time.Since(start)
+	if got != "fallback" || !s.Degraded() {
+		t.Fatalf("slow primary: answered by %s, degraded %v", got, s.Degraded())
+	}
+	if took < deadline || took > deadline+time.Second {
+		t.Fatalf("answered after %v with a %v deadline", took, deadline)
+	}
+	if got := value(t, s.Metrics().PrimaryFailures.WithLabelValues("deadline")); got != 1 {
+		t.Errorf("deadline failures %v, want 1", got)
+	}
+	// Without TrustContext the store does not rely on the primary's own
+	// bound.
+	s2, err := New(primary, fallback, Options{Probe: (&probeSwitch{}).probe, ProbeInterval: time.Hour,
+		Deadline: deadline, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	primary.mode.Store(answer)
+	before := primary.within.Load()
+	if got := from(t, s2); got != "primary" || primary.within.Load() != before {
+		t.Fatalf("answered by %s; DecideWithin called %d times", got, primary.within.Load()-before)
+	}
+}

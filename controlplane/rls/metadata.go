@@ -21,8 +21,11 @@ import (
 //	                                 // (fractional when not whole milliseconds)
 //	      "burst":          20,      // capacity: the most admitted at one instant
 //	                                 // (the burst for token_bucket and gcra, else limit)
-//	      "retry_after_ms": 0        // when the descriptor's status is OVER_LIMIT: how
+//	      "retry_after_ms": 0,       // when the descriptor's status is OVER_LIMIT: how
 //	                                 // long until the same request would be allowed; else 0
+//	      "failure_mode":   "closed" // the policy's failure_mode for this descriptor (open |
+//	                                 // closed), which the filter applies when a later call
+//	                                 // fails; absent when no policy matched the descriptor
 //	    },
 //	    ...
 //	  ]
@@ -46,34 +49,79 @@ const (
 	MetaWindowMs   = "window_ms"
 	MetaBurst      = "burst"
 	MetaRetryAfter = "retry_after_ms"
+	MetaFailure    = "failure_mode"
 )
 
-// limitMetadata returns the dynamic_metadata for one response.
+// limitMetadata returns the dynamic_metadata for one response. The common
+// parts (a descriptor not over limit, a one-descriptor response) are built
+// once per limit (limitInfo) and shared, read-only, by the responses.
 func limitMetadata(outs []outcome) *structpb.Struct {
+	if len(outs) == 1 && !outs[0].over() {
+		if o := &outs[0]; o.info != nil && o.lim != nil && !o.failed {
+			return o.info.single
+		}
+		if o := &outs[0]; o.lim == nil {
+			return emptySingle
+		}
+	}
 	list := make([]*structpb.Value, len(outs))
 	for i := range outs {
 		o := &outs[i]
-		alg := ""
-		var limit, windowMs, burst, retryMs float64
-		if o.lim != nil && !o.lim.ShadowMode && !o.failed && o.lim.Requests > 0 {
-			sl := storeLimit(o.lim)
-			alg = string(o.lim.Algorithm)
-			limit = float64(o.lim.Requests)
-			windowMs = float64(o.lim.Window) / float64(time.Millisecond)
-			burst = float64(capacity(sl))
+		switch {
+		case o.over():
+			list[i] = metadataValue(o)
+		case o.lim != nil && o.info != nil && !o.failed:
+			list[i] = o.info.meta
+		case o.lim == nil:
+			list[i] = emptyValue
+		default: // decided by failure_mode, or a limit override
+			list[i] = metadataValue(o)
 		}
-		if o.over() {
-			retryMs = float64(o.res.RetryAfter) / float64(time.Millisecond)
-		}
-		list[i] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			MetaAlgorithm:  structpb.NewStringValue(alg),
-			MetaLimit:      structpb.NewNumberValue(limit),
-			MetaWindowMs:   structpb.NewNumberValue(windowMs),
-			MetaBurst:      structpb.NewNumberValue(burst),
-			MetaRetryAfter: structpb.NewNumberValue(retryMs),
-		}})
 	}
+	return metadataStruct(list)
+}
+
+// emptyValue is the metadata of a descriptor that nothing limits and that
+// is not over limit; emptySingle, the dynamic_metadata of a one-descriptor
+// response of that kind. Shared, never modified.
+var (
+	emptyValue  = metadataValue(&outcome{})
+	emptySingle = metadataStruct([]*structpb.Value{emptyValue})
+)
+
+// metadataStruct returns the dynamic_metadata holding list.
+func metadataStruct(list []*structpb.Value) *structpb.Struct {
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
 		MetadataKey: structpb.NewListValue(&structpb.ListValue{Values: list}),
 	}}
+}
+
+// metadataValue returns one descriptor's metadata struct (see MetadataKey).
+func metadataValue(o *outcome) *structpb.Value {
+	alg := ""
+	var limit, windowMs, burst, retryMs float64
+	if o.lim != nil && !o.lim.ShadowMode && !o.failed && o.lim.Requests > 0 {
+		sl := storeLimit(o.lim)
+		alg = string(o.lim.Algorithm)
+		limit = float64(o.lim.Requests)
+		windowMs = float64(o.lim.Window) / float64(time.Millisecond)
+		burst = float64(capacity(sl))
+	}
+	if o.over() {
+		retryMs = float64(o.res.RetryAfter) / float64(time.Millisecond)
+	}
+	fields := map[string]*structpb.Value{
+		MetaAlgorithm:  structpb.NewStringValue(alg),
+		MetaLimit:      structpb.NewNumberValue(limit),
+		MetaWindowMs:   structpb.NewNumberValue(windowMs),
+		MetaBurst:      structpb.NewNumberValue(burst),
+		MetaRetryAfter: structpb.NewNumberValue(retryMs),
+	}
+	if o.lim != nil {
+		// Every limit of one descriptor shares its failure mode (a
+		// descriptor's, inherited by nested ones), so the reported limit's
+		// is the descriptor's.
+		fields[MetaFailure] = structpb.NewStringValue(string(o.lim.FailureMode))
+	}
+	return structpb.NewStructValue(&structpb.Struct{Fields: fields})
 }

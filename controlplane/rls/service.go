@@ -46,7 +46,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
@@ -88,7 +87,7 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	store          store.Store
-	policies       atomic.Pointer[policy.Set]
+	policies       atomic.Pointer[version]
 	maxDescriptors int
 	maxEntries     int
 	log            *slog.Logger
@@ -131,11 +130,11 @@ func (s *Service) SetPolicies(p *policy.Set) {
 	if p == nil {
 		p, _ = policy.NewSet()
 	}
-	s.policies.Store(p)
+	s.policies.Store(newVersion(p))
 }
 
 // Policies returns the current policy set.
-func (s *Service) Policies() *policy.Set { return s.policies.Load() }
+func (s *Service) Policies() *policy.Set { return s.policies.Load().set }
 
 // Metrics returns the service's collectors.
 func (s *Service) Metrics() *Metrics { return s.metrics }
@@ -157,12 +156,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 type slot struct {
 	desc     int           // index of the descriptor
 	lim      *policy.Limit // the limit
+	info     *limitInfo    // what is derived from lim
 	tooLarge bool          // the cost exceeds the capacity: peeked, answered over limit
 }
 
 // outcome is a descriptor's reported limit and its decision.
 type outcome struct {
 	lim    *policy.Limit     // nil: nothing limits the descriptor
+	info   *limitInfo        // what is derived from lim (nil with lim)
 	res    algorithms.Result // the decision (times in nanoseconds)
 	failed bool              // decided by failure_mode: the store failed
 }
@@ -182,7 +183,8 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	case len(descs) > s.maxDescriptors:
 		return nil, s.invalid(reasonTooMany, "descriptors: %d in one request, more than the %d allowed", len(descs), s.maxDescriptors)
 	}
-	dom := s.policies.Load().Domain(domainName)
+	ver := s.policies.Load()
+	dom := ver.set.Domain(domainName)
 	label := unknownDomain
 	if dom != nil {
 		label = dom.Name
@@ -194,18 +196,10 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		hits = 1 // proto3's default, as envoyproxy/ratelimit reads it
 	}
 	n := len(descs)
-	costs := make([]int64, n)
-	outs := make([]outcome, n)
-	unlimited := make([]bool, n)
-	var matched [][]*policy.Limit // configured limits per descriptor
-	var overrides []*policy.Limit // per-request override per descriptor
-	var entries [][]store.Entry
-	if dom != nil {
-		matched = make([][]*policy.Limit, n)
-		overrides = make([]*policy.Limit, n)
-		entries = make([][]store.Entry, n)
-	}
-	var pe []policy.Entry // scratch for Match
+	sc := getScratch(n)
+	defer putScratch(sc)
+	costs, outs, unlimited := sc.costs, sc.outs, sc.unlimited
+	matched, overrides := sc.matched, sc.overrides // configured limits, per-request override, per descriptor
 	for i, d := range descs {
 		switch {
 		case d == nil:
@@ -230,52 +224,55 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			overrides[i] = l
 			continue
 		}
-		pe = pe[:0]
+		sc.pe = sc.pe[:0]
 		for _, e := range d.GetEntries() {
-			pe = append(pe, policy.Entry{Key: e.GetKey(), Value: e.GetValue()})
+			sc.pe = append(sc.pe, policy.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		matched[i] = dom.Match(pe)
+		matched[i] = dom.Match(sc.pe)
 	}
 	if dom != nil {
 		dom.DropReplaced(matched)
 	}
 
 	// One store check per limit to count.
-	var checks []store.Check
-	var slots []slot
+	checks, slots := sc.checks[:0], sc.slots[:0]
 	for i := 0; dom != nil && i < n; i++ {
 		ls := matched[i]
 		if overrides[i] != nil {
 			ls = overrides[i : i+1]
 		}
+		keyed := false
 		for _, l := range ls {
 			switch {
 			case l.Unlimited:
 				unlimited[i] = true
 				continue
 			case l.Requests == 0: // an override of 0: nothing is admitted
-				outs[i] = outcome{lim: l}
+				outs[i] = outcome{lim: l, info: ver.infoOf(l)}
 				dm.overLimit.Inc()
 				continue
 			}
-			if entries[i] == nil {
-				entries[i] = storeEntries(descs[i])
+			if !keyed {
+				sc.entries = storeEntries(sc.entries[:0], descs[i])
+				keyed = true
 			}
-			sl := storeLimit(l)
-			cost, tooLarge := costs[i], costs[i] > capacity(sl)
+			info := ver.infoOf(l)
+			cost, tooLarge := costs[i], costs[i] > info.capacity
 			if tooLarge {
 				cost = 0 // peek, to report the limit's state
 			}
-			checks = append(checks, store.Check{Key: store.Key(dom.Name, entries[i], l.ID, sl.Algorithm), Limit: sl, Cost: cost})
-			slots = append(slots, slot{desc: i, lim: l, tooLarge: tooLarge})
+			checks = append(checks, store.Check{Key: store.Key(dom.Name, sc.entries, l.ID, info.store.Algorithm), Limit: info.store, Cost: cost})
+			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge})
 		}
 	}
+	sc.checks, sc.slots = checks, slots
 	var storeErr error
-	results := make([]algorithms.Result, len(checks))
+	results := sc.resultsFor(len(checks))
 	if len(checks) > 0 {
 		storeErr = s.store.Decide(ctx, checks, results)
 		if storeErr != nil {
 			if err := ctx.Err(); err != nil {
+				sc.abandon() // the store may still hold the results slice
 				return nil, status.FromContextError(err).Err()
 			}
 			dm.storeErrors.Inc()
@@ -283,12 +280,13 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 	}
 
-	for k, sl := range slots {
-		o := outcome{lim: sl.lim}
+	for k := range slots {
+		sl := &slots[k]
+		o := outcome{lim: sl.lim, info: sl.info}
 		switch {
 		case storeErr != nil:
 			o.failed = true
-			o.res = algorithms.Result{Allowed: true, Limit: capacity(storeLimit(sl.lim))}
+			o.res = algorithms.Result{Allowed: true, Limit: sl.info.capacity}
 			if sl.lim.FailureMode == policy.FailClosed {
 				o.res.Allowed, o.res.RetryAfter = false, int64(FailureRetryAfter)
 				dm.failClosed.Inc()
@@ -313,30 +311,30 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 	}
 
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
-	}
+	resp := newResponse(n)
 	for i := range outs {
 		o := &outs[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := resp.Statuses[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		switch {
 		case o.lim != nil:
-			st.CurrentLimit = currentLimit(o.lim)
+			st.CurrentLimit = o.info.current
 			st.LimitRemaining = uint32(min(max(o.res.Remaining, 0), math.MaxUint32))
 			d := o.res.ResetAfter
 			if !o.res.Allowed {
 				d = o.res.RetryAfter
 			}
-			st.DurationUntilReset = durationpb.New(time.Duration(d))
+			setDuration(st.DurationUntilReset, time.Duration(d))
 			if o.over() {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
 		case unlimited[i]:
+			st.DurationUntilReset = nil
 			st.LimitRemaining = math.MaxUint32
+		default:
+			st.DurationUntilReset = nil
 		}
-		resp.Statuses[i] = st
 	}
 	if dom != nil && dom.ResponseHeaders {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(outs, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
@@ -381,14 +379,12 @@ func (s *Service) logStoreError(domain string, err error) {
 	s.log.Warn("store failed: limits follow their failure_mode", "store", s.store.Name(), "domain", domain, "error", err.Error())
 }
 
-// storeEntries copies a descriptor's entries for store.Key.
-func storeEntries(d *ratelimitv3.RateLimitDescriptor) []store.Entry {
-	es := d.GetEntries()
-	out := make([]store.Entry, len(es))
-	for i, e := range es {
-		out[i] = store.Entry{Key: e.GetKey(), Value: e.GetValue()}
+// storeEntries appends a descriptor's entries, for store.Key, to buf.
+func storeEntries(buf []store.Entry, d *ratelimitv3.RateLimitDescriptor) []store.Entry {
+	for _, e := range d.GetEntries() {
+		buf = append(buf, store.Entry{Key: e.GetKey(), Value: e.GetValue()})
 	}
-	return out
+	return buf
 }
 
 // storeAlgorithms maps policy algorithms to the store's.

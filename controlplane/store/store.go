@@ -91,26 +91,27 @@ const KeyPrefix = "sluice:"
 // The hash sits inside a Redis Cluster hash tag so all of a limit's keys
 // share one slot.
 func Key(domain string, entries []Entry, limitID string, alg Algorithm) string {
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
+	// The identity is laid out in one buffer and hashed at once (the same
+	// bytes a streaming hash would see); small identities stay on the stack.
+	var small [256]byte
+	b := small[:0]
 	put := func(s string) {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-		h.Write([]byte(s))
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
 	}
 	put(domain)
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(entries)))])
+	b = binary.AppendUvarint(b, uint64(len(entries)))
 	for _, e := range entries {
 		put(e.Key)
 		put(e.Value)
 	}
 	put(limitID)
 	put(alg.String())
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
+	sum := sha256.Sum256(b)
 	var buf [len(KeyPrefix) + 2 + 32]byte
-	b := append(buf[:0], KeyPrefix...)
-	b = append(b, '{')
-	b = hex.AppendEncode(b, sum[:16]) // 128 bits: collisions are not a practical concern
-	b = append(b, '}')
-	return string(b)
+	k := append(buf[:0], KeyPrefix...)
+	k = append(k, '{')
+	k = hex.AppendEncode(k, sum[:16]) // 128 bits: collisions are not a practical concern
+	k = append(k, '}')
+	return string(k)
 }

@@ -33,6 +33,12 @@
 //	-shutdown-timeout    SLUICE_SHUTDOWN_TIMEOUT    graceful drain limit on SIGTERM/SIGINT (10s)
 //	-log-level           SLUICE_LOG_LEVEL           debug | info | warn | error (info)
 //	-log-format          SLUICE_LOG_FORMAT          json | text (json)
+//	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
+//	                                                address (false; for profiling, never on a shared port)
+//	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
+//	                                                $GOGC when that is set and this is not): the live
+//	                                                heap is small, and collecting it less often leaves
+//	                                                CPU to decisions; the heap may grow to 5x the live set
 //
 // With Redis, policies live in Redis and every replica converges on them.
 // Without a token or client CA the policy service is off (logged).
@@ -50,6 +56,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -65,6 +72,12 @@ import (
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
+
+// DefaultGCPercent is -gc-percent's default: the control plane's live heap
+// is small (policies; the memory store only while degraded), and at the
+// allocation rate of tens of thousands of gRPC calls a second the default
+// GOGC of 100 spends a large share of the CPU collecting it.
+const DefaultGCPercent = 400
 
 // config is what the flags say.
 type config struct {
@@ -88,6 +101,9 @@ type config struct {
 	memBytes            int64
 	shutdown            time.Duration
 	logLevel, logFormat string
+	pprof               bool
+	gcPercent           int
+	gcPercentSet        bool // given by flag or $SLUICE_GC_PERCENT
 }
 
 // listFlag is a comma-separated, repeatable flag.
@@ -148,6 +164,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	dur(&c.shutdown, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", server.DefaultShutdownTimeout, "graceful drain limit on SIGTERM/SIGINT")
 	str(&c.logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&c.logFormat, "log-format", "SLUICE_LOG_FORMAT", "json", "json or text")
+	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP address ($SLUICE_PPROF)")
+	envOf["pprof"] = "SLUICE_PPROF"
+	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -172,7 +191,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	c.gcPercentSet = set["gc-percent"] || getenv("SLUICE_GC_PERCENT") != ""
 	switch {
+	case c.gcPercent <= 0:
+		errs = append(errs, fmt.Errorf("-gc-percent must be positive (got %d)", c.gcPercent))
 	case c.deadline <= 0:
 		errs = append(errs, fmt.Errorf("-deadline must be positive (got %v)", c.deadline))
 	case c.probe <= 0:
@@ -226,6 +248,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	server.SetRedisLogger(log)
+	if c.gcPercentSet || getenv("GOGC") == "" {
+		debug.SetGCPercent(c.gcPercent)
+	}
 
 	policies := policy.Example()
 	if len(c.policies) > 0 {
@@ -268,6 +293,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		MemoryMaxEntries: c.memEntries,
 		MemoryMaxBytes:   c.memBytes,
 		ShutdownTimeout:  c.shutdown,
+		Pprof:            c.pprof,
 		Logger:           log,
 	})
 	if err != nil {

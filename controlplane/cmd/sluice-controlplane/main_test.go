@@ -45,8 +45,12 @@ func TestParseFlags(t *testing.T) {
 	// Flags win over the environment, which wins over defaults.
 	if c.grpcAddr != "127.0.0.1:1111" || c.httpAddr != "127.0.0.1:3333" || c.deadline != 35*time.Millisecond ||
 		strings.Join(c.redisAddrs, "|") != "a:1|b:2" || strings.Join(c.policies, "|") != "/p1" ||
-		c.maxDescriptors != 256 || c.logFormat != "json" {
+		c.maxDescriptors != 256 || c.logFormat != "json" || c.gcPercent != DefaultGCPercent || c.gcPercentSet {
 		t.Fatalf("parsed %+v", c)
+	}
+	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_GC_PERCENT": "150"}[k] }, io.Discard); err != nil ||
+		c.gcPercent != 150 || !c.gcPercentSet {
+		t.Fatalf("$SLUICE_GC_PERCENT: %+v, %v", c, err)
 	}
 	bad := []struct {
 		args []string
@@ -58,6 +62,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"extra"}, nil, "unexpected arguments"},
 		{nil, map[string]string{"SLUICE_PROBE_INTERVAL": "soon"}, `$SLUICE_PROBE_INTERVAL="soon": invalid value for -probe-interval`},
 		{[]string{"-max-descriptors", "-1"}, nil, "-max-descriptors must be positive"},
+		{[]string{"-gc-percent", "0"}, nil, "-gc-percent must be positive"},
 	}
 	for _, b := range bad {
 		_, err := parseFlags(b.args, func(k string) string { return b.env[k] }, io.Discard)

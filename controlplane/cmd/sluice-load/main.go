@@ -10,6 +10,12 @@
 //
 // It is bounded: loopback addresses only, at most 4096 callers, at most 10
 // minutes, and optionally at most -requests calls in all.
+//
+// The tool shares the machine with what it measures, so it is lean: by
+// default it calls through leanConn (a minimal gRPC client over HTTP/2, no
+// allocation per call) and reads only a response's overall_code;
+// -client grpc uses grpc-go instead. It runs with GOGC=400 unless GOGC is
+// set.
 package main
 
 import (
@@ -21,6 +27,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -41,6 +49,11 @@ const (
 )
 
 func main() {
+	// The tool's heap is tiny and short-lived: collecting it less often
+	// leaves more of the machine to the servers under test. GOGC wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -57,7 +70,15 @@ type options struct {
 	hits     uint
 	timeout  time.Duration
 	json     bool
+	cpuprof  string
+	client   string
 }
+
+// The clients -client selects.
+const (
+	clientLean = "lean" // leanConn: hand-written HTTP/2, little CPU per call
+	clientGRPC = "grpc" // grpc-go
+)
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
@@ -74,6 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.UintVar(&o.hits, "hits", 0, "request hits_addend (0: the server's default of 1)")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "per-call timeout")
 	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object")
+	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the load tool itself to this file")
+	fs.StringVar(&o.client, "client", clientLean, "lean (a minimal gRPC client, so the tool takes little CPU from the servers) or grpc (grpc-go)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -94,6 +117,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-timeout must be positive (got %v)", o.timeout)
 	case o.domain == "":
 		return nil, errors.New("-domain must not be empty")
+	case o.client != clientLean && o.client != clientGRPC:
+		return nil, fmt.Errorf("-client must be %s or %s (got %q)", clientLean, clientGRPC, o.client)
 	case o.hits > 1<<32-1:
 		return nil, fmt.Errorf("-hits must fit in 32 bits (got %d)", o.hits)
 	}
@@ -149,6 +174,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice-load:", err)
 		return 2
 	}
+	if o.cpuprof != "" {
+		f, err := os.Create(o.cpuprof)
+		if err != nil {
+			fmt.Fprintln(stderr, "sluice-load:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "sluice-load:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	s, err := load(ctx, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice-load:", err)
@@ -179,23 +217,90 @@ type caller struct {
 	firstErr       error
 }
 
-// load runs the callers and sums their tallies.
-func load(ctx context.Context, o *options) (*Summary, error) {
-	conns := make([]*grpc.ClientConn, o.conns)
-	for i := range conns {
-		c, err := grpc.NewClient(o.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, err
+// rlsCaller makes one caller's calls.
+type rlsCaller interface {
+	// ShouldRateLimit calls the service and returns the overall code.
+	ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (rlsv3.RateLimitResponse_Code, error)
+}
+
+// grpcCaller calls through grpc-go, each call with its own timeout.
+type grpcCaller struct {
+	client  rlsv3.RateLimitServiceClient
+	timeout time.Duration
+}
+
+func (g grpcCaller) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (rlsv3.RateLimitResponse_Code, error) {
+	cctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	resp, err := g.client.ShouldRateLimit(cctx, req)
+	if err != nil {
+		return 0, err
+	}
+	return resp.OverallCode, nil
+}
+
+// dial opens the connections and returns a caller factory (caller i) and
+// a function closing them.
+func dial(ctx context.Context, o *options) (func(i int) rlsCaller, func(), error) {
+	if o.client == clientGRPC {
+		conns := make([]*grpc.ClientConn, o.conns)
+		closeAll := func() {
+			for _, c := range conns {
+				if c != nil {
+					c.Close()
+				}
+			}
 		}
-		defer c.Close()
+		for i := range conns {
+			c, err := grpc.NewClient(o.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newCodeOnlyCodec())))
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			conns[i] = c
+		}
+		return func(i int) rlsCaller {
+			return grpcCaller{client: rlsv3.NewRateLimitServiceClient(conns[i%len(conns)]), timeout: o.timeout}
+		}, closeAll, nil
+	}
+	conns := make([]*leanConn, o.conns)
+	closeAll := func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+	for i := range conns {
+		c, err := dialLean(ctx, o.addr, o.timeout)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
 		conns[i] = c
 	}
+	return func(i int) rlsCaller { return newLeanCaller(conns[i%len(conns)], o.timeout) }, closeAll, nil
+}
+
+// load runs the callers and sums their tallies.
+func load(ctx context.Context, o *options) (*Summary, error) {
+	newCaller, closeAll, err := dial(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
 	values := make([]string, o.keys)
 	for i := range values {
 		values[i] = "k" + strconv.Itoa(i)
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.duration)
+	// The run ends at end. Calls cut short by it are not counted: a call's
+	// timeout has its own timer, which may fire before the run's, so the
+	// clock (not only ctx.Err) tells that the run is over.
+	end := time.Now().Add(o.duration)
+	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
+	over := func() bool { return ctx.Err() != nil || !time.Now().Before(end) }
 	var issued atomic.Int64
 	callers := make([]caller, o.callers)
 	var wg sync.WaitGroup
@@ -205,32 +310,30 @@ func load(ctx context.Context, o *options) (*Summary, error) {
 		go func(i int) {
 			defer wg.Done()
 			c := &callers[i]
-			client := rlsv3.NewRateLimitServiceClient(conns[i%len(conns)])
+			client := newCaller(i)
 			entry := &ratelimitv3.RateLimitDescriptor_Entry{Key: o.key}
 			req := &rlsv3.RateLimitRequest{
 				Domain:      o.domain,
 				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry}}},
 				HitsAddend:  uint32(o.hits),
 			}
-			for n := i; ctx.Err() == nil; n += len(callers) {
+			for n := i; !over(); n += len(callers) {
 				if o.requests > 0 && issued.Add(1) > o.requests {
 					return
 				}
 				entry.Value = values[n%len(values)]
-				cctx, ccancel := context.WithTimeout(ctx, o.timeout)
 				t0 := time.Now()
-				resp, err := client.ShouldRateLimit(cctx, req)
+				code, err := client.ShouldRateLimit(ctx, req)
 				took := time.Since(t0)
-				ccancel()
 				switch {
-				case err != nil && ctx.Err() != nil:
+				case err != nil && over():
 					return // the run ended during the call: not counted
 				case err != nil:
 					c.errs++
 					if c.firstErr == nil {
 						c.firstErr = err
 					}
-				case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
+				case code == rlsv3.RateLimitResponse_OVER_LIMIT:
 					c.over++
 				default:
 					c.ok++

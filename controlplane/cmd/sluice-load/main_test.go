@@ -8,10 +8,17 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/server"
@@ -78,6 +85,7 @@ func TestFlags(t *testing.T) {
 		"-keys must be":          {"-keys", "0"},
 		"unexpected arguments":   {"x"},
 		"-domain must not":       {"-domain", ""},
+		"-client must be":        {"-client", "curl"},
 	}
 	for want, args := range bad {
 		var stderr bytes.Buffer
@@ -96,6 +104,10 @@ func TestLoad(t *testing.T) {
 	d, err := policy.Parse("bench.yaml", []byte(`
 domain: bench
 descriptors:
+  - key: k0
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: k1
+    rate_limit: {unit: minute, requests_per_unit: 5}
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 5}
 `))
@@ -118,26 +130,86 @@ descriptors:
 		}
 	}()
 
+	for i, client := range []string{clientLean, clientGRPC} {
+		var out, stderr bytes.Buffer
+		code := run(context.Background(), []string{"-addr", srv.GRPCAddr(), "-callers", "8", "-keys", "10", "-client", client,
+			"-domain", "bench", "-key", "k" + strconv.Itoa(i), "-duration", "5s", "-requests", "400", "-json"}, &out, &stderr)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s%s", client, code, out.String(), stderr.String())
+		}
+		var s Summary
+		if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+			t.Fatalf("%s: %v: %s", client, err, out.String())
+		}
+		// 400 calls over 10 keys limited to 5 a minute: 50 OK, 350 over.
+		if s.Decisions != 400 || s.OK != 50 || s.OverLimit != 350 || s.Errors != 0 {
+			t.Fatalf("%s: summary %+v", client, s)
+		}
+		if s.PerSecond <= 0 || s.P50Ms <= 0 || s.P50Ms > s.P99Ms || s.P99Ms > s.MaxMs {
+			t.Fatalf("%s: rates or latencies %+v", client, s)
+		}
+	}
 	var out, stderr bytes.Buffer
-	code := run(context.Background(), []string{"-addr", srv.GRPCAddr(), "-callers", "8", "-keys", "10",
-		"-domain", "bench", "-key", "k", "-duration", "5s", "-requests", "400", "-json"}, &out, &stderr)
-	if code != 0 {
-		t.Fatalf("exit %d: %s%s", code, out.String(), stderr.String())
-	}
-	var s Summary
-	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
-		t.Fatalf("%v: %s", err, out.String())
-	}
-	// 400 calls over 10 keys limited to 5 a minute: 50 OK, 350 over.
-	if s.Decisions != 400 || s.OK != 50 || s.OverLimit != 350 || s.Errors != 0 {
-		t.Fatalf("summary %+v", s)
-	}
-	if s.PerSecond <= 0 || s.P50Ms <= 0 || s.P50Ms > s.P99Ms || s.P99Ms > s.MaxMs {
-		t.Fatalf("rates or latencies %+v", s)
-	}
 	out.Reset()
 	if code := run(context.Background(), []string{"-addr", srv.GRPCAddr(), "-callers", "2", "-domain", "bench", "-key", "k", "-requests", "20"}, &out, &stderr); code != 0 ||
 		!strings.Contains(out.String(), "decisions: 20 in") || !strings.Contains(out.String(), "latency: p50") {
 		t.Fatalf("text output (exit %d):\n%s", code, out.String())
+	}
+}
+
+// fakeRLS answers by domain: "fail" with an error status, "slow" after
+// 300 ms, anything else OK.
+type fakeRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+func (fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	switch req.Domain {
+	case "fail":
+		return nil, status.Error(codes.ResourceExhausted, "no capacity")
+	case "slow":
+		select {
+		case <-time.After(300 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+}
+
+// TestClientErrors: both clients count error statuses and timeouts as
+// errors and report the first.
+func TestClientErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(gs, fakeRLS{})
+	go gs.Serve(ln)
+	defer gs.Stop()
+	for _, client := range []string{clientLean, clientGRPC} {
+		for _, c := range []struct {
+			domain, timeout, want string
+		}{
+			{"fail", "1s", "no capacity"},
+			{"slow", "50ms", "deadline"},
+		} {
+			var out, stderr bytes.Buffer
+			code := run(context.Background(), []string{"-addr", ln.Addr().String(), "-callers", "4", "-client", client,
+				"-domain", c.domain, "-timeout", c.timeout, "-duration", "5s", "-requests", "8", "-json"}, &out, &stderr)
+			var s Summary
+			if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+				t.Fatalf("%s %s: exit %d, %v: %s%s", client, c.domain, code, err, out.String(), stderr.String())
+			}
+			if code != 1 || s.Errors != 8 || s.Decisions != 0 || !strings.Contains(strings.ToLower(s.FirstError), c.want) {
+				t.Errorf("%s %s: exit %d, summary %+v", client, c.domain, code, s)
+			}
+		}
+		var out, stderr bytes.Buffer
+		if code := run(context.Background(), []string{"-addr", ln.Addr().String(), "-client", client, "-domain", "ok",
+			"-requests", "50", "-json"}, &out, &stderr); code != 0 || !strings.Contains(out.String(), `"ok":50`) {
+			t.Errorf("%s: exit %d: %s%s", client, code, out.String(), stderr.String())
+		}
 	}
 }

@@ -20,8 +20,9 @@ import (
 // redis-server, one check per call on 1,000 keys. It reports the scripts'
 // time per decision from INFO commandstats (redis-us/decision: usec of
 // EVALSHA over the decisions), the whole server's CPU time per decision from
-// INFO cpu (redis-cpu-us/decision: also network and parsing), and how many
-// decisions one script call carried.
+// INFO cpu (redis-cpu-us/decision: also network and parsing), this process's
+// CPU time per decision (go-cpu-us/decision: the callers, the store and
+// go-redis), and how many decisions one script call carried.
 func BenchmarkDecide(b *testing.B) {
 	srv := redistest.StartServer(b)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 128})
@@ -47,6 +48,7 @@ func BenchmarkDecide(b *testing.B) {
 					b.Fatal(err)
 				}
 				cpuBefore := redisCPU(b, client)
+				selfBefore := processCPU(b)
 				b.SetParallelism(32)
 				b.ResetTimer()
 				start := time.Now()
@@ -63,12 +65,14 @@ func BenchmarkDecide(b *testing.B) {
 					}
 				})
 				elapsed := time.Since(start)
+				self := processCPU(b) - selfBefore
 				b.StopTimer()
 				cpu := redisCPU(b, client) - cpuBefore
 				calls, usec := commandStats(b, client)
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 				b.ReportMetric(float64(usec)/float64(b.N), "redis-us/decision")
 				b.ReportMetric(cpu.Seconds()*1e6/float64(b.N), "redis-cpu-us/decision")
+				b.ReportMetric(self.Seconds()*1e6/float64(b.N), "go-cpu-us/decision")
 				if calls > 0 {
 					b.ReportMetric(float64(b.N)/float64(calls), "decisions/call")
 				}

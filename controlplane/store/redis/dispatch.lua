@@ -8,7 +8,9 @@
 --   ARGV[3 .. 2+4n]        each limit: algorithm (1 fixed_window,
 --                          2 sliding_window, 3 sliding_log, 4 token_bucket,
 --                          5 gcra) and three parameters (see script.go)
---   ARGV[3+4n ...]         each check: its limit's number (1 to n), cost
+--   ARGV[3+4n ...]         each check: its limit's number (1 to n), cost;
+--                          or, when every check has the same, that one
+--                          pair alone (with one key the two forms agree)
 --
 -- and replies with four integers per check: allowed (1, 0, or BAD),
 -- remaining, retry-after and reset-after in microseconds. Limits are sent once
@@ -31,6 +33,21 @@ for l = 1, tonumber(ARGV[2]) do
   j = j + 4
 end
 local out = {}
+if #ARGV == j + 1 then
+  -- one limit and cost for every key
+  local l = tonumber(ARGV[j])
+  local f, cost = fs[l], tonumber(ARGV[j + 1])
+  local p1, p2, p3 = p1s[l], p2s[l], p3s[l]
+  for i = 1, #KEYS do
+    local o = 4 * i - 4
+    if f then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = f(KEYS[i], now, p1, p2, p3, cost)
+    else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = BAD, 0, 0, 0
+    end
+  end
+  return out
+end
 for i = 1, #KEYS do
   local l = tonumber(ARGV[j])
   local f = fs[l]

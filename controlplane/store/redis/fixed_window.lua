@@ -1,23 +1,81 @@
--- fixed_window.lua: algorithms.FixedWindow with Aligned set, line by line, on
--- microseconds. State at key: the string "start:count".
+-- fixed_window.lua: algorithms.FixedWindow with Aligned set, on
+-- microseconds.
 --
--- Like the Go function, an allowed request writes the state (unless nothing
--- changed); a denied one writes nothing. A state with count 0 behaves exactly
+-- State at key: a hash holding one field, "start:window", whose value is the
+-- count of the window that starts at start (window is the limit's window
+-- length when the field was made). sluice before 2026-11 kept the string
+-- "start:count"; such a state is read, and replaced by the hash on the next
+-- allowed request.
+--
+-- The common request (the key's field is the current window's) is one
+-- HINCRBY: the field existed, so it is the state, and the new count decides.
+-- A denied request takes its cost back at once (HINCRBY -cost): the state is
+-- as it was, byte for byte, and keeps its expiry. Anything else (a new
+-- window, a clock that stepped back, a limit whose window changed, a peek,
+-- the old string state) goes through fw_slow, a line-by-line port of the Go
+-- function on the state read whole. A state with count 0 behaves exactly
 -- like a missing key, so it is deleted rather than written.
-local function fixed_window(key, now, limit, window, _, cost)
-  local start, count = 0, 0
-  local v = get(key)
-  if v then
-    local a, b = match(v, '^(%d+):(%d+)$')
-    start, count = tonumber(a), tonumber(b)
-    if not start or start > MAX or count > MAX then
-      return BAD, 0, 0, 0
+--
+-- The write that makes a field sets the expiry (the end of the window); the
+-- HINCRBYs of the same window keep it. A field per window length means a
+-- limit changed to another window under a live state gets its expiry moved.
+
+-- fw_fields maps a window length to the name of the current window's field,
+-- for this script call (whose clock does not move).
+local fw_fields = {}
+
+-- fw_state reads key's state, leaving out field skip (the field the caller
+-- just made): start, count, the field that holds them (nil if none) and
+-- whether the key holds the old string state. It returns nil when the key
+-- holds something sluice did not write.
+local function fw_state(key, skip)
+  local h = rpcall('HGETALL', key)
+  if h.err then
+    local v = get(key)
+    if not v then
+      return nil -- neither a hash nor a string
     end
-  elseif v == false then
+    local a, b = match(v, '^(%d+):(%d+)$')
+    local start, count = tonumber(a), tonumber(b)
+    if not start or start > MAX or count > MAX then
+      return nil
+    end
+    return start, count, nil, true
+  end
+  local start, count, field = 0, 0, nil
+  for i = 1, #h, 2 do
+    local f, c = h[i], h[i + 1]
+    if f ~= skip then
+      if field then
+        return nil -- sluice keeps one field
+      end
+      local s = tonumber(match(f, '^(%d+):%d+$'))
+      local n = tonumber(match(c, '^(%d+)$'))
+      if not s or not n or s > MAX or n > MAX then
+        return nil
+      end
+      start, count, field = s, n, f
+    end
+  end
+  return start, count, field, false
+end
+
+-- fw_slow decides on the state read whole. added says the caller's HINCRBY
+-- just made field (the current window's) with cost in it: fw_slow takes it
+-- back unless the new state is exactly that.
+local function fw_slow(key, now, limit, window, cost, ws, field, added)
+  local skip = nil
+  if added then
+    skip = field
+  end
+  local start, count, old, legacy = fw_state(key, skip)
+  if not start then
+    if added then
+      call('HDEL', key, field)
+    end
     return BAD, 0, 0, 0
   end
   local start0, count0 = start, count
-  local ws = now - now % window
   if ws > start or count == 0 then
     start, count = ws, 0
   end
@@ -36,12 +94,72 @@ local function fixed_window(key, now, limit, window, _, cost)
   if count > 0 then
     reset = e - now
   end
-  if allowed == 1 and (start ~= start0 or count ~= count0) then
-    if count > 0 then
-      call('SET', key, fmt('%d:%d', start, count), 'PX', px(reset))
-    elseif count0 > 0 then
-      call('DEL', key) -- count 0 means no window, as a missing key does
+  if allowed == 0 or (start == start0 and count == count0) then
+    -- nothing changes (a denial, or a peek in the same window)
+    if added then
+      call('HDEL', key, field)
     end
+    return allowed, remaining, retry, reset
   end
+  if count == 0 then
+    -- a peek that moved to a new window: no state
+    if count0 > 0 then
+      call('DEL', key)
+    end
+    return allowed, remaining, retry, reset
+  end
+  local want = field
+  if start ~= ws then
+    want = fmt('%d:%d', start, window)
+  end
+  if legacy then
+    call('DEL', key)
+  elseif old and old ~= want then
+    call('HDEL', key, old)
+  end
+  if added and want ~= field then
+    call('HDEL', key, field)
+  end
+  if not (added and want == field and count == cost) then
+    call('HSET', key, want, fmt('%d', count))
+  end
+  call('PEXPIRE', key, px(reset))
   return allowed, remaining, retry, reset
+end
+
+local function fixed_window(key, now, limit, window, _, cost)
+  local ws = now - now % window
+  local field = fw_fields[window]
+  if not field then
+    field = fmt('%d:%d', ws, window)
+    fw_fields[window] = field
+  end
+  if cost == 0 then
+    return fw_slow(key, now, limit, window, 0, ws, field, false)
+  end
+  local n = rpcall('HINCRBY', key, field, cost)
+  if type(n) ~= 'number' then
+    -- not a hash (the old string state, or something else), or the field
+    -- is not an integer: nothing was written
+    return fw_slow(key, now, limit, window, cost, ws, field, false)
+  end
+  if n <= cost or n > MAX then
+    -- a new field (or one holding nonsense): decide on the whole state
+    if n ~= cost then
+      call('HINCRBY', key, field, -cost)
+      return BAD, 0, 0, 0
+    end
+    return fw_slow(key, now, limit, window, cost, ws, field, true)
+  end
+  -- The field held n - cost > 0: it is the state, this window's.
+  local e = ws + window
+  if n <= limit then
+    return 1, limit - n, 0, e - now
+  end
+  call('HINCRBY', key, field, -cost)
+  local remaining = limit - (n - cost)
+  if remaining < 0 then
+    remaining = 0
+  end
+  return 0, remaining, e - now, e - now
 end

@@ -15,8 +15,11 @@
 // time instead, for tests. Every written key gets a PEXPIRE at the moment its
 // state would be back to "fresh" anyway (ceil of the reset time in
 // milliseconds, plus one), so idle keys vanish; the logic never depends on it.
-// A denied request takes nothing and writes nothing (sliding_log alone drops
-// entries that have left the window, as its Go counterpart does). A server
+// (fixed_window keeps the expiry its window's first write set: see
+// fixed_window.lua.) A denied request takes nothing and leaves the state as
+// it was: it writes nothing, except that fixed_window counts first and takes
+// the cost back in the same script call, and sliding_log drops entries that
+// have left the window, as its Go counterpart does. A server
 // that lost the script (SCRIPT FLUSH, restart, failover) answers NOSCRIPT, and
 // the call is repeated once with EVAL, which loads it. Redis 5 or newer (the
 // scripts write after reading TIME, which needs effect replication).
@@ -163,6 +166,24 @@ type call struct {
 // whose limit the scripts cannot decide fails the call with an error that
 // wraps store.ErrInvalidLimit and the *algorithms.LimitError naming the field.
 func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorithms.Result) error {
+	return s.decide(ctx, 0, checks, out)
+}
+
+// DecideWithin is Decide bounded also by timeout: a call not decided within
+// timeout returns an error wrapping context.DeadlineExceeded (and, like a
+// call whose ctx ends, is not sent if it is still queued). It does what a
+// context.WithTimeout around Decide would, for less: a pooled timer, and
+// nothing registered with ctx. The degrade wrapper bounds every decision
+// this way.
+func (s *Store) DecideWithin(ctx context.Context, timeout time.Duration, checks []store.Check, out []algorithms.Result) error {
+	if timeout <= 0 {
+		return fmt.Errorf("redisstore: timeout %v is not positive", timeout)
+	}
+	return s.decide(ctx, timeout, checks, out)
+}
+
+// decide is Decide, bounded by timeout when it is positive.
+func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []store.Check, out []algorithms.Result) error {
 	if len(out) != len(checks) {
 		return fmt.Errorf("redisstore: %d results for %d checks", len(out), len(checks))
 	}
@@ -183,18 +204,40 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 	if d, ok := ctx.Deadline(); ok {
 		c.deadline = d
 	}
+	var expire <-chan time.Time
+	if timeout > 0 {
+		if d := time.Now().Add(timeout); c.deadline.IsZero() || d.Before(c.deadline) {
+			c.deadline = d
+		}
+		t := timers.Get().(*time.Timer)
+		t.Reset(timeout)
+		defer func() { t.Stop(); timers.Put(t) }()
+		expire = t.C
+	}
 	s.submit(c)
+	var cause error
 	select {
 	case <-c.done:
 		return c.err
 	case <-ctx.Done():
-		if c.state.CompareAndSwap(pending, abandoned) {
-			return fmt.Errorf("redisstore: %w", ctx.Err())
-		}
-		<-c.done // the results are being written right now
-		return c.err
+		cause = ctx.Err()
+	case <-expire:
+		cause = fmt.Errorf("%w: not decided within %v", context.DeadlineExceeded, timeout)
 	}
+	if c.state.CompareAndSwap(pending, abandoned) {
+		return fmt.Errorf("redisstore: %w", cause)
+	}
+	<-c.done // the results are being written right now
+	return c.err
 }
+
+// timers are stopped timers for DecideWithin (since Go 1.23 a stopped or
+// reset timer delivers no stale value).
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // submit starts a round trip for c if one may start, else queues c for the
 // next round trip to end.
@@ -257,14 +300,14 @@ type ref struct {
 // scriptCmd is one script call: an EVALSHA (or, after NOSCRIPT, an EVAL) and
 // the checks it decides, in KEYS order.
 type scriptCmd struct {
-	cmd  *redis.Cmd
+	cmd  *redis.IntSliceCmd // the reply is integers only: read without boxing
 	args []any
 	refs []ref
 }
 
 // noRetry makes go-redis leave a script call alone once it may have run: a
 // lost reply must not count the request twice.
-type noRetry struct{ *redis.Cmd }
+type noRetry struct{ *redis.IntSliceCmd }
 
 // NoRetry implements redis.Cmder.
 func (noRetry) NoRetry() bool { return true }
@@ -377,16 +420,32 @@ func newScriptCmd(ctx context.Context, refs []ref, now any) *scriptCmd {
 	for _, p := range lims {
 		args = append(args, p.alg, p.p1, p.p2, p.p3)
 	}
-	for k, r := range refs {
-		args = append(args, nums[k], r.c.wires[r.i].cost)
+	if uniform(refs, nums) {
+		args = append(args, nums[0], refs[0].c.wires[refs[0].i].cost)
+	} else {
+		for k, r := range refs {
+			args = append(args, nums[k], r.c.wires[r.i].cost)
+		}
 	}
 	return &scriptCmd{cmd: newCmd(ctx, args), args: args, refs: refs}
 }
 
+// uniform reports whether every check of refs has the same limit (nums) and
+// cost: the script then takes that pair once (see dispatch.lua).
+func uniform(refs []ref, nums []int) bool {
+	cost := refs[0].c.wires[refs[0].i].cost
+	for k, r := range refs {
+		if nums[k] != nums[0] || r.c.wires[r.i].cost != cost {
+			return false
+		}
+	}
+	return true
+}
+
 // newCmd returns a command whose first key is its fourth argument, as in
 // EVAL and EVALSHA (Cluster routing reads it).
-func newCmd(ctx context.Context, args []any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
+func newCmd(ctx context.Context, args []any) *redis.IntSliceCmd {
+	cmd := redis.NewIntSliceCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return cmd
 }
@@ -432,7 +491,7 @@ func (s *Store) deliver(batch []*call, cmds []*scriptCmd, failed error) {
 // decode writes one script call's results into its claimed calls' out
 // slices, or their errors.
 func decode(sc *scriptCmd) {
-	vals, err := sc.cmd.Int64Slice()
+	vals, err := sc.cmd.Result()
 	if err == nil && len(vals) != replyPerCheck*len(sc.refs) {
 		err = fmt.Errorf("script answered %d integers for %d checks", len(vals), len(sc.refs))
 	}

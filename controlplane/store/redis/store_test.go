@@ -304,6 +304,10 @@ func TestCorruptState(t *testing.T) {
 		{store.FixedWindow, func(k string) error { return client.Set(ctx, k, "garbage", 0).Err() }},
 		{store.FixedWindow, func(k string) error { return client.Set(ctx, k, "99999999999999999999:1", 0).Err() }},
 		{store.FixedWindow, func(k string) error { return client.Set(ctx, k, "-5:1", 0).Err() }},
+		{store.FixedWindow, func(k string) error { return client.HSet(ctx, k, "f", "v").Err() }},
+		{store.FixedWindow, func(k string) error { return client.HSet(ctx, k, "5:3600000000", "x").Err() }},
+		{store.FixedWindow, func(k string) error { return client.HSet(ctx, k, "5:3600000000", "1", "6:3600000000", "1").Err() }},
+		{store.FixedWindow, func(k string) error { return client.LPush(ctx, k, "x").Err() }},
 		{store.SlidingWindow, func(k string) error { return client.Set(ctx, k, "1:2", 0).Err() }},
 		{store.TokenBucket, func(k string) error { return client.LPush(ctx, k, "x").Err() }},
 		{store.GCRA, func(k string) error { return client.Set(ctx, k, "1e300", 0).Err() }},
@@ -432,6 +436,38 @@ func TestDeadline(t *testing.T) {
 	}
 }
 
+// TestDecideWithin: a call not decided within its timeout (Redis paused)
+// returns promptly with context.DeadlineExceeded; answered calls are not
+// affected by the timeout; a timeout that is not positive is refused.
+func TestDecideWithin(t *testing.T) {
+	_, client := startClient(t)
+	ctx := context.Background()
+	s := newStore(t, client, Options{})
+	check := store.Check{Key: "k", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 5, Window: time.Hour}, Cost: 1}
+	out := make([]algorithms.Result, 1)
+	for range 3 { // the pooled timers are reused
+		if err := s.DecideWithin(ctx, time.Second, []store.Check{check}, out); err != nil || !out[0].Allowed {
+			t.Fatalf("%+v, %v", out[0], err)
+		}
+	}
+	if err := s.DecideWithin(ctx, 0, []store.Check{check}, out); err == nil {
+		t.Error("a zero timeout was accepted")
+	}
+	if err := client.Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer client.Ping(ctx) // returns when the pause is over
+	start := time.Now()
+	err := s.DecideWithin(ctx, 100*time.Millisecond, []store.Check{check}, out)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+	}
+	if took > 600*time.Millisecond {
+		t.Errorf("returned after %v, the timeout was 100ms", took)
+	}
+}
+
 // TestAbandonedCallsAreNotSent: calls still queued when their callers give up
 // are never sent, so they take nothing.
 func TestAbandonedCallsAreNotSent(t *testing.T) {
@@ -470,13 +506,19 @@ func TestAbandonedCallsAreNotSent(t *testing.T) {
 	}
 	// These queue behind it and give up.
 	var wg sync.WaitGroup
-	for range 10 {
+	for i := range 10 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			defer cancel()
-			if err := s.Decide(c, []store.Check{check}, make([]algorithms.Result, 1)); !errors.Is(err, context.DeadlineExceeded) {
+			var err error
+			if i%2 == 0 { // half give up by their context, half by DecideWithin's timeout
+				c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				defer cancel()
+				err = s.Decide(c, []store.Check{check}, make([]algorithms.Result, 1))
+			} else {
+				err = s.DecideWithin(ctx, 50*time.Millisecond, []store.Check{check}, make([]algorithms.Result, 1))
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("queued call: %v", err)
 			}
 		}()

@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# rls-compare.sh: sluice against envoyproxy/ratelimit, same Redis, same load.
+#
+# It builds sluice-controlplane, sluice-load and bench/ratelimit-peer
+# (envoyproxy/ratelimit's service, imported unchanged), starts one
+# redis-server on a free 127.0.0.1 port, and then, RUNS times, interleaved,
+# for each system: FLUSHALL, start the system against that Redis, wait until
+# it answers, warm up, reset Redis's statistics, drive it with sluice-load,
+# stop it. Both systems get the same policy: domain "bench", descriptor key
+# "user", a clock-aligned fixed window of REQUESTS_PER_UNIT per UNIT per user
+# value (high, so answers are OK and both do their full write path).
+#
+# Per run it prints decisions/s, p50/p95/p99, errors, and Redis CPU per
+# decision: the delta of INFO cpu (used_cpu_sys + used_cpu_user) over the
+# run divided by the decisions (redis_cpu_us), and the usec INFO
+# commandstats gives the commands clients sent (cmd_usec: the script calls
+# for sluice, INCRBY and EXPIRE for envoyproxy/ratelimit). Then the medians
+# per system.
+#
+# Settings (environment): RUNS (3), CALLERS (64), CONNS (4), KEYS (1000),
+# DURATION (10s), WARMUP (2s), UNIT (second), REQUESTS_PER_UNIT (1000000),
+# CLIENT (lean: sluice-load's minimal gRPC client; grpc: grpc-go),
+# CONTROLPLANE (a sluice-controlplane binary to measure instead of building
+# this tree's), KEEP=1 to keep the work directory (logs). Each system runs
+# with its own defaults (neither GOGC nor GOMAXPROCS is set here).
+# Everything listens on 127.0.0.1; every process this script starts is
+# stopped by its PID on exit.
+set -euo pipefail
+
+RUNS=${RUNS:-3}
+CALLERS=${CALLERS:-64}
+CONNS=${CONNS:-4}
+KEYS=${KEYS:-1000}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+UNIT=${UNIT:-second}
+REQUESTS_PER_UNIT=${REQUESTS_PER_UNIT:-1000000}
+CLIENT=${CLIENT:-lean}
+GO=${GO:-go}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-rls-compare.XXXXXX")
+pids=()
+
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	if [ "${KEEP:-0}" = 1 ]; then
+		echo "work directory kept: $work"
+	else
+		rm -rf "$work"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+die() {
+	echo "rls-compare: $*" >&2
+	exit 1
+}
+
+# free_port sets the variable named $1 to a TCP port nothing listens on at
+# 127.0.0.1 and that no earlier call chose.
+used_ports=" "
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 40000))
+		case "$used_ports" in *" $p "*) continue ;; esac
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			used_ports+="$p "
+			printf -v "$1" '%s' "$p"
+			return 0
+		fi
+	done
+	die "no free port found"
+}
+
+# stop_pid stops one process this script started and forgets it.
+stop_pid() {
+	local pid=$1 keep=() p
+	kill "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	for p in "${pids[@]}"; do
+		[ "$p" = "$pid" ] || keep+=("$p")
+	done
+	pids=("${keep[@]}")
+}
+
+command -v redis-server >/dev/null || die "redis-server is not installed"
+command -v redis-cli >/dev/null || die "redis-cli is not installed"
+
+echo "building sluice-controlplane, sluice-load and ratelimit-peer (envoyproxy/ratelimit) ..."
+if [ -n "${CONTROLPLANE:-}" ]; then
+	cp "$CONTROLPLANE" "$work/sluice-controlplane" # another build, to compare
+else
+	(cd "$root" && "$GO" build -o "$work/sluice-controlplane" ./controlplane/cmd/sluice-controlplane)
+fi
+(cd "$root" && "$GO" build -o "$work/sluice-load" ./controlplane/cmd/sluice-load)
+(cd "$root/bench/ratelimit-peer" && "$GO" build -o "$work/ratelimit-peer" .)
+peer_version=$(cd "$root/bench/ratelimit-peer" && "$GO" list -m -f '{{.Version}}' github.com/envoyproxy/ratelimit)
+
+# The policy, in envoyproxy/ratelimit's format (sluice reads it as-is; its
+# default algorithm is the same clock-aligned fixed window).
+mkdir -p "$work/runtime/ratelimit/config" "$work/sluice"
+cat >"$work/runtime/ratelimit/config/bench.yaml" <<EOF
+domain: bench
+descriptors:
+  - key: user
+    rate_limit:
+      unit: $UNIT
+      requests_per_unit: $REQUESTS_PER_UNIT
+EOF
+{
+	cat "$work/runtime/ratelimit/config/bench.yaml"
+	echo "      algorithm: fixed_window"
+} >"$work/sluice/bench.yaml"
+
+free_port redis_port
+redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
+	--protected-mode yes --daemonize no --logfile "$work/redis.log" &
+redis_pid=$!
+pids+=("$redis_pid")
+rcli() { redis-cli -h 127.0.0.1 -p "$redis_port" "$@"; }
+for _ in $(seq 100); do
+	rcli PING >/dev/null 2>&1 && break
+	sleep 0.1
+done
+rcli PING >/dev/null 2>&1 || die "redis-server did not start (see $work/redis.log)"
+
+# redis_cpu prints Redis's used_cpu_sys + used_cpu_user, in seconds.
+redis_cpu() {
+	rcli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'
+}
+
+# redis_cmd_usec prints the usec INFO commandstats reports for the commands
+# clients sent: the script calls when there are any (the commands a script
+# runs are counted both in it and on their own), else every command but
+# INFO, CONFIG and PING.
+redis_cmd_usec() {
+	rcli INFO commandstats | tr -d '\r' | awk -F'[_:=,]' '
+		/^cmdstat_/ {
+			u = 0; for (i = 3; i < NF; i += 2) if ($i == "usec") { u = $(i + 1); break }
+			if ($2 ~ /^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)$/) { scripts += u; seen = 1 }
+			else if ($2 !~ /^(info|config|ping)/) other += u
+		}
+		END { printf "%d", seen ? scripts : other }'
+}
+
+# redis_cmd_names prints the commands run since the last CONFIG RESETSTAT.
+redis_cmd_names() {
+	rcli INFO commandstats | tr -d '\r' | awk -F'[_:=,]' '/^cmdstat_/ && $2 != "info" && $2 != "config" { printf "%s%s=%s", sep, $2, $4; sep = " " }'
+}
+
+# json_field prints one numeric field of sluice-load's -json output.
+json_field() {
+	sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1"
+}
+
+# wait_ready polls the gRPC address with one-call loads until one succeeds.
+wait_ready() {
+	local addr=$1 pid=$2 log=$3
+	for _ in $(seq 150); do
+		kill -0 "$pid" 2>/dev/null || die "process $pid exited early; its log: $log"
+		if "$work/sluice-load" -addr "$addr" -callers 1 -conns 1 -requests 1 -duration 2s \
+			-domain bench -key user >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.2
+	done
+	die "$addr did not answer within 30s; see $log"
+}
+
+# start_system starts one system on fresh ports; sets sys_pid and sys_addr.
+start_system() {
+	local name=$1 log=$2 grpc http debug
+	free_port grpc
+	free_port http
+	free_port debug
+	case "$name" in
+	ratelimit)
+		env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
+			REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" \
+			RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+			USE_STATSD=false LOG_LEVEL=warn \
+			HOST=127.0.0.1 PORT="$http" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$debug" \
+			GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc" \
+			"$work/ratelimit-peer" >"$log" 2>&1 &
+		;;
+	sluice)
+		"$work/sluice-controlplane" -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
+			-policy-addr "127.0.0.1:$debug" -redis-addrs "127.0.0.1:$redis_port" \
+			-policy "$work/sluice/bench.yaml" -log-level warn >"$log" 2>&1 &
+		;;
+	esac
+	sys_pid=$!
+	pids+=("$sys_pid")
+	sys_addr="127.0.0.1:$grpc"
+	wait_ready "$sys_addr" "$sys_pid" "$log"
+}
+
+load_args=(-callers "$CALLERS" -conns "$CONNS" -keys "$KEYS" -client "$CLIENT" -domain bench -key user)
+systems=(ratelimit sluice)
+echo
+echo "envoyproxy/ratelimit $peer_version vs sluice; redis-server $(redis-server --version | cut -d' ' -f3) on 127.0.0.1:$redis_port"
+echo "load: sluice-load ${load_args[*]} -duration $DURATION (after a $WARMUP warm-up); policy: fixed window, $REQUESTS_PER_UNIT per $UNIT per user"
+echo "machine: $(nproc) cores shared by the load tool, the system under test and Redis"
+echo
+printf '%-10s %4s %12s %9s %9s %9s %7s %12s %12s\n' system run decisions/s p50_ms p95_ms p99_ms errors redis_cpu_us cmd_usec
+declare -A results
+for run in $(seq "$RUNS"); do
+	for sys in "${systems[@]}"; do
+		rcli FLUSHALL >/dev/null
+		log="$work/$sys-$run.log"
+		start_system "$sys" "$log"
+		"$work/sluice-load" -addr "$sys_addr" "${load_args[@]}" -duration "$WARMUP" >/dev/null 2>&1 || true
+		rcli CONFIG RESETSTAT >/dev/null
+		cpu0=$(redis_cpu)
+		out="$work/$sys-$run.json"
+		"$work/sluice-load" -addr "$sys_addr" "${load_args[@]}" -duration "$DURATION" -json >"$out" ||
+			die "sluice-load failed against $sys (run $run); see $out and $log"
+		cpu1=$(redis_cpu)
+		usec=$(redis_cmd_usec)
+		cmds=$(redis_cmd_names)
+		stop_pid "$sys_pid"
+		dec=$(json_field "$out" decisions)
+		rate=$(json_field "$out" decisions_per_second)
+		p50=$(json_field "$out" p50_ms)
+		p95=$(json_field "$out" p95_ms)
+		p99=$(json_field "$out" p99_ms)
+		errs=$(json_field "$out" errors)
+		cpu_us=$(awk -v a="$cpu0" -v b="$cpu1" -v d="$dec" 'BEGIN { printf "%.2f", (b - a) * 1e6 / d }')
+		cmd_us=$(awk -v u="$usec" -v d="$dec" 'BEGIN { printf "%.2f", u / d }')
+		printf '%-10s %4s %12.0f %9.3f %9.3f %9.3f %7s %12s %12s   %s\n' "$sys" "$run" "$rate" "$p50" "$p95" "$p99" "$errs" "$cpu_us" "$cmd_us" "$cmds"
+		results[$sys,rate]+="$rate "
+		results[$sys,p50]+="$p50 "
+		results[$sys,p95]+="$p95 "
+		results[$sys,p99]+="$p99 "
+		results[$sys,cpu]+="$cpu_us "
+		results[$sys,cmd]+="$cmd_us "
+	done
+done
+
+# median prints the median of its arguments.
+median() {
+	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+echo
+echo "medians of $RUNS runs:"
+printf '%-10s %12s %9s %9s %9s %12s %12s\n' system decisions/s p50_ms p95_ms p99_ms redis_cpu_us cmd_usec
+declare -A med
+for sys in "${systems[@]}"; do
+	for f in rate p50 p95 p99 cpu cmd; do
+		# shellcheck disable=SC2086
+		med[$sys,$f]=$(median ${results[$sys,$f]})
+	done
+	printf '%-10s %12.0f %9.3f %9.3f %9.3f %12.2f %12.2f\n' "$sys" "${med[$sys,rate]}" "${med[$sys,p50]}" \
+		"${med[$sys,p95]}" "${med[$sys,p99]}" "${med[$sys,cpu]}" "${med[$sys,cmd]}"
+done
+awk -v s="${med[sluice,rate]}" -v r="${med[ratelimit,rate]}" -v sp="${med[sluice,p99]}" -v rp="${med[ratelimit,p99]}" \
+	-v c="${med[sluice,cpu]}" 'BEGIN {
+	printf "sluice / envoyproxy/ratelimit: %.2fx decisions/s (goal >= 4x), p99 %.3f vs %.3f ms (goal <=), Redis CPU %.2f us/decision (goal <= 4)\n", s / r, sp, rp, c
+}'
+echo "(redis_cpu_us: INFO cpu used_cpu_sys+used_cpu_user delta per decision; cmd_usec: INFO commandstats usec of the commands clients sent, per decision)"

@@ -1,0 +1,63 @@
+package rls
+
+import (
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// version is one policy set and what decisions derive from its limits,
+// computed once when the set is installed rather than on every request.
+type version struct {
+	set  *policy.Set
+	info map[*policy.Limit]*limitInfo // every limit of every domain of set
+	wire wireCache                    // the encodings of the shared metadata (see Codec)
+}
+
+// limitInfo is what a decision needs of one limit besides the limit itself.
+// Its protobuf messages are shared by every response that reports the limit
+// and must never be modified (marshalling only reads them).
+type limitInfo struct {
+	store    store.Limit                        // the limit as the store decides it
+	capacity int64                              // the largest cost the limit can allow
+	current  *rlsv3.RateLimitResponse_RateLimit // the status's current_limit
+	meta     *structpb.Value                    // the descriptor's metadata while not over limit
+	single   *structpb.Struct                   // the dynamic_metadata of a one-descriptor response not over limit
+}
+
+// newVersion derives the limit information of every limit of set.
+func newVersion(set *policy.Set) *version {
+	v := &version{set: set, info: map[*policy.Limit]*limitInfo{}}
+	v.wire.addValue(emptyValue)
+	v.wire.addStruct(emptySingle)
+	for _, d := range set.Domains() {
+		for _, l := range d.Limits() {
+			i := newLimitInfo(l)
+			v.info[l] = i
+			v.wire.addValue(i.meta)
+			v.wire.addStruct(i.single)
+		}
+	}
+	return v
+}
+
+// infoOf returns the information of l: precomputed for the set's limits,
+// computed now for a request's limit override.
+func (v *version) infoOf(l *policy.Limit) *limitInfo {
+	if i := v.info[l]; i != nil {
+		return i
+	}
+	return newLimitInfo(l)
+}
+
+// newLimitInfo computes the information of l.
+func newLimitInfo(l *policy.Limit) *limitInfo {
+	sl := storeLimit(l)
+	i := &limitInfo{store: sl, capacity: capacity(sl), current: currentLimit(l)}
+	i.meta = metadataValue(&outcome{lim: l, info: i, res: algorithms.Result{Allowed: true}})
+	i.single = metadataStruct([]*structpb.Value{i.meta})
+	return i
+}
