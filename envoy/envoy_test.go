@@ -257,7 +257,6 @@ func TestBrokenConfigs(t *testing.T) {
 	}
 }
 
-
 func TestBrokenPluginJSON(t *testing.T) {
 	const base = `"cluster":"c","domain":"d","rate_limits":[{"actions":[{"path":{}}]}]`
 	tests := []struct{ name, json, want string }{
