@@ -13,7 +13,7 @@ FUZZ_PKG    := ./shared/algorithms
 FUZZ_TARGETS := FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve
 FUZZTIME ?= 1500ms
 
-.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms bench-e2e vet wasm run e2e bench-rls
+.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing.
@@ -89,3 +89,7 @@ bench-rls: redis-server
 ## bench-e2e: requests/s and latency through the gateway with filter.wasm, in three modes.
 bench-e2e: redis-server
 	$(HOSTENV) $(GO) run ./e2e/cmd/sluice-bench
+
+## proto: regenerate the Go code of controlplane/api/**/*.proto (protoc + pinned plugins in ./bin).
+proto:
+	./controlplane/api/gen.sh
