@@ -66,6 +66,7 @@ bench: bench-algorithms bench-e2e bench-rls
 bench-algorithms: $(WAZERO)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
 	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./shared/algorithms/
+	cd bench/timerate && $(GO) test -run '^$$' -bench . -benchmem -count 5   # the peer, x/time/rate, in the same run
 
 ## wasm: build the proxy-wasm filter, build/filter.wasm, with upstream Go.
 wasm:
