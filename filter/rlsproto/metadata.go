@@ -117,10 +117,7 @@ func decodeMetadata(b []byte, resp *Response) error {
 			}
 			continue
 		}
-		if err := expect(wire, wireBytes); err != nil {
-			return err
-		}
-		eb, err := r.bytes()
+		eb, err := r.bytesField(wire)
 		if err != nil {
 			return err
 		}
@@ -154,10 +151,7 @@ func mapEntry(b []byte) (key string, val []byte, err error) {
 		}
 		switch field {
 		case 1, 2:
-			if err := expect(wire, wireBytes); err != nil {
-				return "", nil, err
-			}
-			v, err := r.bytes()
+			v, err := r.bytesField(wire)
 			if err != nil {
 				return "", nil, err
 			}
@@ -209,10 +203,7 @@ func numberValue(val []byte) (n float64, ok bool, err error) {
 			return n, ok, err
 		}
 		if field == 2 {
-			if err := expect(wire, wireFixed64); err != nil {
-				return 0, false, err
-			}
-			bits, err := r.fixed64()
+			bits, err := r.fixed64Field(wire)
 			if err != nil {
 				return 0, false, err
 			}
@@ -239,10 +230,7 @@ func decodeLimitList(list []byte, resp *Response) error {
 			}
 			continue
 		}
-		if err := expect(wire, wireBytes); err != nil {
-			return err
-		}
-		vb, err := r.bytes()
+		vb, err := r.bytesField(wire)
 		if err != nil {
 			return err
 		}
@@ -273,10 +261,7 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 			}
 			continue
 		}
-		if err := expect(wire, wireBytes); err != nil {
-			return err
-		}
-		eb, err := r.bytes()
+		eb, err := r.bytesField(wire)
 		if err != nil {
 			return err
 		}

@@ -211,6 +211,31 @@ func expect(got, want uint64) error {
 	return nil
 }
 
+// varintField reads a varint field's value after checking its wire type.
+func (r *reader) varintField(wire uint64) (uint64, error) {
+	if err := expect(wire, wireVarint); err != nil {
+		return 0, err
+	}
+	return r.varint()
+}
+
+// bytesField reads a length-delimited field's value after checking its
+// wire type.
+func (r *reader) bytesField(wire uint64) ([]byte, error) {
+	if err := expect(wire, wireBytes); err != nil {
+		return nil, err
+	}
+	return r.bytes()
+}
+
+// fixed64Field reads a fixed64 field's value after checking its wire type.
+func (r *reader) fixed64Field(wire uint64) (uint64, error) {
+	if err := expect(wire, wireFixed64); err != nil {
+		return 0, err
+	}
+	return r.fixed64()
+}
+
 // str returns b as a string without copying.
 func str(b []byte) string {
 	if len(b) == 0 {
@@ -239,19 +264,13 @@ func Decode(msg []byte, resp *Response) error {
 		}
 		switch field {
 		case 1: // overall_code
-			if err := expect(wire, wireVarint); err != nil {
-				return err
-			}
-			v, err := r.varint()
+			v, err := r.varintField(wire)
 			if err != nil {
 				return err
 			}
 			resp.OverallCode = Code(v)
 		case 2: // statuses
-			if err := expect(wire, wireBytes); err != nil {
-				return err
-			}
-			b, err := r.bytes()
+			b, err := r.bytesField(wire)
 			if err != nil {
 				return err
 			}
@@ -260,10 +279,7 @@ func Decode(msg []byte, resp *Response) error {
 				return err
 			}
 		case 3, 4: // response_headers_to_add, request_headers_to_add
-			if err := expect(wire, wireBytes); err != nil {
-				return err
-			}
-			b, err := r.bytes()
+			b, err := r.bytesField(wire)
 			if err != nil {
 				return err
 			}
@@ -277,10 +293,7 @@ func Decode(msg []byte, resp *Response) error {
 				resp.RequestHeadersToAdd = append(resp.RequestHeadersToAdd, h)
 			}
 		case 6: // dynamic_metadata
-			if err := expect(wire, wireBytes); err != nil {
-				return err
-			}
-			b, err := r.bytes()
+			b, err := r.bytesField(wire)
 			if err != nil {
 				return err
 			}
@@ -304,10 +317,7 @@ func decodeStatus(b []byte, s *Status) error {
 		}
 		switch field {
 		case 1, 3: // code, limit_remaining
-			if err := expect(wire, wireVarint); err != nil {
-				return err
-			}
-			v, err := r.varint()
+			v, err := r.varintField(wire)
 			if err != nil {
 				return err
 			}
@@ -317,10 +327,7 @@ func decodeStatus(b []byte, s *Status) error {
 				s.LimitRemaining = uint32(v)
 			}
 		case 2: // current_limit
-			if err := expect(wire, wireBytes); err != nil {
-				return err
-			}
-			lb, err := r.bytes()
+			lb, err := r.bytesField(wire)
 			if err != nil {
 				return err
 			}
@@ -329,10 +336,7 @@ func decodeStatus(b []byte, s *Status) error {
 				return err
 			}
 		case 4: // duration_until_reset
-			if err := expect(wire, wireBytes); err != nil {
-				return err
-			}
-			db, err := r.bytes()
+			db, err := r.bytesField(wire)
 			if err != nil {
 				return err
 			}
@@ -358,10 +362,7 @@ func decodeLimit(b []byte, s *Status) error {
 		}
 		switch field {
 		case 1, 2: // requests_per_unit, unit
-			if err := expect(wire, wireVarint); err != nil {
-				return err
-			}
-			v, err := r.varint()
+			v, err := r.varintField(wire)
 			if err != nil {
 				return err
 			}
@@ -371,19 +372,13 @@ func decodeLimit(b []byte, s *Status) error {
 				s.Unit = Unit(v)
 			}
 		case 3: // name
-			if err := expect(wire, wireBytes); err != nil {
-				return err
-			}
-			nb, err := r.bytes()
+			nb, err := r.bytesField(wire)
 			if err != nil {
 				return err
 			}
 			s.Name = str(nb)
 		case 4: // unit_multiplier (UInt32Value)
-			if err := expect(wire, wireBytes); err != nil {
-				return err
-			}
-			wb, err := r.bytes()
+			wb, err := r.bytesField(wire)
 			if err != nil {
 				return err
 			}
@@ -410,10 +405,7 @@ func decodeWrappedVarint(b []byte) (uint64, error) {
 			return v, err
 		}
 		if field == 1 {
-			if err := expect(wire, wireVarint); err != nil {
-				return 0, err
-			}
-			if v, err = r.varint(); err != nil {
+			if v, err = r.varintField(wire); err != nil {
 				return 0, err
 			}
 			continue
@@ -439,10 +431,7 @@ func decodeDuration(b []byte) (int64, error) {
 		}
 		switch field {
 		case 1, 2:
-			if err := expect(wire, wireVarint); err != nil {
-				return 0, err
-			}
-			v, err := r.varint()
+			v, err := r.varintField(wire)
 			if err != nil {
 				return 0, err
 			}
@@ -486,10 +475,7 @@ func decodeHeader(b []byte) (Header, error) {
 		}
 		switch field {
 		case 1, 2, 3: // key, value, raw_value
-			if err := expect(wire, wireBytes); err != nil {
-				return h, err
-			}
-			v, err := r.bytes()
+			v, err := r.bytesField(wire)
 			if err != nil {
 				return h, err
 			}
