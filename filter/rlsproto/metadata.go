@@ -105,6 +105,25 @@ type LimitInfo struct {
 
 // decodeMetadata reads the sluice list out of dynamic_metadata.
 func decodeMetadata(b []byte, resp *Response) error {
+	return structFields(b, func(key string, val []byte) error {
+		if key != MetadataKey {
+			return nil
+		}
+		// A repeated map key: the last one wins.
+		resp.Limits = resp.Limits[:0]
+		resp.HasLimits = true
+		list, ok, err := valueField(val, 6)
+		if err != nil || !ok {
+			return err
+		}
+		return decodeLimitList(list, resp)
+	})
+}
+
+// structFields calls fn with the key and the encoded Value of each field of
+// an encoded google.protobuf.Struct, in wire order, and stops at fn's first
+// error.
+func structFields(b []byte, fn func(key string, val []byte) error) error {
 	r := reader{b}
 	for {
 		field, wire, ok, err := r.next()
@@ -125,17 +144,7 @@ func decodeMetadata(b []byte, resp *Response) error {
 		if err != nil {
 			return err
 		}
-		if key != MetadataKey {
-			continue
-		}
-		// A repeated map key: the last one wins.
-		resp.Limits = resp.Limits[:0]
-		resp.HasLimits = true
-		list, ok, err := valueField(val, 6)
-		if err != nil || !ok {
-			return err
-		}
-		if err := decodeLimitList(list, resp); err != nil {
+		if err := fn(key, val); err != nil {
 			return err
 		}
 	}
@@ -249,26 +258,7 @@ func decodeLimitList(list []byte, resp *Response) error {
 }
 
 func decodeLimitInfo(st []byte, info *LimitInfo) error {
-	r := reader{st}
-	for {
-		field, wire, ok, err := r.next()
-		if err != nil || !ok {
-			return err
-		}
-		if field != 1 {
-			if err := r.skip(wire); err != nil {
-				return err
-			}
-			continue
-		}
-		eb, err := r.bytesField(wire)
-		if err != nil {
-			return err
-		}
-		key, val, err := mapEntry(eb)
-		if err != nil {
-			return err
-		}
+	return structFields(st, func(key string, val []byte) error {
 		var dst *float64
 		switch key {
 		case MetadataAlgorithm, MetadataFailureMode:
@@ -285,7 +275,7 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 			} else {
 				info.FailureMode = v
 			}
-			continue
+			return nil
 		case MetadataLimit:
 			dst = &info.Limit
 		case MetadataWindowMs:
@@ -295,7 +285,7 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 		case MetadataRetryAfterMs:
 			dst = &info.RetryAfterMs
 		default:
-			continue
+			return nil
 		}
 		n, ok, err := numberValue(val)
 		if err != nil {
@@ -305,5 +295,6 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 		if ok && !math.IsNaN(n) && !math.IsInf(n, 0) {
 			*dst = n
 		}
-	}
+		return nil
+	})
 }
