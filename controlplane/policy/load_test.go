@@ -58,7 +58,7 @@ func TestLoadErrors(t *testing.T) {
 		{"duplicate across arguments", []string{"testdata/dir/a.yaml", "testdata/dir"}, []string{
 			`testdata/dir/a.yaml:1: domain "alpha": domain: duplicate domain (already defined in testdata/dir/a.yaml): one file per domain`}},
 		{"every bad file reported", []string{"testdata/bad"}, []string{
-			`testdata/bad/broken.yaml:6: domain "broken": descriptors[0].rate_limit.requests_per_unit: must be > 0 (got 0; envoyproxy/ratelimit's requests_per_unit: 0, refusing everything, is not supported)`,
+			`testdata/bad/broken.yaml:6: domain "broken": descriptors[0].rate_limit.requests_per_unit: must be > 0 (got -1)`,
 			`testdata/bad/typo.yaml:4: domain "typo": descriptors[0].rate_limt: unknown field (did you mean "rate_limit"?)`}},
 		{"missing path", []string{"testdata/nothing-here"}, []string{
 			`testdata/nothing-here: stat: no such file or directory`}},

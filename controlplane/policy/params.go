@@ -10,7 +10,9 @@ import (
 // with times expressed in unit: time.Nanosecond for the Go algorithms (the
 // memory store, the filter), time.Microsecond for the Redis Lua scripts.
 // Parse guarantees that l.Window is a whole number of microseconds and that
-// the parameters validate in both units; other units truncate.
+// the parameters validate in both units (except for a limit of 0 requests,
+// which refuses everything without counting: Params returns nil for it);
+// other units truncate.
 //
 // Each method computes the parameters whatever l.Algorithm is; Params picks
 // the one for l.Algorithm.
@@ -56,7 +58,7 @@ func (l *Limit) burst() int64 {
 // unlimited or its algorithm unknown. Boxing the value allocates: on a hot
 // path, switch on l.Algorithm and call the typed method instead.
 func (l *Limit) Params(unit time.Duration) any {
-	if l.Unlimited {
+	if l.Unlimited || l.Requests == 0 {
 		return nil
 	}
 	switch l.Algorithm {

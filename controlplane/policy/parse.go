@@ -753,9 +753,13 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 		p.errorf(line(raw), join(path, "requests_per_unit"), "required (or set unlimited: true)")
 	} else if v, good := p.integer(f, join(path, "requests_per_unit")); good {
 		switch {
-		case v == 0:
+		case v == 0 && algoOK && l.Algorithm != FixedWindow:
 			p.errorf(f.val.Line, join(path, "requests_per_unit"),
-				"must be > 0 (got 0; envoyproxy/ratelimit's requests_per_unit: 0, refusing everything, is not supported)")
+				"0 (refuse every request, as envoyproxy/ratelimit reads it) is only accepted with fixed_window (algorithm is %s)", l.Algorithm)
+		case v == 0:
+			// envoyproxy/ratelimit's "block": every request is refused and
+			// nothing is counted.
+			requestsOK = true
 		case v < 0:
 			p.errorf(f.val.Line, join(path, "requests_per_unit"), "must be > 0 (got %d)", v)
 		case v > maxRequests:
@@ -884,6 +888,9 @@ func (p *parser) checkReplaces() {
 // natively (nanoseconds, int64) and in Redis Lua (microseconds, doubles),
 // then asks shared/algorithms to validate the parameters in both forms.
 func (p *parser) checkBounds(l *Limit, path, winField string, winLine int, burstField string, burstLine int, fs map[string]field) bool {
+	if l.Requests == 0 {
+		return true // refuses everything: no algorithm arithmetic to keep exact
+	}
 	reqField := join(path, "requests_per_unit")
 	reqLine := fs["requests_per_unit"].val.Line
 	ns := int64(l.Window)

@@ -119,8 +119,8 @@ func TestValidationErrors(t *testing.T) {
 			`v.yaml:5: domain "api": descriptors[0].rate_limit.window: must be at most 640511h56m49.213693952s (2^61 ns, the algorithms' time span bound; got 700000h0m0s)`}},
 		{"missing requests", limitDoc("      unit: second\n"), []string{
 			`v.yaml:5: domain "api": descriptors[0].rate_limit.requests_per_unit: required (or set unlimited: true)`}},
-		{"zero requests", limitDoc("      unit: second\n      requests_per_unit: 0\n"), []string{
-			`v.yaml:6: domain "api": descriptors[0].rate_limit.requests_per_unit: must be > 0 (got 0; envoyproxy/ratelimit's requests_per_unit: 0, refusing everything, is not supported)`}},
+		{"zero requests on a token bucket", limitDoc("      algorithm: token_bucket\n      unit: second\n      requests_per_unit: 0\n"), []string{
+			`v.yaml:7: domain "api": descriptors[0].rate_limit.requests_per_unit: 0 (refuse every request, as envoyproxy/ratelimit reads it) is only accepted with fixed_window (algorithm is token_bucket)`}},
 		{"requests over uint32", limitDoc("      unit: second\n      requests_per_unit: 4294967296\n"), []string{
 			`v.yaml:6: domain "api": descriptors[0].rate_limit.requests_per_unit: must be at most 4294967295 (RLS reports it as a uint32; got 4294967296)`}},
 		{"requests out of int64", limitDoc("      unit: second\n      requests_per_unit: 99999999999999999999\n"), []string{

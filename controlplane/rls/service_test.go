@@ -725,3 +725,43 @@ descriptors:
 		}
 	})
 }
+
+// TestBlockingPolicy: envoyproxy/ratelimit's requests_per_unit: 0 refuses
+// every request without asking the store.
+func TestBlockingPolicy(t *testing.T) {
+	st := &failingStore{}
+	svc, err := New(st, parse(t, `
+domain: blocked
+descriptors:
+  - key: ip
+    value: 10.0.0.1
+    rate_limit: {unit: second, requests_per_unit: 0}
+`), Options{Logger: quiet, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		resp, err := svc.ShouldRateLimit(context.Background(), req("blocked", desc("ip=10.0.0.1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 0 {
+			t.Fatalf("call %d: %v, want OVER_LIMIT with a limit of 0", i, resp)
+		}
+	}
+	if st.calls.Load() != 0 {
+		t.Fatalf("the store was asked %d times for a limit of 0", st.calls.Load())
+	}
+	if m := metaList(t, mustCall(t, svc, req("blocked", desc("ip=10.0.0.1")))); m[0]["algorithm"] != "" {
+		t.Fatalf("metadata %v: a limit of 0 must not size the filter's bucket", m)
+	}
+}
+
+func mustCall(t *testing.T, svc *Service, r *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := svc.ShouldRateLimit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
