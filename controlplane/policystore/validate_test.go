@@ -57,8 +57,8 @@ var invalidPolicies = []struct {
 		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.window: `, "microseconds"}},
 	{"missing requests_per_unit", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n",
 		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.requests_per_unit: required`}},
-	{"zero requests_per_unit", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
-		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.requests_per_unit: must be > 0`}},
+	{"zero requests_per_unit on a token bucket", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 0}\n",
+		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.requests_per_unit: 0 (refuse every request`}},
 	{"negative requests_per_unit", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -5}\n",
 		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.requests_per_unit: `}},
 	{"requests_per_unit past uint32", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n",
@@ -141,7 +141,7 @@ descriptors:
   - key: a
     rate_limit: {unit: fortnight, requests_per_unit: 1}
   - key: b
-    rate_limit: {unit: second, requests_per_unit: 0}
+    rate_limit: {unit: second, requests_per_unit: -1}
 `), Guard{})
 	var list policy.ErrorList
 	if !errors.As(err, &list) || len(list) != 2 {
