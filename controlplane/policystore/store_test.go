@@ -472,11 +472,14 @@ func TestLostStoreWrittenBack(t *testing.T) {
 // TestStartWithoutBackend: a replica that cannot reach Redis at start serves
 // its start-up policies, then seeds and follows the store once it can.
 func TestStartWithoutBackend(t *testing.T) {
+	// Redis is unreachable through a cut proxy rather than killed: a killed
+	// server's port can be taken by another test's redis-server meanwhile.
 	srv := redistest.StartServer(t)
-	srv.Kill()
+	link := startProxy(t, srv.Addr())
+	link.Cut()
 	seed, _ := policy.NewSet(mustParse(t, domainYAML("api", 4)))
 	ctx := context.Background()
-	s, err := New(ctx, newRedisBackend(t, srv.Addr()), Options{Seed: seed, Logger: testLogger(t), Timeout: 300 * time.Millisecond})
+	s, err := New(ctx, newRedisBackend(t, link.Addr()), Options{Seed: seed, Logger: testLogger(t), Timeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +492,7 @@ func TestStartWithoutBackend(t *testing.T) {
 	if _, err := s.Apply(applyCtx, "x.yaml", domainYAML("x", 1), Guard{}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Apply without Redis: err = %v; want ErrUnavailable", err)
 	}
-	srv.Restart()
+	link.Restore()
 	d := waitFor(t, s, convergeBound, "the store is seeded once Redis is up", func(s *Snapshot) bool { return s.Version == 1 })
 	if !s.Ready() || requestsOf(s.Current(), "api") != 4 {
 		t.Fatalf("after Redis came up: ready %v, %+v", s.Ready(), s.Current().Policies())
