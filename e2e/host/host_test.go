@@ -20,6 +20,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/h2c"
+
+	"github.com/sluicehq/sluice/internal/portlock"
 )
 
 // testRoot holds the guest module and the shared compilation cache.
@@ -363,13 +365,13 @@ func TestHTTPCallFailures(t *testing.T) {
 		case <-release:
 		}
 	})
-	// A port nothing listens on: bind, note the address, close.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port nothing listens on: reserved, never bound (a closed :0 port
+	// could be taken by another test process meanwhile).
+	port, err := portlock.Reserve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 
 	for _, tc := range []struct {
 		name string

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/portlock"
 )
 
 // Time limits of ControlPlane.
@@ -43,7 +45,8 @@ type ControlPlaneConfig struct {
 	// Args are further command-line flags.
 	Args []string
 	// GRPCAddr, HTTPAddr and PolicyAddr are the listen addresses; empty
-	// ones get free 127.0.0.1 ports.
+	// ones get 127.0.0.1 ports from FreePort, which stay reserved across
+	// Kill and Restart.
 	GRPCAddr, HTTPAddr, PolicyAddr string
 	// Stderr, when set, also receives the process's log.
 	Stderr io.Writer
@@ -298,14 +301,11 @@ func (c *ControlPlane) wait(d time.Duration) bool {
 	}
 }
 
-// FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+// FreePort returns a TCP port that is free on 127.0.0.1 and reserved for this
+// process until it exits (see internal/portlock): a process killed and
+// restarted on the port finds it still unused, whatever else runs meanwhile.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return portlock.Reserve()
 }
 
 // get fetches url and returns the status code (0 on error) and body.

@@ -22,7 +22,7 @@ type Redis struct {
 	done chan struct{}
 }
 
-// StartRedis starts redis-server from PATH on a free 127.0.0.1 port,
+// StartRedis starts redis-server from PATH on a 127.0.0.1 port from FreePort,
 // persisting nothing, logging to dir/redis.log, and returns once it answers
 // PING.
 func StartRedis(ctx context.Context, dir string) (*Redis, error) {

@@ -20,10 +20,10 @@ type Cluster struct {
 	nodes []*Server // the masters; node i owns the i-th equal share of the slots
 }
 
-// StartCluster starts a Redis Cluster of the given number of masters (no replicas) on free
-// 127.0.0.1 ports, splits the 16384 slots evenly between them and returns once every node reports
-// cluster_state:ok. Each node has its own directory and nodes.conf. Every node is stopped when the
-// test and its subtests end.
+// StartCluster starts a Redis Cluster of the given number of masters (no replicas) on reserved
+// 127.0.0.1 ports (client and cluster bus), splits the 16384 slots evenly between them and returns
+// once every node reports cluster_state:ok. Each node has its own directory and nodes.conf. Every
+// node is stopped when the test and its subtests end.
 func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 	t.Helper()
 	if masters < 1 || masters > clusterSlots {

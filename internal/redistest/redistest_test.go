@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/portlock"
 )
 
 // processGone reports whether no process has the given PID.
@@ -313,7 +315,7 @@ func TestPortTakenIsRetried(t *testing.T) {
 		if picks == 1 {
 			return taken, nil
 		}
-		return pickPort()
+		return portlock.Reserve()
 	}}
 	t.Cleanup(func() {
 		if err := s.stop(); err != nil {

@@ -1,10 +1,12 @@
 // Package redistest starts real redis-server processes for tests: a standalone server, or a Redis
 // Cluster of several masters.
 //
-// Every server listens on a free 127.0.0.1 port, keeps its files in the test's temporary directory,
-// persists nothing (--save "" --appendonly no) and is stopped by PID when the test ends: SIGTERM,
-// then SIGKILL if it has not exited within a few seconds. Kill and Restart let fault tests take a
-// server away and bring it back on the same port.
+// Every server listens on a 127.0.0.1 port reserved with internal/portlock, keeps its files in the
+// test's temporary directory, persists nothing (--save "" --appendonly no) and is stopped by PID
+// when the test ends: SIGTERM, then SIGKILL if it has not exited within a few seconds. Kill and
+// Restart let fault tests take a server away and bring it back on the same port; the reservation
+// lasts as long as the test process, so no other process (another test package's server, a :0
+// listener, an outgoing connection) takes the port while the server is down.
 //
 // The binary is $SLUICE_REDIS_SERVER if set, else redis-server from PATH. The project's tests run
 // against real Redis, so a missing binary fails the test instead of skipping it.
@@ -24,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/portlock"
 )
 
 // EnvServer is the environment variable that can name the redis-server binary to use.
@@ -33,7 +37,7 @@ const (
 	startTimeout = 15 * time.Second              // how long a server may take to answer PING
 	stopTimeout  = 5 * time.Second               // how long SIGTERM (then SIGKILL) may take to end a server
 	pollInterval = 10 * time.Millisecond         // how often readiness is polled
-	portAttempts = 5                             // fresh ports to try when another process takes the first
+	portAttempts = 5                             // fresh ports to try when a program that takes no port locks binds the first
 	restartBind  = 2 * time.Second               // how long Restart retries a port that is still taken
 	logTailLines = 15                            // lines of the server log quoted in errors
 	logFileName  = "redis.log"                   // the server's log, in its directory
@@ -84,7 +88,7 @@ type Server struct {
 	dir     string              // working directory: log, and nodes.conf in cluster mode
 	extra   []string            // arguments from WithArgs
 	cluster bool                // run with cluster-enabled yes
-	pick    func() (int, error) // returns a port to try; pickPort outside tests
+	pick    func() (int, error) // returns a port to try; portlock.Reserve outside tests
 
 	mu      sync.Mutex
 	port    int      // client port, fixed once the first start succeeds
@@ -98,7 +102,7 @@ type process struct {
 	done chan struct{} // closed once the process has exited and been reaped
 }
 
-// StartServer starts a standalone redis-server on a free 127.0.0.1 port and returns once it
+// StartServer starts a standalone redis-server on a reserved 127.0.0.1 port and returns once it
 // answers PING. The server is stopped when the test and its subtests end.
 func StartServer(t testing.TB, opts ...Option) *Server {
 	t.Helper()
@@ -119,7 +123,7 @@ func newServer(t testing.TB, cluster bool, opts []Option) (*Server, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), extra: o.args, cluster: cluster, pick: pickPort}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), extra: o.args, cluster: cluster, pick: portlock.Reserve}
 	t.Cleanup(func() {
 		if err := s.stop(); err != nil {
 			t.Errorf("redistest: %v", err)
@@ -193,8 +197,8 @@ func (s *Server) addrLocked() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 }
 
-// startFresh starts the server on newly picked ports, picking again when another process takes a
-// port between the pick and redis-server's bind.
+// startFresh starts the server on newly reserved ports, reserving again when a program that takes
+// no port locks binds a port between the reservation and redis-server's bind.
 func (s *Server) startFresh() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -336,16 +340,6 @@ func (p *process) signalAndWait(sig syscall.Signal, timeout time.Duration) error
 	case <-time.After(timeout):
 		return fmt.Errorf("pid %d still running %v after %v", p.cmd.Process.Pid, timeout, sig)
 	}
-}
-
-// pickPort returns a TCP port that was free on 127.0.0.1 a moment ago.
-func pickPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // logSince returns the log written from offset from on ("" if it cannot be read).

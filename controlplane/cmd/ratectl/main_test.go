@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/policystore"
 	"github.com/sluicehq/sluice/controlplane/rls"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
+	"github.com/sluicehq/sluice/internal/portlock"
 )
 
 // testToken is the bearer token the test control plane accepts.
@@ -335,13 +337,12 @@ func TestUsageAndFailures(t *testing.T) {
 	ratectl(t, env, "", "apply", "-f", filepath.Join(t.TempDir(), "missing.yaml")).expect(t, "apply of a missing file", 1,
 		"missing.yaml: no such file or directory")
 
-	// Nothing listens on a closed port.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Nothing listens on a reserved port that nobody binds.
+	port, err := portlock.Reserve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	ratectl(t, env, "", "list", "--server", dead, "--timeout", "2s").expect(t, "list of a dead server", 1,
 		"cannot reach the policy service at "+dead, "--server or $SLUICE_SERVER")
 	ratectl(t, env, "", "check", "api", "a=b", "--rls-server", dead, "--timeout", "2s").expect(t, "check of a dead server", 1,
