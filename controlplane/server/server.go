@@ -66,6 +66,21 @@ const (
 	DefaultSweepInterval   = time.Second
 )
 
+// The decision port's gRPC servers (Config.GRPCServer).
+//
+// GRPCServerUnary is package grpcunary: cleartext HTTP/2 with the unary
+// methods ShouldRateLimit and grpc.health.v1.Health/Check only, at a
+// fraction of grpc-go's CPU per call. GRPCServerGo is grpc-go's server
+// with the same services plus Health/Watch; pick it when something on the
+// decision port needs more of gRPC than that.
+const (
+	GRPCServerUnary = "unary"
+	GRPCServerGo    = "grpc-go"
+)
+
+// DecisionServers lists the values of Config.GRPCServer.
+var DecisionServers = []string{GRPCServerUnary, GRPCServerGo}
+
 // RedisConfig says how to reach Redis.
 type RedisConfig struct {
 	// Mode is ModeMemory, ModeStandalone, ModeSentinel or ModeCluster; ""
@@ -87,6 +102,9 @@ type Config struct {
 	// GRPCAddr is the decision service's listen address; DefaultGRPCAddr
 	// if empty. Port 0 picks a free port (see Server.GRPCAddr).
 	GRPCAddr string
+	// GRPCServer picks the decision port's gRPC server: GRPCServerUnary
+	// (also when empty) or GRPCServerGo. See DecisionServers.
+	GRPCServer string
 	// HTTPAddr is the metrics and health listen address; DefaultHTTPAddr
 	// if empty.
 	HTTPAddr string
@@ -149,7 +167,7 @@ type Server struct {
 	tempDir  string       // PolicyFile's directory when the server made it
 	polGRPC  *grpc.Server // the policy service; nil when it is off
 	polLn    net.Listener
-	grpc     *grpc.Server
+	grpc     decisionServer // the decision port's server
 	health   *health.Server
 	http     *http.Server
 	grpcLn   net.Listener
@@ -167,6 +185,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = DefaultHTTPAddr
+	}
+	switch cfg.GRPCServer {
+	case "":
+		cfg.GRPCServer = GRPCServerUnary
+	case GRPCServerUnary, GRPCServerGo:
+	default:
+		return nil, fmt.Errorf("server: GRPCServer %q: want one of %s", cfg.GRPCServer, strings.Join(DecisionServers, ", "))
 	}
 	if cfg.ShutdownTimeout < 0 || cfg.Deadline < 0 || cfg.ProbeInterval < 0 {
 		return nil, errors.New("server: ShutdownTimeout, Deadline and ProbeInterval must not be negative")
@@ -208,10 +233,15 @@ func (s *Server) build() error {
 		return err
 	}
 
-	s.grpc = grpc.NewServer(decisionServerOptions(s.service)...)
-	s.service.Register(s.grpc)
 	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	if cfg.GRPCServer == GRPCServerGo {
+		gs := grpc.NewServer(decisionServerOptions(s.service)...)
+		s.service.Register(gs)
+		healthpb.RegisterHealthServer(gs, s.health)
+		s.grpc = gs
+	} else {
+		s.grpc = newUnaryServer(s.service, s.health, s.log)
+	}
 	s.setHealth()
 
 	mux := http.NewServeMux()
@@ -446,10 +476,6 @@ func (s *Server) PolicyAddr() string {
 
 // Policies returns the policy store.
 func (s *Server) Policies() *policystore.Store { return s.policies }
-
-// GRPCServer returns the gRPC server, to register more services on it
-// before Run.
-func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
 
 // Registry returns the Prometheus registry /metrics serves.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }

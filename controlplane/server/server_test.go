@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/internal/portlock"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -132,8 +134,16 @@ func healthOf(t *testing.T, conn *grpc.ClientConn) healthpb.HealthCheckResponse_
 	return r.Status
 }
 
+// TestServeMemory runs once per decision server (Config.GRPCServer): both
+// serve the same decisions and health to grpc-go's client.
 func TestServeMemory(t *testing.T) {
-	srv := start(t, Config{Policies: policies(t)})
+	for _, kind := range DecisionServers {
+		t.Run(kind, func(t *testing.T) { testServeMemory(t, kind) })
+	}
+}
+
+func testServeMemory(t *testing.T, kind string) {
+	srv := start(t, Config{Policies: policies(t), GRPCServer: kind})
 	conn := dial(t, srv.GRPCAddr())
 	c := rlsv3.NewRateLimitServiceClient(conn)
 	codes := []rlsv3.RateLimitResponse_Code{ask(t, c, "a").OverallCode, ask(t, c, "a").OverallCode, ask(t, c, "a").OverallCode}
@@ -233,6 +243,7 @@ func TestNewErrors(t *testing.T) {
 		{"sentinel without master", Config{Redis: RedisConfig{Mode: ModeSentinel, Addrs: []string{"x:1"}}}, "needs the master name"},
 		{"cluster with db", Config{Redis: RedisConfig{Mode: ModeCluster, Addrs: []string{"x:1"}, DB: 2}}, "no databases"},
 		{"negative deadline", Config{Deadline: -1}, "must not be negative"},
+		{"unknown gRPC server", Config{GRPCServer: "netty"}, `GRPCServer "netty": want one of unary, grpc-go`},
 		{"address in use", Config{GRPCAddr: taken.Addr().String()}, "gRPC address"},
 	}
 	for _, c := range cases {
@@ -249,13 +260,13 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 	// A New that fails on its second listener releases the first: the
-	// same gRPC address binds again.
-	free, err := net.Listen("tcp", "127.0.0.1:0")
+	// same gRPC address binds again. The port is reserved, so no other
+	// process takes it in between.
+	free, err := portlock.Reserve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr := free.Addr().String()
-	free.Close()
+	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(free))
 	if _, err := New(Config{GRPCAddr: grpcAddr, HTTPAddr: taken.Addr().String(), Logger: quiet}); err == nil || !strings.Contains(err.Error(), "HTTP address") {
 		t.Fatalf("HTTP address in use: %v", err)
 	}

@@ -82,6 +82,7 @@ const DefaultGCPercent = 400
 // config is what the flags say.
 type config struct {
 	grpcAddr, httpAddr  string
+	grpcServer          string
 	redisMode           string
 	redisAddrs          listFlag
 	redisMaster         string
@@ -139,6 +140,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		envOf[name] = env
 	}
 	str(&c.grpcAddr, "grpc-addr", "SLUICE_GRPC_ADDR", server.DefaultGRPCAddr, "gRPC listen address (ShouldRateLimit)")
+	str(&c.grpcServer, "grpc-server", "SLUICE_GRPC_SERVER", server.GRPCServerUnary, "decision port server: unary (lean HTTP/2: ShouldRateLimit and Health/Check) or grpc-go")
 	str(&c.httpAddr, "http-addr", "SLUICE_HTTP_ADDR", server.DefaultHTTPAddr, "HTTP listen address (/metrics, /healthz, /readyz)")
 	str(&c.redisMode, "redis-mode", "SLUICE_REDIS_MODE", "", "memory, standalone, sentinel or cluster (default: standalone with -redis-addrs, else memory)")
 	fs.Var(&c.redisAddrs, "redis-addrs", "comma-separated Redis host:port: the server, the sentinels or cluster seed nodes ($SLUICE_REDIS_ADDRS)")
@@ -276,8 +278,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		password = strings.TrimRight(string(b), "\r\n")
 	}
 	srv, err := server.New(server.Config{
-		GRPCAddr: c.grpcAddr,
-		HTTPAddr: c.httpAddr,
+		GRPCAddr:   c.grpcAddr,
+		GRPCServer: c.grpcServer,
+		HTTPAddr:   c.httpAddr,
 		Redis: server.RedisConfig{
 			Mode: c.redisMode, Addrs: c.redisAddrs, MasterName: c.redisMaster,
 			Username: c.redisUser, Password: password, DB: c.redisDB,

@@ -1,0 +1,61 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/controlplane/grpcunary"
+	"github.com/sluicehq/sluice/controlplane/rls"
+)
+
+// decisionServer is what Run needs of the decision port's server; both
+// *grpc.Server and *grpcunary.Server have it.
+type decisionServer interface {
+	Serve(net.Listener) error
+	GracefulStop()
+	Stop()
+}
+
+// Full method names served by the unary server.
+var (
+	shouldRateLimitMethod = "/" + rlsv3.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit"
+	healthCheckMethod     = "/" + healthpb.Health_ServiceDesc.ServiceName + "/Check"
+)
+
+// newUnaryServer returns the decision port's grpcunary server: the RLS
+// decision and the health check.
+func newUnaryServer(svc *rls.Service, hs *health.Server, log *slog.Logger) *unaryServer {
+	u := &unaryServer{grpcunary.New(grpcunary.Options{Logger: log})}
+	u.Handle(shouldRateLimitMethod, svc.ShouldRateLimitWire)
+	u.Handle(healthCheckMethod, func(ctx context.Context, req []byte) ([]byte, error) {
+		var in healthpb.HealthCheckRequest
+		if err := proto.Unmarshal(req, &in); err != nil {
+			return nil, status.Errorf(codes.Internal, "cannot decode the HealthCheckRequest: %v", err)
+		}
+		out, err := hs.Check(ctx, &in)
+		if err != nil {
+			return nil, err
+		}
+		return proto.Marshal(out)
+	})
+	return u
+}
+
+// unaryServer adapts *grpcunary.Server to decisionServer: Serve's
+// ErrServerStopped after a stop is no error, as for grpc-go.
+type unaryServer struct{ *grpcunary.Server }
+
+func (u *unaryServer) Serve(ln net.Listener) error {
+	if err := u.Server.Serve(ln); err != grpcunary.ErrServerStopped {
+		return err
+	}
+	return nil
+}
