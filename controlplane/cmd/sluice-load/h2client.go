@@ -40,6 +40,7 @@ type leanConn struct {
 	outFr    *http2.Framer // writes frames into out
 	henc     *hpack.Encoder
 	hbuf     bytes.Buffer
+	hblock   []byte        // the header block every call sends, once it repeats
 	wake     chan struct{} // tells the writer that out has frames (buffered)
 	nextID   uint32        // the next stream ID
 	streams  map[uint32]*leanCall
@@ -128,6 +129,25 @@ func (c *leanConn) call(ctx context.Context, expire <-chan time.Time, lc *leanCa
 	c.nextID += 2
 	lc.status, lc.grpc, lc.message, lc.data, lc.err = "", "", "", lc.data[:0], nil
 	c.streams[id] = lc
+	block := c.hblock
+	if block == nil {
+		c.encodeHeaders()
+		block = c.hbuf.Bytes()
+	}
+	c.outFr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true})
+	c.outFr.WriteData(id, true, msg)
+	c.window -= int64(len(msg))
+	c.kickLocked()
+	c.mu.Unlock()
+	return c.await(ctx, expire, id, lc)
+}
+
+// encodeHeaders encodes a call's headers into hbuf (c.mu held). Every call
+// sends the same headers, so once the encoder has them all in its dynamic
+// table (after the first call) the block is the same each time: when a
+// block repeats the previous one it is kept in hblock and reused.
+func (c *leanConn) encodeHeaders() {
+	prev := append([]byte(nil), c.hbuf.Bytes()...)
 	c.hbuf.Reset()
 	for _, f := range [...]hpack.HeaderField{
 		{Name: ":method", Value: "POST"},
@@ -143,11 +163,14 @@ func (c *leanConn) call(ctx context.Context, expire <-chan time.Time, lc *leanCa
 	if c.timeout != "" {
 		c.henc.WriteField(hpack.HeaderField{Name: "grpc-timeout", Value: c.timeout})
 	}
-	c.outFr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true})
-	c.outFr.WriteData(id, true, msg)
-	c.window -= int64(len(msg))
-	c.kickLocked()
-	c.mu.Unlock()
+	if bytes.Equal(prev, c.hbuf.Bytes()) {
+		c.hblock = prev
+	}
+}
+
+// await waits for call id's answer, the end of ctx, expire or the end of
+// the connection.
+func (c *leanConn) await(ctx context.Context, expire <-chan time.Time, id uint32, lc *leanCall) (rlsv3.RateLimitResponse_Code, error) {
 	var cause error
 	select {
 	case <-lc.done:
