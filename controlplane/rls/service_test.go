@@ -21,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
@@ -764,4 +765,33 @@ func mustCall(t *testing.T, svc *Service, r *rlsv3.RateLimitRequest) *rlsv3.Rate
 		t.Fatal(err)
 	}
 	return resp
+}
+
+// BenchmarkShouldRateLimitWire is BenchmarkShouldRateLimit on wire bytes,
+// as the unary server calls it: decoding and encoding included.
+func BenchmarkShouldRateLimitWire(b *testing.B) {
+	f := newFixture(b, nil)
+	f.svc.SetPolicies(parse(b, `
+domain: bench
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`))
+	reqs := make([][]byte, 1024)
+	for i := range reqs {
+		var err error
+		if reqs[i], err = proto.Marshal(req("bench", desc(fmt.Sprintf("k=%d", i)))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, err := f.svc.ShouldRateLimitWire(context.Background(), reqs[i%len(reqs)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 }
