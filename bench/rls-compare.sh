@@ -20,6 +20,8 @@
 # Settings (environment): RUNS (3), CALLERS (64), CONNS (4), KEYS (1000),
 # DURATION (10s), WARMUP (2s), UNIT (second), REQUESTS_PER_UNIT (1000000),
 # CLIENT (lean: sluice-load's minimal gRPC client; grpc: grpc-go),
+# SYSTEMS (the systems to run, in order: "ratelimit sluice"; sluice-grpc-go
+# is sluice with -grpc-server grpc-go, grpc-go's server on the decision port),
 # CONTROLPLANE (a sluice-controlplane binary to measure instead of building
 # this tree's), KEEP=1 to keep the work directory (logs). Each system runs
 # with its own defaults (neither GOGC nor GOMAXPROCS is set here).
@@ -192,8 +194,10 @@ start_system() {
 			GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc" \
 			"$work/ratelimit-peer" >"$log" 2>&1 &
 		;;
-	sluice)
-		"$work/sluice-controlplane" -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
+	sluice | sluice-grpc-go)
+		local server=unary
+		[ "$name" = sluice-grpc-go ] && server=grpc-go
+		"$work/sluice-controlplane" -grpc-server "$server" -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
 			-policy-addr "127.0.0.1:$debug" -redis-addrs "127.0.0.1:$redis_port" \
 			-policy "$work/sluice/bench.yaml" -log-level warn >"$log" 2>&1 &
 		;;
@@ -205,13 +209,13 @@ start_system() {
 }
 
 load_args=(-callers "$CALLERS" -conns "$CONNS" -keys "$KEYS" -client "$CLIENT" -domain bench -key user)
-systems=(ratelimit sluice)
+read -r -a systems <<<"${SYSTEMS:-ratelimit sluice}"
 echo
 echo "envoyproxy/ratelimit $peer_version vs sluice; redis-server $(redis-server --version | cut -d' ' -f3) on 127.0.0.1:$redis_port"
 echo "load: sluice-load ${load_args[*]} -duration $DURATION (after a $WARMUP warm-up); policy: fixed window, $REQUESTS_PER_UNIT per $UNIT per user"
 echo "machine: $(nproc) cores shared by the load tool, the system under test and Redis"
 echo
-printf '%-10s %4s %12s %9s %9s %9s %7s %12s %12s\n' system run decisions/s p50_ms p95_ms p99_ms errors redis_cpu_us cmd_usec
+printf '%-15s %4s %12s %9s %9s %9s %7s %12s %12s\n' system run decisions/s p50_ms p95_ms p99_ms errors redis_cpu_us cmd_usec
 declare -A results
 for run in $(seq "$RUNS"); do
 	for sys in "${systems[@]}"; do
@@ -236,7 +240,7 @@ for run in $(seq "$RUNS"); do
 		errs=$(json_field "$out" errors)
 		cpu_us=$(awk -v a="$cpu0" -v b="$cpu1" -v d="$dec" 'BEGIN { printf "%.2f", (b - a) * 1e6 / d }')
 		cmd_us=$(awk -v u="$usec" -v d="$dec" 'BEGIN { printf "%.2f", u / d }')
-		printf '%-10s %4s %12.0f %9.3f %9.3f %9.3f %7s %12s %12s   %s\n' "$sys" "$run" "$rate" "$p50" "$p95" "$p99" "$errs" "$cpu_us" "$cmd_us" "$cmds"
+		printf '%-15s %4s %12.0f %9.3f %9.3f %9.3f %7s %12s %12s   %s\n' "$sys" "$run" "$rate" "$p50" "$p95" "$p99" "$errs" "$cpu_us" "$cmd_us" "$cmds"
 		results[$sys,rate]+="$rate "
 		results[$sys,p50]+="$p50 "
 		results[$sys,p95]+="$p95 "
@@ -253,17 +257,17 @@ median() {
 
 echo
 echo "medians of $RUNS runs:"
-printf '%-10s %12s %9s %9s %9s %12s %12s\n' system decisions/s p50_ms p95_ms p99_ms redis_cpu_us cmd_usec
+printf '%-15s %12s %9s %9s %9s %12s %12s\n' system decisions/s p50_ms p95_ms p99_ms redis_cpu_us cmd_usec
 declare -A med
 for sys in "${systems[@]}"; do
 	for f in rate p50 p95 p99 cpu cmd; do
 		# shellcheck disable=SC2086
 		med[$sys,$f]=$(median ${results[$sys,$f]})
 	done
-	printf '%-10s %12.0f %9.3f %9.3f %9.3f %12.2f %12.2f\n' "$sys" "${med[$sys,rate]}" "${med[$sys,p50]}" \
+	printf '%-15s %12.0f %9.3f %9.3f %9.3f %12.2f %12.2f\n' "$sys" "${med[$sys,rate]}" "${med[$sys,p50]}" \
 		"${med[$sys,p95]}" "${med[$sys,p99]}" "${med[$sys,cpu]}" "${med[$sys,cmd]}"
 done
-awk -v s="${med[sluice,rate]}" -v r="${med[ratelimit,rate]}" -v sp="${med[sluice,p99]}" -v rp="${med[ratelimit,p99]}" \
+[ -n "${med[sluice,rate]:-}" ] && [ -n "${med[ratelimit,rate]:-}" ] && awk -v s="${med[sluice,rate]}" -v r="${med[ratelimit,rate]}" -v sp="${med[sluice,p99]}" -v rp="${med[ratelimit,p99]}" \
 	-v c="${med[sluice,cpu]}" 'BEGIN {
 	printf "sluice / envoyproxy/ratelimit: %.2fx decisions/s (goal >= 4x), p99 %.3f vs %.3f ms (goal <=), Redis CPU %.2f us/decision (goal <= 4)\n", s / r, sp, rp, c
 }'
