@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	abi.SetHandler(plugin.NewVM(abi.NewHost()))
+	abi.SetHandler(plugin.NewVM(newHost()))
 }
 
 // main is not called in c-shared mode; the callbacks are the entry points.

@@ -29,6 +29,19 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		defer os.RemoveAll(dir)
 		var err error
+		if filterWasm, err = prebuiltWasm("SLUICE_BENCH_WASM"); err != nil || filterWasm != nil {
+			if err == nil {
+				filterWasmDev, err = prebuiltWasm("SLUICE_BENCH_WASM_DEV")
+			}
+			if err == nil && filterWasmDev == nil {
+				err = errors.New("SLUICE_BENCH_WASM_DEV must be set with SLUICE_BENCH_WASM")
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			return m.Run()
+		}
 		if filterWasm, err = buildWasm(dir, "filter.wasm"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -40,6 +53,22 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// prebuiltWasm reads the module named by environment variable env, nil if
+// it is unset. SLUICE_BENCH_WASM and SLUICE_BENCH_WASM_DEV (the build with
+// the sluicetest tag) let benchmarks compare builds made elsewhere, e.g. of
+// an older revision, instead of building the current source.
+func prebuiltWasm(env string) ([]byte, error) {
+	path := os.Getenv(env)
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", env, err)
+	}
+	return b, nil
 }
 
 // buildWasm builds the filter as wasm-build.sh does.

@@ -140,11 +140,18 @@ const (
 
 // Handler receives the callbacks of the host. Context ids are the host's;
 // a plugin (root) context has parent 0.
+//
+// RequestHeaders, the callback of every request, does not recover from
+// panics itself: a second deferred recover in the handler would cost the
+// hottest callback as much again as its frame. The callback's own guard
+// recovers and passes the value to RecoverRequestHeaders, which applies the
+// handler's failure handling and returns the callback's action.
 type Handler interface {
 	OnVMStart(rootID uint32, configSize int) bool
 	OnConfigure(rootID uint32, configSize int) bool
 	OnContextCreate(id, parent uint32)
-	OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) uint32
+	RequestHeaders(id uint32, numHeaders int, endOfStream bool) uint32
+	RecoverRequestHeaders(r any) uint32
 	OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) uint32
 	OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, numTrailers int)
 	OnTick(rootID uint32)

@@ -15,14 +15,32 @@ var scratch = newArena(arenaSize)
 func guard() {
 	scratch.leave()
 	if r := recover(); r != nil {
-		msg := "sluice: panic in a proxy-wasm callback"
-		if e, ok := r.(error); ok {
-			msg += ": " + e.Error()
-		} else if s, ok := r.(string); ok {
-			msg += ": " + s
-		}
-		proxyLog(LogCritical, msg)
+		logPanic(r)
 	}
+}
+
+func logPanic(r any) {
+	msg := "sluice: panic in a proxy-wasm callback"
+	if e, ok := r.(error); ok {
+		msg += ": " + e.Error()
+	} else if s, ok := r.(string); ok {
+		msg += ": " + s
+	}
+	proxyLog(LogCritical, msg)
+}
+
+// guardRequestHeaders ends proxy_on_request_headers: it leaves the arena
+// and hands a panic to the handler, whose answer becomes the action. A
+// panic in the handler's recovery is logged, and the request continues.
+func guardRequestHeaders(action *uint32) {
+	r := recover()
+	if r == nil {
+		scratch.leave()
+		return
+	}
+	*action = ActionContinue
+	defer guard()
+	*action = handler.RecoverRequestHeaders(r)
 }
 
 //go:wasmexport proxy_abi_version_0_2_1
@@ -57,8 +75,8 @@ func proxyOnContextCreate(id, parent uint32) {
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(id, numHeaders uint32, endOfStream bool) (action uint32) {
 	scratch.enter()
-	defer guard()
-	return handler.OnRequestHeaders(id, int(numHeaders), endOfStream)
+	defer guardRequestHeaders(&action)
+	return handler.RequestHeaders(id, int(numHeaders), endOfStream)
 }
 
 //go:wasmexport proxy_on_response_headers

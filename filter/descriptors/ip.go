@@ -46,37 +46,36 @@ func isIPv4(s string) bool {
 // dottedQuadPrefix returns the length of the dotted quad s starts with (as
 // isIPv4 defines it), or 0 if it does not start with one. The quad ends at
 // the end of s or at the first byte that is neither a digit nor a dot.
+//
+// It reads a field at a time, at most three digits each: on the remote
+// address path of every request, that is about half the branches of a
+// byte-at-a-time state machine, which filter.wasm pays for dearly.
 func dottedQuadPrefix(s string) int {
-	fields, val, digits := 0, 0, 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			if digits == 1 && val == 0 {
-				return 0 // a leading zero
-			}
-			val = val*10 + int(c-'0')
-			digits++
-			if val > 255 {
+	i := 0
+	for field := 0; field < 4; field++ {
+		if field > 0 {
+			if i >= len(s) || s[i] != '.' {
 				return 0
 			}
-		case c == '.':
-			if digits == 0 || fields == 3 {
-				return 0
+			i++
+		}
+		start, val := i, 0
+		for i < len(s) && i-start < 3 {
+			d := s[i] - '0'
+			if d > 9 {
+				break
 			}
-			fields++
-			val, digits = 0, 0
-		default:
-			if fields == 3 && digits > 0 {
-				return i
-			}
-			return 0
+			val = val*10 + int(d)
+			i++
+		}
+		if n := i - start; n == 0 || val > 255 || (n > 1 && s[start] == '0') {
+			return 0 // no digits, over 255, or a leading zero
 		}
 	}
-	if fields == 3 && digits > 0 {
-		return len(s)
+	if i < len(s) && (s[i] == '.' || s[i]-'0' <= 9) {
+		return 0 // a fourth digit, or a fifth field
 	}
-	return 0
+	return i
 }
 
 // isIPv6 reports whether s is an IPv6 address: up to eight groups of one to

@@ -67,16 +67,38 @@ func (vm *VM) OnConfigure(rootID uint32, configSize int) (ok bool) {
 	return p.configure(configSize)
 }
 
-// OnRequestHeaders decides a request.
+// OnRequestHeaders decides a request: RequestHeaders, with a panic
+// recovered and handled by RecoverRequestHeaders.
 func (vm *VM) OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) (action uint32) {
+	defer func() {
+		if r := recover(); r != nil {
+			action = vm.RecoverRequestHeaders(r)
+		}
+	}()
+	return vm.RequestHeaders(id, numHeaders, endOfStream)
+}
+
+// RequestHeaders is OnRequestHeaders without the recover, for a caller that
+// recovers itself (the abi callback, whose guard would otherwise make it
+// two) and then calls RecoverRequestHeaders.
+func (vm *VM) RequestHeaders(id uint32, numHeaders int, endOfStream bool) uint32 {
+	vm.current = nil
 	s := vm.streams.get(id)
 	if s == nil {
 		return ActionContinue
 	}
 	vm.current = s
-	defer vm.recoverStream("proxy_on_request_headers", &action, false)
-	action = s.plugin.onRequestHeaders(s)
+	action := s.plugin.onRequestHeaders(s)
 	vm.current = nil
+	return action
+}
+
+// RecoverRequestHeaders handles a panic r recovered from RequestHeaders as
+// the failure mode of the stream it was deciding, and returns the
+// callback's action.
+func (vm *VM) RecoverRequestHeaders(r any) uint32 {
+	action := ActionContinue
+	vm.handlePanic(r, "proxy_on_request_headers", &action, false)
 	return action
 }
 
@@ -171,7 +193,12 @@ func (vm *VM) release(s *stream) {
 // failure mode for that stream. paused says whether the request waits for
 // the callback (an answer) rather than for its return value.
 func (vm *VM) recoverStream(callback string, action *uint32, paused bool) {
-	r := recover()
+	vm.handlePanic(recover(), callback, action, paused)
+}
+
+// handlePanic is recoverStream's work for the value r it recovered (nil
+// when there was no panic).
+func (vm *VM) handlePanic(r any, callback string, action *uint32, paused bool) {
 	s := vm.current
 	vm.current = nil
 	if r == nil {
