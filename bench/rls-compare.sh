@@ -20,6 +20,8 @@
 # Settings (environment): RUNS (3), CALLERS (64), CONNS (4), KEYS (1000),
 # DURATION (10s), WARMUP (2s), UNIT (second), REQUESTS_PER_UNIT (1000000),
 # CLIENT (lean: sluice-load's minimal gRPC client; grpc: grpc-go),
+# SERVER_GOMAXPROCS (GOMAXPROCS for both systems under test, both being Go
+# programs; empty: their default, the number of cores),
 # SYSTEMS (the systems to run, in order: "ratelimit sluice"; sluice-grpc-go
 # is sluice with -grpc-server grpc-go, grpc-go's server on the decision port),
 # CONTROLPLANE (a sluice-controlplane binary to measure instead of building
@@ -38,6 +40,7 @@ WARMUP=${WARMUP:-2s}
 UNIT=${UNIT:-second}
 REQUESTS_PER_UNIT=${REQUESTS_PER_UNIT:-1000000}
 CLIENT=${CLIENT:-lean}
+procs=${SERVER_GOMAXPROCS:-}
 GO=${GO:-go}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -186,7 +189,7 @@ start_system() {
 	free_port debug
 	case "$name" in
 	ratelimit)
-		env -i PATH="$PATH" HOME="${HOME:-/tmp}" \
+		env -i PATH="$PATH" HOME="${HOME:-/tmp}" ${procs:+GOMAXPROCS=$procs} \
 			REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" \
 			RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
 			USE_STATSD=false LOG_LEVEL=warn \
@@ -197,7 +200,7 @@ start_system() {
 	sluice | sluice-grpc-go)
 		local server=unary
 		[ "$name" = sluice-grpc-go ] && server=grpc-go
-		"$work/sluice-controlplane" -grpc-server "$server" -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
+		env ${procs:+GOMAXPROCS=$procs} "$work/sluice-controlplane" -grpc-server "$server" -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
 			-policy-addr "127.0.0.1:$debug" -redis-addrs "127.0.0.1:$redis_port" \
 			-policy "$work/sluice/bench.yaml" -log-level warn >"$log" 2>&1 &
 		;;
@@ -213,7 +216,7 @@ read -r -a systems <<<"${SYSTEMS:-ratelimit sluice}"
 echo
 echo "envoyproxy/ratelimit $peer_version vs sluice; redis-server $(redis-server --version | cut -d' ' -f3) on 127.0.0.1:$redis_port"
 echo "load: sluice-load ${load_args[*]} -duration $DURATION (after a $WARMUP warm-up); policy: fixed window, $REQUESTS_PER_UNIT per $UNIT per user"
-echo "machine: $(nproc) cores shared by the load tool, the system under test and Redis"
+echo "machine: $(nproc) cores shared by the load tool, the system under test and Redis; GOMAXPROCS of the systems: ${procs:-default}"
 echo
 printf '%-15s %4s %12s %9s %9s %9s %7s %12s %12s\n' system run decisions/s p50_ms p95_ms p99_ms errors redis_cpu_us cmd_usec
 declare -A results
