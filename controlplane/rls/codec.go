@@ -2,6 +2,7 @@ package rls
 
 import (
 	"math"
+	"slices"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
@@ -76,6 +77,11 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 // then dynamic_metadata from w or by appendStruct. responseFields lists the
 // fields copied; TestCodecCoversEveryField fails when the message gains one.
 func marshalResponse(r *rlsv3.RateLimitResponse, w *wireCache) ([]byte, error) {
+	return appendResponse(nil, r, w)
+}
+
+// appendResponse is marshalResponse appending to b.
+func appendResponse(b []byte, r *rlsv3.RateLimitResponse, w *wireCache) ([]byte, error) {
 	rest := &rlsv3.RateLimitResponse{
 		OverallCode:          r.OverallCode,
 		Statuses:             r.Statuses,
@@ -90,7 +96,7 @@ func marshalResponse(r *rlsv3.RateLimitResponse, w *wireCache) ([]byte, error) {
 	if !cached {
 		md = sizeStruct(r.DynamicMetadata, w)
 	}
-	b := make([]byte, 0, n+protowire.SizeTag(metadataField)+protowire.SizeBytes(md))
+	b = slices.Grow(b, n+protowire.SizeTag(metadataField)+protowire.SizeBytes(md))
 	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, rest)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -211,6 +212,7 @@ func TestCodecDecodesLikeProtobuf(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	c := NewCodec(nil)
 	fast := 0
+	reused := new(arena)
 	for i := range 20000 {
 		b, err := proto.MarshalOptions{AllowPartial: true}.Marshal(randomRequest(rng))
 		if err != nil {
@@ -265,6 +267,12 @@ func TestCodecDecodesLikeProtobuf(t *testing.T) {
 		}
 		if decodeRequest(b, &rlsv3.RateLimitRequest{}) {
 			fast++
+			// The same through the arena the wire path reuses.
+			reused.reset()
+			r := reused.request()
+			if !decodeRequestIn(b, r, reused) || !proto.Equal(r, want) {
+				t.Fatalf("case %d %x: through an arena:\n got %v\nwant %v", i, b, r, want)
+			}
 		}
 	}
 	if fast < 5000 {
@@ -303,6 +311,42 @@ func TestSharedMetadata(t *testing.T) {
 		}
 		if got, want := limitMetadata(outs), metadataStruct(ref); !proto.Equal(got, want) {
 			t.Fatalf("case %d: shared metadata\n%v\nwant\n%v", i, got, want)
+		}
+	}
+}
+
+// TestArenaOverflow: requests with more descriptors and entries than an
+// arena holds decode alike, and a reset arena keeps nothing of them.
+func TestArenaOverflow(t *testing.T) {
+	a := new(arena)
+	for _, shape := range [][2]int{{1, 1}, {arenaDescriptors + 3, 2}, {2, arenaEntries + 5}, {3, 7}, {arenaDescriptors, 2}, {1, 1}} {
+		want := &rlsv3.RateLimitRequest{Domain: "d"}
+		for i := range shape[0] {
+			d := &ratelimitv3.RateLimitDescriptor{}
+			for j := range shape[1] {
+				d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: fmt.Sprint("k", i), Value: fmt.Sprint("v", i, j)})
+			}
+			want.Descriptors = append(want.Descriptors, d)
+		}
+		b, err := proto.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.reset()
+		r := a.request()
+		if !decodeRequestIn(b, r, a) || !proto.Equal(r, want) {
+			t.Fatalf("shape %v:\n got %v\nwant %v", shape, r, want)
+		}
+	}
+	a.reset()
+	for i := range a.ents {
+		if a.ents[i].Key != "" || a.ents[i].Value != "" || a.eptrs[i] != nil {
+			t.Fatalf("entry %d kept after reset", i)
+		}
+	}
+	for i := range a.descs {
+		if a.descs[i].Entries != nil || a.dptrs[i] != nil {
+			t.Fatalf("descriptor %d kept after reset", i)
 		}
 	}
 }

@@ -27,6 +27,12 @@ const (
 // UTF-8, malformed bytes): the caller then decodes with protobuf-go, which
 // handles all of it. The strings share one copy of b.
 func decodeRequest(b []byte, r *rlsv3.RateLimitRequest) bool {
+	return decodeRequestIn(b, r, nil)
+}
+
+// decodeRequestIn is decodeRequest with the descriptors and entries taken
+// from a (nil: allocated).
+func decodeRequestIn(b []byte, r *rlsv3.RateLimitRequest, a *arena) bool {
 	var text string // b as one string; fields are slices of it
 	str := func(v []byte, at int) (string, bool) {
 		if !utf8.Valid(v) {
@@ -63,7 +69,7 @@ func decodeRequest(b []byte, r *rlsv3.RateLimitRequest) bool {
 			if n < 0 {
 				return false
 			}
-			d, ok := decodeDescriptor(v, base+n-len(v), str)
+			d, ok := decodeDescriptor(v, base+n-len(v), str, a)
 			if !ok {
 				return false
 			}
@@ -85,8 +91,9 @@ func decodeRequest(b []byte, r *rlsv3.RateLimitRequest) bool {
 
 // decodeDescriptor decodes one RateLimitDescriptor at offset at of the
 // request; see decodeRequest.
-func decodeDescriptor(b []byte, at int, str func([]byte, int) (string, bool)) (*ratelimitv3.RateLimitDescriptor, bool) {
-	d := &ratelimitv3.RateLimitDescriptor{}
+func decodeDescriptor(b []byte, at int, str func([]byte, int) (string, bool), a *arena) (*ratelimitv3.RateLimitDescriptor, bool) {
+	d := a.descriptor()
+	defer a.endDescriptor(d)
 	rest := b
 	for len(rest) > 0 {
 		num, typ, n := protowire.ConsumeTag(rest)
@@ -101,7 +108,7 @@ func decodeDescriptor(b []byte, at int, str func([]byte, int) (string, bool)) (*
 			if n < 0 {
 				return nil, false
 			}
-			e, ok := decodeEntry(v, base+n-len(v), str)
+			e, ok := decodeEntry(v, a.entry(), base+n-len(v), str)
 			if !ok {
 				return nil, false
 			}
@@ -122,8 +129,7 @@ func decodeDescriptor(b []byte, at int, str func([]byte, int) (string, bool)) (*
 }
 
 // decodeEntry decodes one descriptor entry at offset at of the request.
-func decodeEntry(b []byte, at int, str func([]byte, int) (string, bool)) (*ratelimitv3.RateLimitDescriptor_Entry, bool) {
-	e := &ratelimitv3.RateLimitDescriptor_Entry{}
+func decodeEntry(b []byte, e *ratelimitv3.RateLimitDescriptor_Entry, at int, str func([]byte, int) (string, bool)) (*ratelimitv3.RateLimitDescriptor_Entry, bool) {
 	rest := b
 	for len(rest) > 0 {
 		num, typ, n := protowire.ConsumeTag(rest)
@@ -148,4 +154,78 @@ func decodeEntry(b []byte, at int, str func([]byte, int) (string, bool)) (*ratel
 		rest = rest[n:]
 	}
 	return e, true
+}
+
+// Capacities of an arena: requests with more descriptors or entries get the
+// rest allocated.
+const (
+	arenaDescriptors = 8
+	arenaEntries     = 16
+)
+
+// arena holds the messages of one decoded request for reuse. The wire path
+// (ShouldRateLimitWire) decodes each request into a pooled arena and resets
+// it once the answer is encoded: nothing keeps a request's messages after
+// that.
+type arena struct {
+	req   rlsv3.RateLimitRequest
+	descs [arenaDescriptors]ratelimitv3.RateLimitDescriptor
+	ents  [arenaEntries]ratelimitv3.RateLimitDescriptor_Entry
+	dptrs [arenaDescriptors]*ratelimitv3.RateLimitDescriptor
+	eptrs [arenaEntries]*ratelimitv3.RateLimitDescriptor_Entry
+	nd    int // descs handed out
+	ne    int // ents handed out
+	np    int // eptrs taken by finished descriptors
+}
+
+// request returns the arena's empty request, its descriptor list backed by
+// the arena.
+func (a *arena) request() *rlsv3.RateLimitRequest {
+	a.req.Descriptors = a.dptrs[:0]
+	return &a.req
+}
+
+// descriptor returns an empty descriptor whose entry list is backed by the
+// arena while it has room.
+func (a *arena) descriptor() *ratelimitv3.RateLimitDescriptor {
+	if a == nil || a.nd == len(a.descs) {
+		return &ratelimitv3.RateLimitDescriptor{}
+	}
+	d := &a.descs[a.nd]
+	a.nd++
+	d.Entries = a.eptrs[a.np:a.np]
+	return d
+}
+
+// endDescriptor accounts for the entry pointers d took from the arena.
+func (a *arena) endDescriptor(d *ratelimitv3.RateLimitDescriptor) {
+	if a == nil || len(d.Entries) == 0 || a.np == len(a.eptrs) || &d.Entries[0] != &a.eptrs[a.np] {
+		return // none, or its list outgrew the arena's
+	}
+	a.np += len(d.Entries)
+	d.Entries = d.Entries[:len(d.Entries):len(d.Entries)]
+}
+
+// entry returns an empty entry.
+func (a *arena) entry() *ratelimitv3.RateLimitDescriptor_Entry {
+	if a == nil || a.ne == len(a.ents) {
+		return &ratelimitv3.RateLimitDescriptor_Entry{}
+	}
+	e := &a.ents[a.ne]
+	a.ne++
+	return e
+}
+
+// reset empties the arena for the next request, dropping every reference.
+func (a *arena) reset() {
+	a.req.Reset()
+	for i := range a.nd {
+		a.descs[i].Reset()
+	}
+	for i := range a.ne {
+		a.ents[i].Reset()
+	}
+	clear(a.dptrs[:])
+	clear(a.eptrs[:])
+	a.nd, a.ne, a.np = 0, 0, 0
 }

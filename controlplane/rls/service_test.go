@@ -788,7 +788,7 @@ descriptors:
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			if _, err := f.svc.ShouldRateLimitWire(context.Background(), reqs[i%len(reqs)]); err != nil {
+			if _, err := f.svc.ShouldRateLimitWire(context.Background(), nil, reqs[i%len(reqs)]); err != nil {
 				b.Fatal(err)
 			}
 			i++

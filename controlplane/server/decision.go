@@ -34,7 +34,7 @@ var (
 // decision and the health check.
 func newUnaryServer(svc *rls.Service, hs *health.Server, log *slog.Logger) *unaryServer {
 	u := &unaryServer{grpcunary.New(grpcunary.Options{Logger: log})}
-	u.Handle(shouldRateLimitMethod, svc.ShouldRateLimitWire)
+	u.Handle(shouldRateLimitMethod, func(ctx context.Context, req []byte) ([]byte, error) { return svc.ShouldRateLimitWire(ctx, nil, req) })
 	u.Handle(healthCheckMethod, func(ctx context.Context, req []byte) ([]byte, error) {
 		var in healthpb.HealthCheckRequest
 		if err := proto.Unmarshal(req, &in); err != nil {
