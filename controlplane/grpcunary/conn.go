@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +30,8 @@ const (
 
 	writeBufferSize = 32 << 10
 	readBufferSize  = 32 << 10
-	closeGrace      = time.Second // how long a fatal GOAWAY may take to leave before the connection is cut
+	closeGrace      = time.Second // how long a GOAWAY may take to leave, and the peer to hang up after it
+	recentResets    = 128         // how many streams we reset are remembered (see conn.resets)
 )
 
 // conn is one HTTP/2 connection. The reader goroutine (serve) owns the
@@ -69,6 +71,12 @@ type conn struct {
 	goAwayID    uint32             // the last stream a draining connection answers
 	fatal       bool               // a connection error: close once the GOAWAY is written
 	closed      bool
+	// The last streams we reset while the client may still have been
+	// sending (a ring; 0 is no stream): frames that were in flight when
+	// the RST_STREAM left are ignored on them, while frames on other
+	// closed streams are errors (RFC 9113, 5.1).
+	resets    [recentResets]uint32
+	resetNext int
 }
 
 // stream is one call.
@@ -83,6 +91,7 @@ type stream struct {
 	recvAvail     int64 // what the peer may still send on the stream
 	recvUnacked   int64 // consumed, not yet returned by WINDOW_UPDATE
 	contentLength int64 // -1: not given
+	received      int64 // bytes of DATA received (padding aside)
 	discard       bool  // answered early: ignore its data
 	remoteDone    atomic.Bool
 
@@ -95,7 +104,8 @@ type stream struct {
 	msg         []byte // the length-prefixed response message
 	trl         []byte // HPACK block of a trailers-only answer (literals only)
 	headersSent bool
-	sent        int // bytes of msg sent
+	sent        int  // bytes of msg sent
+	rstAfter    bool // the request was not over when the answer ended: RST_STREAM NO_ERROR follows
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -108,6 +118,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	// Reads go through a buffer: the Framer reads a frame header and then
 	// its payload, two reads a frame, which would be two system calls.
 	c.fr = http2.NewFramer(nil, bufio.NewReaderSize(nc, readBufferSize)) // writes are ours (writeLoop)
+	c.fr.SetMaxReadFrameSize(defaultFrameSize)                           // what we allow (RFC 9113, 4.2)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = s.opts.MaxHeaderListSize
 	return c
@@ -123,17 +134,27 @@ func (c *conn) serve() {
 	fatal := c.fatal
 	c.mu.Unlock()
 	if fatal {
-		// Let the GOAWAY leave, unless the peer does not read.
-		select {
-		case <-c.writerDone:
-		case <-time.After(closeGrace):
-		}
+		c.linger()
 	}
 	c.closeWith(err)
 	<-c.writerDone
-	if r, ok := c.closeReason.Load().(error); ok && !errors.Is(r, io.EOF) && !errors.Is(r, net.ErrClosed) {
+	if r, ok := c.closeReason.Load().(error); ok && !errors.Is(r, io.EOF) && !errors.Is(r, net.ErrClosed) && !errors.Is(r, os.ErrDeadlineExceeded) {
 		c.srv.opts.Logger.Debug("grpcunary: connection ended", "remote", c.nc.RemoteAddr().String(), "error", r.Error())
 	}
+}
+
+// linger lets a GOAWAY leave and the peer read it: it waits for the writer
+// (which ends our side with a FIN after the GOAWAY) and then for the peer
+// to close its side, at most closeGrace each. Closing a socket with unread
+// input would make the kernel reset the connection, and a reset can destroy
+// the GOAWAY in the peer's receive buffer before the peer reads it.
+func (c *conn) linger() {
+	select {
+	case <-c.writerDone:
+	case <-time.After(closeGrace):
+		return // the peer does not read
+	}
+	io.Copy(io.Discard, c.nc) // until the peer's FIN, or closeWrite's deadline
 }
 
 // readLoop reads the preface and then frames until the connection ends or
@@ -151,31 +172,20 @@ func (c *conn) readLoop() error {
 	c.mu.Unlock()
 	c.signal()
 
-	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.HandshakeTimeout))
-	var preface [len(clientPreface)]byte
-	if _, err := io.ReadFull(c.nc, preface[:]); err != nil {
+	if err := c.readPreface(); err != nil {
 		return err
 	}
-	if string(preface[:]) != clientPreface {
-		return errors.New("grpcunary: not an HTTP/2 client preface")
-	}
-	c.nc.SetReadDeadline(time.Time{})
-
 	for {
-		f, err := c.fr.ReadFrame()
+		fh, err := c.fr.ReadFrameHeader()
+		var f http2.Frame
+		if err == nil {
+			f, err = c.fr.ReadFrameForHeader(fh)
+		}
 		if err != nil {
-			var se http2.StreamError
-			var ce http2.ConnectionError
-			switch {
-			case errors.As(err, &se):
-				c.resetStream(se.StreamID, se.Code)
-				continue
-			case errors.As(err, &ce):
-				return c.goAway(http2.ErrCode(ce), err)
-			case errors.Is(err, http2.ErrFrameTooLarge):
-				return c.goAway(http2.ErrCodeFrameSize, err)
+			if err := c.onReadError(fh, err); err != nil {
+				return err
 			}
-			return err
+			continue
 		}
 		if !c.sawSettings {
 			if _, ok := f.(*http2.SettingsFrame); !ok {
@@ -191,6 +201,62 @@ func (c *conn) readLoop() error {
 			return err
 		}
 	}
+}
+
+// readPreface reads the client's connection preface; a wrong one is a
+// connection error (RFC 9113, 3.4).
+func (c *conn) readPreface() error {
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.HandshakeTimeout))
+	var preface [len(clientPreface)]byte
+	if _, err := io.ReadFull(c.nc, preface[:]); err != nil {
+		return err
+	}
+	if string(preface[:]) != clientPreface {
+		return c.goAway(http2.ErrCodeProtocol, errors.New("grpcunary: not an HTTP/2 client preface"))
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	return nil
+}
+
+// onReadError handles an error of the Framer reading a frame with header
+// fh: it returns the error that ends the connection, or nil when a stream
+// error was enough.
+func (c *conn) onReadError(fh http2.FrameHeader, err error) error {
+	var se http2.StreamError
+	var ce http2.ConnectionError
+	switch {
+	case errors.As(err, &se):
+		return c.onStreamError(fh, se)
+	case errors.As(err, &ce):
+		return c.goAway(http2.ErrCode(ce), err)
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		return c.goAway(http2.ErrCodeFrameSize, err) // RFC 9113, 4.2
+	}
+	return err
+}
+
+// onStreamError handles a stream error the Framer found in a frame with
+// header fh. A request whose header block is malformed opens its stream
+// and is reset; a HEADERS frame whose block was not decoded (bad padding)
+// leaves the HPACK state unknown, and an error on an idle stream cannot be
+// answered with RST_STREAM (RFC 9113, 5.1): both end the connection.
+func (c *conn) onStreamError(fh http2.FrameHeader, se http2.StreamError) error {
+	id := se.StreamID
+	if fh.Type == http2.FrameHeaders && se.Cause == nil {
+		return c.goAway(http2.ErrCodeProtocol, se) // RFC 9113, 6.2
+	}
+	c.mu.Lock()
+	idle := c.idleLocked(id)
+	opens := idle && fh.Type == http2.FrameHeaders && id%2 == 1
+	if opens {
+		c.maxStreamID = id
+	}
+	c.mu.Unlock()
+	if idle && !opens {
+		return c.goAway(http2.ErrCodeProtocol, se)
+	}
+	c.resetStream(id, se.Code)
+	return nil
 }
 
 // handleFrame acts on one frame. It returns a ConnectionError for a
@@ -214,6 +280,10 @@ func (c *conn) handleFrame(f http2.Frame) error {
 			c.mu.Unlock()
 			c.signal()
 		}
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			return http2.ConnectionError(http2.ErrCodeProtocol) // RFC 9113, 5.3.1 (a connection error, as nghttp2 makes it)
+		}
 	case *http2.PushPromiseFrame:
 		return http2.ConnectionError(http2.ErrCodeProtocol) // clients never push
 	case *http2.GoAwayFrame:
@@ -223,54 +293,80 @@ func (c *conn) handleFrame(f http2.Frame) error {
 	return nil
 }
 
-// onHeaders opens a stream: it checks the request and either dispatches it
-// (a request without body cannot be a unary call, so that is an error
-// answer too) or waits for its DATA.
+// onHeaders takes a HEADERS frame: a new stream's request, which it checks
+// and either dispatches (a request without body cannot be a unary call, so
+// that is an error answer too) or keeps waiting for its DATA; or the end of
+// an open stream's request.
 func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	id := f.StreamID
 	if id%2 == 0 {
-		return http2.ConnectionError(http2.ErrCodeProtocol)
-	}
-	c.mu.Lock()
-	if st := c.streams[id]; st != nil {
-		c.mu.Unlock()
-		// Trailers from the client: gRPC sends none, but they end the request.
-		if st.remoteDone.Load() {
-			c.resetStream(id, http2.ErrCodeStreamClosed)
-			return nil
-		}
-		if !f.StreamEnded() {
-			c.resetStream(id, http2.ErrCodeProtocol)
-			return nil
-		}
-		c.endRequest(st)
-		return nil
-	}
-	if id <= c.maxStreamID {
-		c.mu.Unlock()
 		return http2.ConnectionError(http2.ErrCodeProtocol) // RFC 9113, 5.1.1
 	}
-	if c.draining {
-		// After the GOAWAY: refused, and the client knows it was not processed.
-		c.ctrl = appendRSTStream(c.ctrl, id, http2.ErrCodeRefusedStream)
-		c.mu.Unlock()
-		c.signal()
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		return http2.ConnectionError(http2.ErrCodeProtocol) // RFC 9113, 5.3.1 (a connection error, as nghttp2 makes it)
+	}
+	st, fresh, err := c.openStream(id)
+	if st == nil || err != nil {
+		return err
+	}
+	if !fresh {
+		c.onTrailers(st, f)
 		return nil
+	}
+	if f.StreamEnded() {
+		st.remoteDone.Store(true)
+	}
+	c.startCall(st, f)
+	return nil
+}
+
+// openStream returns stream id for a HEADERS frame: an open one, or a new
+// one (fresh). It returns nil when the stream is refused or the frame is to
+// be ignored, and a connection error for a closed stream.
+func (c *conn) openStream(id uint32) (st *stream, fresh bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.streams[id]; st != nil {
+		return st, false, nil
+	}
+	if id <= c.maxStreamID {
+		if c.resetByUsLocked(id) {
+			return nil, false, nil // in flight when our RST_STREAM left (RFC 9113, 5.1)
+		}
+		return nil, false, http2.ConnectionError(http2.ErrCodeProtocol) // closed, or skipped (RFC 9113, 5.1.1)
 	}
 	c.maxStreamID = id
-	if uint32(len(c.streams)) >= c.srv.opts.MaxConcurrentStreams {
-		c.ctrl = appendRSTStream(c.ctrl, id, http2.ErrCodeRefusedStream)
-		c.mu.Unlock()
-		c.signal()
-		return nil
+	if c.draining || uint32(len(c.streams)) >= c.srv.opts.MaxConcurrentStreams {
+		// After the GOAWAY, or over the limit: refused, and the client
+		// knows the call was not processed (RFC 9113, 8.7).
+		c.resetLocked(id, http2.ErrCodeRefusedStream)
+		c.signalLocked()
+		return nil, false, nil
 	}
-	st := &stream{id: id, sendWin: c.peerInitial, recvAvail: recvStreamWindow, contentLength: -1}
+	st = &stream{id: id, sendWin: c.peerInitial, recvAvail: recvStreamWindow, contentLength: -1}
 	c.streams[id] = st
-	c.mu.Unlock()
+	return st, true, nil
+}
 
+// onTrailers takes a HEADERS frame on an open stream. gRPC clients send no
+// trailers, but a well-formed block that ends the request is accepted.
+func (c *conn) onTrailers(st *stream, f *http2.MetaHeadersFrame) {
+	switch {
+	case st.remoteDone.Load():
+		c.resetStream(st.id, http2.ErrCodeStreamClosed) // half-closed (remote): RFC 9113, 5.1
+	case !f.StreamEnded() || f.Truncated || len(f.PseudoFields()) > 0:
+		c.resetStream(st.id, http2.ErrCodeProtocol) // malformed: RFC 9113, 8.1
+	default:
+		c.endRequest(st)
+	}
+}
+
+// startCall checks a new stream's request headers and prepares its call,
+// or answers it at once.
+func (c *conn) startCall(st *stream, f *http2.MetaHeadersFrame) {
 	if f.Truncated {
 		c.answerHTTP(st, 431)
-		return nil
+		return
 	}
 	var method, path, scheme, contentType, timeout, encoding string
 	for _, hf := range f.Fields {
@@ -291,61 +387,60 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		case "content-length":
 			n, err := strconv.ParseInt(hf.Value, 10, 64)
 			if err != nil || n < 0 {
-				c.resetStream(id, http2.ErrCodeProtocol)
-				return nil
+				c.resetStream(st.id, http2.ErrCodeProtocol)
+				return
 			}
 			st.contentLength = n
 		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-			c.resetStream(id, http2.ErrCodeProtocol) // RFC 9113, 8.2.2
-			return nil
+			c.resetStream(st.id, http2.ErrCodeProtocol) // RFC 9113, 8.2.2
+			return
 		case "te":
 			if hf.Value != "trailers" {
-				c.resetStream(id, http2.ErrCodeProtocol)
-				return nil
+				c.resetStream(st.id, http2.ErrCodeProtocol)
+				return
 			}
 		default:
 			if strings.HasPrefix(hf.Name, ":") {
-				c.resetStream(id, http2.ErrCodeProtocol) // a response pseudo-header in a request
-				return nil
+				c.resetStream(st.id, http2.ErrCodeProtocol) // a response pseudo-header in a request
+				return
 			}
 		}
 	}
 	if method == "" || path == "" || scheme == "" {
-		c.resetStream(id, http2.ErrCodeProtocol) // RFC 9113, 8.3.1
-		return nil
+		c.resetStream(st.id, http2.ErrCodeProtocol) // RFC 9113, 8.3.1
+		return
 	}
 	switch {
 	case method != "POST":
 		c.answerHTTP(st, 405)
-		return nil
+		return
 	case !isGRPCContentType(contentType):
 		c.answerHTTP(st, 415)
-		return nil
+		return
 	}
 	h := c.srv.methods[path]
 	if h == nil {
 		c.answerStatus(st, codes.Unimplemented, "grpcunary: unknown method "+path)
-		return nil
+		return
 	}
 	if encoding != "" && encoding != "identity" {
 		c.answerStatus(st, codes.Unimplemented, "grpcunary: grpc-encoding "+encoding+" is not supported")
-		return nil
+		return
 	}
 	st.handler = h
 	if timeout != "" {
 		d, ok := parseTimeout(timeout)
 		if !ok {
 			c.answerStatus(st, codes.Internal, "grpcunary: malformed grpc-timeout "+strconv.Quote(timeout))
-			return nil
+			return
 		}
 		st.ctx, st.cancel = context.WithTimeout(c.ctx, d)
 	} else {
 		st.ctx, st.cancel = context.WithCancel(c.ctx)
 	}
-	if f.StreamEnded() {
+	if st.remoteDone.Load() {
 		c.endRequest(st)
 	}
-	return nil
 }
 
 // isGRPCContentType reports whether ct is application/grpc, alone or with
@@ -361,36 +456,36 @@ func isGRPCContentType(ct string) bool {
 // onData takes a request's data, minding both receive windows.
 func (c *conn) onData(f *http2.DataFrame) error {
 	id, n := f.StreamID, int64(f.Length)
-	c.recvConn -= n
-	if c.recvConn < 0 {
-		return http2.ConnectionError(http2.ErrCodeFlowControl)
-	}
-	// The connection window is returned as soon as data arrives: a stream's
-	// data is bounded by MaxRecvMsgSize, and the stream windows pace it.
-	if used := recvConnWindow - c.recvConn; used >= recvConnWindow/2 {
-		c.recvConn += used
-		c.mu.Lock()
-		c.ctrl = appendWindowUpdate(c.ctrl, 0, uint32(used))
-		c.mu.Unlock()
-		c.signal()
+	if err := c.takeConnWindow(n); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	st := c.streams[id]
-	idle := id > c.maxStreamID
+	idle := c.idleLocked(id)
+	ours := st == nil && c.resetByUsLocked(id)
 	c.mu.Unlock()
-	if st == nil {
-		if idle {
-			return http2.ConnectionError(http2.ErrCodeProtocol) // DATA on an idle stream
-		}
-		return nil // a stream that has ended: ignored (RFC 9113, 5.1)
+	switch {
+	case st != nil:
+	case idle:
+		return http2.ConnectionError(http2.ErrCodeProtocol) // RFC 9113, 5.1
+	case ours:
+		return nil // in flight when our RST_STREAM left (RFC 9113, 5.1)
+	default:
+		c.resetStream(id, http2.ErrCodeStreamClosed) // RFC 9113, 6.1
+		return nil
 	}
 	if st.remoteDone.Load() {
-		c.resetStream(id, http2.ErrCodeStreamClosed)
+		c.resetStream(id, http2.ErrCodeStreamClosed) // half-closed (remote)
 		return nil
 	}
 	st.recvAvail -= n
 	if st.recvAvail < 0 {
 		c.resetStream(id, http2.ErrCodeFlowControl)
+		return nil
+	}
+	st.received += int64(len(f.Data()))
+	if st.contentLength >= 0 && st.received > st.contentLength {
+		c.resetStream(id, http2.ErrCodeProtocol) // RFC 9113, 8.1.1
 		return nil
 	}
 	if !st.discard {
@@ -417,6 +512,52 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	return nil
 }
 
+// takeConnWindow accounts n bytes of DATA, on any stream, against the
+// connection's receive window. The window is returned as soon as half of it
+// is used: a stream's data is bounded by MaxRecvMsgSize, and the stream
+// windows pace it.
+func (c *conn) takeConnWindow(n int64) error {
+	c.recvConn -= n
+	if c.recvConn < 0 {
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	if used := recvConnWindow - c.recvConn; used >= recvConnWindow/2 {
+		c.recvConn += used
+		c.mu.Lock()
+		c.ctrl = appendWindowUpdate(c.ctrl, 0, uint32(used))
+		c.mu.Unlock()
+		c.signal()
+	}
+	return nil
+}
+
+// idleLocked reports whether stream id is idle: the client never opened
+// it (RFC 9113, 5.1; we open no streams, so even ones are all idle).
+func (c *conn) idleLocked(id uint32) bool { return id%2 == 0 || id > c.maxStreamID }
+
+// resetByUsLocked reports whether we reset stream id lately (RFC 9113,
+// 5.1: frames the client sent before it learned of it are ignored).
+func (c *conn) resetByUsLocked(id uint32) bool {
+	for _, r := range c.resets {
+		if r == id {
+			return true
+		}
+	}
+	return false
+}
+
+// resetLocked queues RST_STREAM code for stream id and remembers the reset.
+func (c *conn) resetLocked(id uint32, code http2.ErrCode) {
+	c.ctrl = appendRSTStream(c.ctrl, id, code)
+	c.noteResetLocked(id)
+}
+
+// noteResetLocked remembers that we reset stream id.
+func (c *conn) noteResetLocked(id uint32) {
+	c.resets[c.resetNext] = id
+	c.resetNext = (c.resetNext + 1) % len(c.resets)
+}
+
 // endRequest handles the end of a request: the call is checked and run.
 func (c *conn) endRequest(st *stream) {
 	st.remoteDone.Store(true)
@@ -425,7 +566,7 @@ func (c *conn) endRequest(st *stream) {
 	}
 	body := st.body
 	st.body = nil
-	if st.contentLength >= 0 && st.contentLength != int64(len(body)) {
+	if st.contentLength >= 0 && st.contentLength != st.received {
 		c.resetStream(st.id, http2.ErrCodeProtocol) // RFC 9113, 8.1.1
 		return
 	}
@@ -502,7 +643,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 		st.reset = true
 		delete(c.streams, id)
 	}
-	c.ctrl = appendRSTStream(c.ctrl, id, code)
+	c.resetLocked(id, code)
 	c.mu.Unlock()
 	if st != nil {
 		st.discard = true
@@ -517,9 +658,9 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 // onReset takes the client's RST_STREAM: the call is cancelled.
 func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	c.mu.Lock()
-	if f.StreamID > c.maxStreamID {
+	if c.idleLocked(f.StreamID) {
 		c.mu.Unlock()
-		return http2.ConnectionError(http2.ErrCodeProtocol) // RST_STREAM on an idle stream
+		return http2.ConnectionError(http2.ErrCodeProtocol) // RST_STREAM on an idle stream (RFC 9113, 5.1)
 	}
 	st := c.streams[f.StreamID]
 	if st != nil {
@@ -588,9 +729,9 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.signal()
 		return nil
 	}
-	if f.StreamID > c.maxStreamID {
+	if c.idleLocked(f.StreamID) {
 		c.mu.Unlock()
-		return http2.ConnectionError(http2.ErrCodeProtocol) // WINDOW_UPDATE on an idle stream
+		return http2.ConnectionError(http2.ErrCodeProtocol) // WINDOW_UPDATE on an idle stream (RFC 9113, 5.1)
 	}
 	st := c.streams[f.StreamID]
 	over := false
@@ -608,10 +749,15 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 }
 
 // goAway sends GOAWAY code, after which the connection closes; it returns
-// err, the reason.
+// err, the reason. The last stream it names is the last the client opened,
+// or the one a graceful stop's GOAWAY named (RFC 9113, 6.8: it cannot grow).
 func (c *conn) goAway(code http2.ErrCode, err error) error {
 	c.mu.Lock()
-	c.ctrl = appendGoAway(c.ctrl, c.maxStreamID, code)
+	last := c.maxStreamID
+	if c.draining {
+		last = c.goAwayID
+	}
+	c.ctrl = appendGoAway(c.ctrl, last, code)
 	c.fatal = true
 	c.mu.Unlock()
 	c.signal()

@@ -17,28 +17,47 @@ import (
 // OK answer and sent as one-byte references after that, which spares the
 // peer (Envoy, or any gRPC client) decoding them on every call. Nothing
 // else ever enters the table: error answers are literals "without
-// indexing" (RFC 7541, 6.2.2). The entries take 104 bytes of the table;
-// a peer whose SETTINGS_HEADER_TABLE_SIZE is smaller, or that changes it
-// once the entries are in, gets literals from then on (after a dynamic table
-// size update to 0, which empties its table, if the entries were in).
+// indexing" (RFC 7541, 6.2.2). The entries take 104 bytes of the table.
+//
+// A peer that makes its SETTINGS_HEADER_TABLE_SIZE smaller than the table
+// in use gets a dynamic table size update at the start of the next block
+// (RFC 7541, 4.2: nghttp2, and so Envoy, rejects a block without it); if
+// the entries no longer fit, it gets literals from then on.
 type encoder struct {
-	literal    bool // never use the dynamic table
-	ctIn, gsIn bool // content-type, then grpc-status, are in the peer's table
-	resize     bool // the next block starts with a size update to 0
+	literal    bool   // never use the dynamic table
+	ctIn, gsIn bool   // content-type, then grpc-status, are in the peer's table
+	shrunk     bool   // the table's size is size, not the initial 4096
+	size       uint32 // the table size in use, once shrunk
+	resize     bool   // the next block starts with a size update to size
 }
+
+// initialTableSize is the HPACK table size before any setting (RFC 9113,
+// 6.5.2).
+const initialTableSize = 4096
 
 // tableBytes is what the two entries take in the dynamic table (RFC 7541,
 // 4.1: 32 bytes each plus the name and value lengths).
 const tableBytes = (32 + len("content-type") + len("application/grpc")) + (32 + len("grpc-status") + len("0"))
 
-// setTableSize follows the peer's SETTINGS_HEADER_TABLE_SIZE.
-func (e *encoder) setTableSize(size uint32) {
-	switch {
-	case e.ctIn || e.gsIn:
-		// The entries' indices or presence could change: drop them.
-		e.literal, e.ctIn, e.gsIn, e.resize = true, false, false, true
-	case int(size) < tableBytes:
-		e.literal = true
+// tableSize is the size of the peer's table as the blocks sent so far (and
+// a pending update) set it.
+func (e *encoder) tableSize() uint32 {
+	if e.shrunk {
+		return e.size
+	}
+	return initialTableSize
+}
+
+// setTableSize follows the peer's SETTINGS_HEADER_TABLE_SIZE, limit. A
+// larger limit changes nothing: the table in use still fits it.
+func (e *encoder) setTableSize(limit uint32) {
+	if limit >= e.tableSize() {
+		return
+	}
+	e.shrunk, e.size, e.resize = true, limit, true
+	if int(limit) < tableBytes {
+		// The update evicts the entries, or some of them.
+		e.literal, e.ctIn, e.gsIn = true, false, false
 	}
 }
 
@@ -46,7 +65,7 @@ func (e *encoder) setTableSize(size uint32) {
 func (e *encoder) start(b []byte) []byte {
 	if e.resize {
 		e.resize = false
-		b = append(b, 0x20) // dynamic table size update: 0
+		b = appendInt(b, 5, 0x20, uint64(e.size)) // dynamic table size update (RFC 7541, 6.3)
 	}
 	return b
 }

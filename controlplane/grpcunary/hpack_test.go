@@ -41,9 +41,16 @@ func TestEncoderBlocks(t *testing.T) {
 		sizes  []int            // the expected length of each block
 	}{
 		{name: "indexed", sizes: []int{19, 15, 2, 1, 2, 1, 0}},
-		{name: "small table first", before: func(e *encoder) { e.setTableSize(100) }, sizes: []int{32, 15, 32, 15, 32, 15, 0}},
+		// A size update of 2 bytes, then literals.
+		{name: "small table first", before: func(e *encoder) { e.setTableSize(100) }, sizes: []int{34, 15, 32, 15, 32, 15, 0}},
 		{name: "large table first", before: func(e *encoder) { e.setTableSize(65536) }, sizes: []int{19, 15, 2, 1, 2, 1, 0}},
-		{name: "table changed later", middle: func(e *encoder) { e.setTableSize(4096) }, sizes: []int{19, 15, 2, 1, 33, 15, 0}},
+		// The same size again changes nothing.
+		{name: "same table later", middle: func(e *encoder) { e.setTableSize(4096) }, sizes: []int{19, 15, 2, 1, 2, 1, 0}},
+		// A size update of 3 bytes; the entries still fit.
+		{name: "smaller table later", middle: func(e *encoder) { e.setTableSize(1024) }, sizes: []int{19, 15, 2, 1, 5, 1, 0}},
+		// The entries no longer fit: a size update of 2 bytes, then literals.
+		{name: "tiny table later", middle: func(e *encoder) { e.setTableSize(50) }, sizes: []int{19, 15, 2, 1, 34, 15, 0}},
+		{name: "two changes", middle: func(e *encoder) { e.setTableSize(1024); e.setTableSize(2048) }, sizes: []int{19, 15, 2, 1, 5, 1, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var e encoder

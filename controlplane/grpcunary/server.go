@@ -21,6 +21,14 @@
 //     replenished as data is consumed; answers wait for the peer's send
 //     windows and are split at its MAX_FRAME_SIZE;
 //   - MAX_CONCURRENT_STREAMS is advertised and enforced (REFUSED_STREAM);
+//   - the stream states of RFC 9113, 5.1: frames on idle streams are
+//     connection errors, frames on closed streams stream errors
+//     (STREAM_CLOSED), except on streams we reset lately, whose frames that
+//     were in flight are ignored; frames above 16384 bytes (our
+//     SETTINGS_MAX_FRAME_SIZE) are connection errors;
+//   - a connection error sends GOAWAY, then a FIN, and waits (at most a
+//     second) for the peer to close its side, so that the GOAWAY is not
+//     lost to a TCP reset;
 //   - no server push, no TLS (put the port on loopback or a private network,
 //     or use the grpc-go server, which the control plane can still run), no
 //     compression (a compressed request is answered UNIMPLEMENTED, as gRPC
@@ -241,7 +249,8 @@ func (s *Server) stopListening() []*conn {
 
 // GracefulStop stops accepting connections and calls, sends every
 // connection a GOAWAY naming the last call it will answer, waits for those
-// calls to be answered, and closes the connections. Calls the client sends
+// calls to be answered, and closes the connections (after giving each
+// client up to a second to close its side first). Calls the client sends
 // after the GOAWAY are refused (REFUSED_STREAM), which gRPC clients retry
 // elsewhere.
 func (s *Server) GracefulStop() {

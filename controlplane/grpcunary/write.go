@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"runtime"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -42,11 +43,28 @@ func (c *conn) writeLoop() {
 		c.mu.Lock()
 		closeNow := c.fatal && len(c.ctrl) == 0 && (!c.draining || len(c.streams) == 0)
 		c.mu.Unlock()
-		if err != nil || closeNow {
+		if err != nil {
 			c.closeWith(err)
 			return
 		}
+		if closeNow {
+			c.closeWrite()
+			return
+		}
 	}
+}
+
+// closeWrite ends the connection's sending side once its last frame is
+// written (a GOAWAY, or a draining connection's last answer) with a FIN,
+// which the peer reads after those frames, and gives the peer closeGrace to
+// close its side (the reader, or linger, reads until then).
+func (c *conn) closeWrite() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		c.closeWith(nil)
+		return
+	}
+	c.nc.SetReadDeadline(time.Now().Add(closeGrace))
 }
 
 // take appends the queued control frames and answers to ctrl and ready and
@@ -143,6 +161,9 @@ func (c *conn) finish(st *stream) bool {
 	}
 	st.reset = true // ended: a late WINDOW_UPDATE or RST_STREAM finds nothing
 	delete(c.streams, st.id)
+	if st.rstAfter = !st.remoteDone.Load(); st.rstAfter {
+		c.noteResetLocked(st.id)
+	}
 	if c.draining && len(c.streams) == 0 {
 		c.fatal = true // close after this round's flush
 	}
@@ -154,7 +175,7 @@ func (c *conn) finish(st *stream) bool {
 // to stop (RST_STREAM NO_ERROR, RFC 9113 8.1), and the call's context is
 // released.
 func (c *conn) afterEnd(bw *bufio.Writer, st *stream) {
-	if !st.remoteDone.Load() {
+	if st.rstAfter {
 		var b [13]byte
 		writeFrame(bw, http2.FrameRSTStream, 0, st.id, binary.BigEndian.AppendUint32(b[:0], uint32(http2.ErrCodeNo)))
 	}
