@@ -45,6 +45,9 @@ type conn struct {
 	cancel context.CancelFunc
 
 	// The reader's own state.
+	br          *bufio.Reader
+	pending     []*stream // complete calls of a batch method, not yet handed over...
+	pendingM    *method   // ...and their method
 	sawSettings bool
 	recvConn    int64 // what the peer may still send on the connection
 
@@ -81,10 +84,11 @@ type conn struct {
 
 // stream is one call.
 type stream struct {
-	id      uint32
-	handler Handler
-	ctx     context.Context
-	cancel  context.CancelFunc
+	id     uint32
+	method *method
+	req    []byte // the request message, once the request is complete
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	// The reader's, until the call is dispatched.
 	body          []byte
@@ -117,8 +121,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// Reads go through a buffer: the Framer reads a frame header and then
 	// its payload, two reads a frame, which would be two system calls.
-	c.fr = http2.NewFramer(nil, bufio.NewReaderSize(nc, readBufferSize)) // writes are ours (writeLoop)
-	c.fr.SetMaxReadFrameSize(defaultFrameSize)                           // what we allow (RFC 9113, 4.2)
+	c.br = bufio.NewReaderSize(nc, readBufferSize)
+	c.fr = http2.NewFramer(nil, c.br)          // writes are ours (writeLoop)
+	c.fr.SetMaxReadFrameSize(defaultFrameSize) // what we allow (RFC 9113, 4.2)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = s.opts.MaxHeaderListSize
 	return c
@@ -176,6 +181,11 @@ func (c *conn) readLoop() error {
 		return err
 	}
 	for {
+		// A batch leaves when the reader would wait for the network: it
+		// holds every complete call read so far.
+		if len(c.pending) > 0 && c.br.Buffered() == 0 {
+			c.flushBatch()
+		}
 		fh, err := c.fr.ReadFrameHeader()
 		var f http2.Frame
 		if err == nil {
@@ -427,7 +437,7 @@ func (c *conn) startCall(st *stream, f *http2.MetaHeadersFrame) {
 		c.answerStatus(st, codes.Unimplemented, "grpcunary: grpc-encoding "+encoding+" is not supported")
 		return
 	}
-	st.handler = h
+	st.method = h
 	if timeout != "" {
 		d, ok := parseTimeout(timeout)
 		if !ok {
@@ -588,22 +598,80 @@ func (c *conn) endRequest(st *stream) {
 			strconv.FormatUint(uint64(n), 10)+" bytes, the stream has "+strconv.Itoa(len(body)-5))
 		return
 	}
-	c.srv.dispatch(call{c, st, body[5:]})
+	if st.method.batch == nil {
+		c.srv.dispatch(call{c: c, st: st, req: body[5:]})
+		return
+	}
+	if len(c.pending) > 0 && c.pendingM != st.method {
+		c.flushBatch()
+	}
+	st.req = body[5:]
+	c.pending = append(c.pending, st)
+	c.pendingM = st.method
+	if len(c.pending) >= MaxBatch {
+		c.flushBatch()
+	}
+}
+
+// flushBatch hands the pending batch to a worker.
+func (c *conn) flushBatch() {
+	if len(c.pending) == 0 {
+		return
+	}
+	batch := append([]*stream(nil), c.pending...)
+	clear(c.pending)
+	c.pending = c.pending[:0]
+	c.srv.dispatch(call{c: c, batch: batch, m: c.pendingM})
+}
+
+// runBatch calls a batch handler and queues the answers.
+func (c *conn) runBatch(sts []*stream, h BatchHandler) {
+	calls := make([]Call, len(sts))
+	for i, st := range sts {
+		calls[i].Ctx, calls[i].Req = st.ctx, st.req
+	}
+	h(c.ctx, calls)
+	for i, st := range sts {
+		st.req = nil
+		c.answer(st, calls[i].Resp, calls[i].Err)
+	}
+	c.queueAll(sts)
 }
 
 // run calls the handler and queues its answer.
 func (c *conn) run(st *stream, req []byte) {
-	resp, err := st.handler(st.ctx, req)
+	resp, err := st.method.unary(st.ctx, req)
+	c.answer(st, resp, err)
+	c.queue(st)
+}
+
+// answer sets st's answer: resp, or err as a gRPC status.
+func (c *conn) answer(st *stream, resp []byte, err error) {
 	if err != nil {
 		code, msg := statusOf(err)
 		st.trl = appendTrailersOnly(nil, code, msg)
-	} else {
-		msg := make([]byte, 5+len(resp))
-		binary.BigEndian.PutUint32(msg[1:5], uint32(len(resp)))
-		copy(msg[5:], resp)
-		st.ok, st.msg = true, msg
+		return
 	}
-	c.queue(st)
+	msg := make([]byte, 5+len(resp))
+	binary.BigEndian.PutUint32(msg[1:5], uint32(len(resp)))
+	copy(msg[5:], resp)
+	st.ok, st.msg = true, msg
+}
+
+// queueAll hands answered streams to the writer, in one go.
+func (c *conn) queueAll(sts []*stream) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	for _, st := range sts {
+		if !st.reset {
+			c.ready = append(c.ready, st)
+		}
+	}
+	c.mu.Unlock()
+	c.signal()
 }
 
 // answerStatus answers st with a gRPC error at once and ignores the rest of

@@ -117,7 +117,7 @@ var ErrServerStopped = errors.New("grpcunary: server stopped")
 // before Serve.
 type Server struct {
 	opts    Options
-	methods map[string]Handler
+	methods map[string]*method
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -129,11 +129,19 @@ type Server struct {
 	calls       chan call // to the workers
 }
 
-// call is a request ready for its handler.
+// method is how a method is served: one of the two.
+type method struct {
+	unary Handler
+	batch BatchHandler
+}
+
+// call is work for a worker: a request ready for its handler, or a batch.
 type call struct {
-	c   *conn
-	st  *stream
-	req []byte
+	c     *conn
+	st    *stream   // a unary call...
+	req   []byte    // ...and its request message
+	batch []*stream // or a batch, each stream with its request in req
+	m     *method   // the batch's method
 }
 
 // dispatch runs a call on an idle worker, or on a goroutine of its own when
@@ -148,22 +156,31 @@ func (s *Server) dispatch(k call) {
 	select {
 	case s.calls <- k:
 	default:
-		go k.c.run(k.st, k.req)
+		go k.run()
 	}
+}
+
+// run does a worker's work.
+func (k call) run() {
+	if k.batch != nil {
+		k.c.runBatch(k.batch, k.m.batch)
+		return
+	}
+	k.c.run(k.st, k.req)
 }
 
 // work is a worker: it runs calls until the process ends. (Workers outlive
 // Stop: they are few, idle, and a stopped Server is rarely discarded.)
 func (s *Server) work() {
 	for k := range s.calls {
-		k.c.run(k.st, k.req)
+		k.run()
 	}
 }
 
 // New returns a server with no methods.
 func New(opts Options) *Server {
 	opts.fill()
-	s := &Server{opts: opts, methods: map[string]Handler{}, listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
+	s := &Server{opts: opts, methods: map[string]*method{}, listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
 	s.connsDone = sync.NewCond(&s.mu)
 	return s
 }
@@ -171,7 +188,30 @@ func New(opts Options) *Server {
 // Handle serves method, a full method name such as
 // "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", with h.
 // It must be called before Serve.
-func (s *Server) Handle(method string, h Handler) { s.methods[method] = h }
+func (s *Server) Handle(name string, h Handler) { s.methods[name] = &method{unary: h} }
+
+// Call is one call of a batch (see BatchHandler).
+type Call struct {
+	Ctx  context.Context // the call's own: its grpc-timeout, ended by a RST_STREAM
+	Req  []byte          // the request message, valid while the handler runs
+	Resp []byte          // the response message: the handler sets it...
+	Err  error           // ...or an error, sent as a gRPC status
+}
+
+// BatchHandler answers calls of one method that arrived together on one
+// connection: the requests the server had read when it would next have
+// waited for the network (at most MaxBatch). A batch costs one handoff to
+// a worker instead of one per call, and lets the handler share work between
+// calls (one Redis round trip for all, in the control plane). It must set
+// every call's Resp or Err. ctx ends with the connection.
+type BatchHandler func(ctx context.Context, calls []Call)
+
+// MaxBatch bounds the calls of one batch.
+const MaxBatch = 128
+
+// HandleBatch serves method name with h, calls in batches. It must be called
+// before Serve.
+func (s *Server) HandleBatch(name string, h BatchHandler) { s.methods[name] = &method{batch: h} }
 
 // Serve accepts connections on ln until ln fails or the server stops; it
 // closes ln. After GracefulStop or Stop it returns ErrServerStopped.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ type testbed struct {
 	cc     *grpc.ClientConn
 
 	mu      sync.Mutex
+	batches []int      // the sizes of the batches /test.Echo/Batch got
 	ctxErrs chan error // the context error Wait's handler saw
 	release chan struct{}
 	started chan struct{}
@@ -64,6 +66,23 @@ func newTestbed(t *testing.T, opts Options) *testbed {
 			return nil, ctx.Err()
 		case <-tb.release:
 			return proto.Marshal(wrapperspb.Bytes([]byte("released")))
+		}
+	})
+	tb.srv.HandleBatch("/test.Echo/Batch", func(ctx context.Context, calls []Call) {
+		tb.mu.Lock()
+		tb.batches = append(tb.batches, len(calls))
+		tb.mu.Unlock()
+		for i := range calls {
+			var in wrapperspb.BytesValue
+			if err := proto.Unmarshal(calls[i].Req, &in); err != nil {
+				calls[i].Err = status.Error(codes.InvalidArgument, err.Error())
+				continue
+			}
+			if string(in.Value) == "fail" {
+				calls[i].Err = status.Error(codes.FailedPrecondition, "asked to fail")
+				continue
+			}
+			calls[i].Resp, calls[i].Err = proto.Marshal(&in)
 		}
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -307,4 +326,59 @@ func TestEncodeMessage(t *testing.T) {
 			t.Errorf("encodeMessage(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestBatchHandler: calls of a batch method sent together are answered
+// each with its own answer or error, and arrive in batches of several.
+func TestBatchHandler(t *testing.T) {
+	tb := newTestbed(t, Options{})
+	const callers, calls = 32, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				in := []byte(strings.Repeat("b", (g+i)%50))
+				if (g+i)%7 == 0 {
+					in = []byte("fail")
+				}
+				var out wrapperspb.BytesValue
+				err := tb.cc.Invoke(context.Background(), "/test.Echo/Batch", wrapperspb.Bytes(in), &out)
+				switch {
+				case string(in) == "fail":
+					if status.Code(err) != codes.FailedPrecondition {
+						errs <- fmt.Errorf("a failing call: %v", err)
+						return
+					}
+				case err != nil || !bytes.Equal(out.Value, in):
+					errs <- fmt.Errorf("call %q: %v %q", in, err, out.Value)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	n, most := 0, 0
+	for _, b := range tb.batches {
+		n += b
+		most = max(most, b)
+		if b < 1 || b > MaxBatch {
+			t.Fatalf("a batch of %d calls", b)
+		}
+	}
+	if n != callers*calls {
+		t.Fatalf("%d calls in batches, want %d", n, callers*calls)
+	}
+	if most < 2 {
+		t.Errorf("%d concurrent callers never made a batch of more than one call", callers)
+	}
+	t.Logf("%d calls in %d batches, the largest %d", n, len(tb.batches), most)
 }

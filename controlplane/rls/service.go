@@ -171,17 +171,53 @@ type outcome struct {
 // over reports whether the outcome is an enforced over-limit.
 func (o *outcome) over() bool { return o.lim != nil && !o.res.Allowed && !o.lim.ShadowMode }
 
-// decide is ShouldRateLimit without the latency measurement.
+// decide is ShouldRateLimit without the latency measurement: prepare, one
+// store call, finish.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	p, err := s.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	sc := p.sc
+	defer putScratch(sc)
+	var storeErr error
+	results := sc.resultsFor(len(sc.checks))
+	if len(sc.checks) > 0 {
+		storeErr = s.store.Decide(ctx, sc.checks, results)
+		if storeErr != nil {
+			if err := ctx.Err(); err != nil {
+				sc.abandon() // the store may still hold the results slice
+				return nil, status.FromContextError(err).Err()
+			}
+			p.dm.storeErrors.Inc()
+			s.logStoreError(p.label, storeErr)
+		}
+	}
+	return s.finish(&p, results, storeErr), nil
+}
+
+// pending is a request between prepare and finish: its scratch holds the
+// store checks to make (checks, with what each is for in slots).
+type pending struct {
+	sc    *scratch
+	dom   *policy.Domain // nil: a domain without policies
+	label string         // the domain's metrics label
+	dm    *domainMetrics
+	n     int // descriptors
+}
+
+// prepare checks req and lists the store checks it needs. On success the
+// caller owns p.sc (putScratch once done with the results).
+func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 	domainName := req.GetDomain()
 	descs := req.GetDescriptors()
 	switch {
 	case domainName == "":
-		return nil, s.invalid(reasonEmptyDomain, "domain: must not be empty")
+		return p, s.invalid(reasonEmptyDomain, "domain: must not be empty")
 	case len(descs) == 0:
-		return nil, s.invalid(reasonNoDescriptors, "descriptors: must not be empty")
+		return p, s.invalid(reasonNoDescriptors, "descriptors: must not be empty")
 	case len(descs) > s.maxDescriptors:
-		return nil, s.invalid(reasonTooMany, "descriptors: %d in one request, more than the %d allowed", len(descs), s.maxDescriptors)
+		return p, s.invalid(reasonTooMany, "descriptors: %d in one request, more than the %d allowed", len(descs), s.maxDescriptors)
 	}
 	ver := s.policies.Load()
 	dom := ver.set.Domain(domainName)
@@ -197,17 +233,21 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	}
 	n := len(descs)
 	sc := getScratch(n)
-	defer putScratch(sc)
+	defer func() {
+		if err != nil {
+			putScratch(sc)
+		}
+	}()
 	costs, outs, unlimited := sc.costs, sc.outs, sc.unlimited
 	matched, overrides := sc.matched, sc.overrides // configured limits, per-request override, per descriptor
 	for i, d := range descs {
 		switch {
 		case d == nil:
-			return nil, s.invalid(reasonNilDescriptor, "descriptors[%d]: must not be null", i)
+			return p, s.invalid(reasonNilDescriptor, "descriptors[%d]: must not be null", i)
 		case len(d.GetEntries()) > s.maxEntries:
-			return nil, s.invalid(reasonTooManyEntries, "descriptors[%d].entries: %d entries, more than the %d allowed", i, len(d.GetEntries()), s.maxEntries)
+			return p, s.invalid(reasonTooManyEntries, "descriptors[%d].entries: %d entries, more than the %d allowed", i, len(d.GetEntries()), s.maxEntries)
 		case d.GetIsNegativeHits():
-			return nil, s.invalid(reasonNegativeHits, "descriptors[%d].is_negative_hits: not supported: sluice's limiters never give capacity back", i)
+			return p, s.invalid(reasonNegativeHits, "descriptors[%d].is_negative_hits: not supported: sluice's limiters never give capacity back", i)
 		}
 		costs[i] = hits
 		if h := d.GetHitsAddend(); h != nil {
@@ -219,7 +259,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if o := d.GetLimit(); o != nil {
 			l, err := overrideLimit(dom, o)
 			if err != nil {
-				return nil, s.invalid(reasonBadOverride, "descriptors[%d].limit.%v", i, err)
+				return p, s.invalid(reasonBadOverride, "descriptors[%d].limit.%v", i, err)
 			}
 			overrides[i] = l
 			continue
@@ -266,20 +306,14 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 	}
 	sc.checks, sc.slots = checks, slots
-	var storeErr error
-	results := sc.resultsFor(len(checks))
-	if len(checks) > 0 {
-		storeErr = s.store.Decide(ctx, checks, results)
-		if storeErr != nil {
-			if err := ctx.Err(); err != nil {
-				sc.abandon() // the store may still hold the results slice
-				return nil, status.FromContextError(err).Err()
-			}
-			dm.storeErrors.Inc()
-			s.logStoreError(label, storeErr)
-		}
-	}
+	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n}, nil
+}
 
+// finish builds the response of p from the store's results for its checks
+// (or storeErr, which the failure modes answer).
+func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error) *rlsv3.RateLimitResponse {
+	sc, dom, dm, n := p.sc, p.dom, p.dm, p.n
+	outs, unlimited, slots := sc.outs, sc.unlimited, sc.slots
 	for k := range slots {
 		sl := &slots[k]
 		o := outcome{lim: sl.lim, info: sl.info}
@@ -345,7 +379,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	} else {
 		dm.ok.Inc()
 	}
-	return resp, nil
+	return resp
 }
 
 // moreRestrictive reports whether a should be reported instead of b: an

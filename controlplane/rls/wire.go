@@ -3,11 +3,15 @@ package rls
 import (
 	"context"
 	"sync"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // arenas are the arenas of wire calls in progress and spare.
@@ -40,4 +44,122 @@ func (s *Service) ShouldRateLimitWire(ctx context.Context, dst, req []byte) ([]b
 		return proto.MarshalOptions{}.MarshalAppend(dst, resp)
 	}
 	return appendResponse(dst, resp, &s.policies.Load().wire)
+}
+
+// WireCall is one call of ShouldRateLimitBatch.
+type WireCall struct {
+	Req  []byte // the RateLimitRequest's wire bytes
+	Resp []byte // the RateLimitResponse's, appended by ShouldRateLimitBatch...
+	Err  error  // ...or why the call failed, as a gRPC status error
+}
+
+// batch is the working storage of one ShouldRateLimitBatch.
+type batch struct {
+	arenas  []*arena
+	reqs    []*rlsv3.RateLimitRequest
+	pend    []pending
+	ok      []bool // the call was prepared (pend holds it)
+	checks  []store.Check
+	results []algorithms.Result
+}
+
+var batches = sync.Pool{New: func() any { return new(batch) }}
+
+// ShouldRateLimitBatch is ShouldRateLimitWire for calls that arrived
+// together: every call's checks go to the store in one Decide, so the
+// calls share one wait for Redis instead of one each. Each call is answered
+// as ShouldRateLimitWire would answer it alone; the store's failure (or
+// its deadline) falls on all of them alike, each answered by its policies'
+// failure modes. ctx bounds the store call; a call's own deadline is not
+// applied (its client enforces it).
+func (s *Service) ShouldRateLimitBatch(ctx context.Context, calls []WireCall) {
+	start := time.Now()
+	b := batches.Get().(*batch)
+	n := len(calls)
+	b.arenas, b.reqs = resize(b.arenas, n), resize(b.reqs, n)
+	b.pend, b.ok = resize(b.pend, n), resize(b.ok, n)
+	b.checks = b.checks[:0]
+	for i := range calls {
+		c := &calls[i]
+		a := arenas.Get().(*arena)
+		b.arenas[i] = a
+		r := a.request()
+		if !decodeRequestIn(c.Req, r, a) {
+			r = new(rlsv3.RateLimitRequest)
+			if err := proto.Unmarshal(c.Req, r); err != nil {
+				c.Err = status.Errorf(codes.Internal, "rls: cannot decode the RateLimitRequest: %v", err)
+				continue
+			}
+		}
+		p, err := s.prepare(r)
+		if err != nil {
+			c.Err = err
+			continue
+		}
+		b.reqs[i], b.pend[i], b.ok[i] = r, p, true
+		b.checks = append(b.checks, p.sc.checks...)
+	}
+	results := resize(b.results, len(b.checks))
+	var storeErr error
+	abandoned := false
+	if len(b.checks) > 0 {
+		storeErr = s.store.Decide(ctx, b.checks, results)
+		abandoned = storeErr != nil && ctx.Err() != nil
+	}
+	off := 0
+	for i := range calls {
+		if !b.ok[i] {
+			continue
+		}
+		c, p := &calls[i], &b.pend[i]
+		k := len(p.sc.checks)
+		switch {
+		case abandoned:
+			c.Err = status.FromContextError(ctx.Err()).Err()
+		default:
+			if storeErr != nil {
+				p.dm.storeErrors.Inc()
+			}
+			resp := s.finish(p, results[off:off+k], storeErr)
+			if resp.DynamicMetadata == nil {
+				c.Resp, c.Err = proto.MarshalOptions{}.MarshalAppend(c.Resp, resp)
+			} else {
+				c.Resp, c.Err = appendResponse(c.Resp, resp, &s.policies.Load().wire)
+			}
+		}
+		off += k
+		putScratch(p.sc)
+	}
+	if storeErr != nil && !abandoned {
+		s.logStoreError(b.pend[firstOK(b.ok)].label, storeErr)
+	}
+	took := time.Since(start).Seconds()
+	for i := range calls {
+		s.metrics.Latency.Observe(took)
+		if a := b.arenas[i]; a != nil {
+			a.reset()
+			arenas.Put(a)
+		}
+	}
+	clear(b.arenas)
+	clear(b.reqs)
+	clear(b.pend)
+	clear(b.checks)
+	b.checks = b.checks[:0]
+	if !abandoned { // else the store may still write into results
+		b.results = results
+	} else {
+		b.results = nil
+	}
+	batches.Put(b)
+}
+
+// firstOK returns the index of the first true in ok.
+func firstOK(ok []bool) int {
+	for i, v := range ok {
+		if v {
+			return i
+		}
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"sync"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -30,11 +31,28 @@ var (
 	healthCheckMethod     = "/" + healthpb.Health_ServiceDesc.ServiceName + "/Check"
 )
 
+// wireCalls are spare slices for the batches of ShouldRateLimit.
+var wireCalls = sync.Pool{New: func() any { return new([]rls.WireCall) }}
+
 // newUnaryServer returns the decision port's grpcunary server: the RLS
-// decision and the health check.
+// decision, in batches (the calls one connection delivered together share
+// one store call), and the health check.
 func newUnaryServer(svc *rls.Service, hs *health.Server, log *slog.Logger) *unaryServer {
 	u := &unaryServer{grpcunary.New(grpcunary.Options{Logger: log})}
-	u.Handle(shouldRateLimitMethod, func(ctx context.Context, req []byte) ([]byte, error) { return svc.ShouldRateLimitWire(ctx, nil, req) })
+	u.HandleBatch(shouldRateLimitMethod, func(ctx context.Context, calls []grpcunary.Call) {
+		wc := wireCalls.Get().(*[]rls.WireCall)
+		ws := (*wc)[:0]
+		for i := range calls {
+			ws = append(ws, rls.WireCall{Req: calls[i].Req})
+		}
+		svc.ShouldRateLimitBatch(ctx, ws)
+		for i := range calls {
+			calls[i].Resp, calls[i].Err = ws[i].Resp, ws[i].Err
+		}
+		clear(ws)
+		*wc = ws[:0]
+		wireCalls.Put(wc)
+	})
 	u.Handle(healthCheckMethod, func(ctx context.Context, req []byte) ([]byte, error) {
 		var in healthpb.HealthCheckRequest
 		if err := proto.Unmarshal(req, &in); err != nil {
