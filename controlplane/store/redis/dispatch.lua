@@ -12,6 +12,11 @@
 --                          or, when every check has the same, that one
 --                          pair alone (with one key the two forms agree)
 --
+-- Each algorithm is called as f(key, now, p1, p2, p3, cost, cost_text):
+-- cost_text is the cost as the caller wrote it, for commands that take it
+-- (a Lua number passed to redis.call is formatted with printf's %.14g,
+-- which cost Redis more than the command itself).
+--
 -- and replies with four integers per check: allowed (1, 0, or BAD),
 -- remaining, retry-after and reset-after in microseconds. Limits are sent once
 -- per call because concurrent requests mostly share them: the numbers are
@@ -36,12 +41,13 @@ local out = {}
 if #ARGV == j + 1 then
   -- one limit and cost for every key
   local l = tonumber(ARGV[j])
-  local f, cost = fs[l], tonumber(ARGV[j + 1])
+  local f, cs = fs[l], ARGV[j + 1]
+  local cost = tonumber(cs)
   local p1, p2, p3 = p1s[l], p2s[l], p3s[l]
   for i = 1, #KEYS do
     local o = 4 * i - 4
     if f then
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = f(KEYS[i], now, p1, p2, p3, cost)
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = f(KEYS[i], now, p1, p2, p3, cost, cs)
     else
       out[o + 1], out[o + 2], out[o + 3], out[o + 4] = BAD, 0, 0, 0
     end
@@ -53,7 +59,7 @@ for i = 1, #KEYS do
   local f = fs[l]
   local o = 4 * i - 4
   if f then
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = f(KEYS[i], now, p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]))
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = f(KEYS[i], now, p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1])
   else
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = BAD, 0, 0, 0
   end

@@ -127,7 +127,7 @@ local function fw_slow(key, now, limit, window, cost, ws, field, added)
   return allowed, remaining, retry, reset
 end
 
-local function fixed_window(key, now, limit, window, _, cost)
+local function fixed_window(key, now, limit, window, _, cost, cost_text)
   local ws = now - now % window
   local field = fw_fields[window]
   if not field then
@@ -137,7 +137,7 @@ local function fixed_window(key, now, limit, window, _, cost)
   if cost == 0 then
     return fw_slow(key, now, limit, window, 0, ws, field, false)
   end
-  local n = rpcall('HINCRBY', key, field, cost)
+  local n = rpcall('HINCRBY', key, field, cost_text)
   if type(n) ~= 'number' then
     -- not a hash (the old string state, or something else), or the field
     -- is not an integer: nothing was written
@@ -146,7 +146,7 @@ local function fixed_window(key, now, limit, window, _, cost)
   if n <= cost or n > MAX then
     -- a new field (or one holding nonsense): decide on the whole state
     if n ~= cost then
-      call('HINCRBY', key, field, -cost)
+      call('HINCRBY', key, field, '-' .. cost_text)
       return BAD, 0, 0, 0
     end
     return fw_slow(key, now, limit, window, cost, ws, field, true)
@@ -156,7 +156,7 @@ local function fixed_window(key, now, limit, window, _, cost)
   if n <= limit then
     return 1, limit - n, 0, e - now
   end
-  call('HINCRBY', key, field, -cost)
+  call('HINCRBY', key, field, '-' .. cost_text)
   local remaining = limit - (n - cost)
   if remaining < 0 then
     remaining = 0
