@@ -75,9 +75,10 @@ wasm:
 ## run: the whole stack on loopback: control plane (embedded memory store, example
 ## policies), a demo upstream, filter.wasm in the proxy-wasm host on :8080. Ctrl-C stops it.
 ## REDIS_ADDR=host:port make run uses Redis.
+# (Built, then run: under go run, Ctrl-C would end make with "Error 1".)
 run: wasm
 	$(HOSTENV) $(GO) build -o $(BIN)/sluice-dev ./e2e/cmd/sluice-dev
-	$(BIN)/sluice-dev -wasm build/filter.wasm   # built, not go run: Ctrl-C then ends it cleanly (exit 0)
+	$(BIN)/sluice-dev -wasm build/filter.wasm
 
 ## e2e: the end-to-end scenarios alone (real redis-server, 2 control planes, 2 gateways).
 e2e: redis-server
