@@ -9,8 +9,9 @@ WASM_EXEC := $(WAZERO) run -mount=/:/ -env-inherit -cachedir=$(CACHE)/wazero
 # Packages whose tests also run as wasip1 modules under wazero.
 WASIP1_PKGS := ./shared/algorithms/... ./filter/config/... ./filter/descriptors/... ./filter/headermap/... \
                ./filter/limitheaders/... ./filter/precheck/... ./filter/rlsproto/...
-FUZZ_PKG    := ./shared/algorithms
-FUZZ_TARGETS := FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve
+# Fuzz targets, as package:target.
+FUZZ_TARGETS := $(addprefix ./shared/algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
+                ./controlplane/grpcunary:FuzzConn
 FUZZTIME ?= 1500ms
 
 .PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
@@ -51,8 +52,9 @@ test-wasip1: $(WAZERO)
 	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec="$(WASM_EXEC)" $(WASIP1_PKGS)
 
 fuzz-short:
-	@for t in $(FUZZ_TARGETS); do \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $(FUZZ_PKG) >/dev/null || { echo "fuzz $$t failed"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime 1x $(FUZZ_PKG); exit 1; }; \
+	@for pt in $(FUZZ_TARGETS); do \
+		p=$${pt%%:*}; t=$${pt#*:}; \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p >/dev/null || { echo "fuzz $$t failed"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime 1x $$p; exit 1; }; \
 		echo "fuzz $$t: ok ($(FUZZTIME))"; \
 	done
 

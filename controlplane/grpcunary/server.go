@@ -126,7 +126,9 @@ type Server struct {
 	connsDone *sync.Cond // signalled when a connection ends
 
 	workersOnce sync.Once
-	calls       chan call // to the workers
+	calls       chan call     // to the workers
+	quit        chan struct{} // closed when the server stops: the workers end
+	quitOnce    sync.Once
 }
 
 // method is how a method is served: one of the two.
@@ -169,11 +171,16 @@ func (k call) run() {
 	k.c.run(k.st, k.req)
 }
 
-// work is a worker: it runs calls until the process ends. (Workers outlive
-// Stop: they are few, idle, and a stopped Server is rarely discarded.)
+// work is a worker: it runs calls until the server stops. (Calls that come
+// after, while connections drain, get goroutines of their own.)
 func (s *Server) work() {
-	for k := range s.calls {
-		k.run()
+	for {
+		select {
+		case k := <-s.calls:
+			k.run()
+		case <-s.quit:
+			return
+		}
 	}
 }
 
@@ -182,6 +189,7 @@ func New(opts Options) *Server {
 	opts.fill()
 	s := &Server{opts: opts, methods: map[string]*method{}, listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
 	s.connsDone = sync.NewCond(&s.mu)
+	s.quit = make(chan struct{})
 	return s
 }
 
@@ -277,6 +285,7 @@ func (s *Server) stopListening() []*conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopping = true
+	s.quitOnce.Do(func() { close(s.quit) })
 	for ln := range s.listeners {
 		ln.Close()
 	}
