@@ -706,19 +706,10 @@ func (c *conn) queue(st *stream) {
 // dropped and its call's context cancelled.
 func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 	c.mu.Lock()
-	st := c.streams[id]
-	if st != nil {
-		st.reset = true
-		delete(c.streams, id)
-	}
+	st := c.takeStreamLocked(id)
 	c.resetLocked(id, code)
 	c.mu.Unlock()
-	if st != nil {
-		st.discard = true
-		if st.cancel != nil {
-			st.cancel()
-		}
-	}
+	cancelStream(st)
 	c.signal()
 	c.closeIfDrained()
 }
@@ -730,20 +721,37 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 		c.mu.Unlock()
 		return http2.ConnectionError(http2.ErrCodeProtocol) // RST_STREAM on an idle stream (RFC 9113, 5.1)
 	}
-	st := c.streams[f.StreamID]
-	if st != nil {
-		st.reset = true
-		delete(c.streams, f.StreamID)
-	}
+	st := c.takeStreamLocked(f.StreamID)
 	c.mu.Unlock()
 	if st != nil {
-		st.discard = true
-		if st.cancel != nil {
-			st.cancel()
-		}
+		cancelStream(st)
 		c.closeIfDrained()
 	}
 	return nil
+}
+
+// takeStreamLocked removes stream id from the open streams and marks it
+// reset, so that its answer is dropped; it returns the stream, or nil if
+// it was not open. c.mu is held.
+func (c *conn) takeStreamLocked(id uint32) *stream {
+	st := c.streams[id]
+	if st != nil {
+		st.reset = true
+		delete(c.streams, id)
+	}
+	return st
+}
+
+// cancelStream ends the reader's interest in a stream taken by
+// takeStreamLocked (nil: none) and cancels its call's context.
+func cancelStream(st *stream) {
+	if st == nil {
+		return
+	}
+	st.discard = true
+	if st.cancel != nil {
+		st.cancel()
+	}
 }
 
 // onSettings applies the client's settings and acknowledges them.

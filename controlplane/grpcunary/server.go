@@ -306,11 +306,7 @@ func (s *Server) GracefulStop() {
 	for _, c := range s.stopListening() {
 		c.drain()
 	}
-	s.mu.Lock()
-	for len(s.conns) > 0 {
-		s.connsDone.Wait()
-	}
-	s.mu.Unlock()
+	s.waitConns()
 }
 
 // Stop closes the listeners and every connection at once, cancelling the
@@ -319,6 +315,11 @@ func (s *Server) Stop() {
 	for _, c := range s.stopListening() {
 		c.close()
 	}
+	s.waitConns()
+}
+
+// waitConns returns once every connection has ended.
+func (s *Server) waitConns() {
 	s.mu.Lock()
 	for len(s.conns) > 0 {
 		s.connsDone.Wait()

@@ -703,7 +703,9 @@ func value(t *testing.T, c prometheus.Collector) float64 {
 	return 0
 }
 
-func BenchmarkShouldRateLimit(b *testing.B) {
+// benchFixture returns a service whose one policy never refuses, and 1,024
+// requests on distinct keys.
+func benchFixture(b *testing.B) (*fixture, []*rlsv3.RateLimitRequest) {
 	f := newFixture(b, nil)
 	f.svc.SetPolicies(parse(b, `
 domain: bench
@@ -715,6 +717,11 @@ descriptors:
 	for i := range reqs {
 		reqs[i] = req("bench", desc(fmt.Sprintf("k=%d", i)))
 	}
+	return f, reqs
+}
+
+func BenchmarkShouldRateLimit(b *testing.B) {
+	f, reqs := benchFixture(b)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
@@ -770,17 +777,11 @@ func mustCall(t *testing.T, svc *Service, r *rlsv3.RateLimitRequest) *rlsv3.Rate
 // BenchmarkShouldRateLimitWire is BenchmarkShouldRateLimit on wire bytes,
 // as the unary server calls it: decoding and encoding included.
 func BenchmarkShouldRateLimitWire(b *testing.B) {
-	f := newFixture(b, nil)
-	f.svc.SetPolicies(parse(b, `
-domain: bench
-descriptors:
-  - key: k
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-`))
-	reqs := make([][]byte, 1024)
+	f, msgs := benchFixture(b)
+	reqs := make([][]byte, len(msgs))
 	for i := range reqs {
 		var err error
-		if reqs[i], err = proto.Marshal(req("bench", desc(fmt.Sprintf("k=%d", i)))); err != nil {
+		if reqs[i], err = proto.Marshal(msgs[i]); err != nil {
 			b.Fatal(err)
 		}
 	}
