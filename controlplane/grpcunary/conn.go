@@ -665,13 +665,17 @@ func (c *conn) queueAll(sts []*stream) {
 		c.mu.Unlock()
 		return
 	}
+	n := len(c.ready)
 	for _, st := range sts {
 		if !st.reset {
 			c.ready = append(c.ready, st)
 		}
 	}
+	queued := len(c.ready) > n
 	c.mu.Unlock()
-	c.signal()
+	if queued {
+		c.signal()
+	}
 }
 
 // answerStatus answers st with a gRPC error at once and ignores the rest of
@@ -691,16 +695,7 @@ func (c *conn) answerHTTP(st *stream, status int) {
 }
 
 // queue hands an answered stream to the writer.
-func (c *conn) queue(st *stream) {
-	c.mu.Lock()
-	if st.reset || c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.ready = append(c.ready, st)
-	c.mu.Unlock()
-	c.signal()
-}
+func (c *conn) queue(st *stream) { c.queueAll([]*stream{st}) }
 
 // resetStream ends stream id with RST_STREAM code: its answer, if any, is
 // dropped and its call's context cancelled.

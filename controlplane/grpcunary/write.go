@@ -22,21 +22,20 @@ func (c *conn) writeLoop() {
 		waiting []*stream // answers held back by flow control, oldest first
 	)
 	for range c.wake {
-		var closed bool
-		if ctrl, ready, closed = c.take(ctrl[:0], ready[:0]); closed {
-			return
+		for round := range 2 {
+			if round == 1 {
+				// Answers tend to come in bursts (a Redis pipeline answers
+				// many calls at once): let the other callers that are ready
+				// queue theirs, and write them with the same system call.
+				runtime.Gosched()
+			}
+			var closed bool
+			if ctrl, ready, closed = c.take(ctrl[:0], ready[:0]); closed {
+				return
+			}
+			bw.Write(ctrl)
+			waiting = c.writeAnswers(bw, append(waiting, ready...))
 		}
-		bw.Write(ctrl)
-		waiting = c.writeAnswers(bw, append(waiting, ready...))
-		// Answers tend to come in bursts (a Redis pipeline answers many
-		// calls at once): let the other callers that are ready queue theirs,
-		// and write them with the same system call.
-		runtime.Gosched()
-		if ctrl, ready, closed = c.take(ctrl[:0], ready[:0]); closed {
-			return
-		}
-		bw.Write(ctrl)
-		waiting = c.writeAnswers(bw, append(waiting, ready...))
 		clear(ready)
 		err := bw.Flush()
 

@@ -29,17 +29,35 @@ func (s *Service) ShouldRateLimitWire(ctx context.Context, dst, req []byte) ([]b
 		a.reset()
 		arenas.Put(a)
 	}()
-	r := a.request()
-	if !decodeRequestIn(req, r, a) {
-		r = new(rlsv3.RateLimitRequest)
-		if err := proto.Unmarshal(req, r); err != nil {
-			return nil, status.Errorf(codes.Internal, "rls: cannot decode the RateLimitRequest: %v", err)
-		}
+	r, err := decodeWire(req, a)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := s.ShouldRateLimit(ctx, r)
 	if err != nil {
 		return nil, err
 	}
+	return s.appendWire(dst, resp)
+}
+
+// decodeWire decodes a request's wire bytes into a, or, when the request
+// is not of the shape decodeRequest takes, with protobuf-go into a new
+// message. A request that does not decode is refused with INTERNAL, as
+// grpc-go refuses it.
+func decodeWire(b []byte, a *arena) (*rlsv3.RateLimitRequest, error) {
+	r := a.request()
+	if decodeRequestIn(b, r, a) {
+		return r, nil
+	}
+	r = new(rlsv3.RateLimitRequest)
+	if err := proto.Unmarshal(b, r); err != nil {
+		return nil, status.Errorf(codes.Internal, "rls: cannot decode the RateLimitRequest: %v", err)
+	}
+	return r, nil
+}
+
+// appendWire appends resp's wire bytes to dst, as Codec encodes it.
+func (s *Service) appendWire(dst []byte, resp *rlsv3.RateLimitResponse) ([]byte, error) {
 	if resp.DynamicMetadata == nil {
 		return proto.MarshalOptions{}.MarshalAppend(dst, resp)
 	}
@@ -56,7 +74,6 @@ type WireCall struct {
 // batch is the working storage of one ShouldRateLimitBatch.
 type batch struct {
 	arenas  []*arena
-	reqs    []*rlsv3.RateLimitRequest
 	pend    []pending
 	ok      []bool // the call was prepared (pend holds it)
 	checks  []store.Check
@@ -76,27 +93,24 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, calls []WireCall) {
 	start := time.Now()
 	b := batches.Get().(*batch)
 	n := len(calls)
-	b.arenas, b.reqs = resize(b.arenas, n), resize(b.reqs, n)
+	b.arenas = resize(b.arenas, n)
 	b.pend, b.ok = resize(b.pend, n), resize(b.ok, n)
 	b.checks = b.checks[:0]
 	for i := range calls {
 		c := &calls[i]
 		a := arenas.Get().(*arena)
 		b.arenas[i] = a
-		r := a.request()
-		if !decodeRequestIn(c.Req, r, a) {
-			r = new(rlsv3.RateLimitRequest)
-			if err := proto.Unmarshal(c.Req, r); err != nil {
-				c.Err = status.Errorf(codes.Internal, "rls: cannot decode the RateLimitRequest: %v", err)
-				continue
-			}
+		r, err := decodeWire(c.Req, a)
+		if err != nil {
+			c.Err = err
+			continue
 		}
 		p, err := s.prepare(r)
 		if err != nil {
 			c.Err = err
 			continue
 		}
-		b.reqs[i], b.pend[i], b.ok[i] = r, p, true
+		b.pend[i], b.ok[i] = p, true
 		b.checks = append(b.checks, p.sc.checks...)
 	}
 	results := resize(b.results, len(b.checks))
@@ -120,12 +134,7 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, calls []WireCall) {
 			if storeErr != nil {
 				p.dm.storeErrors.Inc()
 			}
-			resp := s.finish(p, results[off:off+k], storeErr)
-			if resp.DynamicMetadata == nil {
-				c.Resp, c.Err = proto.MarshalOptions{}.MarshalAppend(c.Resp, resp)
-			} else {
-				c.Resp, c.Err = appendResponse(c.Resp, resp, &s.policies.Load().wire)
-			}
+			c.Resp, c.Err = s.appendWire(c.Resp, s.finish(p, results[off:off+k], storeErr))
 		}
 		off += k
 		putScratch(p.sc)
@@ -142,7 +151,6 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, calls []WireCall) {
 		}
 	}
 	clear(b.arenas)
-	clear(b.reqs)
 	clear(b.pend)
 	clear(b.checks)
 	b.checks = b.checks[:0]
