@@ -18,8 +18,11 @@ import (
 // numbers, rounds times, and fails on the first results that differ. Each
 // round steps the clock once and decides every key in one Decide (one script
 // call per hash slot). With changeLimits, limits change under existing state
-// every few rounds, as a policy update does.
-func differential(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits bool, seed int64) {
+// every few rounds, as a policy update does. With shared, every key has the
+// same limit and each round the same cost, as under a load of one descriptor
+// (the script's inline path for fixed_window, see dispatch.lua); each round
+// then decides a random half of the keys, so that their states differ.
+func differential(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits, shared bool, seed int64) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	clk := newClock(1_700_000_000_000_000 + rng.Int63n(1_000_000_000_000))
@@ -27,12 +30,17 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 	const maxRequests = 1000
 	checks := make([]store.Check, keys)
 	oracles := make([]*oracle, keys)
+	l := randomLimit(rng, alg, maxRequests, 1)
 	for i := range checks {
-		l := randomLimit(rng, alg, maxRequests, 1)
+		if !shared {
+			l = randomLimit(rng, alg, maxRequests, 1)
+		}
 		checks[i] = store.Check{Key: store.Key("differential", []store.Entry{{Key: "k", Value: strconv.Itoa(i)}}, strconv.FormatInt(seed, 10), alg), Limit: l}
 		oracles[i] = newOracle(l, time.Microsecond, maxRequests)
 	}
 	out := make([]algorithms.Result, keys)
+	var round []store.Check // this round's checks, of keys idx
+	var idx []int
 	// The sorted set of sliding_log orders entries by time, the Go ring by
 	// arrival: they agree while the clock does not step back (see
 	// sliding_log.lua), so only the other algorithms see it step back.
@@ -40,17 +48,38 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 	var allowed, denied int
 	for r := range rounds {
 		clk.add(randomStep(rng, back))
-		for i := range checks {
+		if shared {
 			if changeLimits && rng.Intn(8) == 0 {
-				checks[i].Limit = randomLimit(rng, alg, maxRequests, 1)
-				oracles[i].l = checks[i].Limit
+				l = randomLimit(rng, alg, maxRequests, 1)
 			}
-			checks[i].Cost = randomCost(rng, checks[i].Limit)
+			cost := randomCost(rng, l)
+			for i := range checks {
+				checks[i].Limit, checks[i].Cost = l, cost
+				oracles[i].l = l
+			}
+		} else {
+			for i := range checks {
+				if changeLimits && rng.Intn(8) == 0 {
+					checks[i].Limit = randomLimit(rng, alg, maxRequests, 1)
+					oracles[i].l = checks[i].Limit
+				}
+				checks[i].Cost = randomCost(rng, checks[i].Limit)
+			}
 		}
-		if err := s.Decide(context.Background(), checks, out); err != nil {
+		round, idx = round[:0], idx[:0]
+		for i := range checks {
+			if !shared || rng.Intn(2) == 0 {
+				round, idx = append(round, checks[i]), append(idx, i)
+			}
+		}
+		if len(round) == 0 {
+			continue
+		}
+		if err := s.Decide(context.Background(), round, out[:len(round)]); err != nil {
 			t.Fatalf("round %d: %v", r, err)
 		}
-		for i, c := range checks {
+		for k, c := range round {
+			i := idx[k]
 			want, err := oracles[i].allow(clk.get(), c.Cost)
 			if err != nil {
 				t.Fatalf("round %d key %d: Go: %v", r, i, err)
@@ -60,7 +89,7 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 					"which its Result contract forbids (the script answers 0): the Go %s must clamp it at 0",
 					r, i, c.Limit, clk.get(), c.Cost, want.Remaining, alg)
 			}
-			if diff := sameResult(out[i], want); diff != "" {
+			if diff := sameResult(out[k], want); diff != "" {
 				t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d:\n%s", r, i, c.Limit, clk.get(), c.Cost, diff)
 			}
 			if want.Allowed {
@@ -71,10 +100,11 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 		}
 	}
 	// Both outcomes must be well represented, or the comparison proves little.
-	if allowed < keys*rounds/10 || denied < keys*rounds/10 {
-		t.Fatalf("allowed %d, denied %d of %d: the random steps do not exercise both outcomes", allowed, denied, keys*rounds)
+	steps := allowed + denied
+	if allowed < steps/10 || denied < steps/10 {
+		t.Fatalf("allowed %d, denied %d of %d: the random steps do not exercise both outcomes", allowed, denied, steps)
 	}
-	t.Logf("%d steps: %d allowed, %d denied", keys*rounds, allowed, denied)
+	t.Logf("%d steps: %d allowed, %d denied", steps, allowed, denied)
 }
 
 // TestDifferential: for every algorithm, 12,000 random (time, cost, limit)
@@ -84,7 +114,7 @@ func TestDifferential(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {
-			differential(t, client, alg, 200, 60, false, int64(100+i))
+			differential(t, client, alg, 200, 60, false, false, int64(100+i))
 		})
 	}
 }
@@ -95,7 +125,20 @@ func TestDifferentialLimitChanges(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {
-			differential(t, client, alg, 200, 50, true, int64(200+i))
+			differential(t, client, alg, 200, 50, true, false, int64(200+i))
+		})
+	}
+}
+
+// TestDifferentialShared is TestDifferential (about 12,000 steps) with one
+// limit and one cost for every key of a round, and limits that change under
+// existing state: each script call then takes its one-limit path, inline for
+// fixed_window.
+func TestDifferentialShared(t *testing.T) {
+	_, client := startClient(t)
+	for i, alg := range algs {
+		t.Run(alg.String(), func(t *testing.T) {
+			differential(t, client, alg, 200, 120, true, true, int64(500+i))
 		})
 	}
 }

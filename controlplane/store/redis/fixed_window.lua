@@ -127,17 +127,21 @@ local function fw_slow(key, now, limit, window, cost, ws, field, added)
   return allowed, remaining, retry, reset
 end
 
-local function fixed_window(key, now, limit, window, _, cost, cost_text)
-  local ws = now - now % window
+-- fw_field returns the name of the field of the window of length window
+-- that starts at ws (the current one: the clock does not move during a call).
+local function fw_field(window, ws)
   local field = fw_fields[window]
   if not field then
     field = fmt('%d:%d', ws, window)
     fw_fields[window] = field
   end
-  if cost == 0 then
-    return fw_slow(key, now, limit, window, 0, ws, field, false)
-  end
-  local n = rpcall('HINCRBY', key, field, cost_text)
+  return field
+end
+
+-- fw_counted decides a request of cost > 0 after HINCRBY key field cost
+-- answered n (a number, or an error table when the key is not a hash or the
+-- field not an integer).
+local function fw_counted(key, now, limit, window, cost, cost_text, ws, field, n)
   if type(n) ~= 'number' then
     -- not a hash (the old string state, or something else), or the field
     -- is not an integer: nothing was written
@@ -162,4 +166,13 @@ local function fixed_window(key, now, limit, window, _, cost, cost_text)
     remaining = 0
   end
   return 0, remaining, e - now, e - now
+end
+
+local function fixed_window(key, now, limit, window, _, cost, cost_text)
+  local ws = now - now % window
+  local field = fw_field(window, ws)
+  if cost == 0 then
+    return fw_slow(key, now, limit, window, 0, ws, field, false)
+  end
+  return fw_counted(key, now, limit, window, cost, cost_text, ws, field, rpcall('HINCRBY', key, field, cost_text))
 end

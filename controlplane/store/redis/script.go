@@ -58,9 +58,9 @@ const (
 	argsPerCheck = 2
 )
 
-// replyPerCheck is how many integers the script answers per check: allowed,
-// remaining, retry-after, reset-after.
-const replyPerCheck = 4
+// longAnswer is how many integers a long answer in the script's reply holds
+// (see dispatch.lua): allowed, remaining, retry-after, reset-after.
+const longAnswer = 4
 
 // badState is the allowed value the script answers for a key that holds
 // something sluice did not write (dispatch.lua's BAD).

@@ -489,11 +489,11 @@ func (s *Store) deliver(batch []*call, cmds []*scriptCmd, failed error) {
 }
 
 // decode writes one script call's results into its claimed calls' out
-// slices, or their errors.
+// slices, or their errors. The reply's layout is in dispatch.lua.
 func decode(sc *scriptCmd) {
 	vals, err := sc.cmd.Result()
-	if err == nil && len(vals) != replyPerCheck*len(sc.refs) {
-		err = fmt.Errorf("script answered %d integers for %d checks", len(vals), len(sc.refs))
+	if err == nil {
+		err = checkReply(vals, len(sc.refs))
 	}
 	for k, r := range sc.refs {
 		c := r.c
@@ -504,23 +504,49 @@ func decode(sc *scriptCmd) {
 			c.err = fmt.Errorf("redisstore: %s: %w", sc.args[0], err)
 			continue
 		}
-		v := vals[replyPerCheck*k : replyPerCheck*(k+1)]
 		w := &c.wires[r.i]
-		switch v[0] {
+		v := vals[1+k]
+		if v >= 0 {
+			c.out[r.i] = algorithms.Result{
+				Allowed:    true,
+				Limit:      w.limit,
+				Remaining:  v,
+				ResetAfter: vals[0] * int64(time.Microsecond),
+			}
+			continue
+		}
+		long := vals[1+len(sc.refs)+longAnswer*int(-v-1):]
+		switch long[0] {
 		case 0, 1:
 			c.out[r.i] = algorithms.Result{
-				Allowed:    v[0] == 1,
+				Allowed:    long[0] == 1,
 				Limit:      w.limit,
-				Remaining:  v[1],
-				RetryAfter: v[2] * int64(time.Microsecond),
-				ResetAfter: v[3] * int64(time.Microsecond),
+				Remaining:  long[1],
+				RetryAfter: long[2] * int64(time.Microsecond),
+				ResetAfter: long[3] * int64(time.Microsecond),
 			}
 		case badState:
 			c.err = fmt.Errorf("redisstore: key %.80q holds a value sluice did not write (wrong type or unparsable state); delete it to reset the limit", w.key)
 		default:
-			c.err = fmt.Errorf("redisstore: script answered allowed=%d for key %.80q", v[0], w.key)
+			c.err = fmt.Errorf("redisstore: script answered allowed=%d for key %.80q", long[0], w.key)
 		}
 	}
+}
+
+// checkReply reports a script reply for checks checks that does not have
+// dispatch.lua's layout: every long answer pointed at must be there, and
+// nothing else.
+func checkReply(vals []int64, checks int) error {
+	if len(vals) < 1+checks || (len(vals)-1-checks)%longAnswer != 0 {
+		return fmt.Errorf("script answered %d integers for %d checks", len(vals), checks)
+	}
+	longs := (len(vals) - 1 - checks) / longAnswer
+	for _, v := range vals[1 : 1+checks] {
+		if v < -int64(longs) {
+			return fmt.Errorf("script answered a long answer %d of %d", -v, longs)
+		}
+	}
+	return nil
 }
 
 // hashTag returns the part of key Redis Cluster hashes: the text between the

@@ -159,6 +159,30 @@ func TestHashTag(t *testing.T) {
 	}
 }
 
+// TestCheckReply: replies without dispatch.lua's layout are refused before
+// anything is read from them.
+func TestCheckReply(t *testing.T) {
+	for _, c := range []struct {
+		vals   []int64
+		checks int
+		ok     bool
+	}{
+		{[]int64{5, 1, 2}, 2, true},                          // two short answers
+		{[]int64{0, -1, 0, 3, 7, 7}, 1, true},                // one long answer
+		{[]int64{5, -2, 4, 1, 9, 0, 0, 0, 3, 4, 5}, 2, true}, // second long answer
+		{[]int64{5, -2, 4, 1, 9, 0, 0}, 2, false},            // long answer 2 of 1
+		{[]int64{5, 1}, 2, false},                            // short of answers
+		{[]int64{5, 1, 2, 3}, 2, false},                      // a partial long answer
+		{nil, 0, false},                                      // no R
+		{[]int64{0}, 0, true},                                // no checks
+	} {
+		err := checkReply(c.vals, c.checks)
+		if (err == nil) != c.ok {
+			t.Errorf("checkReply(%v, %d) = %v, want ok %v", c.vals, c.checks, err, c.ok)
+		}
+	}
+}
+
 // TestExpiry: every written key gets a TTL at the moment its state is fresh
 // again (ceil of the reset time in ms, plus 1); with an injected clock, a day
 // more.
