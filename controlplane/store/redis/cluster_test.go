@@ -37,6 +37,20 @@ func TestCluster(t *testing.T) {
 	t.Run("cross-slot", func(t *testing.T) {
 		ctx := context.Background()
 		s := newStore(t, client, Options{})
+		// The function library goes to every master, and the script calls
+		// below are FCALLs routed like EVALSHA, by their first key.
+		if err := s.loadFunctions(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var fcalls int64
+		for _, n := range nodes {
+			if role, _ := n.Do(ctx, "ROLE").Slice(); len(role) > 0 && role[0] == "master" {
+				if libs, err := n.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: libraryName}).Result(); err != nil || len(libs) != 1 {
+					t.Fatalf("master %s: libraries %v (%v), want %s", n.Options().Addr, libs, err, libraryName)
+				}
+			}
+			fcalls -= commandCalls(t, n, "fcall")
+		}
 		// Two checks per key (two limits on one descriptor would have
 		// different keys; here the same key twice shows one slot group
 		// holding several checks), eight distinct keys.
@@ -65,6 +79,12 @@ func TestCluster(t *testing.T) {
 		callsAfter, _ := commandStats(t, nodes...)
 		if got := callsAfter - callsBefore; got != int64(len(slots)) {
 			t.Errorf("%d script calls for %d slots, want one per slot", got, len(slots))
+		}
+		for _, n := range nodes {
+			fcalls += commandCalls(t, n, "fcall")
+		}
+		if fcalls != int64(len(slots)) {
+			t.Errorf("%d FCALLs for %d slots, want one per slot", fcalls, len(slots))
 		}
 		for i, r := range out {
 			// Within one script call the second check of a key sees the first.

@@ -36,6 +36,12 @@
 -- runs its HINCRBY in the loop below and calls into fixed_window.lua only
 -- for the rest. Limits are sent once per call because concurrent requests
 -- mostly share them: the numbers are parsed once.
+--
+-- As a library function it keeps the chunk's locals between calls, so the
+-- state of one call (pad, fw_fields) is reset here.
+floor, fmt, match, tonumber, call, rpcall = bind()
+pad = 0
+fw_fields = {}
 local now = ARGV[1]
 if now == '' then
   local t = call('TIME')

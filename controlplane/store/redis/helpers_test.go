@@ -179,7 +179,7 @@ func commandStats(t testing.TB, clients ...*redis.Client) (calls, usec int64) {
 		}
 		for _, line := range strings.Split(info, "\n") {
 			line = strings.TrimSpace(line)
-			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") && !strings.HasPrefix(line, "cmdstat_fcall:") {
 				continue
 			}
 			_, fields, _ := strings.Cut(line, ":")

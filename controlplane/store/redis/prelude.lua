@@ -1,6 +1,7 @@
 -- prelude.lua: the helpers every algorithm file uses. script.go joins this
 -- file, the five algorithm files and dispatch.lua into one script, so each
--- algorithm is a local function of one chunk.
+-- algorithm is a local function of one chunk; and the same parts into a
+-- Redis 7 function library, whose one function's body is dispatch.lua.
 --
 -- Every number here is an integer below 2^53, where Lua's doubles are exact:
 -- the Go side refuses limits that could leave that range, and state read
@@ -8,12 +9,15 @@
 -- microseconds. Integers are written with fmt('%d', x), never passed to
 -- redis.call as Lua numbers (newer Redis versions render large ones as
 -- 1.7e+15, which integer arguments reject).
-local floor = math.floor
-local fmt = string.format
-local match = string.match
-local tonumber = tonumber
-local call = redis.call
-local rpcall = redis.pcall
+-- bind returns the library functions the scripts use, for dispatch.lua to
+-- bind at the start of every call: Redis 7 runs a function library's body
+-- without them (math, string and redis.call do not exist yet), so they
+-- cannot be bound where they are declared. bind is defined before the
+-- locals, so the names in it are the globals.
+local function bind()
+  return math.floor, string.format, string.match, tonumber, redis.call, redis.pcall
+end
+local floor, fmt, match, tonumber, call, rpcall
 
 -- MAX is 2^53: state above it cannot have been written by sluice.
 local MAX = 9007199254740992

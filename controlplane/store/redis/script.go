@@ -41,6 +41,18 @@ var scriptSHA = func() string {
 	return hex.EncodeToString(sum[:])
 }()
 
+// libraryName names both the Redis 7 function library made of the same parts
+// and its one function. It carries the script's hash: a library's name and
+// its functions' names are global on a server, so versions of sluice that
+// run side by side during an upgrade each find their own.
+var libraryName = "sluice_" + scriptSHA[:16]
+
+// librarySource is the function library: the algorithms as in scriptSource,
+// and dispatch.lua as the body of the function libraryName.
+var librarySource = "#!lua name=" + libraryName + "\n" +
+	preludeLua + fixedWindowLua + slidingWindowLua + slidingLogLua + tokenBucketLua + gcraLua +
+	"redis.register_function('" + libraryName + "', function(KEYS, ARGV)\n" + dispatchLua + "end)\n"
+
 // The algorithm numbers dispatch.lua knows.
 const (
 	algFixedWindow   = 1

@@ -65,6 +65,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,7 +98,19 @@ type Options struct {
 	// script then adds a day to every expiry so that wall-clock expiry cannot
 	// overtake the injected clock. Production leaves it nil.
 	Now func() time.Time
+	// NoFunctions makes every script call an EVALSHA. By default the store
+	// loads the scripts as a function library (FUNCTION LOAD, Redis 7 and
+	// later, on every master) and calls it with FCALL, which spares Redis
+	// running the script's whole chunk on every call; it falls back to
+	// EVALSHA while the library is not loaded, and where FUNCTION LOAD fails
+	// (older Redis, or an ACL that forbids it) it tries again once a minute.
+	// Set NoFunctions when the Redis user must not run FUNCTION LOAD.
+	NoFunctions bool
 }
+
+// loadRetry is how long the store waits after a failed FUNCTION LOAD before
+// it tries again.
+const loadRetry = time.Minute
 
 // Store decides checks in Redis. It implements store.Store and is safe for
 // concurrent use. It does not own the client: closing the client is the
@@ -108,6 +121,11 @@ type Store struct {
 	maxBatch    int
 	maxInFlight int
 	now         func() time.Time // nil: Redis TIME
+	noFunctions bool
+
+	functions atomic.Bool  // the library is loaded: script calls are FCALLs
+	loading   atomic.Bool  // a FUNCTION LOAD is under way
+	failedAt  atomic.Int64 // when the last FUNCTION LOAD failed (Unix ns); 0: try at once
 
 	mu       sync.Mutex
 	queue    []*call // calls waiting for a round trip, oldest first
@@ -129,7 +147,8 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.MaxInFlight < 0 {
 		return nil, fmt.Errorf("redisstore: MaxInFlight %d is negative", opts.MaxInFlight)
 	}
-	s := &Store{client: client, maxBatch: opts.MaxBatch, maxInFlight: opts.MaxInFlight, now: opts.Now}
+	s := &Store{client: client, maxBatch: opts.MaxBatch, maxInFlight: opts.MaxInFlight, now: opts.Now,
+		noFunctions: opts.NoFunctions}
 	if s.maxBatch == 0 {
 		s.maxBatch = DefaultMaxBatch
 	}
@@ -325,11 +344,21 @@ func (s *Store) send(batch []*call) {
 		}
 		now = us
 	}
-	cmds := s.build(ctx, batch, now)
+	functions := s.functions.Load()
+	if !functions {
+		s.loadLater()
+	}
+	cmds := s.build(ctx, batch, now, functions)
 	s.run(ctx, cmds)
 	var lost []*scriptCmd
 	for _, sc := range cmds {
-		if isNoScript(sc.cmd.Err()) {
+		err := sc.cmd.Err()
+		if isNoFunction(err) {
+			// FUNCTION FLUSH, or a node that never had it: load it again
+			s.functions.Store(false)
+			s.failedAt.Store(0)
+		}
+		if isNoScript(err) || isNoFunction(err) {
 			sc.args[0], sc.args[1] = "eval", scriptSource
 			sc.cmd = newCmd(ctx, sc.args)
 			lost = append(lost, sc)
@@ -359,7 +388,7 @@ func batchContext(batch []*call) (context.Context, context.CancelFunc) {
 
 // build groups the checks of batch into script calls: all together on a
 // single server, by hash tag elsewhere; at most maxBatch checks each.
-func (s *Store) build(ctx context.Context, batch []*call, now any) []*scriptCmd {
+func (s *Store) build(ctx context.Context, batch []*call, now any, functions bool) []*scriptCmd {
 	var groups [][]ref
 	if s.single {
 		var all []ref
@@ -388,16 +417,16 @@ func (s *Store) build(ctx context.Context, batch []*call, now any) []*scriptCmd 
 	for _, g := range groups {
 		for len(g) > 0 {
 			n := min(len(g), s.maxBatch)
-			cmds = append(cmds, newScriptCmd(ctx, g[:n], now))
+			cmds = append(cmds, newScriptCmd(ctx, g[:n], now, functions))
 			g = g[n:]
 		}
 	}
 	return cmds
 }
 
-// newScriptCmd returns the EVALSHA that decides refs (see dispatch.lua for
-// the arguments).
-func newScriptCmd(ctx context.Context, refs []ref, now any) *scriptCmd {
+// newScriptCmd returns the FCALL (with functions) or EVALSHA that decides
+// refs (see dispatch.lua for the arguments).
+func newScriptCmd(ctx context.Context, refs []ref, now any, functions bool) *scriptCmd {
 	// The distinct limits, numbered from 1 in order of first use; a call
 	// rarely holds more than a few, so a linear search beats a map.
 	var lims []params
@@ -412,7 +441,11 @@ func newScriptCmd(ctx context.Context, refs []ref, now any) *scriptCmd {
 		nums[k] = n + 1
 	}
 	args := make([]any, 0, 5+len(refs)*(1+argsPerCheck)+len(lims)*argsPerLimit)
-	args = append(args, "evalsha", scriptSHA, len(refs))
+	if functions {
+		args = append(args, "fcall", libraryName, len(refs))
+	} else {
+		args = append(args, "evalsha", scriptSHA, len(refs))
+	}
 	for _, r := range refs {
 		args = append(args, r.c.wires[r.i].key)
 	}
@@ -467,6 +500,63 @@ func (s *Store) run(ctx context.Context, cmds []*scriptCmd) {
 // isNoScript reports whether err says the server does not have the script.
 func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// isNoFunction reports the error FCALL answers for a function the server
+// does not have.
+func isNoFunction(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
+}
+
+// loadLater starts loading the function library unless that is under way,
+// not wanted, or failed less than loadRetry ago. Script calls use EVALSHA
+// meanwhile.
+func (s *Store) loadLater() {
+	if s.noFunctions {
+		return
+	}
+	if at := s.failedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < loadRetry {
+		return
+	}
+	if !s.loading.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.loading.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.loadFunctions(ctx); err != nil {
+			s.failedAt.Store(time.Now().UnixNano())
+		}
+	}()
+}
+
+// loadFunctions loads the function library on every master and, when all
+// have it, makes script calls FCALLs.
+func (s *Store) loadFunctions(ctx context.Context) error {
+	load := func(ctx context.Context, c *redis.Client) error {
+		err := c.FunctionLoad(ctx, librarySource).Err()
+		if err != nil && strings.Contains(err.Error(), "already exists") {
+			return nil // this version's, loaded by another instance
+		}
+		return err
+	}
+	var err error
+	switch c := s.client.(type) {
+	case *redis.Client:
+		err = load(ctx, c)
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, load)
+	default:
+		err = fmt.Errorf("redisstore: cannot load functions through a %T", s.client)
+	}
+	if err != nil {
+		return err
+	}
+	s.functions.Store(true)
+	return nil
 }
 
 // deliver hands every call of batch its results, or its error: failed, if

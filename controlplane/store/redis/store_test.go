@@ -159,6 +159,89 @@ func TestHashTag(t *testing.T) {
 	}
 }
 
+// TestFunctions: the store loads its function library and calls it with
+// FCALL; after FUNCTION FLUSH the next call runs the script with EVAL, the
+// state intact, and the library is loaded again. A second store (another
+// instance of the same version) finds the library there. With NoFunctions
+// nothing is loaded and every call is an EVALSHA.
+func TestFunctions(t *testing.T) {
+	_, client := startClient(t)
+	ctx := context.Background()
+	s := newStore(t, client, Options{})
+	if err := s.loadFunctions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := newStore(t, client, Options{}).loadFunctions(ctx); err != nil {
+		t.Fatalf("loading the library a second time: %v", err)
+	}
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
+	checks := []store.Check{{Key: "a", Limit: l, Cost: 1}, {Key: "b", Limit: l, Cost: 2}}
+	out := make([]algorithms.Result, 2)
+	decide := func(round int) {
+		t.Helper()
+		if err := s.Decide(ctx, checks, out); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if out[0].Remaining != int64(10-(round+1)) || out[1].Remaining != int64(10-2*(round+1)) {
+			t.Fatalf("round %d: %+v: the state did not survive", round, out)
+		}
+	}
+	decide(0)
+	decide(1)
+	if n := commandCalls(t, client, "fcall"); n != 2 {
+		t.Fatalf("%d FCALLs, want 2", n)
+	}
+	if err := client.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	decide(2)
+	if n := commandCalls(t, client, "eval"); n != 1 {
+		t.Fatalf("after FUNCTION FLUSH: %d EVALs, want 1", n)
+	}
+	if s.functions.Load() {
+		t.Fatal("after FUNCTION FLUSH the store still calls the function")
+	}
+	if err := s.loadFunctions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	decide(3)
+	if n := commandCalls(t, client, "fcall"); n != 4 { // two, the one FLUSH failed, this one
+		t.Fatalf("%d FCALLs, want 4", n)
+	}
+
+	_, other := startClient(t)
+	s = newStore(t, other, Options{NoFunctions: true})
+	for range 3 {
+		if err := s.Decide(ctx, checks, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if libs, err := other.FunctionList(ctx, redis.FunctionListQuery{}).Result(); err != nil || len(libs) != 0 {
+		t.Errorf("NoFunctions: libraries %v (%v), want none", libs, err)
+	}
+	if n := commandCalls(t, other, "evalsha"); n != 3 {
+		t.Errorf("NoFunctions: %d EVALSHAs, want 3", n)
+	}
+}
+
+// commandCalls returns how many times the server ran command, from INFO
+// commandstats.
+func commandCalls(t *testing.T, c *redis.Client, command string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls=")
+		if ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
 // TestCheckReply: replies without dispatch.lua's layout are refused before
 // anything is read from them.
 func TestCheckReply(t *testing.T) {
@@ -293,7 +376,7 @@ func TestPeekOnFreshKeyLeavesNothing(t *testing.T) {
 func TestNoScript(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
-	s := newStore(t, client, Options{})
+	s := newStore(t, client, Options{NoFunctions: true})
 	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
 	checks := []store.Check{{Key: "a", Limit: l, Cost: 1}, {Key: "b", Limit: l, Cost: 2}}
 	out := make([]algorithms.Result, 2)
