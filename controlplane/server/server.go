@@ -4,12 +4,18 @@
 // (Prometheus), /healthz and /readyz. Run serves until its context ends and
 // then shuts down gracefully.
 //
-// Readiness: /readyz answers 200 while the server serves and its store is
-// healthy, and 503 with the reason while starting, while draining, and while
-// the Redis store is degraded (decisions then come from this replica's
-// memory store only). The standard gRPC health service reports the same, for
-// the empty service name and for the RLS service. /healthz answers 200 as
-// long as the process serves HTTP.
+// Readiness has two audiences. /readyz, for the orchestrator, answers 200
+// while the server serves decisions, degraded or not, and 503 while starting
+// and while draining; its body says whether decisions come from Redis or, in
+// degradation, from this replica's memory store. A Redis outage degrades
+// every replica at once: were they unready, Kubernetes would take them all
+// out of the Service and the filters would fall to their failure mode
+// instead of the degraded limits. The standard gRPC health service, for the
+// empty service name and for the RLS service, is for Envoy's active health
+// checking: it also reports NOT_SERVING while degraded, so that Envoy
+// prefers replicas that still reach Redis (in a partition) and, when all are
+// degraded, its panic threshold keeps sending to all of them. /healthz
+// answers 200 as long as the process serves HTTP.
 package server
 
 import (
@@ -483,15 +489,22 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 // RedisClient returns the Redis client, or nil in memory mode.
 func (s *Server) RedisClient() redis.UniversalClient { return s.client }
 
-// Ready reports whether the server is ready and, if not, why.
+// Ready reports whether the server serves decisions (degraded or not), and
+// how: /readyz's answer.
 func (s *Server) Ready() (bool, string) {
 	switch {
 	case !s.serving.Load():
 		return false, "not serving (starting or draining)"
-	case s.degrade != nil && s.degrade.Degraded():
-		return false, "redis unavailable: deciding from this replica's memory store"
+	case s.Degraded():
+		return true, "ready, degraded: redis unavailable, deciding from this replica's memory store"
 	}
 	return true, "ready"
+}
+
+// Degraded reports whether decisions come from the memory store because
+// Redis is unavailable.
+func (s *Server) Degraded() bool {
+	return s.degrade != nil && s.degrade.Degraded()
 }
 
 // readyz serves /readyz.
@@ -503,13 +516,14 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	io.WriteString(w, why+"\n")
 }
 
-// setHealth updates the gRPC health service from Ready.
+// setHealth updates the gRPC health service: SERVING when Ready and not
+// Degraded.
 func (s *Server) setHealth() {
 	if s.health == nil {
 		return // still in New
 	}
 	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if ok, _ := s.Ready(); ok {
+	if ok, _ := s.Ready(); ok && !s.Degraded() {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	s.health.SetServingStatus("", st)
