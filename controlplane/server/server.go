@@ -422,6 +422,16 @@ func (s *Server) buildStore() error {
 	if err != nil {
 		return err
 	}
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_redis_script_functions",
+		Help: "1 while the Redis scripts run as a function library (FCALL); 0 while they run by EVALSHA: " +
+			"the library not loaded yet, FUNCTION LOAD refused (Redis before 7, an ACL), or flushed.",
+	}, func() float64 {
+		if primary.Functions() {
+			return 1
+		}
+		return 0
+	}))
 	s.degrade, err = degrade.New(primary, s.memory, degrade.Options{
 		Probe:         s.ping,
 		Deadline:      deadline,

@@ -202,6 +202,12 @@ func TestServeRedisDegrades(t *testing.T) {
 	if err != nil || len(decisionKeys) != 1 {
 		t.Fatalf("Redis holds decision keys %q (%v), want the one decision's", decisionKeys, err)
 	}
+	metricsURL := "http://" + srv.HTTPAddr() + "/metrics"
+	waitUntil(t, "the scripts called as functions", 5*time.Second, func() bool {
+		ask(t, c, "redis")
+		_, m := get(t, metricsURL)
+		return strings.Contains(m, "\nsluice_redis_script_functions 1\n")
+	})
 	readyz := "http://" + srv.HTTPAddr() + "/readyz"
 	rs.Kill()
 	ask(t, c, "redis") // answered from memory

@@ -159,6 +159,10 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// Functions reports whether script calls are FCALLs of the loaded function
+// library (see Options.NoFunctions); false while they are EVALSHAs.
+func (s *Store) Functions() bool { return s.functions.Load() }
+
 // Name implements store.Store.
 func (s *Store) Name() string { return "redis" }
 
