@@ -11,7 +11,7 @@ WASIP1_PKGS := ./shared/algorithms/... ./filter/config/... ./filter/descriptors/
                ./filter/limitheaders/... ./filter/precheck/... ./filter/rlsproto/...
 # Fuzz targets, as package:target.
 FUZZ_TARGETS := $(addprefix ./shared/algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
-                ./controlplane/grpcunary:FuzzConn
+                ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey
 FUZZTIME ?= 1500ms
 
 .PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls

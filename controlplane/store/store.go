@@ -6,9 +6,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"time"
 
@@ -78,40 +75,4 @@ var ErrInvalidLimit = errors.New("store: invalid limit")
 // Entry is one key/value pair of a request descriptor.
 type Entry struct {
 	Key, Value string
-}
-
-// KeyPrefix starts every key sluice writes.
-const KeyPrefix = "sluice:"
-
-// Key returns the storage key for the state of one limit of one request
-// descriptor. The identity (domain, every entry's key and value, the limit's
-// ID and its algorithm) is length-prefixed before it is hashed, so no two
-// different descriptors share a key whatever bytes their values hold
-// (':', '{', '}', newlines, 64 KB of text), and the key has a fixed length.
-// The hash sits inside a Redis Cluster hash tag so all of a limit's keys
-// share one slot.
-func Key(domain string, entries []Entry, limitID string, alg Algorithm) string {
-	// The identity is laid out in one buffer and hashed at once (the same
-	// bytes a streaming hash would see); small identities stay on the stack.
-	var small [256]byte
-	b := small[:0]
-	put := func(s string) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	put(domain)
-	b = binary.AppendUvarint(b, uint64(len(entries)))
-	for _, e := range entries {
-		put(e.Key)
-		put(e.Value)
-	}
-	put(limitID)
-	put(alg.String())
-	sum := sha256.Sum256(b)
-	var buf [len(KeyPrefix) + 2 + 32]byte
-	k := append(buf[:0], KeyPrefix...)
-	k = append(k, '{')
-	k = hex.AppendEncode(k, sum[:16]) // 128 bits: collisions are not a practical concern
-	k = append(k, '}')
-	return string(k)
 }

@@ -1,0 +1,140 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+)
+
+// KeyPrefix starts every key sluice writes.
+const KeyPrefix = "sluice:"
+
+// maxDirectKey is the longest key Key spells out; a longer identity is
+// hashed. Redis keys up to 64 bytes also reuse objects inside scripts.
+const maxDirectKey = 128
+
+// Key returns the storage key for the state of one limit of one request
+// descriptor, inside a Redis Cluster hash tag so that all of a limit's state
+// shares one slot. No two different identities (domain, every entry's key
+// and value, the limit's ID and its algorithm) ever share a key, whatever
+// bytes they hold (':', '{', '}', newlines, 64 KB of text):
+//
+//   - An identity that fits in maxDirectKey is spelled out, readable in
+//     redis-cli: "sluice:{domain:key=value:key=value|limitID|alg}", for
+//     example "sluice:{api:user=alice|user#0|fw}". Every byte outside
+//     [A-Za-z0-9] and "-_./#@+,;" is written as %XX, so the separators ':',
+//     '=' and '|' and the braces only ever separate, and the encoding can be
+//     read back (TestKeyInjective does).
+//   - A longer identity is hashed: "sluice:{~" and the hex SHA-256 of the
+//     identity, each part length-prefixed, then "}". '~' is escaped in the
+//     spelled-out form, so the two forms never meet; two hashed keys meet
+//     only if SHA-256 collides.
+func Key(domain string, entries []Entry, limitID string, alg Algorithm) string {
+	var small [maxDirectKey]byte
+	b := append(small[:0], KeyPrefix...)
+	b = append(b, '{')
+	var ok bool
+	if b, ok = appendEscaped(b, domain); !ok {
+		return hashedKey(domain, entries, limitID, alg)
+	}
+	for _, e := range entries {
+		b = append(b, ':')
+		if b, ok = appendEscaped(b, e.Key); !ok {
+			return hashedKey(domain, entries, limitID, alg)
+		}
+		b = append(b, '=')
+		if b, ok = appendEscaped(b, e.Value); !ok {
+			return hashedKey(domain, entries, limitID, alg)
+		}
+	}
+	b = append(b, '|')
+	if b, ok = appendEscaped(b, limitID); !ok {
+		return hashedKey(domain, entries, limitID, alg)
+	}
+	b = append(b, '|')
+	b = append(b, alg.code()...)
+	b = append(b, '}')
+	if len(b) > maxDirectKey {
+		return hashedKey(domain, entries, limitID, alg)
+	}
+	return string(b)
+}
+
+// keepByte lists the bytes Key writes as they are; the rest become %XX.
+var keepByte = func() (keep [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		keep[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		keep[c], keep[c-'a'+'A'] = true, true
+	}
+	for _, c := range "-_./#@+,;" {
+		keep[c] = true
+	}
+	return keep
+}()
+
+// appendEscaped appends s to b, escaped, and reports false instead when the
+// result would pass maxDirectKey (b's capacity, which it never grows past).
+func appendEscaped(b []byte, s string) ([]byte, bool) {
+	const hexDigits = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if keepByte[c] {
+			if len(b)+1 > maxDirectKey {
+				return b, false
+			}
+			b = append(b, c)
+			continue
+		}
+		if len(b)+3 > maxDirectKey {
+			return b, false
+		}
+		b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+	}
+	return b, true
+}
+
+// hashedKey returns the hashed form of Key.
+func hashedKey(domain string, entries []Entry, limitID string, alg Algorithm) string {
+	// The identity is laid out in one buffer and hashed at once; small
+	// identities stay on the stack.
+	var small [256]byte
+	b := small[:0]
+	put := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	put(domain)
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	for _, e := range entries {
+		put(e.Key)
+		put(e.Value)
+	}
+	put(limitID)
+	put(alg.code())
+	sum := sha256.Sum256(b)
+	var buf [len(KeyPrefix) + 3 + 2*sha256.Size]byte
+	k := append(buf[:0], KeyPrefix...)
+	k = append(k, '{', '~')
+	k = hex.AppendEncode(k, sum[:])
+	k = append(k, '}')
+	return string(k)
+}
+
+// code returns a's short name in keys.
+func (a Algorithm) code() string {
+	switch a {
+	case FixedWindow:
+		return "fw"
+	case SlidingWindow:
+		return "sw"
+	case SlidingLog:
+		return "sl"
+	case TokenBucket:
+		return "tb"
+	case GCRA:
+		return "gcra"
+	}
+	return "unknown"
+}
