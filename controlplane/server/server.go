@@ -101,6 +101,9 @@ type RedisConfig struct {
 	Username, Password string
 	// DB selects the database (standalone and sentinel).
 	DB int
+	// NoFunctions runs the scripts by EVALSHA only (see
+	// redisstore.Options.NoFunctions).
+	NoFunctions bool
 }
 
 // Config configures a Server. Zero values take the defaults.
@@ -418,7 +421,7 @@ func (s *Server) buildStore() error {
 	// together in the next one. Fewer, bigger script calls cost Redis and
 	// this process less CPU per decision (each call has a fixed cost on
 	// both sides), which on a busy host is also what bounds throughput.
-	primary, err := redisstore.New(s.client, redisstore.Options{MaxInFlight: 1})
+	primary, err := redisstore.New(s.client, redisstore.Options{MaxInFlight: 1, NoFunctions: rc.NoFunctions})
 	if err != nil {
 		return err
 	}

@@ -177,6 +177,32 @@ func testServeMemory(t *testing.T, kind string) {
 	}
 }
 
+// TestServeRedisNoFunctions: with NoFunctions the scripts run by EVALSHA
+// and no function library is loaded; the gauge says so.
+func TestServeRedisNoFunctions(t *testing.T) {
+	SetRedisLogger(quiet)
+	rs := redistest.StartServer(t)
+	srv := start(t, Config{Policies: policies(t), Redis: RedisConfig{Addrs: []string{rs.Addr()}, NoFunctions: true}})
+	c := rlsv3.NewRateLimitServiceClient(dial(t, srv.GRPCAddr()))
+	for i := range 5 {
+		if r := ask(t, c, "user"+strconv.Itoa(i)); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("decision: %v", r)
+		}
+	}
+	probe := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer probe.Close()
+	if libs, err := probe.FunctionList(context.Background(), redis.FunctionListQuery{}).Result(); err != nil || len(libs) != 0 {
+		t.Errorf("libraries %v (%v), want none", libs, err)
+	}
+	info := probe.Info(context.Background(), "commandstats").Val()
+	if !strings.Contains(info, "cmdstat_evalsha:calls=") || strings.Contains(info, "cmdstat_fcall:") {
+		t.Errorf("want EVALSHA calls and no FCALL:\n%s", info)
+	}
+	if _, m := get(t, "http://"+srv.HTTPAddr()+"/metrics"); !strings.Contains(m, "\nsluice_redis_script_functions 0\n") {
+		t.Error("sluice_redis_script_functions is not 0")
+	}
+}
+
 // TestServeRedisDegrades: decisions go to Redis; with Redis killed they are
 // still answered, /readyz stays 200 and says degraded, and gRPC health says
 // NOT_SERVING; after a restart both say ready, not degraded.

@@ -14,6 +14,8 @@
 //	-redis-username      SLUICE_REDIS_USERNAME      ACL user name
 //	-redis-password-file SLUICE_REDIS_PASSWORD_FILE file holding the password
 //	                     SLUICE_REDIS_PASSWORD      the password itself (environment only, never a flag)
+//	-redis-no-functions  SLUICE_REDIS_NO_FUNCTIONS  run the scripts by EVALSHA, never as a Redis 7 function
+//	                                                library (FUNCTION LOAD, FCALL) (false)
 //	-policy              SLUICE_POLICY              comma-separated policy files or directories (repeatable):
 //	                                                they seed an empty policy store (default: the
 //	                                                embedded example policies, domain sluice-demo)
@@ -89,6 +91,7 @@ type config struct {
 	redisDB             int
 	redisUser           string
 	redisPasswordFile   string
+	redisNoFunctions    bool
 	policies            listFlag
 	policyAddr          string
 	policyTokenFile     string
@@ -166,6 +169,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	dur(&c.shutdown, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", server.DefaultShutdownTimeout, "graceful drain limit on SIGTERM/SIGINT")
 	str(&c.logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&c.logFormat, "log-format", "SLUICE_LOG_FORMAT", "json", "json or text")
+	fs.BoolVar(&c.redisNoFunctions, "redis-no-functions", false, "run the Redis scripts by EVALSHA, never as a function library (FUNCTION LOAD, FCALL) ($SLUICE_REDIS_NO_FUNCTIONS)")
+	envOf["redis-no-functions"] = "SLUICE_REDIS_NO_FUNCTIONS"
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP address ($SLUICE_PPROF)")
 	envOf["pprof"] = "SLUICE_PPROF"
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
@@ -284,6 +289,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		Redis: server.RedisConfig{
 			Mode: c.redisMode, Addrs: c.redisAddrs, MasterName: c.redisMaster,
 			Username: c.redisUser, Password: password, DB: c.redisDB,
+			NoFunctions: c.redisNoFunctions,
 		},
 		Policies:         policies,
 		PolicyAddr:       c.policyAddr,
