@@ -3,8 +3,9 @@
 #
 # It builds sluice-controlplane, sluice-load and bench/ratelimit-peer
 # (envoyproxy/ratelimit's service, imported unchanged), starts one
-# redis-server on a free 127.0.0.1 port, and then, RUNS times, interleaved,
-# for each system: FLUSHALL, start the system against that Redis, wait until
+# redis-server on a free 127.0.0.1 port, and then, RUNS times, interleaved
+# (in SYSTEMS' order on odd runs, reversed on even ones), for each system:
+# FLUSHALL, start the system against that Redis, wait until
 # it answers, warm up, reset Redis's statistics, drive it with sluice-load,
 # stop it. Both systems get the same policy: domain "bench", descriptor key
 # "user", a clock-aligned fixed window of REQUESTS_PER_UNIT per UNIT per user
@@ -22,7 +23,7 @@
 # CLIENT (lean: sluice-load's minimal gRPC client; grpc: grpc-go),
 # SERVER_GOMAXPROCS (GOMAXPROCS for both systems under test, both being Go
 # programs; empty: their default, the number of cores),
-# SYSTEMS (the systems to run, in order: "ratelimit sluice"; sluice-grpc-go
+# SYSTEMS (the systems to run: "ratelimit sluice"; sluice-grpc-go
 # is sluice with -grpc-server grpc-go, grpc-go's server on the decision port),
 # CONTROLPLANE (a sluice-controlplane binary to measure instead of building
 # this tree's), KEEP=1 to keep the work directory (logs). Each system runs
@@ -221,7 +222,17 @@ echo
 printf '%-15s %4s %12s %9s %9s %9s %7s %12s %12s\n' system run decisions/s p50_ms p95_ms p99_ms errors redis_cpu_us cmd_usec
 declare -A results
 for run in $(seq "$RUNS"); do
-	for sys in "${systems[@]}"; do
+	# Odd runs go in SYSTEMS' order, even runs in reverse (ABBA): this
+	# machine's speed drifts during a set, and a fixed order would hand
+	# the drift to whichever system always runs second.
+	order=("${systems[@]}")
+	if ((run % 2 == 0)); then
+		order=()
+		for ((i = ${#systems[@]} - 1; i >= 0; i--)); do
+			order+=("${systems[i]}")
+		done
+	fi
+	for sys in "${order[@]}"; do
 		rcli FLUSHALL >/dev/null
 		log="$work/$sys-$run.log"
 		start_system "$sys" "$log"
