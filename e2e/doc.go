@@ -22,5 +22,9 @@
 //     policy applied with ratectl is refused and changes nothing
 //     (TestBadPluginConfig, TestBadPolicyRefused).
 //
+// And from issue 3: three control-plane processes on one Redis, 64 gRPC
+// callers, admit exactly each exact algorithm's limit
+// (TestAccuracyThreeControlPlanes).
+//
 // TestMain builds the control plane, ratectl and filter.wasm once.
 package e2e
