@@ -10,7 +10,10 @@
 // arithmetic. Lua numbers are doubles, exact for integers below 2^53, so
 // Decide refuses limits whose intermediate values could leave that range (see
 // luaBounds). The files are joined into one script that decides every key of
-// a call, so one EVALSHA answers a whole request, or many concurrent requests.
+// a call, so one script call answers a whole request, or many concurrent
+// requests. On Redis 7 and later the same parts are loaded once as a function
+// library and called with FCALL; EVALSHA is the fallback (see
+// Options.NoFunctions), and RATIONALE.md says why.
 // The clock is Redis TIME, read once per script call; Options.Now injects a
 // time instead, for tests. Every written key gets a PEXPIRE at the moment its
 // state would be back to "fresh" anyway (ceil of the reset time in
@@ -20,8 +23,9 @@
 // it was: it writes nothing, except that fixed_window counts first and takes
 // the cost back in the same script call, and sliding_log drops entries that
 // have left the window, as its Go counterpart does. A server
-// that lost the script (SCRIPT FLUSH, restart, failover) answers NOSCRIPT, and
-// the call is repeated once with EVAL, which loads it. Redis 5 or newer (the
+// that lost the script (SCRIPT FLUSH, restart, failover) answers NOSCRIPT, or
+// for the library "Function not found", and the call is repeated once with
+// EVAL, which loads the script (and the library is loaded again). Redis 5 or newer (the
 // scripts write after reading TIME, which needs effect replication).
 //
 // # Units
