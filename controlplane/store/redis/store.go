@@ -22,11 +22,11 @@
 // fixed_window.lua.) A denied request takes nothing and leaves the state as
 // it was: it writes nothing, except that fixed_window counts first and takes
 // the cost back in the same script call, and sliding_log drops entries that
-// have left the window, as its Go counterpart does. A server
-// that lost the script (SCRIPT FLUSH, restart, failover) answers NOSCRIPT, or
-// for the library "Function not found", and the call is repeated once with
-// EVAL, which loads the script (and the library is loaded again). Redis 5 or newer (the
-// scripts write after reading TIME, which needs effect replication).
+// have left the window, as its Go counterpart does. A server that lost the
+// script (SCRIPT FLUSH, restart, failover) answers NOSCRIPT, or for the
+// library "Function not found", and the call is repeated once with EVAL,
+// which loads the script (and the library is loaded again). Redis 5 or newer
+// (the scripts write after reading TIME, which needs effect replication).
 //
 // # Units
 //
