@@ -30,33 +30,29 @@ const maxDirectKey = 128
 //     spelled-out form, so the two forms never meet; two hashed keys meet
 //     only if SHA-256 collides.
 func Key(domain string, entries []Entry, limitID string, alg Algorithm) string {
+	code := alg.code()
+	n := len(KeyPrefix) + len("{||}") + escapedLen(domain) + escapedLen(limitID) + len(code)
+	for _, e := range entries {
+		n += len(":=") + escapedLen(e.Key) + escapedLen(e.Value)
+	}
+	if n > maxDirectKey {
+		return hashedKey(domain, entries, limitID, code)
+	}
 	var small [maxDirectKey]byte
 	b := append(small[:0], KeyPrefix...)
 	b = append(b, '{')
-	var ok bool
-	if b, ok = appendEscaped(b, domain); !ok {
-		return hashedKey(domain, entries, limitID, alg)
-	}
+	b = appendEscaped(b, domain)
 	for _, e := range entries {
 		b = append(b, ':')
-		if b, ok = appendEscaped(b, e.Key); !ok {
-			return hashedKey(domain, entries, limitID, alg)
-		}
+		b = appendEscaped(b, e.Key)
 		b = append(b, '=')
-		if b, ok = appendEscaped(b, e.Value); !ok {
-			return hashedKey(domain, entries, limitID, alg)
-		}
+		b = appendEscaped(b, e.Value)
 	}
 	b = append(b, '|')
-	if b, ok = appendEscaped(b, limitID); !ok {
-		return hashedKey(domain, entries, limitID, alg)
-	}
+	b = appendEscaped(b, limitID)
 	b = append(b, '|')
-	b = append(b, alg.code()...)
+	b = append(b, code...)
 	b = append(b, '}')
-	if len(b) > maxDirectKey {
-		return hashedKey(domain, entries, limitID, alg)
-	}
 	return string(b)
 }
 
@@ -74,29 +70,32 @@ var keepByte = func() (keep [256]bool) {
 	return keep
 }()
 
-// appendEscaped appends s to b, escaped, and reports false instead when the
-// result would pass maxDirectKey (b's capacity, which it never grows past).
-func appendEscaped(b []byte, s string) ([]byte, bool) {
+// escapedLen returns the length of s escaped.
+func escapedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		if !keepByte[s[i]] {
+			n += 2
+		}
+	}
+	return n
+}
+
+// appendEscaped appends s to b, escaped.
+func appendEscaped(b []byte, s string) []byte {
 	const hexDigits = "0123456789ABCDEF"
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if keepByte[c] {
-			if len(b)+1 > maxDirectKey {
-				return b, false
-			}
+		if c := s[i]; keepByte[c] {
 			b = append(b, c)
-			continue
+		} else {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
 		}
-		if len(b)+3 > maxDirectKey {
-			return b, false
-		}
-		b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
 	}
-	return b, true
+	return b
 }
 
 // hashedKey returns the hashed form of Key.
-func hashedKey(domain string, entries []Entry, limitID string, alg Algorithm) string {
+func hashedKey(domain string, entries []Entry, limitID, code string) string {
 	// The identity is laid out in one buffer and hashed at once; small
 	// identities stay on the stack.
 	var small [256]byte
@@ -112,7 +111,7 @@ func hashedKey(domain string, entries []Entry, limitID string, alg Algorithm) st
 		put(e.Value)
 	}
 	put(limitID)
-	put(alg.code())
+	put(code)
 	sum := sha256.Sum256(b)
 	var buf [len(KeyPrefix) + 3 + 2*sha256.Size]byte
 	k := append(buf[:0], KeyPrefix...)
