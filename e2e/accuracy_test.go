@@ -110,10 +110,8 @@ descriptors:
 	}
 }
 
-// farWindow returns a fixed-window length, in whole hours, whose current
-// clock-aligned window (on Redis's clock, as the script aligns it) ends more
-// than ten minutes from now: a test that counts one window's admissions
-// must not see it roll over.
+// farWindow returns redistest.FarWindow for the time of the Redis at addr,
+// as a policy window ("25h").
 func farWindow(t *testing.T, addr string) string {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
@@ -122,13 +120,5 @@ func farWindow(t *testing.T, addr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	us := now.UnixMicro()
-	for h := int64(24); h < 48; h++ {
-		w := h * int64(time.Hour/time.Microsecond)
-		if end := us - us%w + w; end-us > int64(10*time.Minute/time.Microsecond) {
-			return fmt.Sprintf("%dh", h)
-		}
-	}
-	t.Fatal("no window length between 24h and 48h ends more than 10 minutes from now")
-	return ""
+	return fmt.Sprintf("%dh", int(redistest.FarWindow(t, now).Hours()))
 }

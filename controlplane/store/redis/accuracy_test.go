@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
@@ -30,7 +31,11 @@ func TestAccuracy(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		stores = append(stores, newStore(t, c, Options{}))
 	}
-	aligned := alignedWindow(t, admin)
+	now, err := admin.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	aligned := redistest.FarWindow(t, now)
 	limits := map[store.Algorithm]store.Limit{
 		store.FixedWindow:   {Algorithm: store.FixedWindow, Requests: limit, Window: aligned},
 		store.SlidingWindow: {Algorithm: store.SlidingWindow, Requests: limit, Window: aligned},
@@ -80,26 +85,6 @@ func TestAccuracy(t *testing.T) {
 			}
 		})
 	}
-}
-
-// alignedWindow returns a window length, a whole number of hours, whose
-// clock-aligned boundary is at least 10 minutes away from Redis's time, so
-// a test of a few seconds cannot straddle it.
-func alignedWindow(t *testing.T, c *redis.Client) time.Duration {
-	t.Helper()
-	now, err := c.Time(context.Background()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	us := now.UnixMicro()
-	for h := int64(24); h < 48; h++ {
-		w := h * int64(time.Hour/time.Microsecond)
-		if w-us%w > int64(10*time.Minute/time.Microsecond) {
-			return time.Duration(h) * time.Hour
-		}
-	}
-	t.Fatal("no window of 24 to 47 hours has its boundary 10 minutes away: impossible")
-	return 0
 }
 
 // keyName is a readable key for tests that do not need store.Key's hashing.
