@@ -14,11 +14,12 @@ FUZZ_TARGETS := $(addprefix ./shared/algorithms:,FuzzFixedWindow FuzzSlidingLog 
                 ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey
 FUZZTIME ?= 1500ms
 
-.PHONY: test redis-server test-native test-wasip1 fuzz-short fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
+.PHONY: test redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
-## under wazero, short fuzzing.
-test: redis-server vet wasm test-native test-wasip1 fuzz-short
+## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
+## figures cannot break unnoticed).
+test: redis-server vet wasm test-native test-wasip1 fuzz-short bench-smoke
 	@echo "make test: all suites passed"
 
 ## redis-server: make sure a real redis-server is on PATH (tests start their own on free ports).
@@ -69,6 +70,12 @@ fuzz-short:
 		fi; \
 		echo "fuzz $$t: ok ($(FUZZTIME))"; \
 	done
+
+## bench-smoke: every benchmark, one iteration: they run, not what they measure.
+bench-smoke:
+	@mkdir -p $(CACHE)
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./... >$(CACHE)/bench-smoke.log 2>&1 || { cat $(CACHE)/bench-smoke.log; exit 1; }
+	@echo "bench-smoke: every benchmark ran once"
 
 ## fuzz: longer fuzzing (FUZZTIME=1m per target by default).
 fuzz:

@@ -168,30 +168,50 @@ func sameResult(got, want algorithms.Result) string {
 	return ""
 }
 
+// scriptCommands are the commands the store calls its scripts with.
+var scriptCommands = []string{"evalsha", "eval", "fcall"}
+
 // commandStats returns calls and usec of the script commands from INFO
 // commandstats, summed over the given clients (the nodes of a cluster).
 func commandStats(t testing.TB, clients ...*redis.Client) (calls, usec int64) {
 	t.Helper()
 	for _, c := range clients {
-		info, err := c.Info(context.Background(), "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
+		for _, name := range scriptCommands {
+			n, u := commandStat(t, c, name)
+			calls, usec = calls+n, usec+u
 		}
-		for _, line := range strings.Split(info, "\n") {
-			line = strings.TrimSpace(line)
-			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") && !strings.HasPrefix(line, "cmdstat_fcall:") {
-				continue
-			}
-			_, fields, _ := strings.Cut(line, ":")
-			for _, f := range strings.Split(fields, ",") {
-				k, v, _ := strings.Cut(f, "=")
-				n, _ := strconv.ParseFloat(v, 64)
-				switch k {
-				case "calls":
-					calls += int64(n)
-				case "usec":
-					usec += int64(n)
-				}
+	}
+	return calls, usec
+}
+
+// commandCalls returns how many times the server ran command.
+func commandCalls(t testing.TB, c *redis.Client, command string) int64 {
+	t.Helper()
+	calls, _ := commandStat(t, c, command)
+	return calls
+}
+
+// commandStat returns calls and usec of one command from INFO commandstats
+// (zeros for a command the server has not run).
+func commandStat(t testing.TB, c *redis.Client, command string) (calls, usec int64) {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				calls = int64(n)
+			case "usec":
+				usec = int64(n)
 			}
 		}
 	}

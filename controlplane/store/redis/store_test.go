@@ -224,24 +224,6 @@ func TestFunctions(t *testing.T) {
 	}
 }
 
-// commandCalls returns how many times the server ran command, from INFO
-// commandstats.
-func commandCalls(t *testing.T, c *redis.Client, command string) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls=")
-		if ok {
-			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 // TestCheckReply: replies without dispatch.lua's layout are refused before
 // anything is read from them.
 func TestCheckReply(t *testing.T) {
