@@ -47,7 +47,7 @@ func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 			{"CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i + 1)},
 			{"CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)},
 		} {
-			if _, err := command(s.Addr(), time.Second, cmd...); err != nil {
+			if _, err := s.command(time.Second, cmd...); err != nil {
 				t.Fatalf("redistest: StartCluster: %s on %s: %v", strings.Join(cmd, " "), s.Addr(), err)
 			}
 		}
@@ -57,7 +57,7 @@ func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 			s.mu.Lock()
 			port, bus := s.port, s.busPort
 			s.mu.Unlock()
-			if _, err := command(from.Addr(), time.Second, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(port), strconv.Itoa(bus)); err != nil {
+			if _, err := from.command(time.Second, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(port), strconv.Itoa(bus)); err != nil {
 				t.Fatalf("redistest: StartCluster: CLUSTER MEET %s from %s: %v", s.Addr(), from.Addr(), err)
 			}
 		}
@@ -88,7 +88,7 @@ func (c *Cluster) WaitOK() {
 	for {
 		var problem string
 		for _, s := range c.nodes {
-			if problem = clusterProblem(s.Addr(), len(c.nodes)); problem != "" {
+			if problem = clusterProblem(s, len(c.nodes)); problem != "" {
 				break
 			}
 		}
@@ -102,10 +102,10 @@ func (c *Cluster) WaitOK() {
 	}
 }
 
-// clusterProblem returns why the node at addr does not yet see a healthy cluster of n nodes, or ""
-// if it does.
-func clusterProblem(addr string, n int) string {
-	info, err := command(addr, time.Second, "CLUSTER", "INFO")
+// clusterProblem returns why node s does not yet see a healthy cluster of n nodes, or "" if it does.
+func clusterProblem(s *Server, n int) string {
+	addr := s.Addr()
+	info, err := s.command(time.Second, "CLUSTER", "INFO")
 	if err != nil {
 		return fmt.Sprintf("%s: CLUSTER INFO: %v", addr, err)
 	}

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +21,19 @@ func (e replyError) Error() string { return "redis: " + string(e) }
 // the text of a simple string, the digits of an integer, or the content of a bulk string. An error
 // reply is returned as a replyError. Arrays are not supported; the helpers here do not need them.
 func command(addr string, timeout time.Duration, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	return commandTLS(addr, nil, timeout, args...)
+}
+
+// commandTLS is command over TLS with the client configuration tc; nil means plaintext.
+func commandTLS(addr string, tc *tls.Config, timeout time.Duration, args ...string) (string, error) {
+	d := &net.Dialer{Timeout: timeout}
+	var conn net.Conn
+	var err error
+	if tc != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", addr, tc)
+	} else {
+		conn, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -1,5 +1,5 @@
-// Package redistest starts real redis-server processes for tests: a standalone server, or a Redis
-// Cluster of several masters.
+// Package redistest starts real redis-server processes for tests: a standalone server, a Redis
+// Cluster of several masters, or a Sentinel; with WithTLS, over TLS only.
 //
 // Every server listens on a 127.0.0.1 port reserved with internal/portlock, keeps its files in the
 // test's temporary directory, persists nothing (--save "" --appendonly no) and is stopped by PID
@@ -13,6 +13,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/portlock"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // EnvServer is the environment variable that can name the redis-server binary to use.
@@ -42,6 +44,7 @@ const (
 	logTailLines = 15                            // lines of the server log quoted in errors
 	logFileName  = "redis.log"                   // the server's log, in its directory
 	readyLine    = "Ready to accept connections" // logged once the server listens
+	sentinelUp   = "Sentinel ID is"              // logged once a Sentinel listens
 )
 
 // errPortInUse means redis-server could not listen because another process holds the port.
@@ -53,12 +56,28 @@ type Option func(*options)
 // options collects what the Options set.
 type options struct {
 	args []string // extra redis-server arguments, appended after the package's own
+	tls  *TLS     // serve TLS only
 }
 
 // WithArgs adds redis-server command-line arguments, for example WithArgs("--maxmemory", "10mb").
 // They come after the package's own arguments, so they override them.
 func WithArgs(args ...string) Option {
 	return func(o *options) { o.args = append(o.args, args...) }
+}
+
+// TLS is what WithTLS gives a server: its certificate and key, and the CA whose client certificates it
+// accepts. The certificate must also be valid for client authentication: the server presents it
+// when it connects to other servers (replication, the cluster bus, a Sentinel to its master), and
+// this package presents it for its own commands (PING, CLUSTER MEET).
+type TLS struct {
+	CAFile, CertFile, KeyFile string
+}
+
+// WithTLS serves TLS only, with tls-auth-clients yes: the server's port is its --tls-port, and its
+// plaintext port is off (--port 0). Servers talk to each other over TLS too (tls-replication, and
+// tls-cluster in a cluster).
+func WithTLS(t TLS) Option {
+	return func(o *options) { o.tls = &t }
 }
 
 // Binary returns the path of the redis-server binary the package runs: $SLUICE_REDIS_SERVER if set,
@@ -87,7 +106,10 @@ type Server struct {
 	bin     string              // the redis-server binary
 	dir     string              // working directory: log, and nodes.conf in cluster mode
 	extra   []string            // arguments from WithArgs
+	tlsOpt  *TLS                // from WithTLS; nil: plaintext
+	tlsCfg  *tls.Config         // the client side of tlsOpt, for the package's own commands
 	cluster bool                // run with cluster-enabled yes
+	conf    string              // config file given first (Sentinel), or ""
 	pick    func() (int, error) // returns a port to try; portlock.Reserve outside tests
 
 	mu      sync.Mutex
@@ -115,6 +137,15 @@ func StartServer(t testing.TB, opts ...Option) *Server {
 
 // newServer makes a Server, arranges for it to be stopped at the end of the test and starts it.
 func newServer(t testing.TB, cluster bool, opts []Option) (*Server, error) {
+	s, err := makeServer(t, cluster, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.startFresh()
+}
+
+// makeServer makes a Server and arranges for it to be stopped at the end of the test.
+func makeServer(t testing.TB, cluster bool, opts []Option) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -123,13 +154,24 @@ func newServer(t testing.TB, cluster bool, opts []Option) (*Server, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), extra: o.args, cluster: cluster, pick: portlock.Reserve}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), extra: o.args, cluster: cluster, pick: portlock.Reserve, tlsOpt: o.tls}
+	if o.tls != nil {
+		pool, err := tlsfiles.CertPool(o.tls.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("WithTLS: %v", err)
+		}
+		cert, err := tls.LoadX509KeyPair(o.tls.CertFile, o.tls.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("WithTLS: %v", err)
+		}
+		s.tlsCfg = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	t.Cleanup(func() {
 		if err := s.stop(); err != nil {
 			t.Errorf("redistest: %v", err)
 		}
 	})
-	return s, s.startFresh()
+	return s, nil
 }
 
 // Addr returns the server's address, "127.0.0.1:port". It stays the same across Restart.
@@ -147,6 +189,20 @@ func (s *Server) PID() int {
 		return 0
 	}
 	return s.proc.cmd.Process.Pid
+}
+
+// TLSConfig returns the client configuration the package's own commands use (trusting the CA of
+// WithTLS and presenting its certificate), or nil without TLS.
+func (s *Server) TLSConfig() *tls.Config {
+	if s.tlsCfg == nil {
+		return nil
+	}
+	return s.tlsCfg.Clone()
+}
+
+// command sends one command to the server (see the package function command).
+func (s *Server) command(timeout time.Duration, args ...string) (string, error) {
+	return commandTLS(s.Addr(), s.tlsCfg, timeout, args...)
 }
 
 // Dir returns the server's working directory (its log and, in cluster mode, nodes.conf).
@@ -223,8 +279,21 @@ func (s *Server) startFresh() error {
 // startLocked starts redis-server on port (and busPort in cluster mode) and waits until it answers
 // PING. On success the ports become the server's; on failure no process is left running.
 func (s *Server) startLocked(port, busPort int) error {
-	args := []string{
-		"--port", strconv.Itoa(port),
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf, "--sentinel") // the config file must come first
+	}
+	if o := s.tlsOpt; o != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", o.CertFile, "--tls-key-file", o.KeyFile, "--tls-ca-cert-file", o.CAFile,
+			"--tls-auth-clients", "yes", "--tls-replication", "yes")
+		if s.cluster {
+			args = append(args, "--tls-cluster", "yes")
+		}
+	} else {
+		args = append(args, "--port", strconv.Itoa(port))
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
 		"--save", "",
@@ -232,7 +301,7 @@ func (s *Server) startLocked(port, busPort int) error {
 		"--daemonize", "no",
 		"--logfile", "", // log to stdout, which goes to redis.log
 		"--enable-debug-command", "local", // DEBUG SLEEP etc. for slow-Redis tests
-	}
+	)
 	if s.cluster {
 		args = append(args,
 			"--cluster-enabled", "yes",
@@ -278,7 +347,11 @@ func (s *Server) startLocked(port, busPort int) error {
 		// The log line proves that this process holds the port (redis-server binds before it
 		// logs it); PING then shows it serves. PING alone could reach another process that holds
 		// the port.
-		if strings.Contains(logSince(logPath, logStart), readyLine) && pingOK(addr) {
+		ready := readyLine
+		if s.conf != "" {
+			ready = sentinelUp
+		}
+		if strings.Contains(logSince(logPath, logStart), ready) && pingOK(addr, s.tlsCfg) {
 			s.port, s.busPort, s.proc = port, busPort, p
 			return nil
 		}
@@ -295,8 +368,8 @@ func (s *Server) startLocked(port, busPort int) error {
 
 // pingOK reports whether the server at addr accepts commands. NOAUTH counts: the server is up and
 // wants a password (set with WithArgs).
-func pingOK(addr string) bool {
-	r, err := command(addr, 500*time.Millisecond, "PING")
+func pingOK(addr string, tc *tls.Config) bool {
+	r, err := commandTLS(addr, tc, 500*time.Millisecond, "PING")
 	var re replyError
 	return (err == nil && r == "PONG") || (errors.As(err, &re) && strings.HasPrefix(string(re), "NOAUTH"))
 }
