@@ -104,6 +104,8 @@ type RedisConfig struct {
 	// NoFunctions runs the scripts by EVALSHA only (see
 	// redisstore.Options.NoFunctions).
 	NoFunctions bool
+	// TLS, when set, reaches Redis over TLS (the sentinels too).
+	TLS *redisstore.TLS
 }
 
 // Config configures a Server. Zero values take the defaults.
@@ -376,10 +378,18 @@ func (s *Server) buildStore() error {
 	// its connections quickly; dials are retried by the prober, not here.
 	ioTimeout := max(2*deadline, 50*time.Millisecond)
 	dialTimeout := max(10*deadline, 250*time.Millisecond)
+	var dialer func(context.Context, string, string) (net.Conn, error)
+	var tlsConfig *tls.Config
+	if rc.TLS != nil && mode != ModeMemory {
+		var err error
+		if dialer, tlsConfig, err = rc.TLS.Dialer(dialTimeout); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+	}
 	switch mode {
 	case ModeMemory:
-		if len(rc.Addrs) > 0 || rc.MasterName != "" {
-			return errors.New("server: redis mode memory takes no Redis addresses or master name")
+		if len(rc.Addrs) > 0 || rc.MasterName != "" || rc.TLS != nil {
+			return errors.New("server: redis mode memory takes no Redis addresses, master name or TLS")
 		}
 		s.store = s.memory
 		return nil
@@ -390,7 +400,7 @@ func (s *Server) buildStore() error {
 		s.client = redis.NewClient(&redis.Options{
 			Addr: rc.Addrs[0], Username: rc.Username, Password: rc.Password, DB: rc.DB,
 			ContextTimeoutEnabled: true, DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
-			DialerRetries: 1,
+			DialerRetries: 1, Dialer: dialer, TLSConfig: tlsConfig,
 		})
 	case ModeSentinel:
 		if rc.MasterName == "" || len(rc.Addrs) == 0 {
@@ -400,7 +410,7 @@ func (s *Server) buildStore() error {
 			MasterName: rc.MasterName, SentinelAddrs: rc.Addrs,
 			Username: rc.Username, Password: rc.Password, SentinelUsername: rc.Username, SentinelPassword: rc.Password, DB: rc.DB,
 			ContextTimeoutEnabled: true, DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
-			DialerRetries: 1,
+			DialerRetries: 1, Dialer: dialer, TLSConfig: tlsConfig,
 		})
 	case ModeCluster:
 		if len(rc.Addrs) == 0 {
@@ -412,7 +422,7 @@ func (s *Server) buildStore() error {
 		s.client = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: rc.Addrs, Username: rc.Username, Password: rc.Password,
 			ContextTimeoutEnabled: true, DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
-			DialerRetries: 1,
+			DialerRetries: 1, Dialer: dialer, TLSConfig: tlsConfig,
 		})
 	default:
 		return fmt.Errorf("server: unknown redis mode %q (use memory, standalone, sentinel or cluster)", mode)
