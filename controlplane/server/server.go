@@ -116,6 +116,9 @@ type Config struct {
 	// GRPCServer picks the decision port's gRPC server: GRPCServerUnary
 	// (also when empty) or GRPCServerGo. See DecisionServers.
 	GRPCServer string
+	// GRPCTLS, when set, serves the decision port over TLS (see
+	// DecisionTLSConfig; mTLS with ClientCAs); nil: plaintext h2c.
+	GRPCTLS *tls.Config
 	// HTTPAddr is the metrics and health listen address; DefaultHTTPAddr
 	// if empty.
 	HTTPAddr string
@@ -246,7 +249,11 @@ func (s *Server) build() error {
 
 	s.health = health.NewServer()
 	if cfg.GRPCServer == GRPCServerGo {
-		gs := grpc.NewServer(decisionServerOptions(s.service)...)
+		opts := decisionServerOptions(s.service)
+		if cfg.GRPCTLS != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
+		}
+		gs := grpc.NewServer(opts...)
 		s.service.Register(gs)
 		healthpb.RegisterHealthServer(gs, s.health)
 		s.grpc = gs
@@ -271,6 +278,7 @@ func (s *Server) build() error {
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("server: gRPC address %s: %w", cfg.GRPCAddr, err)
 	}
+	s.grpcLn = s.decisionListener(s.grpcLn)
 	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("server: HTTP address %s: %w", cfg.HTTPAddr, err)
 	}

@@ -51,7 +51,10 @@ func policies(t *testing.T) *policy.Set {
 // the server is ready.
 func start(t *testing.T, cfg Config) *Server {
 	t.Helper()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.Logger = "127.0.0.1:0", "127.0.0.1:0", quiet
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
