@@ -5,6 +5,10 @@
 // Every flag can also be set by an environment variable (flags win):
 //
 //	-grpc-addr           SLUICE_GRPC_ADDR           gRPC listen address (127.0.0.1:8081)
+//	-grpc-tls-cert       SLUICE_GRPC_TLS_CERT       serve the decision port over TLS with this certificate (PEM;
+//	                                                re-read when the file changes; default: plaintext h2c)
+//	-grpc-tls-key        SLUICE_GRPC_TLS_KEY        ... and this key
+//	-grpc-client-ca      SLUICE_GRPC_CLIENT_CA      require client certificates signed by this CA (mTLS)
 //	-http-addr           SLUICE_HTTP_ADDR           HTTP listen address for metrics and health (127.0.0.1:9090)
 //	-redis-mode          SLUICE_REDIS_MODE          memory | standalone | sentinel | cluster
 //	                                                (default: standalone with -redis-addrs, else memory)
@@ -14,6 +18,14 @@
 //	-redis-username      SLUICE_REDIS_USERNAME      ACL user name
 //	-redis-password-file SLUICE_REDIS_PASSWORD_FILE file holding the password
 //	                     SLUICE_REDIS_PASSWORD      the password itself (environment only, never a flag)
+//	-redis-tls           SLUICE_REDIS_TLS           reach Redis over TLS (false; implied by the flags below)
+//	-redis-tls-ca        SLUICE_REDIS_TLS_CA        CA bundle (PEM) that signs the Redis servers' certificates
+//	                                                (default: the system's roots)
+//	-redis-tls-cert      SLUICE_REDIS_TLS_CERT      client certificate for Redis (tls-auth-clients; re-read when
+//	                                                the file changes)
+//	-redis-tls-key       SLUICE_REDIS_TLS_KEY       ... and its key
+//	-redis-tls-server-name SLUICE_REDIS_TLS_SERVER_NAME  name the servers' certificates must hold
+//	                                                (default: the host of each address)
 //	-redis-no-functions  SLUICE_REDIS_NO_FUNCTIONS  run the scripts by EVALSHA, never as a Redis 7 function
 //	                                                library (FUNCTION LOAD, FCALL) (false)
 //	-policy              SLUICE_POLICY              comma-separated policy files or directories (repeatable):
@@ -69,6 +81,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/rls"
 	"github.com/sluicehq/sluice/controlplane/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
+	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 )
 
 func main() {
@@ -85,6 +98,8 @@ const DefaultGCPercent = 400
 type config struct {
 	grpcAddr, httpAddr  string
 	grpcServer          string
+	grpcCert, grpcKey   string
+	grpcCA              string
 	redisMode           string
 	redisAddrs          listFlag
 	redisMaster         string
@@ -92,6 +107,8 @@ type config struct {
 	redisUser           string
 	redisPasswordFile   string
 	redisNoFunctions    bool
+	redisTLS            bool
+	redisTLSFiles       redisstore.TLS
 	policies            listFlag
 	policyAddr          string
 	policyTokenFile     string
@@ -144,6 +161,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	}
 	str(&c.grpcAddr, "grpc-addr", "SLUICE_GRPC_ADDR", server.DefaultGRPCAddr, "gRPC listen address (ShouldRateLimit)")
 	str(&c.grpcServer, "grpc-server", "SLUICE_GRPC_SERVER", server.GRPCServerUnary, "decision port server: unary (lean HTTP/2: ShouldRateLimit and Health/Check) or grpc-go")
+	str(&c.grpcCert, "grpc-tls-cert", "SLUICE_GRPC_TLS_CERT", "", "TLS certificate of the decision port (default: plaintext)")
+	str(&c.grpcKey, "grpc-tls-key", "SLUICE_GRPC_TLS_KEY", "", "TLS key of the decision port")
+	str(&c.grpcCA, "grpc-client-ca", "SLUICE_GRPC_CLIENT_CA", "", "CA whose client certificates the decision port requires (mTLS)")
 	str(&c.httpAddr, "http-addr", "SLUICE_HTTP_ADDR", server.DefaultHTTPAddr, "HTTP listen address (/metrics, /healthz, /readyz)")
 	str(&c.redisMode, "redis-mode", "SLUICE_REDIS_MODE", "", "memory, standalone, sentinel or cluster (default: standalone with -redis-addrs, else memory)")
 	fs.Var(&c.redisAddrs, "redis-addrs", "comma-separated Redis host:port: the server, the sentinels or cluster seed nodes ($SLUICE_REDIS_ADDRS)")
@@ -152,6 +172,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	num(&c.redisDB, "redis-db", "SLUICE_REDIS_DB", 0, "Redis database (standalone, sentinel)")
 	str(&c.redisUser, "redis-username", "SLUICE_REDIS_USERNAME", "", "Redis ACL user name")
 	str(&c.redisPasswordFile, "redis-password-file", "SLUICE_REDIS_PASSWORD_FILE", "", "file holding the Redis password (or set $SLUICE_REDIS_PASSWORD)")
+	fs.BoolVar(&c.redisTLS, "redis-tls", false, "reach Redis over TLS; implied by the other -redis-tls-* flags ($SLUICE_REDIS_TLS)")
+	envOf["redis-tls"] = "SLUICE_REDIS_TLS"
+	str(&c.redisTLSFiles.CAFile, "redis-tls-ca", "SLUICE_REDIS_TLS_CA", "", "CA bundle that signs the Redis servers' certificates (default: the system's roots)")
+	str(&c.redisTLSFiles.CertFile, "redis-tls-cert", "SLUICE_REDIS_TLS_CERT", "", "client certificate for Redis")
+	str(&c.redisTLSFiles.KeyFile, "redis-tls-key", "SLUICE_REDIS_TLS_KEY", "", "client key for Redis")
+	str(&c.redisTLSFiles.ServerName, "redis-tls-server-name", "SLUICE_REDIS_TLS_SERVER_NAME", "", "name the Redis servers' certificates must hold (default: the host of each address)")
 	fs.Var(&c.policies, "policy", "policy file or directory, comma-separated or repeated; re-read on SIGHUP ($SLUICE_POLICY)")
 	envOf["policy"] = "SLUICE_POLICY"
 	str(&c.policyAddr, "policy-addr", "SLUICE_POLICY_ADDR", server.DefaultPolicyAddr, "policy service listen address (authenticated)")
@@ -216,6 +242,15 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, errors.New("-policy-tls-cert and -policy-tls-key go together"))
 	case c.policyCA != "" && c.policyCert == "":
 		errs = append(errs, errors.New("-policy-client-ca needs TLS: give -policy-tls-cert and -policy-tls-key"))
+	case (c.grpcCert == "") != (c.grpcKey == ""):
+		errs = append(errs, errors.New("-grpc-tls-cert and -grpc-tls-key go together"))
+	case c.grpcCA != "" && c.grpcCert == "":
+		errs = append(errs, errors.New("-grpc-client-ca needs TLS: give -grpc-tls-cert and -grpc-tls-key"))
+	case (c.redisTLSFiles.CertFile == "") != (c.redisTLSFiles.KeyFile == ""):
+		errs = append(errs, errors.New("-redis-tls-cert and -redis-tls-key go together"))
+	}
+	if c.redisTLSFiles != (redisstore.TLS{}) {
+		c.redisTLS = true
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -282,14 +317,26 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		}
 		password = strings.TrimRight(string(b), "\r\n")
 	}
+	var redisTLS *redisstore.TLS
+	if c.redisTLS {
+		redisTLS = &c.redisTLSFiles
+	}
+	var grpcTLS *tls.Config
+	if c.grpcCert != "" {
+		if grpcTLS, err = server.DecisionTLSConfig(c.grpcCert, c.grpcKey, c.grpcCA); err != nil {
+			log.Error("decision port TLS", "error", err.Error())
+			return 2
+		}
+	}
 	srv, err := server.New(server.Config{
 		GRPCAddr:   c.grpcAddr,
 		GRPCServer: c.grpcServer,
+		GRPCTLS:    grpcTLS,
 		HTTPAddr:   c.httpAddr,
 		Redis: server.RedisConfig{
 			Mode: c.redisMode, Addrs: c.redisAddrs, MasterName: c.redisMaster,
 			Username: c.redisUser, Password: password, DB: c.redisDB,
-			NoFunctions: c.redisNoFunctions,
+			NoFunctions: c.redisNoFunctions, TLS: redisTLS,
 		},
 		Policies:         policies,
 		PolicyAddr:       c.policyAddr,
