@@ -21,7 +21,7 @@ import (
 
 // Time limits of Envoy.
 const (
-	envoyStartTimeout = 60 * time.Second // until the admin interface says LIVE (V8 compiles filter.wasm)
+	envoyStartTimeout = 2 * time.Minute  // until the admin interface says LIVE (V8 compiles filter.wasm; slow on a busy machine)
 	envoyStopTimeout  = 15 * time.Second // after SIGTERM, before SIGKILL
 )
 
@@ -156,6 +156,7 @@ func (e *Envoy) start(ctx context.Context) error {
 
 	deadline := time.Now().Add(envoyStartTimeout)
 	client := &http.Client{Timeout: 2 * time.Second}
+	state := "no admin address yet"
 	for {
 		select {
 		case <-done:
@@ -164,15 +165,19 @@ func (e *Envoy) start(ctx context.Context) error {
 		}
 		if b, err := os.ReadFile(adminPath); err == nil && len(bytes.TrimSpace(b)) > 0 {
 			e.adminURL = "http://" + strings.TrimSpace(string(b))
-			if code, body := get(client, e.adminURL+"/ready"); code == 200 && strings.TrimSpace(body) == "LIVE" {
-				if err := e.readListeners(client); err == nil {
+			code, body := get(client, e.adminURL+"/ready")
+			state = fmt.Sprintf("admin /ready: %d %s", code, strings.TrimSpace(body))
+			if code == 200 && strings.TrimSpace(body) == "LIVE" {
+				err := e.readListeners(client)
+				if err == nil {
 					return nil
 				}
+				state = "listeners: " + err.Error()
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			e.Kill()
-			return fmt.Errorf("envoy %s: not ready after %v:\n%s", e.cfg.Name, envoyStartTimeout, tail(e.logPath, from))
+			return fmt.Errorf("envoy %s: not ready after %v (%s):\n%s", e.cfg.Name, envoyStartTimeout, state, tail(e.logPath, from))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
