@@ -44,6 +44,7 @@ func main() {
 	flag.StringVar(&cfg.setups, "setups", "1,1d,2,3,4,5,6,7", "setups to run (see the table in bench/envoy/README.md)")
 	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
+	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -58,7 +59,7 @@ type config struct {
 	duration, warmup         time.Duration
 	concurrency, connections int
 	setups, loads            string
-	keep                     bool
+	keep, memory             bool
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -131,6 +132,10 @@ func run(ctx context.Context, cfg config) error {
 	}
 	fmt.Println()
 	summarize(med, cfg.concurrency)
+	if cfg.memory {
+		fmt.Println()
+		return b.memory(ctx, dir)
+	}
 	return nil
 }
 

@@ -207,8 +207,8 @@ func summarize(m map[string]result, workers int) {
 		fmt.Println()
 	}
 	if ok1 && ok4 {
-		fmt.Printf("Envoy RSS: %.1f MB with the sluice filter against %.1f MB without, %.1f MB per worker (goal <= 25)\n",
-			four.rssMB, one.rssMB, (four.rssMB-one.rssMB)/float64(workers))
+		fmt.Printf("Envoy RSS after the runs: %.1f MB with the sluice filter against %.1f MB without, at %d workers (see the memory section for per worker)\n",
+			four.rssMB, one.rssMB, workers)
 	}
 	if five, ok := get("5/spread"); ok {
 		if six, ok := get("6/spread"); ok {
