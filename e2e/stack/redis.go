@@ -83,3 +83,13 @@ func (r *Redis) Stop() {
 		<-r.done
 	}
 }
+
+// PID returns the server's process id.
+func (r *Redis) PID() int { return r.cmd.Process.Pid }
+
+// FlushAll empties the server.
+func (r *Redis) FlushAll(ctx context.Context) error {
+	client := redis.NewClient(&redis.Options{Addr: r.addr})
+	defer client.Close()
+	return client.FlushAll(ctx).Err()
+}

@@ -1,0 +1,30 @@
+-- load.lua: wrk's script for bench-envoy. BENCH_LOAD picks each request's
+-- x-user header: spread (one of 10,000 keys), flood (90% "hot", the rest
+-- spread) or blocked (always "blocked"). When wrk is done it prints one
+-- line, "BENCH {json}", that bench-envoy reads.
+local mode = os.getenv("BENCH_LOAD") or "spread"
+local keys = 10000
+
+function init(args)
+  math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16) % 100000)
+end
+
+function request()
+  local k
+  if mode == "blocked" then
+    k = "blocked"
+  elseif mode == "flood" and math.random() < 0.9 then
+    k = "hot"
+  else
+    k = "u" .. math.random(keys)
+  end
+  return wrk.format(nil, nil, {["x-user"] = k})
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH {"requests":%d,"duration_us":%d,"p50_us":%d,"p99_us":%d,"non2xx":%d,"errors":%d}\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    e.status, e.connect + e.read + e.write + e.timeout))
+end

@@ -1,0 +1,208 @@
+// Command bench-envoy measures sluice in real Envoy against Envoy alone, an
+// empty upstream-Go Wasm filter, Envoy's native local_ratelimit, and Envoy's
+// native ratelimit filter with envoyproxy/ratelimit: `make bench-envoy`. It is
+// a benchmark, not a test.
+//
+// Every setup runs on the same Envoy binary with the same --concurrency, in
+// front of the same upstream: a second listener of the same Envoy that
+// answers with direct_response (cheap, and still a route entry on the first
+// listener, so Envoy's ratelimit filter runs). The load generator is wrk
+// (Debian's package) with a Lua script that picks each request's key. Runs
+// are interleaved (odd runs in setup order, even runs reversed) and the
+// table gives medians. For each run it reports requests/s, p50/p99 latency,
+// and the CPU seconds per request (from /proc, user plus system) of Envoy, of
+// the rate limit service and of Redis.
+//
+//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,2,3,4,5,6,7]
+//
+// Run it from the repository (it builds what it runs).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/stack"
+)
+
+func main() {
+	var cfg config
+	flag.IntVar(&cfg.runs, "runs", 3, "interleaved runs of every setup and load")
+	flag.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time of one run")
+	flag.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
+	flag.IntVar(&cfg.concurrency, "concurrency", 2, "Envoy worker threads (one Wasm VM each)")
+	flag.IntVar(&cfg.connections, "connections", 32, "wrk connections")
+	flag.StringVar(&cfg.setups, "setups", "1,1d,2,3,4,5,6,7", "setups to run (see the table in bench/envoy/README.md)")
+	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7")
+	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
+	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-envoy:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	runs                     int
+	duration, warmup         time.Duration
+	concurrency, connections int
+	setups, loads            string
+	keep, memory             bool
+}
+
+func run(ctx context.Context, cfg config) error {
+	dir, err := os.MkdirTemp("", "sluice-bench-envoy-")
+	if err != nil {
+		return err
+	}
+	if cfg.keep {
+		fmt.Println("work directory:", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	var cases []benchCase
+	peer := false
+	for _, id := range strings.Split(cfg.setups, ",") {
+		s, ok := setups[strings.TrimSpace(id)]
+		if !ok {
+			return fmt.Errorf("no setup %q", id)
+		}
+		peer = peer || s.rls == rlsPeer
+		if s.load != "" {
+			cases = append(cases, benchCase{setup: s, load: s.load})
+			continue
+		}
+		for _, l := range strings.Split(cfg.loads, ",") {
+			cases = append(cases, benchCase{setup: s, load: load(strings.TrimSpace(l))})
+		}
+	}
+	b, err := build(ctx, dir, peer)
+	if err != nil {
+		return err
+	}
+	redis, err := stack.StartRedis(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer redis.Stop()
+	b.redis = redis
+
+	fmt.Printf("Envoy %s, --concurrency %d; wrk -t1 -c%d, %v per run after %v warm-up; %d cores shared by wrk, Envoy, the service and Redis\n",
+		b.envoyVersion, cfg.concurrency, cfg.connections, cfg.duration, cfg.warmup, numCPU())
+	fmt.Println()
+	fmt.Println(header())
+	results := map[string][]result{}
+	for r := 1; r <= cfg.runs; r++ {
+		order := slices.Clone(cases)
+		if r%2 == 0 {
+			slices.Reverse(order)
+		}
+		for _, c := range order {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			res, err := b.measure(ctx, dir, cfg, c)
+			if err != nil {
+				return fmt.Errorf("setup %s %s run %d: %w", c.setup.id, c.load, r, err)
+			}
+			fmt.Println(res.row(c, strconv.Itoa(r)))
+			results[c.key()] = append(results[c.key()], res)
+		}
+	}
+	fmt.Println()
+	fmt.Printf("medians of %d runs:\n", cfg.runs)
+	fmt.Println(header())
+	med := map[string]result{}
+	for _, c := range cases {
+		m := median(results[c.key()])
+		med[c.key()] = m
+		fmt.Println(m.row(c, "med"))
+	}
+	fmt.Println()
+	summarize(med, cfg.concurrency)
+	if cfg.memory {
+		fmt.Println()
+		return b.memory(ctx, dir)
+	}
+	return nil
+}
+
+// numCPU returns the cores this process may use.
+func numCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "\nprocessor") + 1
+}
+
+// built is what a run needs: programs, and the shared Redis.
+type built struct {
+	controlPlane, peer, filterWasm, emptyWasm string
+	envoy, envoyVersion                       string
+	redis                                     *stack.Redis
+}
+
+// build compiles what the setups run; envoyproxy/ratelimit only when peer.
+func build(ctx context.Context, dir string, peer bool) (*built, error) {
+	root, err := stack.ModuleRoot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := &built{
+		controlPlane: filepath.Join(dir, "sluice-controlplane"),
+		peer:         filepath.Join(dir, "ratelimit-peer"),
+		filterWasm:   filepath.Join(dir, "filter.wasm"),
+		emptyWasm:    filepath.Join(dir, "empty.wasm"),
+	}
+	fmt.Println("building sluice-controlplane, filter.wasm, the empty Go filter and envoyproxy/ratelimit ...")
+	if err := stack.GoBuild(ctx, "./controlplane/cmd/sluice-controlplane", b.controlPlane); err != nil {
+		return nil, err
+	}
+	if err := stack.BuildWasm(ctx, b.filterWasm); err != nil {
+		return nil, err
+	}
+	if err := command(ctx, root, []string{"GOOS=wasip1", "GOARCH=wasm"}, "go", "build", "-buildmode=c-shared",
+		"-trimpath", "-ldflags=-s -w", "-o", b.emptyWasm, "./bench/envoy/emptyfilter"); err != nil {
+		return nil, err
+	}
+	if peer {
+		if err := command(ctx, filepath.Join(root, "bench", "ratelimit-peer"), nil, "go", "build", "-o", b.peer, "."); err != nil {
+			return nil, err
+		}
+	}
+	if b.envoy, err = stack.EnvoyBinary(ctx); err != nil {
+		return nil, err
+	}
+	out, err := output(ctx, "", b.envoy, "--version")
+	if err != nil {
+		return nil, err
+	}
+	b.envoyVersion = envoyVersion(out)
+	if _, err := lookWrk(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// envoyVersion picks "1.40.0" out of `envoy --version`.
+func envoyVersion(out string) string {
+	for _, f := range strings.Split(out, "/") {
+		if n := strings.Count(f, "."); n == 2 && f != "" && f[0] >= '0' && f[0] <= '9' {
+			return f
+		}
+	}
+	return strings.TrimSpace(out)
+}

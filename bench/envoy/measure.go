@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/stack"
+)
+
+//go:embed load.lua
+var loadScript []byte
+
+// benchCase is one setup under one load.
+type benchCase struct {
+	setup setup
+	load  load
+}
+
+func (c benchCase) key() string { return c.setup.id + "/" + string(c.load) }
+
+// result is what one run measured. CPU figures are per request, in
+// microseconds of user plus system time.
+type result struct {
+	rps, p50ms, p99ms     float64
+	envoyUS, rlsUS, redUS float64
+	non2xx                float64 // share of answers that were not 2xx (429s)
+	rlsCalls              float64 // calls to the rate limit service per request
+	local                 float64 // share of requests the filter's precheck answered
+	rssMB                 float64 // Envoy's RSS after the run
+}
+
+// wrkOut is what load.lua prints when wrk is done.
+type wrkOut struct {
+	Requests   int64 `json:"requests"`
+	DurationUS int64 `json:"duration_us"`
+	P50US      int64 `json:"p50_us"`
+	P99US      int64 `json:"p99_us"`
+	Non2xx     int64 `json:"non2xx"`
+	Errors     int64 `json:"errors"`
+}
+
+func lookWrk() (string, error) {
+	p, err := exec.LookPath("wrk")
+	if err != nil {
+		return "", fmt.Errorf("wrk is not installed (Debian: apt-get install wrk; `make bench-envoy` does it as root)")
+	}
+	return p, nil
+}
+
+// measure starts the setup's service and Envoy, warms up, and measures one
+// run of its load.
+func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase) (result, error) {
+	svc, err := b.startService(ctx, dir, c.setup.rls)
+	if err != nil {
+		return result{}, err
+	}
+	defer svc.stop()
+	backend, err := stack.FreePort()
+	if err != nil {
+		return result{}, err
+	}
+	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{
+		Binary: b.envoy, Dir: dir, Name: "envoy-" + c.setup.id + "-" + string(c.load),
+		Bootstrap:   c.setup.bootstrap(b, backend, svc.addr),
+		Concurrency: cfg.concurrency, LogLevel: "warning",
+	})
+	if err != nil {
+		return result{}, err
+	}
+	defer e.Stop()
+	url := e.URL("ingress") + "/"
+	if _, err := b.wrk(ctx, dir, url, c.load, cfg.connections, cfg.warmup); err != nil {
+		return result{}, fmt.Errorf("warm-up: %w", err)
+	}
+	s0, err := e.Stats()
+	if err != nil {
+		return result{}, err
+	}
+	e0, r0, d0 := stack.ProcCPU(e.PID()), stack.ProcCPU(svc.pid), stack.ProcCPU(b.redis.PID())
+	w, err := b.wrk(ctx, dir, url, c.load, cfg.connections, cfg.duration)
+	if err != nil {
+		return result{}, err
+	}
+	e1, r1, d1 := stack.ProcCPU(e.PID()), stack.ProcCPU(svc.pid), stack.ProcCPU(b.redis.PID())
+	s1, err := e.Stats()
+	if err != nil {
+		return result{}, err
+	}
+	n := float64(w.Requests)
+	if n == 0 {
+		return result{}, fmt.Errorf("wrk made no request")
+	}
+	if w.Errors > 0 {
+		return result{}, fmt.Errorf("wrk: %d socket errors", w.Errors)
+	}
+	delta := func(name string) float64 { return float64(s1[name] - s0[name]) }
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
+	res := result{
+		rps:      n / (float64(w.DurationUS) / 1e6),
+		p50ms:    float64(w.P50US) / 1e3,
+		p99ms:    float64(w.P99US) / 1e3,
+		envoyUS:  per(e1 - e0),
+		non2xx:   float64(w.Non2xx) / n,
+		rlsCalls: delta("cluster."+rlsCluster+".upstream_rq_total") / n,
+		local:    delta("wasmcustom.sluice.precheck_rejected") / n,
+		rssMB:    float64(e.RSS()) / (1 << 20),
+	}
+	if c.setup.rls == rlsPeer || c.setup.rls == rlsSluice {
+		res.rlsUS, res.redUS = per(r1-r0), per(d1-d0)
+	}
+	if f := delta("wasmcustom.sluice.failure_open") + delta("cluster.ratelimit.error") + delta("cluster.ratelimit.failure_mode_allowed"); f > 0 {
+		fmt.Fprintf(os.Stderr, "  (setup %s %s: %.0f answers by failure mode)\n", c.setup.id, c.load, f)
+	}
+	return res, nil
+}
+
+// wrk runs the load for d and returns what load.lua reported.
+func (b *built) wrk(ctx context.Context, dir, url string, l load, conns int, d time.Duration) (wrkOut, error) {
+	script := filepath.Join(dir, "load.lua")
+	if err := os.WriteFile(script, loadScript, 0o644); err != nil {
+		return wrkOut{}, err
+	}
+	secs := max(1, int(d.Round(time.Second)/time.Second))
+	cmd := exec.CommandContext(ctx, "wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+strconv.Itoa(secs)+"s",
+		"--timeout", "5s", "-s", script, url)
+	cmd.Env = append(os.Environ(), "BENCH_LOAD="+string(l))
+	out, err := cmd.Output()
+	if err != nil {
+		return wrkOut{}, fmt.Errorf("wrk: %w\n%s", err, out)
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if js, ok := strings.CutPrefix(sc.Text(), "BENCH "); ok {
+			var w wrkOut
+			if err := json.Unmarshal([]byte(js), &w); err != nil {
+				return wrkOut{}, fmt.Errorf("wrk output %q: %w", js, err)
+			}
+			return w, nil
+		}
+	}
+	return wrkOut{}, fmt.Errorf("wrk printed no result:\n%s", out)
+}
+
+func header() string {
+	return fmt.Sprintf("%-5s %-8s %-4s %9s %8s %8s %9s %9s %9s %7s %8s %7s %7s",
+		"setup", "load", "run", "req/s", "p50_ms", "p99_ms", "envoy_us", "rls_us", "redis_us", "429%", "rls/req", "local%", "rss_MB")
+}
+
+func (r result) row(c benchCase, run string) string {
+	return fmt.Sprintf("%-5s %-8s %-4s %9.0f %8.3f %8.3f %9.2f %9.2f %9.2f %7.1f %8.3f %7.1f %7.1f",
+		c.setup.id, c.load, run, r.rps, r.p50ms, r.p99ms, r.envoyUS, r.rlsUS, r.redUS,
+		100*r.non2xx, r.rlsCalls, 100*r.local, r.rssMB)
+}
+
+// median returns the field-wise median of the runs.
+func median(rs []result) result {
+	f := func(get func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = get(r)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return result{
+		rps: f(func(r result) float64 { return r.rps }), p50ms: f(func(r result) float64 { return r.p50ms }),
+		p99ms: f(func(r result) float64 { return r.p99ms }), envoyUS: f(func(r result) float64 { return r.envoyUS }),
+		rlsUS: f(func(r result) float64 { return r.rlsUS }), redUS: f(func(r result) float64 { return r.redUS }),
+		non2xx: f(func(r result) float64 { return r.non2xx }), rlsCalls: f(func(r result) float64 { return r.rlsCalls }),
+		local: f(func(r result) float64 { return r.local }), rssMB: f(func(r result) float64 { return r.rssMB }),
+	}
+}
+
+// summarize prints the issue's goals against the medians that are there.
+func summarize(m map[string]result, workers int) {
+	get := func(k string) (result, bool) { r, ok := m[k]; return r, ok }
+	one, ok1 := get("1/spread")
+	two, ok2 := get("2/spread")
+	three, ok3 := get("3/spread")
+	oneD, ok1d := get("1d/blocked")
+	four, ok4 := get("4/blocked")
+	if ok1 && ok2 {
+		fmt.Printf("empty Go filter adds %.2f us of Envoy CPU per request (2 - 1)\n", two.envoyUS-one.envoyUS)
+	}
+	if ok1 && ok3 {
+		fmt.Printf("native local_ratelimit adds %.2f us (3 - 1)\n", three.envoyUS-one.envoyUS)
+	}
+	if ok1d && ok4 {
+		add := four.envoyUS - oneD.envoyUS
+		fmt.Printf("sluice filter, decided by the precheck, adds %.2f us (4 - 1d: both answer 429 locally)", add)
+		if ok1 && ok2 {
+			fmt.Printf("; %.2fx the empty Go filter's (goal <= 1.5x)", add/(two.envoyUS-one.envoyUS))
+		}
+		fmt.Println()
+	}
+	if ok1 && ok4 {
+		fmt.Printf("Envoy RSS after the runs: %.1f MB with the sluice filter against %.1f MB without, at %d workers (see the memory section for per worker)\n",
+			four.rssMB, one.rssMB, workers)
+	}
+	if five, ok := get("5/spread"); ok {
+		if six, ok := get("6/spread"); ok {
+			fmt.Printf("drop-in, spread (6 vs 5): service+Redis CPU per decision %.2f vs %.2f us = %.2f (goal <= 0.25); %.2fx req/s (goal >= 2), p99 %.3f vs %.3f ms; Envoy's own CPU %.2f vs %.2f us per request\n",
+				six.rlsUS+six.redUS, five.rlsUS+five.redUS, (six.rlsUS+six.redUS)/(five.rlsUS+five.redUS),
+				six.rps/five.rps, six.p99ms, five.p99ms, six.envoyUS, five.envoyUS)
+		}
+	}
+	if five, ok := get("5/flood"); ok {
+		if seven, ok := get("7/flood"); ok {
+			fmt.Printf("whole system, flood (7 vs 5): %.2fx req/s (goal >= 4), p99 %.3f vs %.3f ms; %.1f%% of setup 7's requests answered in the filter, %.3f service calls per request\n",
+				seven.rps/five.rps, seven.p99ms, five.p99ms, 100*seven.local, seven.rlsCalls)
+		}
+	}
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/e2e/stack"
+)
+
+// load is how wrk picks each request's x-user header.
+type load string
+
+const (
+	loadSpread  load = "spread"  // 10,000 keys, each well under its limit
+	loadFlood   load = "flood"   // 90% on key "hot" (100/s, at least 10x over), the rest spread
+	loadBlocked load = "blocked" // every request on key "blocked" (1 an hour): over its limit
+)
+
+// rls is the rate limit service a setup calls.
+type rls int
+
+const (
+	rlsNone         rls = iota
+	rlsPeer             // envoyproxy/ratelimit on Redis
+	rlsSluice           // sluice-controlplane on Redis
+	rlsSluiceMemory     // sluice-controlplane on its memory store (setup 4: only the first answers matter)
+)
+
+// setup is one row of the issue's table.
+type setup struct {
+	id, name string
+	filter   func(b *built) []stack.M // HTTP filters before the router
+	native   bool                     // route rate_limits for Envoy's ratelimit filter
+	direct   bool                     // the ingress route answers 429 itself (no upstream)
+	rls      rls
+	load     load // the setup's one load; "" for setups 5-7, which run every -loads
+}
+
+var setups = map[string]setup{
+	"1": {id: "1", name: "Envoy, no rate limit filter (the floor)", load: loadSpread},
+	"1d": {id: "1d", name: "Envoy, no filter, route answers 429 itself (floor of a local reply)",
+		direct: true, load: loadBlocked},
+	"2": {id: "2", name: "Envoy, empty upstream-Go Wasm filter (Continue)", load: loadSpread,
+		filter: func(b *built) []stack.M { return []stack.M{wasmFilter(b.emptyWasm, []byte("{}"))} }},
+	"3": {id: "3", name: "Envoy, native local_ratelimit (C++), admits all", load: loadSpread,
+		filter: func(*built) []stack.M { return []stack.M{localRateLimit()} }},
+	"4": {id: "4", name: "Envoy, sluice filter, every request decided by the precheck", load: loadBlocked,
+		filter: sluiceFilter, rls: rlsSluiceMemory},
+	"5": {id: "5", name: "Envoy ratelimit filter, envoyproxy/ratelimit, Redis", native: true, rls: rlsPeer,
+		filter: nativeFilter},
+	"6": {id: "6", name: "Envoy ratelimit filter, sluice-controlplane, Redis", native: true, rls: rlsSluice,
+		filter: nativeFilter},
+	"7": {id: "7", name: "Envoy, sluice filter, sluice-controlplane, Redis", rls: rlsSluice,
+		filter: sluiceFilter},
+}
+
+// The rate limit service's cluster, domain and descriptor key in every setup.
+const (
+	rlsCluster = "rls"
+	domain     = "bench"
+	userHeader = "x-user"
+)
+
+// policy is the same limits for both services, in envoyproxy/ratelimit's
+// format (sluice reads it as-is; the default algorithm of both is the
+// clock-aligned fixed window).
+const policy = `domain: bench
+descriptors:
+  - key: user
+    value: hot
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: user
+    value: blocked
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 100000}
+`
+
+func wasmFilter(path string, plugin []byte) stack.M { return stack.WasmFilter(path, plugin) }
+
+// sluiceFilter is filter.wasm with one descriptor, user = x-user, and the
+// precheck on. The call timeout is 100 ms: long enough that this busy
+// machine measures decisions rather than the failure mode, short enough for
+// the precheck, whose blocks end one timeout before the global limiter's
+// retry-after (so that it never rejects what the global limiter admits), to
+// hold a per-second window's denials.
+func sluiceFilter(b *built) []stack.M {
+	plugin, _ := json.Marshal(map[string]any{
+		"cluster": rlsCluster, "domain": domain, "timeout": "100ms", "failure_mode": "open",
+		"rate_limits": []any{map[string]any{"actions": []any{map[string]any{
+			"request_headers": map[string]any{"header_name": userHeader, "descriptor_key": "user"}}}}},
+		"precheck": map[string]any{"enabled": true, "max_entries": 20000},
+		"headers":  map[string]any{"draft10": true, "legacy": false, "retry_after": true},
+	})
+	return []stack.M{wasmFilter(b.filterWasm, plugin)}
+}
+
+func nativeFilter(*built) []stack.M {
+	return []stack.M{stack.RateLimitFilter(domain, rlsCluster, stack.M{"failure_mode_deny": false})}
+}
+
+// localRateLimit is Envoy's local_ratelimit with a bucket no load here
+// empties: it decides every request and admits it.
+func localRateLimit() stack.M {
+	return stack.M{
+		"name": "envoy.filters.http.local_ratelimit",
+		"typed_config": stack.M{
+			"@type":       "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+			"stat_prefix": "local_rl",
+			"token_bucket": stack.M{"max_tokens": 100000000, "tokens_per_fill": 100000000,
+				"fill_interval": "1s"},
+			"filter_enabled":  stack.M{"default_value": stack.M{"numerator": 100, "denominator": "HUNDRED"}},
+			"filter_enforced": stack.M{"default_value": stack.M{"numerator": 100, "denominator": "HUNDRED"}},
+		},
+	}
+}
+
+// bootstrap is one Envoy: listener "ingress" runs the setup's filters and
+// routes to cluster "upstream", which is listener "backend" of the same
+// Envoy answering 200 by direct_response.
+func (s setup) bootstrap(b *built, backendPort int, rlsAddr string) stack.M {
+	route := stack.RouteTo("/", "upstream")
+	if s.direct {
+		route = stack.DirectResponse("/", 429, "rate limited\n")
+	}
+	if s.native {
+		route["route"].(stack.M)["rate_limits"] = []stack.M{{"actions": []stack.M{{
+			"request_headers": stack.M{"header_name": userHeader, "descriptor_key": "user"}}}}}
+	}
+	var filters []stack.M
+	if s.filter != nil {
+		filters = s.filter(b)
+	}
+	listeners := []stack.M{
+		stack.HTTPListener("ingress", 0, []stack.M{stack.VirtualHost("ingress", route)}, filters...),
+		stack.HTTPListener("backend", backendPort, []stack.M{stack.VirtualHost("backend",
+			stack.DirectResponse("/", 200, "ok\n"))}),
+	}
+	clusters := []stack.M{stack.Cluster("upstream", "127.0.0.1:"+strconv.Itoa(backendPort))}
+	if rlsAddr != "" {
+		clusters = append(clusters, stack.GRPCCluster(rlsCluster, rlsAddr))
+	}
+	return stack.Bootstrap(listeners, clusters)
+}
+
+// service is a running rate limit service.
+type service struct {
+	pid  int
+	addr string
+	stop func()
+}
+
+// startService starts the setup's rate limit service on a fresh port, after
+// emptying Redis.
+func (b *built) startService(ctx context.Context, dir string, kind rls) (*service, error) {
+	if kind == rlsNone {
+		return &service{stop: func() {}}, nil
+	}
+	if err := b.redis.FlushAll(ctx); err != nil {
+		return nil, err
+	}
+	grpc, err := stack.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	http, err := stack.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	other, err := stack.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(grpc)
+	var cmd *exec.Cmd
+	switch kind {
+	case rlsPeer:
+		rt := filepath.Join(dir, "runtime", "ratelimit", "config")
+		if err := os.MkdirAll(rt, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(rt, "bench.yaml"), []byte(policy), 0o644); err != nil {
+			return nil, err
+		}
+		cmd = exec.Command(b.peer)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(),
+			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + b.redis.Addr(),
+			"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+			"USE_STATSD=false", "LOG_LEVEL=warn", "HOST=127.0.0.1", "PORT=" + strconv.Itoa(http),
+			"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(other),
+			"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(grpc)}
+	case rlsSluice, rlsSluiceMemory:
+		pf := filepath.Join(dir, "bench.yaml")
+		if err := os.WriteFile(pf, []byte(policy), 0o644); err != nil {
+			return nil, err
+		}
+		args := []string{"-grpc-addr", addr, "-http-addr", "127.0.0.1:" + strconv.Itoa(http),
+			"-policy-addr", "127.0.0.1:" + strconv.Itoa(other), "-policy", pf, "-log-level", "warn"}
+		if kind == rlsSluice {
+			args = append(args, "-redis-addrs", b.redis.Addr())
+		}
+		cmd = exec.Command(b.controlPlane, args...)
+	}
+	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("service-%d.log", grpc)))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	s := &service{pid: cmd.Process.Pid, addr: addr, stop: func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}}
+	// Ready when the gRPC port accepts connections (Envoy's requests then
+	// wait for the warm-up to pass).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		select {
+		case <-done:
+			return nil, fmt.Errorf("rate limit service exited at start-up; see %s", logf.Name())
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return s, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.stop()
+			return nil, fmt.Errorf("rate limit service not listening on %s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// command runs a program in dir with extra environment, failing with its
+// output.
+func command(ctx context.Context, dir string, env []string, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// output runs a program and returns its standard output.
+func output(ctx context.Context, dir, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	return string(out), err
+}
