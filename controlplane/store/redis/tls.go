@@ -97,7 +97,7 @@ type tlsConn struct{ *tls.Conn }
 func (c *tlsConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if err != nil {
-		if h := tlsHint(err); h != "" {
+		if h := refusedHint(err); h != "" {
 			err = &net.OpError{Op: "read", Net: "tcp", Addr: c.RemoteAddr(),
 				Err: fmt.Errorf("redis TLS: %w%s", err, h)}
 		}
@@ -105,14 +105,13 @@ func (c *tlsConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// tlsHint returns what to check after a TLS error, " (...)", or "" when it
-// has nothing to say.
+// tlsHint returns what to check after a failed handshake, " (...)", or ""
+// when it has nothing to say.
 func tlsHint(err error) string {
 	var ua x509.UnknownAuthorityError
 	var he x509.HostnameError
 	var ci x509.CertificateInvalidError
 	var rh tls.RecordHeaderError
-	var op *net.OpError
 	var ne net.Error
 	switch {
 	case errors.As(err, &ua):
@@ -125,7 +124,16 @@ func tlsHint(err error) string {
 		return " (the server does not speak TLS on this port: give its tls-port)"
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 		return " (no TLS answer in time: is the address the server's tls-port?)"
-	case errors.As(err, &op) && op.Op == "remote error":
+	}
+	return refusedHint(err)
+}
+
+// refusedHint returns what to check when the server refused the client's
+// certificate (its alert, during the handshake or, in TLS 1.3, after it),
+// or "" for any other error.
+func refusedHint(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
 		msg := op.Err.Error()
 		if strings.Contains(msg, "certificate") || strings.Contains(msg, "unknown ca") {
 			return " (the server refused the client certificate: check -redis-tls-cert and -redis-tls-key, and that the server's tls-ca-cert-file signs them)"
