@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -203,6 +204,52 @@ func TestServeRedisTLS(t *testing.T) {
 	for _, want := range []string{"redis TLS handshake", "x509: certificate signed by unknown authority", "-redis-tls-ca"} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("the log does not say %q:\n%s", want, log.String())
+		}
+	}
+}
+
+// addrListener is a listener that reports another address.
+type addrListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l addrListener) Addr() net.Addr { return l.addr }
+
+// TestDecisionListener: plaintext beyond loopback is warned about; the
+// unary server gets a TLS listener, grpc-go the plain one (its credentials
+// do TLS).
+func TestDecisionListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	certs := testcerts.New(t)
+	tc, err := DecisionTLSConfig(certs.ServerCert, certs.ServerKey, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := addrListener{ln, &net.TCPAddr{IP: net.IPv4zero, Port: 8081}}
+	for _, c := range []struct {
+		name    string
+		cfg     Config
+		ln      net.Listener
+		warn    bool
+		wrapped bool
+	}{
+		{"loopback plaintext", Config{GRPCServer: GRPCServerUnary}, ln, false, false},
+		{"wide plaintext", Config{GRPCServer: GRPCServerUnary}, wide, true, false},
+		{"wide TLS, unary", Config{GRPCServer: GRPCServerUnary, GRPCTLS: tc}, wide, false, true},
+		{"wide TLS, grpc-go", Config{GRPCServer: GRPCServerGo, GRPCTLS: tc}, wide, false, false},
+	} {
+		var log syncBuffer
+		s := &Server{cfg: c.cfg, log: slog.New(slog.NewTextHandler(&log, nil))}
+		got := s.decisionListener(c.ln)
+		_, wrapped := got.(*tlsListener)
+		warned := strings.Contains(log.String(), "plaintext beyond loopback")
+		if wrapped != c.wrapped || warned != c.warn {
+			t.Errorf("%s: TLS listener %v, warned %v; want %v, %v", c.name, wrapped, warned, c.wrapped, c.warn)
 		}
 	}
 }
