@@ -80,6 +80,12 @@ type Options struct {
 	// Registerer registers the metrics; nil means they are kept but not
 	// registered.
 	Registerer prometheus.Registerer
+	// NearLimitRatio is the share of a limit past which admitted hits count
+	// in sluice_rule_near_limit_total; 0 means DefaultNearLimitRatio.
+	NearLimitRatio float64
+	// MaxRuleValues bounds the request values a detailed_metric or
+	// value_to_metric rule labels; 0 means DefaultMaxRuleValues.
+	MaxRuleValues int
 }
 
 // Service implements rlsv3.RateLimitServiceServer.
@@ -92,6 +98,7 @@ type Service struct {
 	maxEntries     int
 	log            *slog.Logger
 	metrics        *Metrics
+	rules          *ruleMetrics
 	lastErrLog     atomic.Int64 // Unix ns of the last store error logged
 }
 
@@ -101,8 +108,17 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 	if st == nil {
 		return nil, fmt.Errorf("rls: store is nil")
 	}
-	if opts.MaxDescriptors < 0 || opts.MaxEntries < 0 {
-		return nil, fmt.Errorf("rls: MaxDescriptors and MaxEntries must not be negative (got %d, %d)", opts.MaxDescriptors, opts.MaxEntries)
+	if opts.MaxDescriptors < 0 || opts.MaxEntries < 0 || opts.MaxRuleValues < 0 {
+		return nil, fmt.Errorf("rls: MaxDescriptors, MaxEntries and MaxRuleValues must not be negative (got %d, %d, %d)", opts.MaxDescriptors, opts.MaxEntries, opts.MaxRuleValues)
+	}
+	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 {
+		return nil, fmt.Errorf("rls: NearLimitRatio must be within [0, 1] (got %v)", opts.NearLimitRatio)
+	}
+	if opts.NearLimitRatio == 0 {
+		opts.NearLimitRatio = DefaultNearLimitRatio
+	}
+	if opts.MaxRuleValues == 0 {
+		opts.MaxRuleValues = DefaultMaxRuleValues
 	}
 	s := &Service{
 		store:          st,
@@ -110,6 +126,12 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 		maxEntries:     opts.MaxEntries,
 		log:            opts.Logger,
 		metrics:        NewMetrics(opts.Registerer),
+		rules:          newRuleMetrics(opts.NearLimitRatio, opts.MaxRuleValues),
+	}
+	if opts.Registerer != nil {
+		for _, c := range s.rules.collectors() {
+			opts.Registerer.MustRegister(c)
+		}
 	}
 	if s.maxDescriptors == 0 {
 		s.maxDescriptors = DefaultMaxDescriptors
@@ -130,7 +152,9 @@ func (s *Service) SetPolicies(p *policy.Set) {
 	if p == nil {
 		p, _ = policy.NewSet()
 	}
-	s.policies.Store(newVersion(p))
+	v := newVersion(p, s.rules)
+	s.policies.Store(v)
+	s.rules.forget(func(l *policy.Limit) bool { return v.info[l] != nil })
 }
 
 // Policies returns the current policy set.
@@ -158,6 +182,8 @@ type slot struct {
 	lim      *policy.Limit // the limit
 	info     *limitInfo    // what is derived from lim
 	tooLarge bool          // the cost exceeds the capacity: peeked, answered over limit
+	cost     int64         // the descriptor's cost
+	rule     *ruleCounters // the rule's statistics (nil for an override)
 }
 
 // outcome is a descriptor's reported limit and its decision.
@@ -302,7 +328,11 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 				cost = 0 // peek, to report the limit's state
 			}
 			checks = append(checks, store.Check{Key: store.Key(dom.Name, sc.entries, l.ID, info.store.Algorithm), Limit: info.store, Cost: cost})
-			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge})
+			rule := info.rule
+			if rule != nil && perValue(l) {
+				rule = s.rules.forValue(l, descs[i].GetEntries())
+			}
+			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge, cost: costs[i], rule: rule})
 		}
 	}
 	sc.checks, sc.slots = checks, slots
@@ -332,6 +362,9 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 			o.res.Allowed, o.res.RetryAfter = false, 0
 		default:
 			o.res = results[k]
+		}
+		if !o.failed {
+			sl.rule.record(s.rules.nearRatio, sl.info.capacity, sl.cost, &o.res, sl.lim.ShadowMode)
 		}
 		if !o.res.Allowed && !o.failed {
 			if sl.lim.ShadowMode {

@@ -147,6 +147,10 @@ type Config struct {
 	// MaxDescriptors bounds the descriptors of one request; 0 means
 	// rls.DefaultMaxDescriptors.
 	MaxDescriptors int
+	// NearLimitRatio and MaxRuleValues configure the per-rule statistics
+	// (see rls.Options); 0 means their defaults.
+	NearLimitRatio float64
+	MaxRuleValues  int
 	// MemoryMaxEntries and MemoryMaxBytes bound the memory store; 0 means
 	// its defaults.
 	MemoryMaxEntries int
@@ -235,6 +239,8 @@ func (s *Server) build() error {
 	var err error
 	s.service, err = rls.New(s.store, s.policies.Current().Set, rls.Options{
 		MaxDescriptors: cfg.MaxDescriptors,
+		NearLimitRatio: cfg.NearLimitRatio,
+		MaxRuleValues:  cfg.MaxRuleValues,
 		Logger:         s.log,
 		Registerer:     s.registry,
 	})

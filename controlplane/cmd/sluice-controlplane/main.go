@@ -30,6 +30,10 @@
 //	-deadline            SLUICE_DEADLINE            Redis decision deadline before the memory store answers (20ms)
 //	-probe-interval      SLUICE_PROBE_INTERVAL      Redis health probe interval while degraded (200ms)
 //	-max-descriptors     SLUICE_MAX_DESCRIPTORS     descriptors allowed in one request (256)
+//	-near-limit-ratio    SLUICE_NEAR_LIMIT_RATIO    share of a limit past which admitted hits count as near
+//	                                                the limit, as envoyproxy/ratelimit's NEAR_LIMIT_RATIO (0.8)
+//	-rule-metric-values  SLUICE_RULE_METRIC_VALUES  request values one detailed_metric or value_to_metric
+//	                                                rule labels in the per-rule statistics (100)
 //	-memory-max-entries  SLUICE_MEMORY_MAX_ENTRIES  memory store bound on keys (1048576)
 //	-memory-max-bytes    SLUICE_MEMORY_MAX_BYTES    memory store bound on bytes (268435456)
 //	-shutdown-timeout    SLUICE_SHUTDOWN_TIMEOUT    graceful drain limit on SIGTERM/SIGINT (10s)
@@ -101,6 +105,8 @@ type config struct {
 	policyFile          string
 	deadline, probe     time.Duration
 	maxDescriptors      int
+	nearLimitRatio      float64
+	ruleValues          int
 	memEntries          int
 	memBytes            int64
 	shutdown            time.Duration
@@ -163,6 +169,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	dur(&c.deadline, "deadline", "SLUICE_DEADLINE", degrade.DefaultDeadline, "Redis decision deadline; past it the memory store answers")
 	dur(&c.probe, "probe-interval", "SLUICE_PROBE_INTERVAL", degrade.DefaultProbeInterval, "Redis health probe interval while degraded")
 	num(&c.maxDescriptors, "max-descriptors", "SLUICE_MAX_DESCRIPTORS", rls.DefaultMaxDescriptors, "descriptors allowed in one request")
+	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", rls.DefaultNearLimitRatio, "share of a limit past which admitted hits count as near the limit (sluice_rule_near_limit_total) ($SLUICE_NEAR_LIMIT_RATIO)")
+	envOf["near-limit-ratio"] = "SLUICE_NEAR_LIMIT_RATIO"
+	num(&c.ruleValues, "rule-metric-values", "SLUICE_RULE_METRIC_VALUES", rls.DefaultMaxRuleValues, "request values a detailed_metric or value_to_metric rule labels in its statistics; the rest share <rule>@_other")
 	num(&c.memEntries, "memory-max-entries", "SLUICE_MEMORY_MAX_ENTRIES", memory.DefaultMaxEntries, "memory store bound on keys")
 	fs.Int64Var(&c.memBytes, "memory-max-bytes", memory.DefaultMaxBytes, "memory store bound on approximate bytes ($SLUICE_MEMORY_MAX_BYTES)")
 	envOf["memory-max-bytes"] = "SLUICE_MEMORY_MAX_BYTES"
@@ -299,6 +308,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		Deadline:         c.deadline,
 		ProbeInterval:    c.probe,
 		MaxDescriptors:   c.maxDescriptors,
+		NearLimitRatio:   c.nearLimitRatio,
+		MaxRuleValues:    c.ruleValues,
 		MemoryMaxEntries: c.memEntries,
 		MemoryMaxBytes:   c.memBytes,
 		ShutdownTimeout:  c.shutdown,
