@@ -427,7 +427,14 @@ func (s *Server) buildStore() error {
 	// together in the next one. Fewer, bigger script calls cost Redis and
 	// this process less CPU per decision (each call has a fixed cost on
 	// both sides), which on a busy host is also what bounds throughput.
-	primary, err := redisstore.New(s.client, redisstore.Options{MaxInFlight: 1, NoFunctions: rc.NoFunctions})
+	latency := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_store_redis_duration_seconds",
+		Help:    "Time of one Redis script round trip (the checks of every decision batched into it).",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50 µs .. 1.6 s
+	})
+	s.registry.MustRegister(latency)
+	primary, err := redisstore.New(s.client, redisstore.Options{MaxInFlight: 1, NoFunctions: rc.NoFunctions,
+		RoundTrip: func(d time.Duration) { latency.Observe(d.Seconds()) }})
 	if err != nil {
 		return err
 	}
