@@ -143,7 +143,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	}
 	slices.Sort(missing)
 	if len(missing) > 0 {
-		t.Errorf("the dashboard queries metrics nothing exports:\n  %s", strings.Join(missing, "\n  "))
+		t.Fatalf("the dashboard queries metrics nothing exports:\n  %s", strings.Join(missing, "\n  "))
 	}
 	t.Logf("%d metrics queried, all exported", len(want))
 }
