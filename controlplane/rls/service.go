@@ -171,6 +171,31 @@ type outcome struct {
 // over reports whether the outcome is an enforced over-limit.
 func (o *outcome) over() bool { return o.lim != nil && !o.res.Allowed && !o.lim.ShadowMode }
 
+// remaining returns what the outcome reports as remaining: 0 when the limit
+// refused the request, whatever the limiter could still admit. A refused
+// request is not counted (a cost above what remains takes nothing), so the
+// limiter may still hold capacity for a cheaper request; but an answer that
+// refuses must not invite the same request again (Envoy's
+// X-RateLimit-Remaining on a 429 would say "10 left" to a request of cost
+// 11 that can never pass). envoyproxy/ratelimit also answers 0 there.
+func (o *outcome) remaining() int64 {
+	if !o.res.Allowed {
+		return 0
+	}
+	return max(o.res.Remaining, 0)
+}
+
+// reset returns the nanoseconds the outcome reports until reset: for an
+// allowed request, until the limiter is full again; for a refused one,
+// until the same request would be allowed, or, when no wait can make it
+// pass (a cost above the limit's capacity), until the limiter is full again.
+func (o *outcome) reset() int64 {
+	if !o.res.Allowed && o.res.RetryAfter > 0 {
+		return o.res.RetryAfter
+	}
+	return o.res.ResetAfter
+}
+
 // decide is ShouldRateLimit without the latency measurement: prepare, one
 // store call, finish.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -353,12 +378,8 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 		switch {
 		case o.lim != nil:
 			st.CurrentLimit = o.info.current
-			st.LimitRemaining = uint32(min(max(o.res.Remaining, 0), math.MaxUint32))
-			d := o.res.ResetAfter
-			if !o.res.Allowed {
-				d = o.res.RetryAfter
-			}
-			setDuration(st.DurationUntilReset, time.Duration(d))
+			st.LimitRemaining = uint32(min(o.remaining(), math.MaxUint32))
+			setSeconds(st.DurationUntilReset, o.reset())
 			if o.over() {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
