@@ -6,7 +6,9 @@
 //   - the domain selects a policy; an unknown domain or descriptor is OK;
 //   - descriptors are answered in order, one status each: code,
 //     current_limit {requests_per_unit, unit, unit_multiplier, name},
-//     limit_remaining and duration_until_reset;
+//     limit_remaining (0 when the descriptor's limit refused the request)
+//     and duration_until_reset (whole seconds, rounded up, as Envoy reads
+//     only the seconds);
 //   - the overall code is OVER_LIMIT if any enforced limit is over;
 //   - hits_addend is the cost (0 means 1); a descriptor's own hits_addend
 //     overrides it (0 there peeks: nothing is counted);
@@ -20,7 +22,8 @@
 // sluice adds several limits per descriptor (all must pass; the status
 // reports the most restrictive; each is counted on its own, so a request one
 // limit denies still counts in the others, as envoyproxy/ratelimit counts
-// each descriptor of a request), the IETF RateLimit headers (see
+// each descriptor of a request; unlike envoyproxy/ratelimit, a limit that
+// refuses a request counts none of its cost), the IETF RateLimit headers (see
 // rateLimitHeaders) and per-descriptor limit parameters in dynamic_metadata
 // for the filter's local precheck (see MetadataKey).
 //
