@@ -35,6 +35,7 @@ func TestNativeFilter(t *testing.T) {
 			t.Run("HeaderValueMatch", e.headerValueMatch)
 			t.Run("VirtualHost", e.virtualHost)
 			t.Run("ResetSeconds", e.resetSeconds)
+			t.Run("UnitMultiplier", e.unitMultiplier)
 			t.Run("DescriptorHitsAddend", e.descriptorHitsAddend)
 			t.Run("RequestHitsAddend", e.requestHitsAddend)
 			t.Run("GRPC", e.grpcStatus)
@@ -239,6 +240,16 @@ func (e *env) resetSeconds(t *testing.T) {
 		check(t, "minute "+strconv.Itoa(i), e.do(t, "open", "GET", "/min"), want{200, h(
 			"X-RateLimit-Limit", `1000, 1000;w=60;name="per_minute"`), time.Minute})
 	}
+}
+
+// unitMultiplier: a 30 s window, which the control plane reports as 30
+// SECOND (unit_multiplier 30). Envoy 1.40's X-RateLimit-Limit reads the
+// multiplier (w=30, as the control plane's RateLimit-Policy says), and
+// X-RateLimit-Reset is the seconds left in the clock-aligned 30 s window.
+func (e *env) unitMultiplier(t *testing.T) {
+	check(t, "30s", e.do(t, "open", "GET", "/multi"), want{200, h(
+		"X-RateLimit-Limit", `30, 30;w=30;name="per_30s"`, "X-RateLimit-Remaining", "29",
+		"RateLimit-Policy", `"per_30s";q=30;w=30`, "RateLimit", `"per_30s";r=29;t=*`), 30 * time.Second})
 }
 
 // descriptorHitsAddend: the rate_limits entry's hits_addend (Envoy 1.33+)
