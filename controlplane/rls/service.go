@@ -6,7 +6,9 @@
 //   - the domain selects a policy; an unknown domain or descriptor is OK;
 //   - descriptors are answered in order, one status each: code,
 //     current_limit {requests_per_unit, unit, unit_multiplier, name},
-//     limit_remaining and duration_until_reset;
+//     limit_remaining (0 when the descriptor's limit refused the request)
+//     and duration_until_reset (whole seconds, rounded up, as Envoy reads
+//     only the seconds);
 //   - the overall code is OVER_LIMIT if any enforced limit is over;
 //   - hits_addend is the cost (0 means 1); a descriptor's own hits_addend
 //     overrides it (0 there peeks: nothing is counted);
@@ -20,7 +22,8 @@
 // sluice adds several limits per descriptor (all must pass; the status
 // reports the most restrictive; each is counted on its own, so a request one
 // limit denies still counts in the others, as envoyproxy/ratelimit counts
-// each descriptor of a request), the IETF RateLimit headers (see
+// each descriptor of a request; unlike envoyproxy/ratelimit, a limit that
+// refuses a request counts none of its cost), the IETF RateLimit headers (see
 // rateLimitHeaders) and per-descriptor limit parameters in dynamic_metadata
 // for the filter's local precheck (see MetadataKey).
 //
@@ -196,6 +199,31 @@ type outcome struct {
 
 // over reports whether the outcome is an enforced over-limit.
 func (o *outcome) over() bool { return o.lim != nil && !o.res.Allowed && !o.lim.ShadowMode }
+
+// remaining returns what the outcome reports as remaining: 0 when the limit
+// refused the request, whatever the limiter could still admit. A refused
+// request is not counted (a cost above what remains takes nothing), so the
+// limiter may still hold capacity for a cheaper request; but an answer that
+// refuses must not invite the same request again (Envoy's
+// X-RateLimit-Remaining on a 429 would say "10 left" to a request of cost
+// 11 that can never pass). envoyproxy/ratelimit also answers 0 there.
+func (o *outcome) remaining() int64 {
+	if !o.res.Allowed {
+		return 0
+	}
+	return max(o.res.Remaining, 0)
+}
+
+// reset returns the nanoseconds the outcome reports until reset: for an
+// allowed request, until the limiter is full again; for a refused one,
+// until the same request would be allowed, or, when no wait can make it
+// pass (a cost above the limit's capacity), until the limiter is full again.
+func (o *outcome) reset() int64 {
+	if !o.res.Allowed && o.res.RetryAfter > 0 {
+		return o.res.RetryAfter
+	}
+	return o.res.ResetAfter
+}
 
 // decide is ShouldRateLimit without the latency measurement: prepare, one
 // store call, finish.
@@ -386,12 +414,8 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 		switch {
 		case o.lim != nil:
 			st.CurrentLimit = o.info.current
-			st.LimitRemaining = uint32(min(max(o.res.Remaining, 0), math.MaxUint32))
-			d := o.res.ResetAfter
-			if !o.res.Allowed {
-				d = o.res.RetryAfter
-			}
-			setDuration(st.DurationUntilReset, time.Duration(d))
+			st.LimitRemaining = uint32(min(o.remaining(), math.MaxUint32))
+			setSeconds(st.DurationUntilReset, o.reset())
 			if o.over() {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
