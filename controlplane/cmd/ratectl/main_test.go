@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/policystore"
