@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/policystore"
