@@ -49,7 +49,9 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 	ok := true
 	l := &Limit{Path: path, replacedBit: -1}
 	if f, has := fs["name"]; has {
-		if s, good := p.scalar(f, join(path, "name")); good {
+		if s, good := p.scalar(f, join(path, "name")); !good || !p.checkLen(f, join(path, "name"), s, MaxNameLen) {
+			ok = false
+		} else {
 			l.Name = s
 			if first, dup := p.names[s]; dup && s != "" {
 				p.errorf(f.val.Line, join(path, "name"),
@@ -58,8 +60,6 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 			} else if s != "" {
 				p.names[s] = nameDef{line: f.val.Line, path: path}
 			}
-		} else {
-			ok = false
 		}
 	}
 	if f, has := fs["replaces"]; has {
@@ -228,14 +228,14 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 
 // window parses a window duration: positive, whole microseconds.
 func (p *parser) window(f field, path string) (time.Duration, bool) {
-	n := p.resolve(f.val)
+	n := resolve(f.val)
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!int" || n.Tag == "!!float" {
 		p.errorf(f.val.Line, path, "must be a duration with a unit, e.g. 30s, 5m or 1h30m (got %s)", describe(n))
 		return 0, false
 	}
 	w, err := time.ParseDuration(n.Value)
 	if err != nil {
-		p.errorf(f.val.Line, path, "not a duration: %q (use ns, us, ms, s, m or h, e.g. 30s, 5m, 1h30m, 24h)", n.Value)
+		p.errorf(f.val.Line, path, "not a duration: %s (use ns, us, ms, s, m or h, e.g. 30s, 5m, 1h30m, 24h)", quote(n.Value))
 		return 0, false
 	}
 	if w <= 0 {

@@ -57,8 +57,15 @@ type nameRef struct {
 // with line and field.
 func Parse(name string, data []byte) (*Domain, error) {
 	p := &parser{file: name, names: map[string]nameDef{}}
+	if !p.checkDocument(data) {
+		return nil, p.errs
+	}
 	root := p.decode(data)
 	if root == nil {
+		return nil, p.errs
+	}
+	p.domain = peekDomain(root) // so that every error names it, even those before it
+	if !p.checkTree(root) {
 		return nil, p.errs
 	}
 	d := p.domainNode(root)
@@ -77,7 +84,6 @@ func Parse(name string, data []byte) (*Domain, error) {
 
 // domainNode parses the root mapping.
 func (p *parser) domainNode(root *yaml.Node) *Domain {
-	p.domain = peekDomain(root) // so that every error names it, even those before it
 	fs := p.mapping(root, "", domainFields, descriptorFields, "descriptors")
 	if fs == nil {
 		return nil
@@ -90,6 +96,7 @@ func (p *parser) domainNode(root *yaml.Node) *Domain {
 		switch {
 		case s == "":
 			p.errorf(f.val.Line, "domain", "must not be empty")
+		case !p.checkLen(f, "domain", s, MaxNameLen):
 		case strings.IndexFunc(s, isControl) >= 0:
 			p.errorf(f.val.Line, "domain", "must not contain control characters (got %q)", s)
 		default:
@@ -122,7 +129,7 @@ func peekDomain(root *yaml.Node) string {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.Value == "domain" && v.Kind == yaml.ScalarNode &&
-			v.Tag != "!!null" && strings.IndexFunc(v.Value, isControl) < 0 {
+			v.Tag != "!!null" && len(v.Value) <= MaxNameLen && strings.IndexFunc(v.Value, isControl) < 0 {
 			return v.Value
 		}
 	}
@@ -178,10 +185,14 @@ func (p *parser) descriptor(raw *yaml.Node, path string, parentMode FailureMode,
 		if s == "" {
 			p.errorf(f.val.Line, join(path, "key"), "must not be empty")
 		}
-		d.Key = s
+		if p.checkLen(f, join(path, "key"), s, MaxNameLen) {
+			d.Key = s
+		}
 	}
 	if f, ok := fs["value"]; ok {
-		d.Value, _ = p.scalar(f, join(path, "value"))
+		if s, ok := p.scalar(f, join(path, "value")); ok && p.checkLen(f, join(path, "value"), s, MaxValueLen) {
+			d.Value = s
+		}
 	}
 	if f, ok := fs["shadow_mode"]; ok {
 		d.ShadowMode, _ = p.boolean(f, join(path, "shadow_mode"))
@@ -281,6 +292,8 @@ func (p *parser) replaces(f field, path string, l *Limit) bool {
 			ok = false
 		case s == "":
 			p.errorf(nf.val.Line, join(ipath, "name"), "must not be empty")
+			ok = false
+		case !p.checkLen(nf, join(ipath, "name"), s, MaxNameLen):
 			ok = false
 		case s == l.Name:
 			p.errorf(nf.val.Line, join(ipath, "name"), "a limit cannot replace itself (%q)", s)

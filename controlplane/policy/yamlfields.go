@@ -80,16 +80,10 @@ func (p *parser) errorf(line int, field, format string, args ...any) {
 		Problem: fmt.Sprintf(format, args...)})
 }
 
-// resolve follows aliases and counts the node against the document's budget.
-func (p *parser) resolve(n *yaml.Node) *yaml.Node {
+// resolve follows aliases. (checkTree has bounded what they expand to.)
+func resolve(n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode {
 		n = n.Alias
-	}
-	p.nodes++
-	if p.nodes > maxNodes && !p.aborted {
-		p.aborted = true
-		p.errs = append(p.errs, &Error{File: p.file, Domain: p.domain,
-			Problem: fmt.Sprintf("document too large: more than %d YAML nodes after expanding aliases", maxNodes)})
 	}
 	return n
 }
@@ -117,7 +111,7 @@ func join(path, name string) string {
 // keys and returns its fields by name. Fields whose value is null are left
 // out, as if absent. It returns nil if n is not a mapping.
 func (p *parser) mapping(raw *yaml.Node, path string, allowed []string, hintFields []string, hintWhere string) map[string]field {
-	n := p.resolve(raw)
+	n := resolve(raw)
 	if n == nil || n.Kind != yaml.MappingNode {
 		p.errorf(line(raw), path, "must be a mapping, got %s", describe(n))
 		return nil
@@ -125,12 +119,16 @@ func (p *parser) mapping(raw *yaml.Node, path string, allowed []string, hintFiel
 	out := make(map[string]field, len(n.Content)/2)
 	seen := make(map[string]int, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content) && !p.aborted; i += 2 {
-		k := p.resolve(n.Content[i])
+		k := resolve(n.Content[i])
 		if k.Kind != yaml.ScalarNode {
 			p.errorf(line(n.Content[i]), path, "field names must be strings, got %s", describe(k))
 			continue
 		}
 		name := k.Value
+		if len(name) > MaxNameLen {
+			p.errorf(k.Line, join(path, shorten(name, 40)), "unknown field (a %d-byte name)", len(name))
+			continue
+		}
 		if k.Tag == "!!merge" {
 			p.errorf(k.Line, join(path, name), "merge keys (<<) are not supported: write the fields out")
 			continue
@@ -148,7 +146,7 @@ func (p *parser) mapping(raw *yaml.Node, path string, allowed []string, hintFiel
 			p.errorf(k.Line, join(path, name), "unknown field%s", suggest(name, allowed, hintFields, hintWhere))
 			continue
 		}
-		if isNull(p.resolve(n.Content[i+1])) {
+		if isNull(resolve(n.Content[i+1])) {
 			continue
 		}
 		out[name] = field{key: k, val: n.Content[i+1]}
@@ -185,7 +183,7 @@ func describe(n *yaml.Node) string {
 		case "!!bool":
 			return "the boolean " + n.Value
 		}
-		return strconv.Quote(n.Value)
+		return quote(n.Value)
 	}
 	return "an unsupported node"
 }
@@ -245,7 +243,7 @@ func editDistance(a, b string) int {
 
 // scalar returns the text of a scalar field.
 func (p *parser) scalar(f field, path string) (string, bool) {
-	n := p.resolve(f.val)
+	n := resolve(f.val)
 	if n.Kind != yaml.ScalarNode {
 		p.errorf(f.val.Line, path, "must be a string, got %s", describe(n))
 		return "", false
@@ -256,7 +254,7 @@ func (p *parser) scalar(f field, path string) (string, bool) {
 // boolean returns a boolean field. YAML 1.1's yes/no/on/off are accepted
 // unquoted, as envoyproxy/ratelimit's YAML library accepts them.
 func (p *parser) boolean(f field, path string) (bool, bool) {
-	n := p.resolve(f.val)
+	n := resolve(f.val)
 	if n.Kind == yaml.ScalarNode && (n.Tag == "!!bool" || n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0) {
 		switch strings.ToLower(n.Value) {
 		case "true", "yes", "on", "y":
@@ -271,7 +269,7 @@ func (p *parser) boolean(f field, path string) (bool, bool) {
 
 // integer returns an integer field.
 func (p *parser) integer(f field, path string) (int64, bool) {
-	n := p.resolve(f.val)
+	n := resolve(f.val)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!float" && isIntegerText(n.Value) {
 		// YAML resolves integers beyond 64 bits as floats.
 		p.errorf(f.val.Line, path, "integer out of range (got %s)", n.Value)
@@ -313,7 +311,7 @@ func (p *parser) choice(f field, path, what string, names []string) (string, boo
 	if contains(names, lower) {
 		return lower, true
 	}
-	p.errorf(f.val.Line, path, "unknown %s %q (want %s)", what, s, orList(names))
+	p.errorf(f.val.Line, path, "unknown %s %s (want %s)", what, quote(s), orList(names))
 	return "", false
 }
 
@@ -327,7 +325,7 @@ func orList(names []string) string {
 
 // sequence returns the items of a list field.
 func (p *parser) sequence(f field, path string) ([]*yaml.Node, bool) {
-	n := p.resolve(f.val)
+	n := resolve(f.val)
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(f.val.Line, path, "must be a list, got %s", describe(n))
 		return nil, false
