@@ -49,7 +49,7 @@ func ReadFiles(paths ...string) ([]File, error) {
 	var names []string
 	var errs ErrorList
 	for _, p := range paths {
-		found, err := policyFiles(p)
+		found, err := Files(p)
 		if err != nil {
 			errs = append(errs, &Error{File: p, Problem: err.Error()})
 			continue
@@ -90,22 +90,32 @@ func Duplicates(files []File) ErrorList {
 }
 
 // ReadDocument reads one policy document from r (a file, standard input)
-// and parses it; name names it in errors. More than MaxDocumentSize bytes
-// is an error, found without reading further.
+// and parses it; name names it in errors.
 func ReadDocument(name string, r io.Reader) (File, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxDocumentSize+1))
+	data, err := ReadBounded(name, r)
 	if err != nil {
-		return File{}, ErrorList{{File: name, Problem: "cannot read: " + unwrapPathError(err)}}
-	}
-	if len(data) > MaxDocumentSize {
-		return File{}, ErrorList{{File: name, Problem: fmt.Sprintf(
-			"policy too large: more than %d bytes: split it into several domains", MaxDocumentSize)}}
+		return File{}, err
 	}
 	d, err := Parse(name, data)
 	if err != nil {
 		return File{}, err
 	}
 	return File{Path: name, Data: data, Domain: d}, nil
+}
+
+// ReadBounded reads a policy document from r, at most MaxDocumentSize
+// bytes: more is an error, found without reading further. name names the
+// document in errors.
+func ReadBounded(name string, r io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxDocumentSize+1))
+	if err != nil {
+		return nil, ErrorList{{File: name, Problem: "cannot read: " + unwrapPathError(err)}}
+	}
+	if len(data) > MaxDocumentSize {
+		return nil, ErrorList{{File: name, Problem: fmt.Sprintf(
+			"policy too large: more than %d bytes: split it into several domains", MaxDocumentSize)}}
+	}
+	return data, nil
 }
 
 // readFile opens and reads one policy file.
@@ -127,8 +137,9 @@ func asList(name string, err error) ErrorList {
 	return ErrorList{{File: name, Problem: err.Error()}}
 }
 
-// policyFiles returns the policy files under path, sorted.
-func policyFiles(path string) ([]string, error) {
+// Files returns the policy files a path names, as ReadFiles finds them: the
+// file itself, or the *.yaml and *.yml files under a directory, sorted.
+func Files(path string) ([]string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, errors.New(unwrapPathError(err))

@@ -121,6 +121,22 @@ func (p *parser) domainNode(root *yaml.Node) *Domain {
 	return d
 }
 
+// PeekDomain returns the domain a policy document names, reading no
+// further than its top-level domain field: "" when the document is not
+// YAML within the size bound, or names no domain that Parse would accept.
+// It validates nothing else (Parse does).
+func PeekDomain(data []byte) string {
+	p := &parser{}
+	if !p.checkDocument(data) {
+		return ""
+	}
+	root := p.decode(data)
+	if root == nil {
+		return ""
+	}
+	return peekDomain(root)
+}
+
 // peekDomain returns the root mapping's domain if it is a usable string.
 func peekDomain(root *yaml.Node) string {
 	if root.Kind != yaml.MappingNode {

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
+	"github.com/sluicehq/sluice/controlplane/policy"
 )
 
 // versionFlag is an optional --expected-version.
@@ -92,7 +92,7 @@ func (e *env) policyClient(ctx context.Context, stream bool) (sluicev1.PolicySer
 var applyCmd = &command{
 	name:    "apply",
 	args:    "-f FILE [-f FILE ...] [--expected-version N]",
-	summary: "validate and store policies, one domain per file (a directory: its *.yaml and *.yml files; -: standard input)",
+	summary: "validate and store policies, one domain per file (a directory: its *.yaml and *.yml files, searched as -policy searches it; -: standard input)",
 	setup: func(fs *flag.FlagSet) runner {
 		var files stringsFlag
 		var expected versionFlag
@@ -174,47 +174,54 @@ func runApply(ctx context.Context, e *env, args []string, files []string, expect
 	return failed
 }
 
-// readPolicyFiles reads the -f arguments.
+// readPolicyFiles reads the -f arguments: a directory's policy files are
+// found as sluice-controlplane's -policy finds them, each file is read up to
+// the policy size bound, and two files that name one domain are refused
+// before anything is sent (applying both would leave whichever came last).
 func readPolicyFiles(stdin io.Reader, paths []string) ([]policyDoc, error) {
 	var docs []policyDoc
+	read := func(name string, r io.Reader) error {
+		data, err := policy.ReadBounded(name, r)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, policyDoc{source: name, data: data})
+		return nil
+	}
 	for _, p := range paths {
 		if p == "-" {
-			data, err := io.ReadAll(stdin)
-			if err != nil {
-				return nil, fmt.Errorf("-f -: reading standard input: %v", err)
+			if err := read("stdin", stdin); err != nil {
+				return nil, fmt.Errorf("-f -: %w", err)
 			}
-			docs = append(docs, policyDoc{source: "stdin", data: data})
 			continue
 		}
-		info, err := os.Stat(p)
+		files, err := policy.Files(p)
 		if err != nil {
-			return nil, fmt.Errorf("-f %s: %v", p, unwrapPathErr(err))
-		}
-		files := []string{p}
-		if info.IsDir() {
-			files = nil
-			entries, err := os.ReadDir(p)
-			if err != nil {
-				return nil, fmt.Errorf("-f %s: %v", p, unwrapPathErr(err))
-			}
-			for _, ent := range entries {
-				ext := strings.ToLower(filepath.Ext(ent.Name()))
-				if !ent.IsDir() && !strings.HasPrefix(ent.Name(), ".") && (ext == ".yaml" || ext == ".yml") {
-					files = append(files, filepath.Join(p, ent.Name()))
-				}
-			}
-			if len(files) == 0 {
-				return nil, fmt.Errorf("-f %s: the directory holds no .yaml or .yml file", p)
-			}
-			sort.Strings(files)
+			return nil, fmt.Errorf("-f %s: %v", p, err)
 		}
 		for _, f := range files {
-			data, err := os.ReadFile(f)
+			r, err := os.Open(f)
 			if err != nil {
 				return nil, fmt.Errorf("-f %s: %v", f, unwrapPathErr(err))
 			}
-			docs = append(docs, policyDoc{source: f, data: data})
+			err = read(f, r)
+			r.Close()
+			if err != nil {
+				return nil, err
+			}
 		}
+	}
+	first := map[string]string{}
+	for _, d := range docs {
+		domain := policy.PeekDomain(d.data)
+		if domain == "" {
+			continue // the policy service says what is wrong with it
+		}
+		if prev, dup := first[domain]; dup {
+			return nil, fmt.Errorf("%s and %s both define domain %q: one file per domain (applying both would leave the last); nothing was applied",
+				prev, d.source, domain)
+		}
+		first[domain] = d.source
 	}
 	return docs, nil
 }
