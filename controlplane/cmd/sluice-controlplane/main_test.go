@@ -345,7 +345,11 @@ func TestBinaryBadConfig(t *testing.T) {
 		want string
 	}{
 		{[]string{"-redis-mode", "etcd"}, `unknown redis mode`},
-		{[]string{"-policy", badPolicy}, `bin.yaml:4`},
+		{[]string{"-policy", badPolicy}, `bin.yaml:4: domain \"bin\": descriptors[0].rate_limit.unit: unknown unit`},
+		// Unlike envoyproxy/ratelimit, which stays up answering Unknown: a
+		// rate limiter that starts without its policies admits everything.
+		{[]string{"-policy", writePolicy(t, "domain: bin\ndescriptors: &d [{key: k, descriptors: *d}]\n")}, `bin.yaml:2: domain \"bin\": descriptors[0].descriptors: alias *d refers to a node that contains it`},
+		{[]string{"-policy", writePolicy(t, "domain: bin\ndescriptors: "+strings.Repeat("[{key: k, descriptors: ", 4990)+"[]"+strings.Repeat("}]", 4990)+"\n")}, `nested too deeply`},
 		{[]string{"-log-level", "loud"}, `-log-level "loud"`},
 	}
 	for _, c := range cases {
@@ -354,5 +358,85 @@ func TestBinaryBadConfig(t *testing.T) {
 		if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
 			t.Errorf("%v: exit %d (%v), output %s; want 2 and %q", c.args, cmd.ProcessState.ExitCode(), err, out, c.want)
 		}
+	}
+}
+
+// waitLog waits until the process has logged n lines holding s, and returns
+// the last of them.
+func (p *proc) waitLog(t *testing.T, s string, n int) string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var found []string
+		for _, l := range strings.Split(p.output(), "\n") {
+			if strings.Contains(l, s) {
+				found = append(found, l)
+			}
+		}
+		if len(found) >= n {
+			return found[n-1]
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("exited with %d waiting for log line %d holding %q:\n%s", p.exitCode, n, s, p.output())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line %d holding %q within 15 s:\n%s", n, s, p.output())
+		}
+	}
+}
+
+// TestBinarySIGHUP: SIGHUP re-reads the -policy files. A valid set is
+// applied (the served limit changes); an invalid one is refused with file,
+// line and field, and the served limit stays; the process survives both.
+func TestBinarySIGHUP(t *testing.T) {
+	path := writePolicy(t, binPolicy)
+	p, rec := startBinary(t, nil, "-policy", path)
+	grpcAddr := rec["grpc"].(string)
+	limit := func() uint32 { return call(t, grpcAddr, "hup").Statuses[0].CurrentLimit.RequestsPerUnit }
+	if got := limit(); got != 2 {
+		t.Fatalf("limit %d before SIGHUP, want 2", got)
+	}
+	hup := func() {
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(doc string) {
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write(strings.Replace(binPolicy, "requests_per_unit: 2", "requests_per_unit: 7", 1))
+	hup()
+	line := p.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	if !strings.Contains(line, `"changed":"bin"`) {
+		t.Errorf("log line %s", line)
+	}
+	if got := limit(); got != 7 {
+		t.Fatalf("limit %d after a good SIGHUP, want 7", got)
+	}
+
+	bad := []struct{ doc, want string }{
+		{"domain: bin\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+			`bin.yaml:4: domain \"bin\": descriptors[0].rate_limit.unit: unknown unit \"fortnight\"`},
+		{"domain: bin\ndescriptors: &d [{key: k, descriptors: *d}]\n", `bin.yaml:2: domain \"bin\": descriptors[0].descriptors: alias *d refers to a node that contains it`},
+	}
+	for i, b := range bad {
+		write(b.doc)
+		hup()
+		line := p.waitLog(t, "SIGHUP: refused the -policy files; the current policies stay", i+1)
+		if !strings.Contains(line, b.want) || !strings.Contains(line, `"level":"ERROR"`) {
+			t.Errorf("log line %s\nwant it to hold %s", line, b.want)
+		}
+		if got := limit(); got != 7 {
+			t.Fatalf("limit %d after a bad SIGHUP, want 7 (kept)", got)
+		}
+	}
+	t.Logf("SIGHUP log lines:\n%s\n%s", p.waitLog(t, "SIGHUP: applied", 1), p.waitLog(t, "SIGHUP: refused", 2))
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.output())
 	}
 }
