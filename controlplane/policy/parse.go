@@ -12,16 +12,10 @@ import (
 // Field sets of each level.
 var (
 	domainFields     = []string{"domain", "descriptors", "failure_mode", "response_headers"}
-	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "failure_mode"}
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "failure_mode", "share_threshold"}
 	limitFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "window", "burst"}
 	replacesFields   = []string{"name"}
 )
-
-// unsupported explains the envoyproxy/ratelimit fields sluice refuses rather
-// than silently ignoring, because ignoring them would change what is limited.
-var unsupported = map[string]string{
-	"share_threshold": "envoyproxy/ratelimit's share_threshold (one counter shared by every value a wildcard matches) is not supported",
-}
 
 // parser holds the state of one Parse.
 type parser struct {
@@ -218,6 +212,12 @@ func (p *parser) descriptor(raw *yaml.Node, path string, parentMode FailureMode,
 	}
 	if f, ok := fs["value_to_metric"]; ok {
 		d.ValueToMetric, _ = p.boolean(f, join(path, "value_to_metric"))
+	}
+	if f, ok := fs["share_threshold"]; ok {
+		if d.ShareThreshold, _ = p.boolean(f, join(path, "share_threshold")); d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+			p.errorf(f.key.Line, join(path, "share_threshold"),
+				"needs a wildcard value (ending in *): every value the wildcard matches then shares one counter (value is %s)", quote(d.Value))
+		}
 	}
 	mode := parentMode
 	if f, ok := fs["failure_mode"]; ok {

@@ -138,10 +138,6 @@ func (p *parser) mapping(raw *yaml.Node, path string, allowed []string, hintFiel
 			continue
 		}
 		seen[name] = k.Line
-		if why, ok := unsupported[name]; ok {
-			p.errorf(k.Line, join(path, name), "%s", why)
-			continue
-		}
 		if !contains(allowed, name) {
 			p.errorf(k.Line, join(path, name), "unknown field%s", suggest(name, allowed, hintFields, hintWhere))
 			continue
