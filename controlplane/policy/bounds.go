@@ -78,8 +78,15 @@ type treeCheck struct {
 	anchored map[*yaml.Node]subtree // anchored nodes already measured
 	open     map[*yaml.Node]bool    // anchored nodes being visited (the path from the root)
 	nodes    int64                  // nodes counted so far
-	path     []string               // field path of the node being visited
+	path     []segment              // field path of the node being visited
 	failed   bool
+}
+
+// segment is one step of a field path: a mapping key, or a list index when
+// key is nil.
+type segment struct {
+	key   *yaml.Node
+	index int
 }
 
 // visit counts n and everything below it at depth, and returns the height
@@ -119,10 +126,10 @@ func (t *treeCheck) visit(n *yaml.Node, depth int) int {
 		switch n.Kind {
 		case yaml.MappingNode:
 			if i%2 == 0 {
-				t.path = append(t.path, "."+keyText(c))
+				t.path = append(t.path, segment{key: c})
 			}
 		case yaml.SequenceNode:
-			t.path = append(t.path, "["+strconv.Itoa(i)+"]")
+			t.path = append(t.path, segment{index: i})
 		}
 		height = max(height, t.visit(c, depth+1))
 		if n.Kind == yaml.SequenceNode || (n.Kind == yaml.MappingNode && i%2 == 1) {
@@ -162,22 +169,31 @@ func (t *treeCheck) fail(n *yaml.Node, format string, args ...any) {
 	t.p.aborted = true
 }
 
-// keyText is a mapping key as a path segment.
-func keyText(k *yaml.Node) string {
-	if k.Kind == yaml.ScalarNode {
-		return shorten(k.Value, 40)
+// text is the segment as written in a field path.
+func (s segment) text() string {
+	switch {
+	case s.key == nil:
+		return "[" + strconv.Itoa(s.index) + "]"
+	case s.key.Kind == yaml.ScalarNode:
+		return "." + shorten(s.key.Value, 40)
 	}
-	return "?"
+	return ".?"
 }
 
 // shortPath joins a field path, leaving out the middle of a deep one.
-func shortPath(segs []string) string {
+func shortPath(segs []segment) string {
 	const ends = 4
-	if len(segs) > 2*ends {
-		mid := fmt.Sprintf(".(%d more levels)", len(segs)-2*ends)
-		segs = append(append(append([]string{}, segs[:ends]...), mid), segs[len(segs)-ends:]...)
+	var b strings.Builder
+	for i, s := range segs {
+		switch {
+		case len(segs) > 2*ends && i == ends:
+			fmt.Fprintf(&b, ".(%d more levels)", len(segs)-2*ends)
+		case len(segs) > 2*ends && i > ends && i < len(segs)-ends:
+		default:
+			b.WriteString(s.text())
+		}
 	}
-	return strings.TrimPrefix(strings.Join(segs, ""), ".")
+	return strings.TrimPrefix(b.String(), ".")
 }
 
 // shorten returns s cut to at most n bytes (between characters), marking a

@@ -190,11 +190,17 @@ func TestBoundsPeakMemory(t *testing.T) {
 	}
 	cases := []struct {
 		name, path, want string
+		maxMB            int64 // peak RSS
 	}{
-		{"alias cycle", write("cycle.yaml", cyclicDoc), `cycle.yaml:2: domain "d": descriptors[0].descriptors: alias *d refers to a node that contains it`},
-		{"4,990 levels, 143 KB", write("deep.yaml", deep), `deep.yaml:2: domain "d": descriptors[0].descriptors[0]`},
-		{"50 MB domain name", bigDomain, `big.yaml: policy too large: more than 1048576 bytes`},
-		{"billion laughs", write("laughs.yaml", laughsDoc()), `takes it past 1048576 YAML nodes`},
+		{"alias cycle", write("cycle.yaml", cyclicDoc), `cycle.yaml:2: domain "d": descriptors[0].descriptors: alias *d refers to a node that contains it`, 100},
+		{"4,990 levels, 143 KB", write("deep.yaml", deep), `deep.yaml:2: domain "d": descriptors[0].descriptors[0]`, 100},
+		{"50 MB domain name", bigDomain, `big.yaml: policy too large: more than 1048576 bytes`, 100},
+		{"billion laughs", write("laughs.yaml", laughsDoc()), `takes it past 1048576 YAML nodes`, 100},
+		// The most nodes 1 MiB can hold (524,000): the YAML library's own
+		// tree of them (about 100 MB of heap) is the peak; Parse adds
+		// little to it.
+		{"1 MiB of one-byte nodes", write("flat.yaml", "domain: d\ndescriptors: ["+strings.Repeat("1,", MaxDocumentSize/2-20)+"1]\n"),
+			`flat.yaml:2: domain "d": descriptors[0]: must be a mapping, got the integer 1`, 256},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -203,11 +209,11 @@ func TestBoundsPeakMemory(t *testing.T) {
 			if !strings.Contains(out, "LOAD-ERROR ") || !strings.Contains(out, c.want) {
 				t.Errorf("output lacks %q:\n%.2000s", c.want, out)
 			}
-			if rssKB > 100<<10 {
-				t.Errorf("peak RSS %d MB, want under 100 MB", rssKB>>10)
+			if rssKB > c.maxMB<<10 {
+				t.Errorf("peak RSS %d MB, want under %d MB", rssKB>>10, c.maxMB)
 			}
-			if took > 5*time.Second {
-				t.Errorf("took %v, want under 5 s", took)
+			if took > 20*time.Second { // generous: the machine may be busy; unbounded runs are killed at 30 s
+				t.Errorf("took %v, want under 20 s", took)
 			}
 		})
 	}

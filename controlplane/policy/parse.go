@@ -155,8 +155,10 @@ func (p *parser) descriptorList(f field, path string, parentMode FailureMode, id
 	if !ok {
 		return nil
 	}
-	out := make([]*Descriptor, 0, len(items))
-	seen := make(map[Entry]int, len(items))
+	// Not sized by len(items): a list of 500,000 scalars stops after 50
+	// errors, and must not cost a map of 500,000 first.
+	var out []*Descriptor
+	seen := make(map[Entry]int)
 	for i, item := range items {
 		if p.aborted {
 			break

@@ -116,8 +116,9 @@ func (p *parser) mapping(raw *yaml.Node, path string, allowed []string, hintFiel
 		p.errorf(line(raw), path, "must be a mapping, got %s", describe(n))
 		return nil
 	}
-	out := make(map[string]field, len(n.Content)/2)
-	seen := make(map[string]int, len(n.Content)/2)
+	size := min(len(n.Content)/2, len(allowed)) // every field past the allowed ones is an error
+	out := make(map[string]field, size)
+	seen := make(map[string]int, size)
 	for i := 0; i+1 < len(n.Content) && !p.aborted; i += 2 {
 		k := resolve(n.Content[i])
 		if k.Kind != yaml.ScalarNode {
