@@ -440,3 +440,34 @@ func TestBinarySIGHUP(t *testing.T) {
 		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.output())
 	}
 }
+
+// TestBinarySIGHUPRedis: with Redis, one replica's SIGHUP changes what every
+// replica serves.
+func TestBinarySIGHUPRedis(t *testing.T) {
+	rs := redistest.StartServer(t)
+	path := writePolicy(t, binPolicy)
+	env := []string{"SLUICE_REDIS_ADDRS=" + rs.Addr()}
+	p1, rec1 := startBinary(t, env, "-policy", path)
+	_, rec2 := startBinary(t, env, "-policy", writePolicy(t, binPolicy))
+	limit := func(rec map[string]any) uint32 {
+		return call(t, rec["grpc"].(string), "hup").Statuses[0].CurrentLimit.RequestsPerUnit
+	}
+	if a, b := limit(rec1), limit(rec2); a != 2 || b != 2 {
+		t.Fatalf("limits %d and %d before SIGHUP, want 2", a, b)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(binPolicy, "requests_per_unit: 2", "requests_per_unit: 9", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p1.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	start := time.Now()
+	for limit(rec2) != 9 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the other replica still serves %d 10 s after the SIGHUP, want 9", limit(rec2))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the other replica followed in %v", time.Since(start).Round(time.Millisecond))
+}
