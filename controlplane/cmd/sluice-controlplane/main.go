@@ -256,7 +256,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	server.SetRedisLogger(log)
-	hup := make(chan os.Signal, 1) // before anything else: SIGHUP must never end the process
+	hup := make(chan os.Signal, 1) // before the policies are read: SIGHUP must never end the process
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	if c.gcPercentSet || getenv("GOGC") == "" {
