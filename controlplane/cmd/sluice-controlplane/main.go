@@ -18,7 +18,8 @@
 //	                                                library (FUNCTION LOAD, FCALL) (false)
 //	-policy              SLUICE_POLICY              comma-separated policy files or directories (repeatable):
 //	                                                they seed an empty policy store (default: the
-//	                                                embedded example policies, domain sluice-demo)
+//	                                                embedded example policies, domain sluice-demo);
+//	                                                SIGHUP re-reads them and applies their domains
 //	-policy-addr         SLUICE_POLICY_ADDR         policy service listen address (127.0.0.1:8082)
 //	-policy-token-file   SLUICE_POLICY_TOKEN_FILE   bearer tokens the policy service accepts, one a line
 //	                     SLUICE_TOKEN               one accepted token (environment only, never a flag)
@@ -158,7 +159,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	num(&c.redisDB, "redis-db", "SLUICE_REDIS_DB", 0, "Redis database (standalone, sentinel)")
 	str(&c.redisUser, "redis-username", "SLUICE_REDIS_USERNAME", "", "Redis ACL user name")
 	str(&c.redisPasswordFile, "redis-password-file", "SLUICE_REDIS_PASSWORD_FILE", "", "file holding the Redis password (or set $SLUICE_REDIS_PASSWORD)")
-	fs.Var(&c.policies, "policy", "policy file or directory, comma-separated or repeated; re-read on SIGHUP ($SLUICE_POLICY)")
+	fs.Var(&c.policies, "policy", "policy file or directory, comma-separated or repeated; seeds an empty store, re-applied on SIGHUP ($SLUICE_POLICY)")
 	envOf["policy"] = "SLUICE_POLICY"
 	str(&c.policyAddr, "policy-addr", "SLUICE_POLICY_ADDR", server.DefaultPolicyAddr, "policy service listen address (authenticated)")
 	str(&c.policyTokenFile, "policy-token-file", "SLUICE_POLICY_TOKEN_FILE", "", "file of bearer tokens the policy service accepts, one a line (or set $SLUICE_TOKEN)")
@@ -264,6 +265,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	server.SetRedisLogger(log)
+	hup := make(chan os.Signal, 1) // before the policies are read: SIGHUP must never end the process
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if c.gcPercentSet || getenv("GOGC") == "" {
 		debug.SetGCPercent(c.gcPercent)
 	}
@@ -323,6 +327,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	go reloadOnHangup(ctx, hup, log, c.policies, srv.Policies())
 	if err := srv.Run(ctx); err != nil {
 		log.Error("serving failed", "error", err.Error())
 		return 1

@@ -345,7 +345,11 @@ func TestBinaryBadConfig(t *testing.T) {
 		want string
 	}{
 		{[]string{"-redis-mode", "etcd"}, `unknown redis mode`},
-		{[]string{"-policy", badPolicy}, `bin.yaml:4`},
+		{[]string{"-policy", badPolicy}, `bin.yaml:4: domain \"bin\": descriptors[0].rate_limit.unit: unknown unit`},
+		// Unlike envoyproxy/ratelimit, which stays up answering Unknown: a
+		// rate limiter that starts without its policies admits everything.
+		{[]string{"-policy", writePolicy(t, "domain: bin\ndescriptors: &d [{key: k, descriptors: *d}]\n")}, `bin.yaml:2: domain \"bin\": descriptors[0].descriptors: alias *d refers to a node that contains it`},
+		{[]string{"-policy", writePolicy(t, "domain: bin\ndescriptors: "+strings.Repeat("[{key: k, descriptors: ", 4990)+"[]"+strings.Repeat("}]", 4990)+"\n")}, `nested too deeply`},
 		{[]string{"-log-level", "loud"}, `-log-level "loud"`},
 	}
 	for _, c := range cases {
@@ -355,4 +359,115 @@ func TestBinaryBadConfig(t *testing.T) {
 			t.Errorf("%v: exit %d (%v), output %s; want 2 and %q", c.args, cmd.ProcessState.ExitCode(), err, out, c.want)
 		}
 	}
+}
+
+// waitLog waits until the process has logged n lines holding s, and returns
+// the last of them.
+func (p *proc) waitLog(t *testing.T, s string, n int) string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var found []string
+		for _, l := range strings.Split(p.output(), "\n") {
+			if strings.Contains(l, s) {
+				found = append(found, l)
+			}
+		}
+		if len(found) >= n {
+			return found[n-1]
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("exited with %d waiting for log line %d holding %q:\n%s", p.exitCode, n, s, p.output())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line %d holding %q within 15 s:\n%s", n, s, p.output())
+		}
+	}
+}
+
+// TestBinarySIGHUP: SIGHUP re-reads the -policy files. A valid set is
+// applied (the served limit changes); an invalid one is refused with file,
+// line and field, and the served limit stays; the process survives both.
+func TestBinarySIGHUP(t *testing.T) {
+	path := writePolicy(t, binPolicy)
+	p, rec := startBinary(t, nil, "-policy", path)
+	grpcAddr := rec["grpc"].(string)
+	limit := func() uint32 { return call(t, grpcAddr, "hup").Statuses[0].CurrentLimit.RequestsPerUnit }
+	if got := limit(); got != 2 {
+		t.Fatalf("limit %d before SIGHUP, want 2", got)
+	}
+	hup := func() {
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(doc string) {
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write(strings.Replace(binPolicy, "requests_per_unit: 2", "requests_per_unit: 7", 1))
+	hup()
+	line := p.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	if !strings.Contains(line, `"changed":"bin"`) {
+		t.Errorf("log line %s", line)
+	}
+	if got := limit(); got != 7 {
+		t.Fatalf("limit %d after a good SIGHUP, want 7", got)
+	}
+
+	bad := []struct{ doc, want string }{
+		{"domain: bin\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+			`bin.yaml:4: domain \"bin\": descriptors[0].rate_limit.unit: unknown unit \"fortnight\"`},
+		{"domain: bin\ndescriptors: &d [{key: k, descriptors: *d}]\n", `bin.yaml:2: domain \"bin\": descriptors[0].descriptors: alias *d refers to a node that contains it`},
+	}
+	for i, b := range bad {
+		write(b.doc)
+		hup()
+		line := p.waitLog(t, "SIGHUP: refused the -policy files; the current policies stay", i+1)
+		if !strings.Contains(line, b.want) || !strings.Contains(line, `"level":"ERROR"`) {
+			t.Errorf("log line %s\nwant it to hold %s", line, b.want)
+		}
+		if got := limit(); got != 7 {
+			t.Fatalf("limit %d after a bad SIGHUP, want 7 (kept)", got)
+		}
+	}
+	t.Logf("SIGHUP log lines:\n%s\n%s", p.waitLog(t, "SIGHUP: applied", 1), p.waitLog(t, "SIGHUP: refused", 2))
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.output())
+	}
+}
+
+// TestBinarySIGHUPRedis: with Redis, one replica's SIGHUP changes what every
+// replica serves.
+func TestBinarySIGHUPRedis(t *testing.T) {
+	rs := redistest.StartServer(t)
+	path := writePolicy(t, binPolicy)
+	env := []string{"SLUICE_REDIS_ADDRS=" + rs.Addr()}
+	p1, rec1 := startBinary(t, env, "-policy", path)
+	_, rec2 := startBinary(t, env, "-policy", writePolicy(t, binPolicy))
+	limit := func(rec map[string]any) uint32 {
+		return call(t, rec["grpc"].(string), "hup").Statuses[0].CurrentLimit.RequestsPerUnit
+	}
+	if a, b := limit(rec1), limit(rec2); a != 2 || b != 2 {
+		t.Fatalf("limits %d and %d before SIGHUP, want 2", a, b)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(binPolicy, "requests_per_unit: 2", "requests_per_unit: 9", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p1.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	start := time.Now()
+	for limit(rec2) != 9 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the other replica still serves %d 10 s after the SIGHUP, want 9", limit(rec2))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the other replica followed in %v", time.Since(start).Round(time.Millisecond))
 }
