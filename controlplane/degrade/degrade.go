@@ -4,10 +4,12 @@
 //
 // Each Decide goes to the primary with a deadline (20 ms by default). When
 // the primary errors or misses the deadline, the same call is answered by
-// the fallback at once and the Store turns degraded: later calls go straight
-// to the fallback, without waiting on the primary, while a background probe
-// (a PING through the function the caller passes) runs every ProbeInterval.
-// The first probe that succeeds switches decisions back to the primary.
+// the fallback at once. Only a sustained failure (see Trip: failures in a
+// row, or a failure ratio over a short window) turns the Store degraded:
+// later calls then go straight to the fallback, without waiting on the
+// primary, while a background probe (a PING through the function the caller
+// passes) runs every ProbeInterval. The first probe that succeeds switches
+// decisions back to the primary. One late answer therefore switches nothing.
 //
 // While degraded each replica limits on its own, from the state its memory
 // store built since it degraded: limits hold per replica, not across the
@@ -73,6 +75,12 @@ type Options struct {
 	// Registerer registers the metrics (see NewMetrics); nil means they are
 	// kept but not registered.
 	Registerer prometheus.Registerer
+	// Trip says which failures switch to the fallback; the zero value
+	// means the defaults (see Trip).
+	Trip Trip
+	// Now is the clock the Trip rules count on; nil means time.Now.
+	// (Deadlines are real timers either way.)
+	Now func() time.Time
 }
 
 // Store is a store.Store that decides on a primary and falls back to a
@@ -87,6 +95,8 @@ type Store struct {
 	metrics           *Metrics
 	onChange          func(bool)
 	trustContext      bool
+	trip              *tripper
+	now               func() time.Time
 
 	degraded atomic.Bool
 	calls    sync.Pool // *call
@@ -165,6 +175,10 @@ func New(primary, fallback store.Store, opts Options) (*Store, error) {
 	case opts.ProbeTimeout < 0:
 		return nil, fmt.Errorf("degrade: Options.ProbeTimeout must not be negative (got %v)", opts.ProbeTimeout)
 	}
+	trip, err := opts.Trip.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{
 		primary:       primary,
 		fallback:      fallback,
@@ -176,7 +190,12 @@ func New(primary, fallback store.Store, opts Options) (*Store, error) {
 		metrics:       NewMetrics(opts.Registerer),
 		onChange:      opts.OnChange,
 		trustContext:  opts.TrustContext,
+		trip:          newTripper(trip),
+		now:           opts.Now,
 		stop:          make(chan struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	if s.deadline == 0 {
 		s.deadline = DefaultDeadline
@@ -204,7 +223,8 @@ func (s *Store) Degraded() bool { return s.degraded.Load() }
 func (s *Store) Metrics() *Metrics { return s.metrics }
 
 // Decide implements store.Store: the primary within the deadline, else the
-// fallback. An error means both failed (or ctx ended, or a check is invalid:
+// fallback (switching to it for later calls too when the failure is
+// sustained, see Trip). An error means both failed (or ctx ended, or a check is invalid:
 // an error wrapping store.ErrInvalidLimit does not degrade the Store, since
 // the fallback would refuse the check too).
 func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorithms.Result) error {
@@ -212,8 +232,10 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 		return fmt.Errorf("degrade: %d results for %d checks", len(out), len(checks))
 	}
 	if !s.degraded.Load() {
+		start := s.now()
 		err := s.tryPrimary(ctx, checks, out)
 		if err == nil {
+			s.trip.success(start)
 			return nil
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -227,7 +249,9 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 			reason = "deadline"
 		}
 		s.metrics.PrimaryFailures.WithLabelValues(reason).Inc()
-		s.enterDegraded(err)
+		if s.trip.failure(start, s.now()) {
+			s.enterDegraded(err)
+		}
 	}
 	s.metrics.DegradedDecisions.Inc()
 	if err := s.fallback.Decide(ctx, checks, out); err != nil {
@@ -364,6 +388,9 @@ func (s *Store) ProbeOnce(ctx context.Context) bool {
 		s.metrics.ProbeFailures.Inc()
 		s.log.Debug("primary store probe failed", "primary", s.primary.Name(), "error", err.Error())
 		return false
+	}
+	if s.degraded.Load() {
+		s.trip.reset() // failures before the switch back do not count
 	}
 	if s.degraded.CompareAndSwap(true, false) {
 		s.metrics.Degraded.Set(0)
