@@ -29,6 +29,9 @@
 //	                                                (default: none, they last as long as the process)
 //	-deadline            SLUICE_DEADLINE            Redis decision deadline before the memory store answers (20ms)
 //	-probe-interval      SLUICE_PROBE_INTERVAL      Redis health probe interval while degraded (200ms)
+//	-degrade-after-failures SLUICE_DEGRADE_AFTER_FAILURES  Redis failures in a row that switch to the memory store (5)
+//	-degrade-failure-ratio  SLUICE_DEGRADE_FAILURE_RATIO   share of failed Redis calls that switches (0.5; above 1: off)
+//	-degrade-failure-window SLUICE_DEGRADE_FAILURE_WINDOW  span that ratio is measured over (1s)
 //	-max-descriptors     SLUICE_MAX_DESCRIPTORS     descriptors allowed in one request (256)
 //	-memory-max-entries  SLUICE_MEMORY_MAX_ENTRIES  memory store bound on keys (1048576)
 //	-memory-max-bytes    SLUICE_MEMORY_MAX_BYTES    memory store bound on bytes (268435456)
@@ -100,6 +103,7 @@ type config struct {
 	policyCA            string
 	policyFile          string
 	deadline, probe     time.Duration
+	trip                degrade.Trip
 	maxDescriptors      int
 	memEntries          int
 	memBytes            int64
@@ -162,6 +166,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	str(&c.policyFile, "policy-file", "SLUICE_POLICY_FILE", "", "without Redis: file keeping the policies applied at run time")
 	dur(&c.deadline, "deadline", "SLUICE_DEADLINE", degrade.DefaultDeadline, "Redis decision deadline; past it the memory store answers")
 	dur(&c.probe, "probe-interval", "SLUICE_PROBE_INTERVAL", degrade.DefaultProbeInterval, "Redis health probe interval while degraded")
+	num(&c.trip.Failures, "degrade-after-failures", "SLUICE_DEGRADE_AFTER_FAILURES", degrade.DefaultTripFailures, "Redis failures in a row (calls that overlap count once) that switch to the memory store; a single one is answered locally")
+	fs.Float64Var(&c.trip.Ratio, "degrade-failure-ratio", degrade.DefaultTripRatio, "share of failed Redis calls over -degrade-failure-window that switches to the memory store; above 1 turns it off ($SLUICE_DEGRADE_FAILURE_RATIO)")
+	envOf["degrade-failure-ratio"] = "SLUICE_DEGRADE_FAILURE_RATIO"
+	dur(&c.trip.Window, "degrade-failure-window", "SLUICE_DEGRADE_FAILURE_WINDOW", degrade.DefaultTripWindow, "span -degrade-failure-ratio is measured over")
 	num(&c.maxDescriptors, "max-descriptors", "SLUICE_MAX_DESCRIPTORS", rls.DefaultMaxDescriptors, "descriptors allowed in one request")
 	num(&c.memEntries, "memory-max-entries", "SLUICE_MEMORY_MAX_ENTRIES", memory.DefaultMaxEntries, "memory store bound on keys")
 	fs.Int64Var(&c.memBytes, "memory-max-bytes", memory.DefaultMaxBytes, "memory store bound on approximate bytes ($SLUICE_MEMORY_MAX_BYTES)")
@@ -206,6 +214,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-deadline must be positive (got %v)", c.deadline))
 	case c.probe <= 0:
 		errs = append(errs, fmt.Errorf("-probe-interval must be positive (got %v)", c.probe))
+	case c.trip.Failures <= 0 || !(c.trip.Ratio > 0) || c.trip.Window <= 0:
+		errs = append(errs, fmt.Errorf("-degrade-after-failures, -degrade-failure-ratio and -degrade-failure-window must be positive (got %d, %v, %v)", c.trip.Failures, c.trip.Ratio, c.trip.Window))
 	case c.shutdown <= 0:
 		errs = append(errs, fmt.Errorf("-shutdown-timeout must be positive (got %v)", c.shutdown))
 	case c.maxDescriptors <= 0:
@@ -298,6 +308,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		PolicyFile:       c.policyFile,
 		Deadline:         c.deadline,
 		ProbeInterval:    c.probe,
+		Trip:             c.trip,
 		MaxDescriptors:   c.maxDescriptors,
 		MemoryMaxEntries: c.memEntries,
 		MemoryMaxBytes:   c.memBytes,
