@@ -49,7 +49,7 @@ const shardCount = 64
 
 // Approximate sizes used for the byte bound.
 const (
-	entryOverhead = 200 // entry struct, map slot and string header
+	entryOverhead = 264 // entry struct, map slot and string header
 	logEntrySize  = 16  // one slot of a sliding log's ring
 )
 
@@ -94,6 +94,10 @@ type entry struct {
 	logCap  int64 // sliding_log: the limit the ring was sized for
 	expires int64 // Unix ns from which the state equals a fresh one
 	size    int64 // approximate bytes, for the shard's total
+	limit   store.Limit
+
+	seed    seedState // as seeded by the primary, or as last carried to it (carry.go)
+	carried bool      // seed was carried: the primary has it
 
 	prev, next *entry // LRU list
 
@@ -246,6 +250,7 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 	if err != nil {
 		return r, err
 	}
+	e.limit = c.Limit
 	if r.ResetAfter <= 0 {
 		// The limiter is full: a missing entry means the same.
 		if e.prev != nil {
