@@ -11,10 +11,14 @@
 // passes) runs every ProbeInterval. The first probe that succeeds switches
 // decisions back to the primary. One late answer therefore switches nothing.
 //
-// While degraded each replica limits on its own, from the state its memory
-// store built since it degraded: limits hold per replica, not across the
-// fleet, and counts made in Redis before the failure are not seen. That is
-// the price of answering at all.
+// While degraded each replica limits on its own: limits hold per replica,
+// not across the fleet. That is the price of answering at all. Two things
+// keep an outage from handing out fresh budgets (see recover.go): the
+// fallback starts from the primary's last answers (a fallback with a Seed
+// method is told every answer of the primary), and on the way back what
+// the fallback admitted is added to the primary's state (a fallback with an
+// Unload method, a primary with a Carry method: the memory and Redis
+// stores) before and right after decisions return to the primary.
 //
 // When the fallback fails too, Decide returns the error; the caller then
 // applies each limit's failure mode.
@@ -97,6 +101,10 @@ type Store struct {
 	trustContext      bool
 	trip              *tripper
 	now               func() time.Time
+	seeder            seeder   // nil: the fallback starts from nothing
+	unloader          unloader // with carrier: outage counts go back to the primary
+	carrier           carrier
+	noSeed            atomic.Bool // while degraded or carrying: the fallback's state must stay
 
 	degraded atomic.Bool
 	calls    sync.Pool // *call
@@ -121,6 +129,9 @@ type Metrics struct {
 	PrimaryFailures *prometheus.CounterVec
 	// ProbeFailures counts failed probes.
 	ProbeFailures prometheus.Counter
+	// Carried counts the keys whose outage counts were carried to the
+	// primary on the way back.
+	Carried prometheus.Counter
 }
 
 // NewMetrics returns the collectors, registered with reg unless reg is nil.
@@ -146,6 +157,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_store_probe_failures_total",
 			Help: "Health probes of the primary store that failed while degraded.",
 		}),
+		Carried: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_carried_keys_total",
+			Help: "Keys whose counts from the fallback (memory) store were added to the primary (Redis) on returning to it.",
+		}),
 	}
 	for _, to := range []string{"fallback", "primary"} {
 		m.Transitions.WithLabelValues(to)
@@ -154,7 +169,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.PrimaryFailures.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Degraded, m.DegradedDecisions, m.Transitions, m.PrimaryFailures, m.ProbeFailures)
+		reg.MustRegister(m.Degraded, m.DegradedDecisions, m.Transitions, m.PrimaryFailures, m.ProbeFailures, m.Carried)
 	}
 	return m
 }
@@ -197,6 +212,9 @@ func New(primary, fallback store.Store, opts Options) (*Store, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.seeder, _ = fallback.(seeder)
+	s.unloader, _ = fallback.(unloader)
+	s.carrier, _ = primary.(carrier)
 	if s.deadline == 0 {
 		s.deadline = DefaultDeadline
 	}
@@ -236,6 +254,9 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 		err := s.tryPrimary(ctx, checks, out)
 		if err == nil {
 			s.trip.success(start)
+			if s.seeder != nil && !s.noSeed.Load() {
+				s.seeder.Seed(checks, out)
+			}
 			return nil
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -330,6 +351,7 @@ func (s *Store) enterDegraded(cause error) {
 	if !s.degraded.CompareAndSwap(false, true) {
 		return
 	}
+	s.noSeed.Store(true)
 	s.metrics.Degraded.Set(1)
 	s.metrics.Transitions.WithLabelValues("fallback").Inc()
 	s.log.Warn("primary store failing: deciding from the fallback store",
@@ -390,15 +412,7 @@ func (s *Store) ProbeOnce(ctx context.Context) bool {
 		return false
 	}
 	if s.degraded.Load() {
-		s.trip.reset() // failures before the switch back do not count
-	}
-	if s.degraded.CompareAndSwap(true, false) {
-		s.metrics.Degraded.Set(0)
-		s.metrics.Transitions.WithLabelValues("primary").Inc()
-		s.log.Info("primary store answers again: deciding on it", "primary", s.primary.Name())
-		if s.onChange != nil {
-			s.onChange(false)
-		}
+		s.recover(ctx)
 	}
 	return true
 }

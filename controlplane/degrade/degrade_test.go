@@ -331,7 +331,7 @@ func TestNewValidates(t *testing.T) {
 	if s.Name() != "a|b" {
 		t.Errorf("Name %q", s.Name())
 	}
-	if mfs, err := reg.Gather(); err != nil || len(mfs) != 5 {
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 6 {
 		t.Errorf("metrics not registered: %d families, %v", len(mfs), err)
 	}
 }

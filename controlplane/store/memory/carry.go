@@ -105,15 +105,18 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 // Unload calls fn, shard by shard, with what each entry admitted beyond
 // the state it was seeded with (or, once carried, since the last Unload),
 // for the primary to add to its own state (see store.Carry). With drain,
-// the entries are then removed; without, each entry's current state
-// becomes its seed, so the next Unload reports only what came after (with
-// Base 0: the primary has it already). fn runs without the shard's lock.
-func (s *Store) Unload(drain bool, fn func([]store.Carry)) {
+// the entries are removed. Without, when fn succeeds each entry's state as
+// reported becomes its seed, so the next Unload reports only what came
+// after (with Base 0: the primary has the rest); when fn fails, the next
+// Unload reports the same again. fn runs without the shard's lock. Unload
+// stops at the first error of fn and returns it.
+func (s *Store) Unload(drain bool, fn func([]store.Carry) error) error {
 	now := s.now().UnixNano()
 	var batch []store.Carry
+	var done []carried
 	for i := range s.shards {
 		sh := &s.shards[i]
-		batch = batch[:0]
+		batch, done = batch[:0], done[:0]
 		sh.mu.Lock()
 		for e := sh.lru.next; e != &sh.lru; {
 			next := e.next
@@ -123,15 +126,32 @@ func (s *Store) Unload(drain bool, fn func([]store.Carry)) {
 			if drain {
 				sh.remove(e)
 			} else {
-				e.seed, e.carried = e.current(now), true
+				done = append(done, carried{e, e.current(now)})
 			}
 			e = next
 		}
 		sh.mu.Unlock()
 		if len(batch) > 0 {
-			fn(batch)
+			if err := fn(batch); err != nil {
+				return err
+			}
+		}
+		if len(done) > 0 {
+			sh.mu.Lock()
+			for _, d := range done {
+				d.e.seed, d.e.carried = d.state, true
+			}
+			sh.mu.Unlock()
+			clear(done)
 		}
 	}
+	return nil
+}
+
+// carried is an entry and the state Unload reported for it.
+type carried struct {
+	e     *entry
+	state seedState
 }
 
 // current returns e's state at now in seedState's form.

@@ -77,11 +77,12 @@ func TestCarryDifferential(t *testing.T) {
 				}
 				clk.set(t0 + 100_000)
 				for _, m := range mems {
-					m.Unload(true, func(b []store.Carry) {
-						if _, err := rs.Carry(ctx, b); err != nil {
-							t.Fatalf("Carry: %v", err)
-						}
-					})
+					if err := m.Unload(true, func(b []store.Carry) error {
+						_, err := rs.Carry(ctx, b)
+						return err
+					}); err != nil {
+						t.Fatalf("Carry: %v", err)
+					}
 					if st := m.Stats(); st.Entries != 0 {
 						t.Fatalf("%d entries after a draining Unload", st.Entries)
 					}
