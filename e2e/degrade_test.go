@@ -95,6 +95,9 @@ descriptors:
 	}
 
 	admitted := make([]atomic.Int64, keys)
+	// phases: the warm-up, the slow answer, Redis down, Redis back.
+	var phase atomic.Int32
+	var byPhase [4]atomic.Int64
 	var calls, failed atomic.Int64
 	var firstErr atomic.Value
 	stop := make(chan struct{})
@@ -124,6 +127,7 @@ descriptors:
 					firstErr.CompareAndSwap(nil, err.Error())
 				case r.OverallCode == rlsv3.RateLimitResponse_OK:
 					admitted[k].Add(1)
+					byPhase[phase.Load()].Add(1)
 				}
 			}
 		})
@@ -144,6 +148,7 @@ descriptors:
 	// 20 ms deadline.
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	before := switches()
+	phase.Store(1)
 	if err := rdb.Do(context.Background(), "DEBUG", "SLEEP", "0.03").Err(); err != nil {
 		t.Fatalf("DEBUG SLEEP: %v", err)
 	}
@@ -154,6 +159,7 @@ descriptors:
 
 	// The outage: Redis killed (its counts lost), then restarted empty.
 	before = switches()
+	phase.Store(2)
 	rs.Kill()
 	killed := time.Now()
 	if took, ok := waitFor(5*time.Second, degraded(true)); !ok {
@@ -161,6 +167,7 @@ descriptors:
 	}
 	time.Sleep(time.Second) // load on the memory stores
 	rs.Restart()
+	phase.Store(3)
 	if took, ok := waitFor(10*time.Second, degraded(false)); !ok {
 		t.Fatalf("the replicas are not all back on Redis %v after its restart", took)
 	}
@@ -177,6 +184,8 @@ descriptors:
 		total += o
 	}
 	worst := slices.Max(over)
+	t.Logf("admitted: %d warming up, %d around the slow answer, %d while Redis was down, %d after its restart",
+		byPhase[0].Load(), byPhase[1].Load(), byPhase[2].Load(), byPhase[3].Load())
 	t.Logf("cycle (Redis down %v, %d switches to the memory store): %d calls, %d failed; over-admission per key: max %d, total %d over %d keys (limit %d per key)",
 		down.Round(time.Millisecond), outage, calls.Load(), failed.Load(), worst, total, keys, limit)
 	if f := failed.Load(); f != 0 {
