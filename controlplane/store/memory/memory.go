@@ -16,6 +16,10 @@
 // then starts full again: the bound trades accuracy for keys nobody has used
 // lately against memory that hostile keys could otherwise grow without
 // bound. Evictions are counted (Stats) so operators can see it happen.
+//
+// As the rescue limiter, the store is seeded from Redis's answers (Seed),
+// so that it takes over where Redis was, and reports what it admitted
+// beyond that (Unload) for Redis to count on its return (carry.go).
 package memory
 
 import (
