@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,5 +105,39 @@ func TestCarryDifferential(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestCarryEdges checks what Carry leaves alone: a window that closed, a
+// key holding something sluice did not write (named in the error, the
+// other keys still carried), a limit the scripts refuse.
+func TestCarryEdges(t *testing.T) {
+	_, client := startClient(t)
+	ctx := context.Background()
+	const t0 = int64(1_800_000_000_000_000) // us, a whole second
+	clk := newClock(t0 + 1_500_000)         // 1.5 s: the window [t0, t0+1s) has closed
+	rs := newStore(t, client, Options{Now: clk.Now})
+	fw := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Second}
+	if err := client.Set(ctx, "carry:alien", "not sluice's", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := rs.Carry(ctx, []store.Carry{
+		{Key: "carry:closed", Limit: fw, Start: t0 * 1000, Used: 5},
+		{Key: "carry:alien", Limit: fw, Start: (t0 + 1_000_000) * 1000, Used: 5},
+		{Key: "carry:bad-limit", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 0, Window: time.Second}, Used: 5},
+		{Key: "carry:open", Limit: fw, Start: (t0 + 1_000_000) * 1000, Used: 5},
+	})
+	if n != 1 || err == nil || !strings.Contains(err.Error(), "2 keys skipped") {
+		t.Fatalf("Carry = %d, %v; want 1 key carried and 2 skipped", n, err)
+	}
+	if v, _ := client.Get(ctx, "carry:alien").Result(); v != "not sluice's" {
+		t.Fatalf("a foreign key was changed to %q", v)
+	}
+	if ex, _ := client.Exists(ctx, "carry:closed").Result(); ex != 0 {
+		t.Fatal("a closed window was carried")
+	}
+	out := make([]algorithms.Result, 1)
+	if err := rs.Decide(ctx, []store.Check{{Key: "carry:open", Limit: fw, Cost: 1}}, out); err != nil || out[0].Remaining != 4 {
+		t.Fatalf("after carrying 5 of 10: %v %+v, want remaining 4", err, out[0])
 	}
 }
