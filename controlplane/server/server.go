@@ -144,6 +144,9 @@ type Config struct {
 	// ProbeInterval is how often a degraded server pings Redis; 0 means
 	// degrade.DefaultProbeInterval.
 	ProbeInterval time.Duration
+	// Trip says which Redis failures switch to the memory store (a single
+	// one is answered locally without switching); zero means its defaults.
+	Trip degrade.Trip
 	// MaxDescriptors bounds the descriptors of one request; 0 means
 	// rls.DefaultMaxDescriptors.
 	MaxDescriptors int
@@ -453,6 +456,7 @@ func (s *Server) buildStore() error {
 		Deadline:      deadline,
 		TrustContext:  true, // redisstore.Decide returns when its context ends
 		ProbeInterval: s.cfg.ProbeInterval,
+		Trip:          s.cfg.Trip,
 		OnChange:      func(bool) { s.setHealth() },
 		Logger:        s.log,
 		Registerer:    s.registry,

@@ -30,6 +30,9 @@
 //	                                                (default: none, they last as long as the process)
 //	-deadline            SLUICE_DEADLINE            Redis decision deadline before the memory store answers (20ms)
 //	-probe-interval      SLUICE_PROBE_INTERVAL      Redis health probe interval while degraded (200ms)
+//	-degrade-after-failures SLUICE_DEGRADE_AFTER_FAILURES  Redis failures in a row that switch to the memory store (5)
+//	-degrade-failure-ratio  SLUICE_DEGRADE_FAILURE_RATIO   share of failed Redis calls that switches (0.5; above 1: off)
+//	-degrade-failure-window SLUICE_DEGRADE_FAILURE_WINDOW  span that ratio is measured over (1s)
 //	-max-descriptors     SLUICE_MAX_DESCRIPTORS     descriptors allowed in one request (256)
 //	-near-limit-ratio    SLUICE_NEAR_LIMIT_RATIO    share of a limit past which admitted hits count as near
 //	                                                the limit, as envoyproxy/ratelimit's NEAR_LIMIT_RATIO (0.8)
@@ -105,6 +108,7 @@ type config struct {
 	policyCA            string
 	policyFile          string
 	deadline, probe     time.Duration
+	trip                degrade.Trip
 	maxDescriptors      int
 	nearLimitRatio      float64
 	ruleValues          int
@@ -169,6 +173,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	str(&c.policyFile, "policy-file", "SLUICE_POLICY_FILE", "", "without Redis: file keeping the policies applied at run time")
 	dur(&c.deadline, "deadline", "SLUICE_DEADLINE", degrade.DefaultDeadline, "Redis decision deadline; past it the memory store answers")
 	dur(&c.probe, "probe-interval", "SLUICE_PROBE_INTERVAL", degrade.DefaultProbeInterval, "Redis health probe interval while degraded")
+	num(&c.trip.Failures, "degrade-after-failures", "SLUICE_DEGRADE_AFTER_FAILURES", degrade.DefaultTripFailures, "Redis failures in a row (calls that overlap count once) that switch to the memory store; a single one is answered locally")
+	fs.Float64Var(&c.trip.Ratio, "degrade-failure-ratio", degrade.DefaultTripRatio, "share of failed Redis calls over -degrade-failure-window that switches to the memory store; above 1 turns it off ($SLUICE_DEGRADE_FAILURE_RATIO)")
+	envOf["degrade-failure-ratio"] = "SLUICE_DEGRADE_FAILURE_RATIO"
+	dur(&c.trip.Window, "degrade-failure-window", "SLUICE_DEGRADE_FAILURE_WINDOW", degrade.DefaultTripWindow, "span -degrade-failure-ratio is measured over")
 	num(&c.maxDescriptors, "max-descriptors", "SLUICE_MAX_DESCRIPTORS", rls.DefaultMaxDescriptors, "descriptors allowed in one request")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", rls.DefaultNearLimitRatio, "share of a limit past which admitted hits count as near the limit (sluice_rule_near_limit_total) ($SLUICE_NEAR_LIMIT_RATIO)")
 	envOf["near-limit-ratio"] = "SLUICE_NEAR_LIMIT_RATIO"
@@ -216,6 +224,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-deadline must be positive (got %v)", c.deadline))
 	case c.probe <= 0:
 		errs = append(errs, fmt.Errorf("-probe-interval must be positive (got %v)", c.probe))
+	case c.trip.Failures <= 0 || !(c.trip.Ratio > 0) || c.trip.Window <= 0:
+		errs = append(errs, fmt.Errorf("-degrade-after-failures, -degrade-failure-ratio and -degrade-failure-window must be positive (got %d, %v, %v)", c.trip.Failures, c.trip.Ratio, c.trip.Window))
 	case c.shutdown <= 0:
 		errs = append(errs, fmt.Errorf("-shutdown-timeout must be positive (got %v)", c.shutdown))
 	case c.maxDescriptors <= 0:
@@ -311,6 +321,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		PolicyFile:       c.policyFile,
 		Deadline:         c.deadline,
 		ProbeInterval:    c.probe,
+		Trip:             c.trip,
 		MaxDescriptors:   c.maxDescriptors,
 		NearLimitRatio:   c.nearLimitRatio,
 		MaxRuleValues:    c.ruleValues,

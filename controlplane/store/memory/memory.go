@@ -16,6 +16,10 @@
 // then starts full again: the bound trades accuracy for keys nobody has used
 // lately against memory that hostile keys could otherwise grow without
 // bound. Evictions are counted (Stats) so operators can see it happen.
+//
+// As the rescue limiter, the store is seeded from Redis's answers (Seed),
+// so that it takes over where Redis was, and reports what it admitted
+// beyond that (Unload) for Redis to count on its return (carry.go).
 package memory
 
 import (
@@ -49,7 +53,7 @@ const shardCount = 64
 
 // Approximate sizes used for the byte bound.
 const (
-	entryOverhead = 200 // entry struct, map slot and string header
+	entryOverhead = 264 // entry struct, map slot and string header
 	logEntrySize  = 16  // one slot of a sliding log's ring
 )
 
@@ -94,6 +98,10 @@ type entry struct {
 	logCap  int64 // sliding_log: the limit the ring was sized for
 	expires int64 // Unix ns from which the state equals a fresh one
 	size    int64 // approximate bytes, for the shard's total
+	limit   store.Limit
+
+	seed    seedState // as seeded by the primary, or as last carried to it (carry.go)
+	carried bool      // seed was carried: the primary has it
 
 	prev, next *entry // LRU list
 
@@ -246,6 +254,7 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 	if err != nil {
 		return r, err
 	}
+	e.limit = c.Limit
 	if r.ResetAfter <= 0 {
 		// The limiter is full: a missing entry means the same.
 		if e.prev != nil {
