@@ -64,6 +64,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/degrade"
+	"github.com/sluicehq/sluice/controlplane/logthrottle"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/rls"
@@ -223,20 +224,25 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	return c, nil
 }
 
-// newLogger returns the slog logger the flags ask for.
+// newLogger returns the slog logger the flags ask for. Repeated lines are
+// throttled (logthrottle: the first 10 alike per 10 s, then one summary), so
+// that no client can flood the log with refused calls or failed decisions.
 func newLogger(c *config, w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return nil, fmt.Errorf("-log-level %q: use debug, info, warn or error", c.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
 	switch c.logFormat {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("-log-format %q: use json or text", c.logFormat)
 	}
-	return nil, fmt.Errorf("-log-format %q: use json or text", c.logFormat)
+	return slog.New(logthrottle.New(h, logthrottle.Options{})), nil
 }
 
 // run is main with its inputs injected; it returns the exit status.
@@ -253,6 +259,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice-controlplane:", err)
 		return 2
+	}
+	if h, ok := log.Handler().(*logthrottle.Handler); ok {
+		defer h.Close() // report the lines still held back
 	}
 	server.SetRedisLogger(log)
 	if c.gcPercentSet || getenv("GOGC") == "" {
