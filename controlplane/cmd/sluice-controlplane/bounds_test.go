@@ -2,8 +2,17 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
@@ -44,4 +53,131 @@ func TestBinaryLogFlood(t *testing.T) {
 	if !strings.Contains(out, `"msg":"log lines suppressed: too many alike","message":"policy service: refused a call"`) {
 		t.Errorf("no summary of the suppressed lines:\n%s", out)
 	}
+}
+
+// procStatus returns the kB values of /proc/<pid>/status's fields.
+func procStatus(t *testing.T, pid int) map[string]int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		f := strings.Fields(rest)
+		if !ok || len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+			out[name] = v << 10
+		}
+	}
+	return out
+}
+
+// metric returns a gauge's value from /metrics.
+func metric(t *testing.T, httpAddr, name string) float64 {
+	t.Helper()
+	_, body := httpGet(t, "http://"+httpAddr+"/metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in /metrics", name)
+	return 0
+}
+
+// TestBinaryMemoryBound fills the memory store of the real binary with far
+// more distinct keys than its -memory-max-bytes holds, through
+// ShouldRateLimit calls of 256 descriptors, and checks the peak RSS
+// (VmHWM) against 1.5 x -memory-max-bytes + RSSOverhead. Before the
+// Go memory limit, -gc-percent 400 let the heap grow to 5x the live store
+// (1.37 GB for a 256 MB bound). SLUICE_TEST_MEMORY_MIB and
+// SLUICE_TEST_MEMORY_KEYS run the issue's full size (256 and 2000000).
+func TestBinaryMemoryBound(t *testing.T) {
+	bound := int64(envInt(t, "SLUICE_TEST_MEMORY_MIB", 32)) << 20
+	keys := envInt(t, "SLUICE_TEST_MEMORY_KEYS", 500_000)
+	p, rec := startBinary(t, nil, "-policy", writePolicy(t, binPolicy), "-memory-max-bytes", strconv.FormatInt(bound, 10),
+		"-memory-max-entries", "100000000")
+	grpcAddr, httpAddr := rec["grpc"].(string), rec["http"].(string)
+	pid := p.cmd.Process.Pid
+	base := procStatus(t, pid)["VmRSS"]
+
+	const perCall, workers = 256, 4
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer conn.Close()
+			c := rlsv3.NewRateLimitServiceClient(conn)
+			req := &rlsv3.RateLimitRequest{Domain: "bin"}
+			for {
+				first := next.Add(perCall) - perCall
+				if first >= int64(keys) {
+					return
+				}
+				req.Descriptors = req.Descriptors[:0]
+				for i := first; i < first+perCall; i++ {
+					req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
+						Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: fmt.Sprintf("user-%09d", i)}}})
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := c.ShouldRateLimit(ctx, req)
+				cancel()
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	elapsed := time.Since(start)
+	st := procStatus(t, pid)
+	entries, bytes := metric(t, httpAddr, "sluice_memory_entries"), metric(t, httpAddr, "sluice_memory_bytes")
+	budget := bound + bound/2 + RSSOverhead
+	t.Logf("%d keys in %v: entries %.0f, sluice_memory_bytes %.0f MiB (bound %d MiB); RSS %d MiB at start, %d MiB now, peak %d MiB (budget %d MiB)",
+		keys, elapsed.Round(time.Millisecond), entries, bytes/(1<<20), bound>>20, base>>20, st["VmRSS"]>>20, st["VmHWM"]>>20, budget>>20)
+	if bytes > float64(bound) {
+		t.Errorf("sluice_memory_bytes %.0f over the bound %d", bytes, bound)
+	}
+	if st["VmHWM"] > budget {
+		t.Errorf("peak RSS %d MiB over 1.5 x %d MiB + %d MiB = %d MiB", st["VmHWM"]>>20, bound>>20, RSSOverhead>>20, budget>>20)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.output())
+	}
+}
+
+// envInt returns the environment variable name as an int, or def.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("$%s: %v", name, err)
+	}
+	return n
 }

@@ -40,7 +40,10 @@
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
 //	                                                heap is small, and collecting it less often leaves
-//	                                                CPU to decisions; the heap may grow to 5x the live set
+//	                                                CPU to decisions; the heap may grow to 5x the live set,
+//	                                                within the Go memory limit: unless $GOMEMLIMIT is set,
+//	                                                1.25 x -memory-max-bytes + 40 MiB, which keeps RSS
+//	                                                within 1.5 x -memory-max-bytes + 64 MiB
 //
 // With Redis, policies live in Redis and every replica converges on them.
 // Without a token or client CA the policy service is off (logged).
@@ -56,6 +59,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -81,6 +85,28 @@ func main() {
 // allocation rate of tens of thousands of gRPC calls a second the default
 // GOGC of 100 spends a large share of the CPU collecting it.
 const DefaultGCPercent = 400
+
+// RSSOverhead is the fixed part of the bound on the process's RSS: under
+// any load on the memory store, RSS stays within 1.5 x -memory-max-bytes +
+// RSSOverhead (TestBinaryMemoryBound). It covers the binary's own pages
+// (about 15 MiB), the runtime, stacks, policies, metrics and the decision
+// port's working memory at ordinary load.
+const RSSOverhead = 64 << 20
+
+// memoryLimit returns the Go memory limit (GOMEMLIMIT) derived from the
+// memory store's bound: the store's bytes, a quarter more for the garbage
+// collector to work in, and 40 MiB for the rest of the heap; RSS adds the
+// binary's pages and what the collector frees late. Under the limit the
+// collector runs as often as it must, whatever -gc-percent says; with a
+// small live heap (Redis answering, the store nearly empty) -gc-percent
+// alone paces it, as before. An explicit $GOMEMLIMIT wins.
+func memoryLimit(storeBytes int64) int64 {
+	const maxLimit = math.MaxInt64 / 2
+	if storeBytes > maxLimit/2 {
+		return maxLimit
+	}
+	return storeBytes + storeBytes/4 + 40<<20
+}
 
 // config is what the flags say.
 type config struct {
@@ -266,6 +292,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	server.SetRedisLogger(log)
 	if c.gcPercentSet || getenv("GOGC") == "" {
 		debug.SetGCPercent(c.gcPercent)
+	}
+	if getenv("GOMEMLIMIT") == "" {
+		limit := memoryLimit(c.memBytes)
+		debug.SetMemoryLimit(limit)
+		log.Info("Go memory limit set from the bounds", "gomemlimit_bytes", limit, "memory_max_bytes", c.memBytes)
 	}
 
 	policies := policy.Example()
