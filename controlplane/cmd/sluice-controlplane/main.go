@@ -33,6 +33,12 @@
 //	-memory-max-entries  SLUICE_MEMORY_MAX_ENTRIES  memory store bound on keys (1048576)
 //	-memory-max-bytes    SLUICE_MEMORY_MAX_BYTES    memory store bound on bytes (268435456)
 //	-shutdown-timeout    SLUICE_SHUTDOWN_TIMEOUT    graceful drain limit on SIGTERM/SIGINT (10s)
+//	-max-conns           SLUICE_MAX_CONNS           decision port: connections open at once (1024)
+//	-max-streams-per-conn SLUICE_MAX_STREAMS_PER_CONN decision port: concurrent calls on one connection (100)
+//	-max-conn-buffer-bytes SLUICE_MAX_CONN_BUFFER_BYTES decision port: buffered request bytes of one
+//	                                                connection (4194304)
+//	-max-buffer-bytes    SLUICE_MAX_BUFFER_BYTES    decision port: buffered request bytes in all (67108864)
+//	-idle-timeout        SLUICE_IDLE_TIMEOUT        close connections without calls after this long (5m)
 //	-log-level           SLUICE_LOG_LEVEL           debug | info | warn | error (info)
 //	-log-format          SLUICE_LOG_FORMAT          json | text (json)
 //	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
@@ -135,6 +141,11 @@ type config struct {
 	pprof               bool
 	gcPercent           int
 	gcPercentSet        bool // given by flag or $SLUICE_GC_PERCENT
+	maxConns            int
+	maxStreamsPerConn   int
+	maxConnBufferBytes  int64
+	maxBufferBytes      int64
+	idleTimeout         time.Duration
 }
 
 // listFlag is a comma-separated, repeatable flag.
@@ -169,6 +180,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		fs.IntVar(p, name, def, usage+" ($"+env+")")
 		envOf[name] = env
 	}
+	i64 := func(p *int64, name, env string, def int64, usage string) {
+		fs.Int64Var(p, name, def, usage+" ($"+env+")")
+		envOf[name] = env
+	}
 	str(&c.grpcAddr, "grpc-addr", "SLUICE_GRPC_ADDR", server.DefaultGRPCAddr, "gRPC listen address (ShouldRateLimit)")
 	str(&c.grpcServer, "grpc-server", "SLUICE_GRPC_SERVER", server.GRPCServerUnary, "decision port server: unary (lean HTTP/2: ShouldRateLimit and Health/Check) or grpc-go")
 	str(&c.httpAddr, "http-addr", "SLUICE_HTTP_ADDR", server.DefaultHTTPAddr, "HTTP listen address (/metrics, /healthz, /readyz)")
@@ -200,6 +215,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	envOf["redis-no-functions"] = "SLUICE_REDIS_NO_FUNCTIONS"
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP address ($SLUICE_PPROF)")
 	envOf["pprof"] = "SLUICE_PPROF"
+	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once")
+	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", server.DefaultMaxStreamsPerConn, "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
+	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
+	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", server.DefaultMaxBufferBytes, "decision port: request bytes all connections together may have buffered")
+	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", server.DefaultIdleTimeout, "close connections (decision, policy, HTTP) without calls after this long")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 
 	if err := fs.Parse(args); err != nil {
@@ -237,6 +257,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-shutdown-timeout must be positive (got %v)", c.shutdown))
 	case c.maxDescriptors <= 0:
 		errs = append(errs, fmt.Errorf("-max-descriptors must be positive (got %d)", c.maxDescriptors))
+	case c.maxConns <= 0 || c.maxStreamsPerConn <= 0 || c.maxConnBufferBytes <= 0 || c.maxBufferBytes <= 0 || c.idleTimeout <= 0:
+		errs = append(errs, errors.New("-max-conns, -max-streams-per-conn, -max-conn-buffer-bytes, -max-buffer-bytes and -idle-timeout must be positive"))
+	case c.maxStreamsPerConn > math.MaxUint32:
+		errs = append(errs, fmt.Errorf("-max-streams-per-conn must be at most %d", uint32(math.MaxUint32)))
 	case c.memEntries <= 0 || c.memBytes <= 0:
 		errs = append(errs, errors.New("-memory-max-entries and -memory-max-bytes must be positive"))
 	case (c.policyCert == "") != (c.policyKey == ""):
@@ -344,6 +368,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		ShutdownTimeout:  c.shutdown,
 		Pprof:            c.pprof,
 		Logger:           log,
+
+		MaxConns:           c.maxConns,
+		MaxStreamsPerConn:  uint32(c.maxStreamsPerConn),
+		MaxConnBufferBytes: c.maxConnBufferBytes,
+		MaxBufferBytes:     c.maxBufferBytes,
+		IdleTimeout:        c.idleTimeout,
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
