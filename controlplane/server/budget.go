@@ -61,13 +61,13 @@ const streamWorkers = 256
 // Bounds are the limits of the decision port's grpc-go server, worked out
 // from Config.
 type Bounds struct {
-	MaxConns          int           // connections open at once
-	StreamsPerConn    uint32        // concurrent streams of one connection
-	SharedStreams     int64         // streams beyond each connection's first, server-wide
-	IdleTimeout       time.Duration // a connection without calls is closed after it
-	HandshakeTimeout  time.Duration // preface and SETTINGS must arrive within it
+	MaxConns           int           // connections open at once
+	StreamsPerConn     uint32        // concurrent streams of one connection
+	SharedStreams      int64         // streams beyond each connection's first, server-wide
+	IdleTimeout        time.Duration // a connection without calls is closed after it
+	HandshakeTimeout   time.Duration // preface and SETTINGS must arrive within it
 	MaxConnBufferBytes int64         // StreamsPerConn x grpcStreamBytes
-	MaxBufferBytes    int64         // the server-wide bound on buffered request bytes
+	MaxBufferBytes     int64         // the server-wide bound on buffered request bytes
 }
 
 // grpcBounds works out the grpc-go decision server's limits from cfg. grpc-go
