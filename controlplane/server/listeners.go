@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -50,6 +51,9 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       orDefault(s.cfg.IdleTimeout, DefaultIdleTimeout),
 		MaxHeaderBytes:    httpMaxHeader,
+		// net/http's own complaints (a bad request line, a failed
+		// handshake) go through the throttled log, not straight to stderr.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	if s.cfg.Pprof {
 		hs.WriteTimeout = 0
