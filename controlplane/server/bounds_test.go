@@ -184,4 +184,3 @@ func counter(t *testing.T, srv *Server, name, listener string) float64 {
 	t.Fatalf("no %s{listener=%q}", name, listener)
 	return 0
 }
-
