@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -74,6 +75,21 @@ func procStatus(t *testing.T, pid int) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// procCPU returns the CPU time (user and system) a process has used.
+func procCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command name (in parentheses): utime and stime
+	// are the 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
 // metric returns a gauge's value from /metrics.
@@ -152,11 +168,12 @@ func TestBinaryMemoryBound(t *testing.T) {
 		t.Fatalf("ShouldRateLimit: %v", err)
 	}
 	elapsed := time.Since(start)
+	cpu := procCPU(t, pid)
 	st := procStatus(t, pid)
 	entries, bytes := metric(t, httpAddr, "sluice_memory_entries"), metric(t, httpAddr, "sluice_memory_bytes")
 	budget := bound + bound/2 + RSSOverhead
-	t.Logf("%d keys in %v: entries %.0f, sluice_memory_bytes %.0f MiB (bound %d MiB); RSS %d MiB at start, %d MiB now, peak %d MiB (budget %d MiB)",
-		keys, elapsed.Round(time.Millisecond), entries, bytes/(1<<20), bound>>20, base>>20, st["VmRSS"]>>20, st["VmHWM"]>>20, budget>>20)
+	t.Logf("%d keys in %v (server CPU %v): entries %.0f, sluice_memory_bytes %.0f MiB (bound %d MiB); RSS %d MiB at start, %d MiB now, peak %d MiB (budget %d MiB)",
+		keys, elapsed.Round(time.Millisecond), cpu, entries, bytes/(1<<20), bound>>20, base>>20, st["VmRSS"]>>20, st["VmHWM"]>>20, budget>>20)
 	if bytes > float64(bound) {
 		t.Errorf("sluice_memory_bytes %.0f over the bound %d", bytes, bound)
 	}
@@ -180,4 +197,32 @@ func envInt(t *testing.T, name string, def int) int {
 		t.Fatalf("$%s: %v", name, err)
 	}
 	return n
+}
+
+// TestMemoryLimit: the Go memory limit derived from -memory-max-bytes.
+func TestMemoryLimit(t *testing.T) {
+	tests := []struct{ store, want int64 }{
+		{256 << 20, 408 << 20}, // the default bound
+		{32 << 20, 72 << 20},
+		{1 << 62, math.MaxInt64 / 2}, // no overflow
+	}
+	for _, tc := range tests {
+		if got := memoryLimit(tc.store); got != tc.want {
+			t.Errorf("memoryLimit(%d) = %d, want %d", tc.store, got, tc.want)
+		}
+	}
+}
+
+// TestBinaryGOMEMLIMITWins: an explicit $GOMEMLIMIT is left alone.
+func TestBinaryGOMEMLIMITWins(t *testing.T) {
+	for _, env := range []string{"", "1GiB"} {
+		p, _ := startBinary(t, []string{"GOMEMLIMIT=" + env}, "-policy", writePolicy(t, binPolicy))
+		if code := p.stop(t); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		set := strings.Contains(p.output(), `"msg":"Go memory limit set from the bounds","gomemlimit_bytes":427819008`)
+		if set != (env == "") {
+			t.Errorf("GOMEMLIMIT=%q: limit set from the bounds: %v\n%s", env, set, p.output())
+		}
+	}
 }
