@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluicehq/sluice/controlplane/server"
 )
 
 // The attacks of issue 12 on the decision port in grpc-go mode, against
@@ -85,11 +87,24 @@ func (c *rawConn) drain() {
 	}()
 }
 
-// hostile runs the grpc-go binary with args and returns it with its
-// addresses.
-func hostile(t *testing.T, args ...string) (p *proc, grpcAddr, httpAddr string) {
+// hostileServers are the decision-port servers the attacks run against.
+// The unary server joins once it has the same bounds (its own helper
+// bounds it); the goroutine budgets below are grpc-go's (three goroutines
+// a connection, one a stream).
+var hostileServers = []string{server.GRPCServerGo}
+
+// forEachServer runs test against each of hostileServers.
+func forEachServer(t *testing.T, test func(t *testing.T, mode string)) {
+	for _, mode := range hostileServers {
+		t.Run(mode, func(t *testing.T) { test(t, mode) })
+	}
+}
+
+// hostile runs the binary with the decision server mode and args and
+// returns it with its addresses.
+func hostile(t *testing.T, mode string, args ...string) (p *proc, grpcAddr, httpAddr string) {
 	t.Helper()
-	p, rec := startBinary(t, nil, append([]string{"-grpc-server", "grpc-go", "-policy", writePolicy(t, binPolicy)}, args...)...)
+	p, rec := startBinary(t, nil, append([]string{"-grpc-server", mode, "-policy", writePolicy(t, binPolicy)}, args...)...)
 	return p, rec["grpc"].(string), rec["http"].(string)
 }
 
@@ -142,8 +157,10 @@ func waitBaseline(t *testing.T, p *proc, httpAddr string, base float64, limit ti
 // bounds grpc-go ran a goroutine for each (50,000 made 612 MB); now a
 // connection runs at most -max-streams-per-conn of them and the server
 // -max-buffer-bytes' worth beyond each connection's first.
-func TestHostileHalfOpenStreams(t *testing.T) {
-	p, grpcAddr, httpAddr := hostile(t)
+func TestHostileHalfOpenStreams(t *testing.T) { forEachServer(t, testHostileHalfOpenStreams) }
+
+func testHostileHalfOpenStreams(t *testing.T, mode string) {
+	p, grpcAddr, httpAddr := hostile(t, mode)
 	normalCall(t, grpcAddr, "before")
 	base := measure(t, p, httpAddr)
 	t.Logf("baseline: %v", base)
@@ -208,8 +225,10 @@ func TestHostileHalfOpenStreams(t *testing.T) {
 // TestHostileIdleConnections: connections that send the preface and then
 // nothing. At most -max-conns stay open (the rest are closed at once), and
 // all are closed after -idle-timeout although the client keeps them.
-func TestHostileIdleConnections(t *testing.T) {
-	p, grpcAddr, httpAddr := hostile(t, "-max-conns", "500", "-idle-timeout", "2s")
+func TestHostileIdleConnections(t *testing.T) { forEachServer(t, testHostileIdleConnections) }
+
+func testHostileIdleConnections(t *testing.T, mode string) {
+	p, grpcAddr, httpAddr := hostile(t, mode, "-max-conns", "500", "-idle-timeout", "2s")
 	base := measure(t, p, httpAddr)
 	t.Logf("baseline: %v", base)
 
@@ -283,8 +302,10 @@ func waitUntilMetric(t *testing.T, httpAddr, name string, ok func(float64) bool,
 // PINGs as fast as it can and never reads its socket. The server's
 // answers back up; its memory must not. grpc-go already stops reading such
 // a client (this passed before the bounds too): the test keeps it so.
-func TestHostileNeverReads(t *testing.T) {
-	p, grpcAddr, httpAddr := hostile(t)
+func TestHostileNeverReads(t *testing.T) { forEachServer(t, testHostileNeverReads) }
+
+func testHostileNeverReads(t *testing.T, mode string) {
+	p, grpcAddr, httpAddr := hostile(t, mode)
 	base := measure(t, p, httpAddr)
 	t.Logf("baseline: %v", base)
 
