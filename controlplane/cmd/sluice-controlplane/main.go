@@ -20,6 +20,8 @@
 //	                                                they seed an empty policy store (default: the
 //	                                                embedded example policies, domain sluice-demo);
 //	                                                SIGHUP re-reads them and applies their domains
+//	-policy-watch        SLUICE_POLICY_WATCH        check the -policy files this often and re-apply them, as
+//	                                                SIGHUP does, when their contents change (0: off)
 //	-policy-addr         SLUICE_POLICY_ADDR         policy service listen address (127.0.0.1:8082)
 //	-policy-token-file   SLUICE_POLICY_TOKEN_FILE   bearer tokens the policy service accepts, one a line
 //	                     SLUICE_TOKEN               one accepted token (environment only, never a flag)
@@ -146,6 +148,7 @@ type config struct {
 	deadline, probe     time.Duration
 	trip                degrade.Trip
 	maxDescriptors      int
+	policyWatch         time.Duration
 	nearLimitRatio      float64
 	ruleValues          int
 	memEntries          int
@@ -210,6 +213,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	str(&c.redisPasswordFile, "redis-password-file", "SLUICE_REDIS_PASSWORD_FILE", "", "file holding the Redis password (or set $SLUICE_REDIS_PASSWORD)")
 	fs.Var(&c.policies, "policy", "policy file or directory, comma-separated or repeated; seeds an empty store, re-applied on SIGHUP ($SLUICE_POLICY)")
 	envOf["policy"] = "SLUICE_POLICY"
+	dur(&c.policyWatch, "policy-watch", "SLUICE_POLICY_WATCH", 0, "re-apply the -policy files, as SIGHUP does, when their contents change, checking this often (0: off; e.g. 10s for a Kubernetes ConfigMap)")
 	str(&c.policyAddr, "policy-addr", "SLUICE_POLICY_ADDR", server.DefaultPolicyAddr, "policy service listen address (authenticated)")
 	str(&c.policyTokenFile, "policy-token-file", "SLUICE_POLICY_TOKEN_FILE", "", "file of bearer tokens the policy service accepts, one a line (or set $SLUICE_TOKEN)")
 	str(&c.policyCert, "policy-tls-cert", "SLUICE_POLICY_TLS_CERT", "", "TLS certificate of the policy listener")
@@ -411,7 +415,13 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	go reloadOnHangup(ctx, hup, log, c.policies, srv.Policies())
+	changed := make(chan struct{}, 1)
+	if c.policyWatch > 0 && len(c.policies) > 0 {
+		t := time.NewTicker(c.policyWatch)
+		defer t.Stop()
+		go watchPolicies(ctx, t.C, c.policies, changed)
+	}
+	go reloadOnHangup(ctx, hup, changed, log, c.policies, srv.Policies())
 	if err := srv.Run(ctx); err != nil {
 		log.Error("serving failed", "error", err.Error())
 		return 1
