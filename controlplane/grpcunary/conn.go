@@ -46,11 +46,14 @@ type conn struct {
 	pendingM    *method   // ...and their method
 	sawSettings bool
 	recvConn    int64 // what the peer may still send on the connection
+	held        int64 // request buffer charged to streams the reader owns
 
 	wake        chan struct{} // capacity 1: there is something to write
 	writerDone  chan struct{}
 	closeOnce   sync.Once
 	closeReason atomic.Value // error, for the debug log
+	buffered    atomic.Int64 // request bytes held (Options.MaxConnBufferBytes)
+	calm        atomic.Bool  // too many control frames queued: end the connection
 
 	// The writer's own state.
 	enc   encoder // HPACK state of the blocks we send
@@ -60,6 +63,7 @@ type conn struct {
 	streams     map[uint32]*stream // open streams: received, not yet fully answered
 	maxStreamID uint32             // the highest stream the client opened
 	ctrl        []byte             // control frames to write, in order
+	ctrlFrames  int                // ...how many
 	ready       []*stream          // answers to write, in order
 	sendConn    int64              // what we may still send on the connection
 	peerInitial int64              // the peer's SETTINGS_INITIAL_WINDOW_SIZE
@@ -76,6 +80,18 @@ type conn struct {
 	// closed streams are errors (RFC 9113, 5.1).
 	resets    [recentResets]uint32
 	resetNext int
+	// Rapid reset: streams opened, and the client's resets of streams
+	// whose call had not started, since resetWindowStart streams.
+	opened           uint64
+	resetWindowStart uint64
+	earlyResets      int
+	// The sweeps': when the connection began, whether the client's
+	// SETTINGS came, and the sweeps' own state (see conn.sweep).
+	born       time.Time
+	handshook  bool
+	idleSince  time.Time
+	lastOpened uint64
+	endBy      time.Time
 }
 
 // stream is one call.
@@ -93,6 +109,9 @@ type stream struct {
 	contentLength int64 // -1: not given
 	received      int64 // bytes of DATA received (padding aside)
 	discard       bool  // answered early: ignore its data
+	early         bool  // an answer waits for the end of the request (queued then)
+	dispatched    bool  // handed to a worker, with its request buffer
+	charged       int64 // request buffer bytes: the reader's, then the worker's
 	remoteDone    atomic.Bool
 
 	// Guarded by conn.mu.
@@ -112,7 +131,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{
 		srv: s, nc: nc, wake: make(chan struct{}, 1), writerDone: make(chan struct{}),
 		streams: map[uint32]*stream{}, sendConn: defaultWindow, peerInitial: defaultWindow,
-		peerFrame: defaultFrameSize, recvConn: recvConnWindow,
+		peerFrame: defaultFrameSize, recvConn: recvConnWindow, born: s.now(),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// Reads go through a buffer: the Framer reads a frame header and then
@@ -131,6 +150,9 @@ func (c *conn) serve() {
 	defer c.srv.forget(c)
 	go c.writeLoop()
 	err := c.readLoop()
+	c.uncharge(c.held) // requests still being received, or not handed over
+	c.held = 0
+	clear(c.pending)
 	c.mu.Lock()
 	fatal := c.fatal
 	c.mu.Unlock()
@@ -184,12 +206,19 @@ func (c *conn) readLoop() error {
 		}
 		fh, err := c.fr.ReadFrameHeader()
 		var f http2.Frame
-		if err == nil {
+		switch {
+		case err != nil:
+		case fh.Type == http2.FrameHeaders && !fh.Flags.Has(http2.FlagHeadersEndHeaders):
+			f, err = c.readHeaderBlock(fh)
+		default:
 			f, err = c.fr.ReadFrameForHeader(fh)
 		}
 		if err != nil {
 			if err := c.onReadError(fh, err); err != nil {
 				return err
+			}
+			if c.calm.Load() {
+				return c.goAway(http2.ErrCodeEnhanceYourCalm, errCtrlFlood)
 			}
 			continue
 		}
@@ -198,6 +227,9 @@ func (c *conn) readLoop() error {
 				return c.goAway(http2.ErrCodeProtocol, errors.New("grpcunary: the first frame is not SETTINGS"))
 			}
 			c.sawSettings = true
+			c.mu.Lock()
+			c.handshook = true
+			c.mu.Unlock()
 		}
 		if err := c.handleFrame(f); err != nil {
 			var ce http2.ConnectionError
@@ -206,13 +238,15 @@ func (c *conn) readLoop() error {
 			}
 			return err
 		}
+		if c.calm.Load() {
+			return c.goAway(http2.ErrCodeEnhanceYourCalm, errCtrlFlood)
+		}
 	}
 }
 
 // readPreface reads the client's connection preface; a wrong one is a
-// connection error (RFC 9113, 3.4).
+// connection error (RFC 9113, 3.4). (The sweeps bound the wait for it.)
 func (c *conn) readPreface() error {
-	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.HandshakeTimeout))
 	var preface [len(clientPreface)]byte
 	if _, err := io.ReadFull(c.nc, preface[:]); err != nil {
 		return err
@@ -220,7 +254,6 @@ func (c *conn) readPreface() error {
 	if string(preface[:]) != clientPreface {
 		return c.goAway(http2.ErrCodeProtocol, errors.New("grpcunary: not an HTTP/2 client preface"))
 	}
-	c.nc.SetReadDeadline(time.Time{})
 	return nil
 }
 
@@ -283,6 +316,7 @@ func (c *conn) handleFrame(f http2.Frame) error {
 		if !f.IsAck() {
 			c.mu.Lock()
 			c.ctrl = appendPing(c.ctrl, f.Data)
+			c.ctrlQueuedLocked()
 			c.mu.Unlock()
 			c.signal()
 		}

@@ -17,6 +17,7 @@ func (c *conn) takeConnWindow(n int64) error {
 		c.recvConn += used
 		c.mu.Lock()
 		c.ctrl = appendWindowUpdate(c.ctrl, 0, uint32(used))
+		c.ctrlQueuedLocked()
 		c.mu.Unlock()
 		c.signal()
 	}
@@ -56,6 +57,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		return err
 	}
 	c.ctrl = appendSettingsAck(c.ctrl)
+	c.ctrlQueuedLocked()
 	c.signalLocked()
 	return nil
 }

@@ -53,6 +53,7 @@ func (c *conn) openStream(id uint32) (st *stream, fresh bool, err error) {
 		return nil, false, http2.ConnectionError(http2.ErrCodeProtocol) // closed, or skipped (RFC 9113, 5.1.1)
 	}
 	c.maxStreamID = id
+	c.opened++
 	if c.draining || uint32(len(c.streams)) >= c.srv.opts.MaxConcurrentStreams {
 		// After the GOAWAY, or over the limit: refused, and the client
 		// knows the call was not processed (RFC 9113, 8.7).
@@ -85,6 +86,8 @@ func (c *conn) startCall(st *stream, f *http2.MetaHeadersFrame) {
 		c.answerHTTP(st, 431)
 		return
 	}
+	// The answers below are decided by the headers; each waits for the end
+	// of the request (answerHTTP, answerStatus).
 	var method, path, scheme, contentType, timeout, encoding string
 	for _, hf := range f.Fields {
 		switch hf.Name {
@@ -206,10 +209,10 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		return nil
 	}
 	if !st.discard {
-		st.body = append(st.body, f.Data()...)
-		if len(st.body) > c.srv.opts.MaxRecvMsgSize+5 {
-			st.body = nil
-			c.answerStatus(st, codes.ResourceExhausted, "grpcunary: request larger than "+strconv.Itoa(c.srv.opts.MaxRecvMsgSize)+" bytes")
+		if err := c.buffer(st, f.Data()); err != nil {
+			// Refused at once, while the request still comes: the client
+			// is told to stop sending (RST_STREAM NO_ERROR after it).
+			c.answerNow(st, appendTrailersOnly(nil, codes.ResourceExhausted, c.refusal(err)))
 		}
 	}
 	if f.StreamEnded() {
@@ -223,6 +226,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		st.recvUnacked = 0
 		c.mu.Lock()
 		c.ctrl = appendWindowUpdate(c.ctrl, id, uint32(inc))
+		c.ctrlQueuedLocked()
 		c.mu.Unlock()
 		c.signal()
 	}
@@ -233,10 +237,13 @@ func (c *conn) onData(f *http2.DataFrame) error {
 func (c *conn) endRequest(st *stream) {
 	st.remoteDone.Store(true)
 	if st.discard {
+		if st.early {
+			st.early = false
+			c.queue(st)
+		}
 		return
 	}
 	body := st.body
-	st.body = nil
 	if st.contentLength >= 0 && st.contentLength != st.received {
 		c.resetStream(st.id, http2.ErrCodeProtocol) // RFC 9113, 8.1.1
 		return
@@ -259,7 +266,9 @@ func (c *conn) endRequest(st *stream) {
 			strconv.FormatUint(uint64(n), 10)+" bytes, the stream has "+strconv.Itoa(len(body)-5))
 		return
 	}
+	st.body = nil
 	if st.method.batch == nil {
+		c.handOver(st)
 		c.srv.dispatch(call{c: c, st: st, req: body[5:]})
 		return
 	}
@@ -279,14 +288,42 @@ func (c *conn) flushBatch() {
 	if len(c.pending) == 0 {
 		return
 	}
-	batch := append([]*stream(nil), c.pending...)
+	// A call reset before it starts is not decided (rapid reset,
+	// CVE-2023-44487): it would spend the limits for nothing.
+	batch := make([]*stream, 0, len(c.pending))
+	for _, st := range c.pending {
+		if st.discard {
+			c.drop(st)
+			continue
+		}
+		c.handOver(st)
+		batch = append(batch, st)
+	}
 	clear(c.pending)
 	c.pending = c.pending[:0]
-	c.srv.dispatch(call{c: c, batch: batch, m: c.pendingM})
+	if len(batch) > 0 {
+		c.srv.dispatch(call{c: c, batch: batch, m: c.pendingM})
+	}
 }
 
 // runBatch calls a batch handler and queues the answers.
 func (c *conn) runBatch(sts []*stream, h BatchHandler) {
+	// Calls reset since they were handed over are not decided either.
+	c.mu.Lock()
+	live := sts[:0]
+	for _, st := range sts {
+		if st.reset {
+			c.release(st)
+			continue
+		}
+		live = append(live, st)
+	}
+	c.mu.Unlock()
+	clear(sts[len(live):])
+	sts = live
+	if len(sts) == 0 {
+		return
+	}
 	calls := make([]Call, len(sts))
 	for i, st := range sts {
 		calls[i].Ctx, calls[i].Req = st.ctx, st.req
@@ -296,6 +333,7 @@ func (c *conn) runBatch(sts []*stream, h BatchHandler) {
 		st.req = nil
 		c.answer(st, calls[i].Resp, calls[i].Err)
 	}
+	c.release(sts...)
 	c.queueAll(sts)
 }
 
@@ -303,6 +341,7 @@ func (c *conn) runBatch(sts []*stream, h BatchHandler) {
 func (c *conn) run(st *stream, req []byte) {
 	resp, err := st.method.unary(st.ctx, req)
 	c.answer(st, resp, err)
+	c.release(st)
 	c.queue(st)
 }
 
@@ -339,19 +378,37 @@ func (c *conn) queueAll(sts []*stream) {
 	}
 }
 
-// answerStatus answers st with a gRPC error at once and ignores the rest of
-// its request.
+// answerStatus answers st with a gRPC error and ignores the rest of its
+// request; the answer leaves once the request has ended.
 func (c *conn) answerStatus(st *stream, code codes.Code, msg string) {
-	st.discard = true
-	st.trl = appendTrailersOnly(nil, code, msg)
-	c.queue(st)
+	c.answerAtEnd(st, appendTrailersOnly(nil, code, msg))
 }
 
-// answerHTTP answers st with an HTTP status and no body at once (the
-// request is not a gRPC call).
+// answerHTTP is answerStatus with an HTTP status and no body (the request
+// is not a gRPC call).
 func (c *conn) answerHTTP(st *stream, status int) {
-	st.discard = true
-	st.trl = appendHTTPStatus(nil, status)
+	c.answerAtEnd(st, appendHTTPStatus(nil, status))
+}
+
+// answerAtEnd answers st with the trailers-only block trl once its request
+// has ended: an answer before the end would have to be followed by
+// RST_STREAM NO_ERROR (RFC 9113, 8.1), which the client can receive before
+// it has sent the rest, and which some clients (curl 7.88) report as a
+// failed call.
+func (c *conn) answerAtEnd(st *stream, trl []byte) {
+	if !st.remoteDone.Load() {
+		st.discard, st.early, st.trl = true, true, trl
+		c.drop(st)
+		return
+	}
+	c.answerNow(st, trl)
+}
+
+// answerNow answers st with the trailers-only block trl at once, and
+// ignores the rest of its request.
+func (c *conn) answerNow(st *stream, trl []byte) {
+	st.discard, st.trl = true, trl
+	c.drop(st)
 	c.queue(st)
 }
 

@@ -22,6 +22,7 @@ func (c *conn) resetByUsLocked(id uint32) bool {
 // resetLocked queues RST_STREAM code for stream id and remembers the reset.
 func (c *conn) resetLocked(id uint32, code http2.ErrCode) {
 	c.ctrl = appendRSTStream(c.ctrl, id, code)
+	c.ctrlQueuedLocked()
 	c.noteResetLocked(id)
 }
 
@@ -38,7 +39,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 	st := c.takeStreamLocked(id)
 	c.resetLocked(id, code)
 	c.mu.Unlock()
-	cancelStream(st)
+	c.cancelStream(st)
 	c.signal()
 	c.closeIfDrained()
 }
@@ -51,10 +52,14 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 		return http2.ConnectionError(http2.ErrCodeProtocol) // RST_STREAM on an idle stream (RFC 9113, 5.1)
 	}
 	st := c.takeStreamLocked(f.StreamID)
+	flood := st != nil && !st.dispatched && c.earlyResetLocked()
 	c.mu.Unlock()
 	if st != nil {
-		cancelStream(st)
+		c.cancelStream(st)
 		c.closeIfDrained()
+	}
+	if flood {
+		return c.goAway(http2.ErrCodeEnhanceYourCalm, errResetFlood)
 	}
 	return nil
 }
@@ -72,12 +77,14 @@ func (c *conn) takeStreamLocked(id uint32) *stream {
 }
 
 // cancelStream ends the reader's interest in a stream taken by
-// takeStreamLocked (nil: none) and cancels its call's context.
-func cancelStream(st *stream) {
+// takeStreamLocked (nil: none), releases its request buffer if the reader
+// still holds it, and cancels its call's context.
+func (c *conn) cancelStream(st *stream) {
 	if st == nil {
 		return
 	}
 	st.discard = true
+	c.drop(st)
 	if st.cancel != nil {
 		st.cancel()
 	}

@@ -81,6 +81,7 @@ func (c *conn) take(ctrl []byte, ready []*stream) ([]byte, []*stream, bool) {
 	ctrl = append(ctrl, c.ctrl...)
 	ready = append(ready, c.ready...)
 	c.ctrl = c.ctrl[:0]
+	c.ctrlFrames = 0
 	clear(c.ready)
 	c.ready = c.ready[:0]
 	return ctrl, ready, false
