@@ -88,17 +88,25 @@ func (c *conn) uncharge(n int64) {
 	}
 }
 
-// buffer appends data to st's request body, within the budgets. The body
-// is allocated once at the size its message prefix announces; a prefix
-// announcing more than MaxRecvMsgSize fails at once.
+// buffer appends data to st's request body, within the budgets, which are
+// charged what the body allocates. A body that comes in one frame is
+// allocated once; one that comes in pieces grows to at most twice what came,
+// and never past what its message prefix announces. A prefix announcing
+// more than MaxRecvMsgSize fails at once.
 func (c *conn) buffer(st *stream, data []byte) error {
 	need := len(st.body) + len(data)
 	if need > cap(st.body) {
 		size := need
-		if len(st.body) < 5 && need >= 5 {
+		if need >= 5 {
 			var p [5]byte
 			copy(p[copy(p[:], st.body):], data)
-			size = max(size, 5+int(binary.BigEndian.Uint32(p[1:])))
+			announced := 5 + int(binary.BigEndian.Uint32(p[1:]))
+			if announced > c.srv.opts.MaxRecvMsgSize+5 {
+				return errTooLarge
+			}
+			// At most twice what came, so that a prefix that lies costs
+			// its sender half of what it reserves.
+			size = max(size, min(announced, 2*cap(st.body)))
 		}
 		if size > c.srv.opts.MaxRecvMsgSize+5 {
 			return errTooLarge
