@@ -80,8 +80,9 @@ const (
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultWorkers          = 256
 	// DefaultMaxConns bounds the open connections: an Envoy opens one per
-	// worker thread, so 4096 serves hundreds of Envoys per replica. An idle
-	// connection costs about 25 KB.
+	// worker thread, so 4096 serves hundreds of Envoys per replica. A
+	// connection costs about 44 KB of heap and 7 KB of stack (two
+	// goroutines) while idle: 210 MB at the cap.
 	DefaultMaxConns = 4096
 	// DefaultMaxConnBufferBytes bounds the request bytes one connection
 	// makes the server hold: 16 requests of the largest size, or thousands
