@@ -37,6 +37,12 @@
 //	-log-format          SLUICE_LOG_FORMAT          json | text (json)
 //	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
 //	                                                address (false; for profiling, never on a shared port)
+//	-max-conns           SLUICE_MAX_CONNS           unary server: open connections; more are refused (4096)
+//	-max-streams-per-conn SLUICE_MAX_STREAMS_PER_CONN unary server: calls in flight per connection (256)
+//	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary server: largest request message (65536)
+//	-max-conn-buffer-bytes SLUICE_MAX_CONN_BUFFER_BYTES unary server: request bytes held per connection (1048576)
+//	-max-buffer-bytes    SLUICE_MAX_BUFFER_BYTES    unary server: request bytes held in all (67108864)
+//	-idle-timeout        SLUICE_IDLE_TIMEOUT        unary server: close a connection without calls this long (5m)
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
 //	                                                heap is small, and collecting it less often leaves
@@ -64,6 +70,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/degrade"
+	"github.com/sluicehq/sluice/controlplane/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/rls"
@@ -108,6 +115,36 @@ type config struct {
 	pprof               bool
 	gcPercent           int
 	gcPercentSet        bool // given by flag or $SLUICE_GC_PERCENT
+
+	unary      grpcunary.Options // the unary decision server's bounds
+	maxStreams int               // unary.MaxConcurrentStreams
+}
+
+// unaryFlags declares the unary decision server's bounds (package
+// grpcunary; RATIONALE.md there says why the defaults).
+func unaryFlags(fs *flag.FlagSet, envOf map[string]string, c *config) {
+	u := &c.unary
+	for _, f := range []struct {
+		name, env, usage string
+		p                any
+		def              int64
+	}{
+		{"max-conns", "SLUICE_MAX_CONNS", "unary server: open connections; more are refused (GOAWAY)", &u.MaxConns, grpcunary.DefaultMaxConns},
+		{"max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", "unary server: calls in flight per connection (SETTINGS_MAX_CONCURRENT_STREAMS)", &c.maxStreams, grpcunary.DefaultMaxConcurrentStreams},
+		{"max-msg-bytes", "SLUICE_MAX_MSG_BYTES", "unary server: largest request message; larger ones are answered RESOURCE_EXHAUSTED", &u.MaxRecvMsgSize, grpcunary.DefaultMaxRecvMsgSize},
+		{"max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", "unary server: request bytes held per connection; past it calls are answered RESOURCE_EXHAUSTED", &u.MaxConnBufferBytes, grpcunary.DefaultMaxConnBufferBytes},
+		{"max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", "unary server: request bytes held for all connections; past it calls are answered RESOURCE_EXHAUSTED", &u.MaxBufferBytes, grpcunary.DefaultMaxBufferBytes},
+	} {
+		switch p := f.p.(type) {
+		case *int:
+			fs.IntVar(p, f.name, int(f.def), f.usage+" ($"+f.env+")")
+		case *int64:
+			fs.Int64Var(p, f.name, f.def, f.usage+" ($"+f.env+")")
+		}
+		envOf[f.name] = f.env
+	}
+	fs.DurationVar(&u.IdleTimeout, "idle-timeout", grpcunary.DefaultIdleTimeout, "unary server: close a connection without calls for this long ($SLUICE_IDLE_TIMEOUT)")
+	envOf["idle-timeout"] = "SLUICE_IDLE_TIMEOUT"
 }
 
 // listFlag is a comma-separated, repeatable flag.
@@ -173,6 +210,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	envOf["redis-no-functions"] = "SLUICE_REDIS_NO_FUNCTIONS"
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP address ($SLUICE_PPROF)")
 	envOf["pprof"] = "SLUICE_PPROF"
+	unaryFlags(fs, envOf, c)
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 
 	if err := fs.Parse(args); err != nil {
@@ -212,6 +250,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-max-descriptors must be positive (got %d)", c.maxDescriptors))
 	case c.memEntries <= 0 || c.memBytes <= 0:
 		errs = append(errs, errors.New("-memory-max-entries and -memory-max-bytes must be positive"))
+	case c.unary.MaxConns <= 0 || c.maxStreams <= 0 || c.maxStreams > 1<<31-1 || c.unary.MaxRecvMsgSize <= 0 ||
+		c.unary.MaxConnBufferBytes <= 0 || c.unary.MaxBufferBytes <= 0 || c.unary.IdleTimeout <= 0:
+		errs = append(errs, errors.New("-max-conns, -max-streams-per-conn, -max-msg-bytes, -max-conn-buffer-bytes, -max-buffer-bytes and -idle-timeout must be positive"))
 	case (c.policyCert == "") != (c.policyKey == ""):
 		errs = append(errs, errors.New("-policy-tls-cert and -policy-tls-key go together"))
 	case c.policyCA != "" && c.policyCert == "":
@@ -220,6 +261,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	c.unary.MaxConcurrentStreams = uint32(c.maxStreams)
 	return c, nil
 }
 
@@ -285,6 +327,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	srv, err := server.New(server.Config{
 		GRPCAddr:   c.grpcAddr,
 		GRPCServer: c.grpcServer,
+		Unary:      c.unary,
 		HTTPAddr:   c.httpAddr,
 		Redis: server.RedisConfig{
 			Mode: c.redisMode, Addrs: c.redisAddrs, MasterName: c.redisMaster,

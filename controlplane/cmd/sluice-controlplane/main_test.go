@@ -52,6 +52,13 @@ func TestParseFlags(t *testing.T) {
 		c.gcPercent != 150 || !c.gcPercentSet {
 		t.Fatalf("$SLUICE_GC_PERCENT: %+v, %v", c, err)
 	}
+	u, err := parseFlags([]string{"-max-conns", "9", "-idle-timeout", "1m"}, func(k string) string {
+		return map[string]string{"SLUICE_MAX_STREAMS_PER_CONN": "7", "SLUICE_MAX_BUFFER_BYTES": "1000000", "SLUICE_MAX_CONNS": "3"}[k]
+	}, io.Discard)
+	if err != nil || u.unary.MaxConns != 9 || u.unary.MaxConcurrentStreams != 7 || u.unary.MaxBufferBytes != 1000000 ||
+		u.unary.IdleTimeout != time.Minute || u.unary.MaxRecvMsgSize != 64<<10 || u.unary.MaxConnBufferBytes != 1<<20 {
+		t.Fatalf("unary server flags: %+v, %v", u.unary, err)
+	}
 	bad := []struct {
 		args []string
 		env  map[string]string
@@ -63,6 +70,8 @@ func TestParseFlags(t *testing.T) {
 		{nil, map[string]string{"SLUICE_PROBE_INTERVAL": "soon"}, `$SLUICE_PROBE_INTERVAL="soon": invalid value for -probe-interval`},
 		{[]string{"-max-descriptors", "-1"}, nil, "-max-descriptors must be positive"},
 		{[]string{"-gc-percent", "0"}, nil, "-gc-percent must be positive"},
+		{[]string{"-max-conns", "0"}, nil, "-max-conns, -max-streams-per-conn"},
+		{nil, map[string]string{"SLUICE_IDLE_TIMEOUT": "-1s"}, "-idle-timeout must be positive"},
 	}
 	for _, b := range bad {
 		_, err := parseFlags(b.args, func(k string) string { return b.env[k] }, io.Discard)
