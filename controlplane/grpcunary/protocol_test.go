@@ -867,3 +867,38 @@ func TestClientResetCancelsCall(t *testing.T) {
 	}
 	c.pingPong()
 }
+
+// TestHeaderBlockInContinuations checks that a header block split over
+// CONTINUATION frames, up to maxContinuations of them, is decoded like
+// one in a single frame: a call succeeds, a malformed block resets its
+// stream, and the HPACK state carries over to the next block.
+func TestHeaderBlockInContinuations(t *testing.T) {
+	tb := newTestbed(t, Options{})
+	c := dial(t, tb.addr)
+	split := func(id uint32, end bool, b []byte, parts int) {
+		n := (len(b) + parts - 1) / parts
+		first := b[:min(n, len(b))]
+		if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndStream: end, EndHeaders: len(first) == len(b)}); err != nil {
+			t.Fatal(err)
+		}
+		for b = b[len(first):]; len(b) > 0; {
+			frag := b[:min(n, len(b))]
+			b = b[len(frag):]
+			if err := c.fr.WriteContinuation(id, len(b) == 0, frag); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	echo := request("/test.Echo/Echo")
+	split(1, false, c.block(echo), 1+maxContinuations)
+	c.data(1, true, echoBody(t, []byte("split")))
+	if a := c.readAnswer(1); a.status() != "0" {
+		t.Fatalf("a call in %d header frames: %v", 1+maxContinuations, a)
+	}
+	split(3, false, c.block(with(request("/test.Echo/Echo"), "X-Up", "1")), 3)
+	c.expectRST(3, http2.ErrCodeProtocol)
+	c.call(5, "/test.Echo/Echo", echoBody(t, []byte("after"))) // indexed by the blocks before
+	if a := c.readAnswer(5); a.status() != "0" {
+		t.Fatalf("a call after: %v", a)
+	}
+}
