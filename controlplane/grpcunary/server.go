@@ -21,6 +21,11 @@
 //     replenished as data is consumed; answers wait for the peer's send
 //     windows and are split at its MAX_FRAME_SIZE;
 //   - MAX_CONCURRENT_STREAMS is advertised and enforced (REFUSED_STREAM);
+//   - bounds on what a client can make the server hold: connections,
+//     request bytes per connection and in all, idle connections, the
+//     handshake, control frames queued for a peer that does not read,
+//     CONTINUATION frames, and streams reset before their call starts
+//     (Options, and RATIONALE.md's "Bounds");
 //   - the stream states of RFC 9113, 5.1: frames on idle streams are
 //     connection errors, frames on closed streams stream errors
 //     (STREAM_CLOSED), except on streams we reset lately, whose frames that
