@@ -459,49 +459,69 @@ func TestAttackConnectionFlood(t *testing.T) {
 }
 
 // TestAttackIdleConnections: connections that complete the handshake and
-// then do nothing were never closed (5,000 of them took 118 MB). Now they
-// are closed after IdleTimeout; those that never send their SETTINGS
-// after HandshakeTimeout. The sweeps run on an injected clock.
+// then do nothing were never closed (5,000 of them took 118 MB), nor were
+// those that hold a request that never ends. Now both are closed once they
+// have opened no stream for IdleTimeout (the stalled requests are cut 2 s
+// after the GOAWAY), and those that never send their SETTINGS after
+// HandshakeTimeout. The sweeps run on an injected clock.
 func TestAttackIdleConnections(t *testing.T) {
 	tb := newTestbed(t, Options{})
-	const idle, silent = 300, 100
-	var closedIdle, closedSilent atomic.Int32
-	runAttack(t, tb, 32<<20, func() {
+	kinds := []struct {
+		name   string
+		n      int
+		send   func(a *attacker)
+		closed atomic.Int32
+	}{
+		{name: "idle", n: 300, send: func(a *attacker) {}},
+		{name: "without SETTINGS", n: 100, send: func(a *attacker) { a.buf = append(a.buf, clientPreface...) }},
+		{name: "with a request that never ends", n: 100, send: func(a *attacker) {
+			block := neverIndexed(request("/test.Echo/Echo"))
+			a.buf = appendFrameHeader(a.buf, len(block), http2.FrameHeaders, http2.FlagHeadersEndHeaders, 1)
+			a.buf = append(a.buf, block...)
+			a.buf = appendFrameHeader(a.buf, 5, http2.FrameData, 0, 1)
+			a.buf = append(a.buf, 0, 0, 0, 1, 0)
+		}},
+	}
+	// The budget is the connections' own memory: about 44 KB each on the
+	// server's side, and as much again on the test's.
+	runAttack(t, tb, 48<<20, func() {
 		var wg sync.WaitGroup
 		until := time.Now().Add(attackTime)
-		open := func(bare bool, closed *atomic.Int32) {
-			a := dialAttacker(t, tb.addr, bare)
-			if bare {
-				a.buf = append(a.buf, clientPreface...) // and no SETTINGS
+		total := 0
+		for i := range kinds {
+			k := &kinds[i]
+			for range k.n {
+				a := dialAttacker(t, tb.addr, k.name == "without SETTINGS")
+				k.send(a)
+				a.flush(until)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					a.nc.SetReadDeadline(until)
+					_, err := io.CopyBuffer(io.Discard, a.nc, make([]byte, 512))
+					if !errors.Is(err, os.ErrDeadlineExceeded) {
+						k.closed.Add(1) // by the server: a FIN, or a reset
+					}
+					a.nc.Close()
+				}()
 			}
-			a.flush(until)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a.nc.SetReadDeadline(until)
-				if _, err := io.CopyBuffer(io.Discard, a.nc, make([]byte, 512)); err == nil {
-					closed.Add(1) // the server's FIN
-				}
-				a.nc.Close()
-			}()
+			total += k.n
 		}
-		for range idle {
-			open(false, &closedIdle)
-		}
-		for range silent {
-			open(true, &closedSilent)
-		}
-		for len(tb.srv.openConns()) < idle+silent+1 {
+		for len(tb.srv.openConns()) < total+1 {
 			time.Sleep(time.Millisecond) // the accept loop's work
 		}
 		now := time.Now()
 		tb.srv.sweep(now.Add(DefaultHandshakeTimeout))
 		tb.srv.sweep(now.Add(DefaultHandshakeTimeout + DefaultIdleTimeout))
+		tb.srv.sweep(now.Add(DefaultHandshakeTimeout + DefaultIdleTimeout + 3*closeGrace))
 		wg.Wait()
 	})
-	t.Logf("closed: %d of %d idle connections, %d of %d without SETTINGS", closedIdle.Load(), idle, closedSilent.Load(), silent)
-	if closedIdle.Load() != idle || closedSilent.Load() != silent {
-		t.Errorf("not every connection was closed")
+	for i := range kinds {
+		k := &kinds[i]
+		t.Logf("closed: %d of %d connections %s", k.closed.Load(), k.n, k.name)
+		if int(k.closed.Load()) != k.n {
+			t.Errorf("not every connection %s was closed", k.name)
+		}
 	}
 }
 

@@ -133,6 +133,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		streams: map[uint32]*stream{}, sendConn: defaultWindow, peerInitial: defaultWindow,
 		peerFrame: defaultFrameSize, recvConn: recvConnWindow, born: s.now(),
 	}
+	c.idleSince = c.born
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// Reads go through a buffer: the Framer reads a frame header and then
 	// its payload, two reads a frame, which would be two system calls.

@@ -238,8 +238,8 @@ func (s *Server) sweeper() {
 
 // sweep ends the connections that are past a deadline at now: the
 // handshake's (HandshakeTimeout from the accept to the first SETTINGS),
-// the idle one (IdleTimeout without an open or opened stream), and the
-// one by which a connection told to end must have ended.
+// the idle one (IdleTimeout without a new stream), and the one by which a
+// connection told to end must have ended.
 func (s *Server) sweep(now time.Time) {
 	s.mu.Lock()
 	cs := make([]*conn, 0, len(s.conns))
@@ -263,13 +263,13 @@ func (c *conn) sweep(now time.Time) {
 		kill = now.After(c.endBy)
 	case !c.handshook && now.Sub(c.born) >= o.HandshakeTimeout:
 		end = true
-	case len(c.streams) == 0 && c.opened == c.lastOpened:
-		if c.idleSince.IsZero() {
-			c.idleSince = now
-		}
-		end = now.Sub(c.idleSince) >= o.IdleTimeout
+	case c.opened != c.lastOpened:
+		c.idleSince, c.lastOpened = now, c.opened // a stream opened since the last sweep
 	default:
-		c.idleSince, c.lastOpened = time.Time{}, c.opened
+		// Streams still open now are requests that never end, or calls
+		// that last minutes, which a decision never does: the kill after
+		// endBy cuts them.
+		end = now.Sub(c.idleSince) >= o.IdleTimeout
 	}
 	if end {
 		// A peer that reads nothing keeps the GOAWAY from leaving: then

@@ -119,8 +119,9 @@ type Options struct {
 	// HandshakeTimeout bounds the wait for the client's preface and first
 	// SETTINGS frame; past it the connection is closed.
 	HandshakeTimeout time.Duration
-	// IdleTimeout closes (GOAWAY NO_ERROR) a connection that has had no
-	// open call and opened none for that long.
+	// IdleTimeout closes (GOAWAY NO_ERROR) a connection that has opened
+	// no stream for that long. Streams still open then (requests that never
+	// end) are cut two seconds after the GOAWAY.
 	IdleTimeout time.Duration
 	// MaxConns bounds the open connections. A connection accepted beyond
 	// it is sent GOAWAY ENHANCE_YOUR_CALM and closed at once.

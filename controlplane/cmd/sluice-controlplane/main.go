@@ -42,7 +42,7 @@
 //	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary server: largest request message (65536)
 //	-max-conn-buffer-bytes SLUICE_MAX_CONN_BUFFER_BYTES unary server: request bytes held per connection (1048576)
 //	-max-buffer-bytes    SLUICE_MAX_BUFFER_BYTES    unary server: request bytes held in all (67108864)
-//	-idle-timeout        SLUICE_IDLE_TIMEOUT        unary server: close a connection without calls this long (5m)
+//	-idle-timeout        SLUICE_IDLE_TIMEOUT        unary server: close a connection without new calls this long (5m)
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
 //	                                                heap is small, and collecting it less often leaves
@@ -143,7 +143,7 @@ func unaryFlags(fs *flag.FlagSet, envOf map[string]string, c *config) {
 		}
 		envOf[f.name] = f.env
 	}
-	fs.DurationVar(&u.IdleTimeout, "idle-timeout", grpcunary.DefaultIdleTimeout, "unary server: close a connection without calls for this long ($SLUICE_IDLE_TIMEOUT)")
+	fs.DurationVar(&u.IdleTimeout, "idle-timeout", grpcunary.DefaultIdleTimeout, "unary server: close a connection without new calls for this long ($SLUICE_IDLE_TIMEOUT)")
 	envOf["idle-timeout"] = "SLUICE_IDLE_TIMEOUT"
 }
 
