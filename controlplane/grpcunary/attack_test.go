@@ -509,8 +509,8 @@ func TestAttackIdleConnections(t *testing.T) {
 			}
 			total += k.n
 		}
-		for len(tb.srv.openConns()) < total+1 {
-			time.Sleep(time.Millisecond) // the accept loop's work
+		for len(tb.srv.openConns()) < total+1 || tb.srv.openStreams() < kinds[2].n {
+			time.Sleep(time.Millisecond) // the accept loop's and the readers' work
 		}
 		now := time.Now()
 		tb.srv.sweep(now.Add(DefaultHandshakeTimeout))
@@ -530,6 +530,17 @@ func TestAttackIdleConnections(t *testing.T) {
 			t.Errorf("not every connection %s was closed", k.name)
 		}
 	}
+}
+
+// openStreams returns how many streams the server's connections have open.
+func (s *Server) openStreams() int {
+	n := 0
+	for _, c := range s.openConns() {
+		c.mu.Lock()
+		n += len(c.streams)
+		c.mu.Unlock()
+	}
+	return n
 }
 
 // TestAttackContinuationFlood: a header block that never ends, in empty
