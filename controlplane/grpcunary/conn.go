@@ -70,7 +70,8 @@ type conn struct {
 	peerFrame   uint32             // the peer's SETTINGS_MAX_FRAME_SIZE
 	peerTable   uint32             // the peer's SETTINGS_HEADER_TABLE_SIZE...
 	tableSet    bool               // ...newly set: the writer's HPACK state must follow
-	draining    bool               // GOAWAY sent: no new streams, close when the last is answered
+	draining    bool               // GOAWAY sent: no new streams, close when the last is answered...
+	drainPing   bool               // ...and the PING sent after the GOAWAY is acknowledged
 	goAwayID    uint32             // the last stream a draining connection answers
 	fatal       bool               // a connection error: close once the GOAWAY is written
 	closed      bool
@@ -314,13 +315,17 @@ func (c *conn) handleFrame(f http2.Frame) error {
 	case *http2.RSTStreamFrame:
 		return c.onReset(f)
 	case *http2.PingFrame:
-		if !f.IsAck() {
-			c.mu.Lock()
-			c.ctrl = appendPing(c.ctrl, f.Data)
-			c.ctrlQueuedLocked()
-			c.mu.Unlock()
-			c.signal()
+		if f.IsAck() {
+			if f.Data == drainPingData {
+				c.drainPinged()
+			}
+			break
 		}
+		c.mu.Lock()
+		c.ctrl = appendPing(c.ctrl, f.Data)
+		c.ctrlQueuedLocked()
+		c.mu.Unlock()
+		c.signal()
 	case *http2.PriorityFrame:
 		if f.StreamDep == f.StreamID {
 			return http2.ConnectionError(http2.ErrCodeProtocol) // RFC 9113, 5.3.1 (a connection error, as nghttp2 makes it)
@@ -350,19 +355,36 @@ func (c *conn) goAway(code http2.ErrCode, err error) error {
 	return err
 }
 
-// drain starts a graceful stop: GOAWAY naming the last stream answered, and
-// the connection closes once those are answered.
+// drainPingData marks the PING that follows a graceful GOAWAY.
+var drainPingData = [8]byte{'g', 'o', 'a', 'w', 'a', 'y'}
+
+// drain starts a graceful stop: GOAWAY naming the last stream answered,
+// then a PING; the connection closes once those streams are answered and
+// the PING is acknowledged (or closeGrace has passed). A call the client
+// sent before it read the GOAWAY arrives before the PING's ACK, and is
+// refused with REFUSED_STREAM, which clients retry, instead of meeting a
+// closed connection (RFC 9113, 6.8).
 func (c *conn) drain() {
 	c.mu.Lock()
 	if c.closed || c.draining {
 		c.mu.Unlock()
 		return
 	}
-	c.draining = true
+	c.draining, c.drainPing = true, true
 	c.goAwayID = c.maxStreamID
 	c.ctrl = appendGoAway(c.ctrl, c.goAwayID, http2.ErrCodeNo)
+	c.ctrl = appendFrameHeader(c.ctrl, 8, http2.FramePing, 0, 0)
+	c.ctrl = append(c.ctrl, drainPingData[:]...)
 	c.mu.Unlock()
 	c.signal()
+	time.AfterFunc(closeGrace, c.drainPinged) // a peer that does not answer
+}
+
+// drainPinged follows the ACK of the drain's PING, or closeGrace.
+func (c *conn) drainPinged() {
+	c.mu.Lock()
+	c.drainPing = false
+	c.mu.Unlock()
 	c.closeIfDrained()
 }
 
@@ -370,7 +392,7 @@ func (c *conn) drain() {
 // no open stream left (after writing what is queued).
 func (c *conn) closeIfDrained() {
 	c.mu.Lock()
-	if c.draining && len(c.streams) == 0 {
+	if c.draining && !c.drainPing && len(c.streams) == 0 {
 		c.fatal = true // (not an error: "close after the write")
 		c.signalLocked()
 	}

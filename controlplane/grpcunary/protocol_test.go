@@ -828,9 +828,18 @@ func TestGracefulStopRefusesLaterStreams(t *testing.T) {
 	if !ok || g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 1 {
 		t.Fatalf("want GOAWAY NO_ERROR naming stream 1, got %v", g)
 	}
+	// A PING follows: a stream the client sends before its ACK (before it
+	// read the GOAWAY) is refused, not lost to a closed connection.
+	p, ok := c.next().(*http2.PingFrame)
+	if !ok || p.IsAck() {
+		t.Fatalf("want a PING after the GOAWAY, got %v", p)
+	}
 	c.call(3, "/test.Echo/Echo", echoBody(t, nil))
 	c.expectRST(3, http2.ErrCodeRefusedStream)
 	c.pingPong() // stream 3's DATA did not end the connection
+	if err := c.fr.WritePing(true, p.Data); err != nil {
+		t.Fatal(err)
+	}
 	close(tb.release)
 	if a := c.readAnswer(1); a.status() != "0" {
 		t.Fatalf("the call in progress: %v", a)
@@ -900,5 +909,36 @@ func TestHeaderBlockInContinuations(t *testing.T) {
 	c.call(5, "/test.Echo/Echo", echoBody(t, []byte("after"))) // indexed by the blocks before
 	if a := c.readAnswer(5); a.status() != "0" {
 		t.Fatalf("a call after: %v", a)
+	}
+}
+
+// TestDrainRefusesCallsInFlight checks that a connection with no call open
+// is not closed as soon as its graceful GOAWAY leaves: a call the client
+// sent before reading the GOAWAY is refused with REFUSED_STREAM (which
+// clients retry) until the client acknowledges the PING after the GOAWAY.
+// The idle sweep drains connections this way too.
+func TestDrainRefusesCallsInFlight(t *testing.T) {
+	tb := newTestbed(t, Options{})
+	c := dial(t, tb.addr)
+	stopped := make(chan struct{})
+	go func() { tb.srv.GracefulStop(); close(stopped) }()
+	if g, ok := c.next().(*http2.GoAwayFrame); !ok || g.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("want GOAWAY NO_ERROR, got %v", g)
+	}
+	p, ok := c.next().(*http2.PingFrame)
+	if !ok || p.IsAck() {
+		t.Fatalf("want a PING after the GOAWAY, got %v", p)
+	}
+	c.call(1, "/test.Echo/Echo", echoBody(t, nil)) // sent before the client read the GOAWAY
+	c.expectRST(1, http2.ErrCodeRefusedStream)
+	if err := c.fr.WritePing(true, p.Data); err != nil {
+		t.Fatal(err)
+	}
+	c.expectClosed()
+	c.nc.Close()
+	select {
+	case <-stopped:
+	case <-time.After(frameWait):
+		t.Fatal("GracefulStop did not return")
 	}
 }

@@ -174,7 +174,7 @@ func (c *conn) finish(st *stream) bool {
 	if st.rstAfter = !st.remoteDone.Load(); st.rstAfter {
 		c.noteResetLocked(st.id)
 	}
-	if c.draining && len(c.streams) == 0 {
+	if c.draining && !c.drainPing && len(c.streams) == 0 {
 		c.fatal = true // close after this round's flush
 	}
 	c.mu.Unlock()
