@@ -46,6 +46,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/controlplane/degrade"
+	"github.com/sluicehq/sluice/controlplane/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/policystore"
@@ -114,6 +115,10 @@ type Config struct {
 	// GRPCServer picks the decision port's gRPC server: GRPCServerUnary
 	// (also when empty) or GRPCServerGo. See DecisionServers.
 	GRPCServer string
+	// Unary bounds the unary decision server (GRPCServerUnary): its
+	// connections, streams, request sizes and buffers, idle timeout. Zero
+	// fields take grpcunary's defaults; Logger is the server's.
+	Unary grpcunary.Options
 	// HTTPAddr is the metrics and health listen address; DefaultHTTPAddr
 	// if empty.
 	HTTPAddr string
@@ -273,7 +278,7 @@ func (s *Server) build() error {
 		healthpb.RegisterHealthServer(gs, s.health)
 		s.grpc = gs
 	} else {
-		s.grpc = newUnaryServer(s.service, s.health, s.log)
+		s.grpc = newUnaryServer(s.service, s.health, cfg.Unary, s.log)
 	}
 	s.setHealth()
 

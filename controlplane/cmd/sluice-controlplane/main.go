@@ -49,6 +49,9 @@
 //	                                                connection (4194304)
 //	-max-buffer-bytes    SLUICE_MAX_BUFFER_BYTES    decision port: buffered request bytes in all (67108864)
 //	-idle-timeout        SLUICE_IDLE_TIMEOUT        close connections without calls after this long (5m)
+//	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary decision server: largest request message (65536;
+//	                                                grpc-go mode: 16 KiB)
+//	                     The -max-* and -idle-timeout flags bound the decision port in both server modes.
 //	-log-level           SLUICE_LOG_LEVEL           debug | info | warn | error (info)
 //	-log-format          SLUICE_LOG_FORMAT          json | text (json)
 //	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
@@ -84,6 +87,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/degrade"
+	"github.com/sluicehq/sluice/controlplane/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/logthrottle"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
@@ -163,6 +167,9 @@ type config struct {
 	maxConnBufferBytes  int64
 	maxBufferBytes      int64
 	idleTimeout         time.Duration
+	maxMsgBytes         int64
+
+	unary grpcunary.Options // the unary decision server's bounds, from the flags above
 }
 
 // listFlag is a comma-separated, repeatable flag.
@@ -245,6 +252,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
 	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", server.DefaultMaxBufferBytes, "decision port: request bytes all connections together may have buffered")
 	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", server.DefaultIdleTimeout, "close connections (decision, policy, HTTP) without calls after this long")
+	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 
 	if err := fs.Parse(args); err != nil {
@@ -284,10 +292,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-shutdown-timeout must be positive (got %v)", c.shutdown))
 	case c.maxDescriptors <= 0:
 		errs = append(errs, fmt.Errorf("-max-descriptors must be positive (got %d)", c.maxDescriptors))
-	case c.maxConns <= 0 || c.maxStreamsPerConn <= 0 || c.maxConnBufferBytes <= 0 || c.maxBufferBytes <= 0 || c.idleTimeout <= 0:
-		errs = append(errs, errors.New("-max-conns, -max-streams-per-conn, -max-conn-buffer-bytes, -max-buffer-bytes and -idle-timeout must be positive"))
-	case c.maxStreamsPerConn > math.MaxUint32:
-		errs = append(errs, fmt.Errorf("-max-streams-per-conn must be at most %d", uint32(math.MaxUint32)))
+	case c.maxConns <= 0 || c.maxStreamsPerConn <= 0 || c.maxConnBufferBytes <= 0 || c.maxBufferBytes <= 0 || c.idleTimeout <= 0 || c.maxMsgBytes <= 0:
+		errs = append(errs, errors.New("-max-conns, -max-streams-per-conn, -max-msg-bytes, -max-conn-buffer-bytes, -max-buffer-bytes and -idle-timeout must be positive"))
+	case c.maxStreamsPerConn > math.MaxInt32:
+		errs = append(errs, fmt.Errorf("-max-streams-per-conn must be at most %d (HTTP/2 stream ids)", math.MaxInt32))
+	case c.maxMsgBytes > math.MaxInt32:
+		errs = append(errs, fmt.Errorf("-max-msg-bytes must be at most %d", math.MaxInt32))
 	case c.memEntries <= 0 || c.memBytes <= 0:
 		errs = append(errs, errors.New("-memory-max-entries and -memory-max-bytes must be positive"))
 	case (c.policyCert == "") != (c.policyKey == ""):
@@ -297,6 +307,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
+	}
+	// One set of flags bounds the decision port in both server modes.
+	c.unary = grpcunary.Options{
+		MaxConns: c.maxConns, MaxConcurrentStreams: uint32(c.maxStreamsPerConn), MaxRecvMsgSize: int(c.maxMsgBytes),
+		MaxConnBufferBytes: c.maxConnBufferBytes, MaxBufferBytes: c.maxBufferBytes, IdleTimeout: c.idleTimeout,
 	}
 	return c, nil
 }
@@ -379,6 +394,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	srv, err := server.New(server.Config{
 		GRPCAddr:   c.grpcAddr,
 		GRPCServer: c.grpcServer,
+		Unary:      c.unary,
 		HTTPAddr:   c.httpAddr,
 		Redis: server.RedisConfig{
 			Mode: c.redisMode, Addrs: c.redisAddrs, MasterName: c.redisMaster,

@@ -58,6 +58,13 @@ func TestParseFlags(t *testing.T) {
 		c.gcPercent != 150 || !c.gcPercentSet {
 		t.Fatalf("$SLUICE_GC_PERCENT: %+v, %v", c, err)
 	}
+	u, err := parseFlags([]string{"-max-conns", "9", "-idle-timeout", "1m"}, func(k string) string {
+		return map[string]string{"SLUICE_MAX_STREAMS_PER_CONN": "7", "SLUICE_MAX_BUFFER_BYTES": "1000000", "SLUICE_MAX_CONNS": "3"}[k]
+	}, io.Discard)
+	if err != nil || u.unary.MaxConns != 9 || u.unary.MaxConcurrentStreams != 7 || u.unary.MaxBufferBytes != 1000000 ||
+		u.unary.IdleTimeout != time.Minute || u.unary.MaxRecvMsgSize != 64<<10 || u.unary.MaxConnBufferBytes != 4<<20 { // server.DefaultMaxConnBufferBytes
+		t.Fatalf("unary server flags: %+v, %v", u.unary, err)
+	}
 	bad := []struct {
 		args []string
 		env  map[string]string
