@@ -6,19 +6,29 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/e2e/stack"
 )
 
 // TestFloodDecidedLocally is scenario 2: a flood of ten times the limit on
-// one key, through both gateways at once. The limit still admits exactly N,
-// and at least 90% of the rejected requests are decided by the filter's
-// precheck (over-limit cache and local bucket) without reaching a control
-// plane, counted from the control planes' /metrics.
+// one key, through both Envoys at once, on two connections per worker (so
+// every Wasm VM sees a share). The limit still admits exactly N, counted at
+// the upstream, and at least 90% of the rejected requests are decided by the
+// filter's precheck (over-limit cache and local bucket) without reaching a
+// control plane. The filter's counters in Envoy's /stats
+// (wasmcustom.sluice.*) report the same split as the control planes'
+// /metrics: every call the filters made is a decision the control planes
+// counted, and the other rejections never reached them.
+//
+// The precheck's state is per VM: each of the four VMs learns on its own
+// that the key is over its limit, so the control planes see at least one
+// rejection per VM (more while answers are in flight).
 func TestFloodDecidedLocally(t *testing.T) {
 	const (
-		n           = 50     // the limit
-		flood       = 10 * n // requests sent
-		concurrency = 8      // clients at once, half on each gateway
-		key         = "flood-mallory"
+		n         = 50     // the limit
+		flood     = 10 * n // requests sent
+		perWorker = 2      // connections per worker and Envoy: 8 clients at once
+		key       = "flood-mallory"
 	)
 	c := startCluster(t, clusterConfig{policy: fmt.Sprintf(`
 domain: e2e
@@ -27,18 +37,24 @@ descriptors:
     value: "flood-*"
     rate_limit: {name: flood, algorithm: sliding_log, window: 1m, requests_per_unit: %d}
 `, n)})
+	var conns []*stack.WorkerConn
+	for gw := range c.envoys {
+		conns = append(conns, c.moreConns(gw, perWorker)...)
+	}
 
-	callsBefore := c.cpMetric("sluice_rls_decisions_total", "domain", domain)
+	okBefore := c.cpMetric("sluice_rls_decisions_total", "domain", domain, "code", "OK")
+	overBefore := c.cpMetric("sluice_rls_decisions_total", "domain", domain, "code", "OVER_LIMIT")
 	degradedBefore := c.cpMetric("sluice_store_degraded_decisions_total")
+	filterBefore := c.filterCounters()
 
 	start := time.Now()
 	var next, admitted, rejected atomic.Int64
-	errs := make(chan error, concurrency)
+	errs := make(chan error, len(conns))
 	var wg sync.WaitGroup
-	for w := range concurrency {
+	for _, wc := range conns {
 		wg.Go(func() {
 			for next.Add(1) <= flood {
-				r := c.send(w%2, key)
+				r := c.sendOn(wc, key)
 				switch {
 				case r.err != nil:
 					errs <- r.err
@@ -48,7 +64,7 @@ descriptors:
 				case r.status == 429:
 					rejected.Add(1)
 				default:
-					errs <- fmt.Errorf("gateway %d: status %d %q", w%2, r.status, r.body)
+					errs <- fmt.Errorf("VM %d: status %d %q", wc.Worker, r.status, r.body)
 					return
 				}
 			}
@@ -61,7 +77,8 @@ descriptors:
 		t.Fatal(err)
 	}
 
-	calls := c.cpMetric("sluice_rls_decisions_total", "domain", domain) - callsBefore
+	okCalls := c.cpMetric("sluice_rls_decisions_total", "domain", domain, "code", "OK") - okBefore
+	overCalls := c.cpMetric("sluice_rls_decisions_total", "domain", domain, "code", "OVER_LIMIT") - overBefore
 	if d := c.cpMetric("sluice_store_degraded_decisions_total") - degradedBefore; d != 0 {
 		t.Errorf("%v decisions were made degraded (memory store): counts are per replica then", d)
 	}
@@ -69,22 +86,52 @@ descriptors:
 	if a != n || a+r != flood {
 		t.Errorf("%d requests: %d admitted, %d rejected; want exactly %d admitted; %s", flood, a, r, n, c.filterErrors())
 	}
-	if got := c.up.ByKey(key); got != a {
-		t.Errorf("the upstream saw %d requests, the gateways admitted %d", got, a)
+	if got := c.up.ByKey(key); got != n {
+		t.Errorf("the upstream saw %d requests, want the limit, %d (the Envoys answered 200 %d times)", got, n, a)
 	}
-	// Every admitted request was asked about; the other calls are
-	// rejections the control planes decided.
-	rejectedByCP := int64(calls) - a
-	local := r - rejectedByCP
+	if int64(okCalls) != a {
+		t.Errorf("the control planes admitted %v requests, the Envoys %d", okCalls, a)
+	}
+	local := r - int64(overCalls)
 	share := float64(local) / float64(r)
-	t.Logf("%d requests in %v: %d admitted, %d rejected, %d of them locally (%.1f%%); %v control-plane calls",
-		flood, took.Round(time.Millisecond), a, r, local, 100*share, calls)
+	t.Logf("%d requests in %v through %d VMs: %d admitted, %d rejected, %d of them in the filter (%.1f%%); control planes: %v OK, %v OVER_LIMIT",
+		flood, took.Round(time.Millisecond), 2*workers, a, r, local, 100*share, okCalls, overCalls)
 	if share < 0.9 {
-		t.Errorf("only %.1f%% of the rejections were decided locally, want >= 90%%", 100*share)
+		t.Errorf("only %.1f%% of the rejections were decided in the filter, want >= 90%%", 100*share)
 	}
-	// The filter's own counters tell the same story.
-	if pre, over := c.gwCounter("sluice.precheck_rejected"), c.gwCounter("sluice.over_limit"); pre != local || over != rejectedByCP {
-		t.Errorf("filter counters: precheck_rejected %d, over_limit %d; control-plane metrics say %d and %d",
-			pre, over, local, rejectedByCP)
+	if overCalls < 2*workers {
+		t.Errorf("the control planes refused %v requests: each of the %d VMs should have asked at least once", overCalls, 2*workers)
+	}
+	// The filter's counters in Envoy's /stats tell the same story.
+	f := c.filterCounters().minus(filterBefore)
+	t.Logf("filter counters (both Envoys): %+v", f)
+	if f.allowed != a || f.overLimit != int64(overCalls) || f.precheckRejected != local || f.errors != 0 {
+		t.Errorf("filter counters %+v; the control planes' metrics say allowed %v, over_limit %v, and so precheck_rejected %d, errors 0",
+			f, okCalls, overCalls, local)
+	}
+}
+
+// filterCounts are the filter's counters, summed over both Envoys.
+type filterCounts struct {
+	allowed, overLimit, precheckRejected, errors, failureOpen, failureClosed int64
+}
+
+// filterCounters reads the filter's counters from both Envoys' /stats.
+func (c *cluster) filterCounters() filterCounts {
+	return filterCounts{
+		allowed:          c.gwCounter("sluice.allowed"),
+		overLimit:        c.gwCounter("sluice.over_limit"),
+		precheckRejected: c.gwCounter("sluice.precheck_rejected"),
+		errors:           c.gwCounter("sluice.errors"),
+		failureOpen:      c.gwCounter("sluice.failure_open"),
+		failureClosed:    c.gwCounter("sluice.failure_closed"),
+	}
+}
+
+// minus returns the counts since b.
+func (f filterCounts) minus(b filterCounts) filterCounts {
+	return filterCounts{
+		f.allowed - b.allowed, f.overLimit - b.overLimit, f.precheckRejected - b.precheckRejected,
+		f.errors - b.errors, f.failureOpen - b.failureOpen, f.failureClosed - b.failureClosed,
 	}
 }

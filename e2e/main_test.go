@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,8 +25,7 @@ import (
 // Built once by TestMain.
 var (
 	progs    stack.Programs // sluice-controlplane, ratectl, filter.wasm
-	wasm     []byte         // filter.wasm
-	cacheDir string         // wazero's compilation cache, shared by every gateway
+	envoyBin string         // real Envoy: $ENVOY_BIN or .venv/bin/envoy
 )
 
 // The domain every test policy uses, and the header its descriptors come from.
@@ -38,23 +36,28 @@ const (
 
 // cpDeadline is the control planes' Redis deadline in these tests. The
 // default (20 ms) is meant for a dedicated machine; here, two busy cores run
-// Redis, two control planes, two gateways and the load, and a missed
-// deadline degrades a replica to its own memory store, which the exact
-// counts of the scenarios would then see as over-admission. The filter's
-// timeout (plugin()) is longer, so that a slow Redis degrades the control
-// plane before the filter gives up on it.
+// Redis, two control planes, two Envoys and the load, and a missed deadline
+// degrades a replica to its own memory store, which the exact counts of the
+// scenarios would then see as over-admission. The filter's timeout
+// (plugin()) is longer, so that a slow Redis degrades the control plane
+// before the filter gives up on it.
 const cpDeadline = "100ms"
+
+// workers is each Envoy's --concurrency: worker threads, one Wasm VM each.
+const workers = 2
+
+// listener is the name of each Envoy's HTTP listener.
+const listener = "in"
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(runTests(m))
 }
 
-// runTests builds the programs, warms the compilation cache and runs the
-// tests.
+// runTests finds Envoy, builds the programs and runs the tests.
 func runTests(m *testing.M) int {
 	if testing.Short() {
-		fmt.Println("e2e: skipped in -short mode (each test starts Redis, control planes and gateways)")
+		fmt.Println("e2e: skipped in -short mode (each test starts Redis, control planes and Envoys)")
 		return m.Run()
 	}
 	dir, err := os.MkdirTemp("", "sluice-e2e-")
@@ -65,31 +68,20 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if envoyBin, err = stack.EnvoyBinary(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	start := time.Now()
 	if progs, err = stack.Build(ctx, dir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: build:", err)
 		return 1
 	}
-	if wasm, err = os.ReadFile(progs.Wasm); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	cacheDir = filepath.Join(dir, "wazero-cache")
-	// The first gateway compiles filter.wasm; later ones load the cache.
-	g, err := stack.StartGateway(ctx, stack.GatewayConfig{
-		Wasm: wasm, Plugin: plugin().JSON(), ControlPlane: "127.0.0.1:1",
-		Upstream: "http://127.0.0.1:1", CacheDir: cacheDir, Workers: 1,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: filter.wasm does not start:", err)
-		return 1
-	}
-	g.Close(ctx)
-	fmt.Printf("e2e: built the control plane, ratectl and filter.wasm and compiled it in %v\n", time.Since(start).Round(time.Millisecond))
+	fmt.Printf("e2e: built the control plane, ratectl and filter.wasm in %v; Envoy is %s\n", time.Since(start).Round(time.Millisecond), envoyBin)
 	return m.Run()
 }
 
-// plugin returns the gateways' usual plugin configuration: one descriptor,
+// plugin returns the Envoys' usual plugin configuration: one descriptor,
 // api_key from the x-api-key header, and a timeout well above the control
 // planes' Redis deadline.
 func plugin() stack.PluginConfig {
@@ -104,21 +96,45 @@ func plugin() stack.PluginConfig {
 	}
 }
 
+// envoyBootstrap returns the configuration of one Envoy: the listener runs
+// filter.wasm with the plugin configuration pc (JSON), then routes to the
+// upstream; the filter calls the control plane at cpAddr.
+func envoyBootstrap(pc []byte, cpAddr, upstreamAddr string) stack.M {
+	l := stack.HTTPListener(listener, 0,
+		[]stack.M{stack.VirtualHost("all", stack.RouteTo("/", "upstream"))},
+		stack.WasmFilter(progs.Wasm, pc))
+	l["stat_prefix"] = listener // per-worker counters: listener.in.worker_<i>.*
+	return stack.Bootstrap([]stack.M{l}, []stack.M{
+		stack.GRPCCluster(stack.DefaultCluster, cpAddr),
+		stack.Cluster("upstream", upstreamAddr),
+	})
+}
+
+// envoyConfig returns the EnvoyConfig of Envoy name in dir: warnings, and
+// the Wasm component's info lines (the filter's start-up line).
+func envoyConfig(dir, name string, boot stack.M) stack.EnvoyConfig {
+	return stack.EnvoyConfig{
+		Binary: envoyBin, Dir: dir, Name: name, Bootstrap: boot, Concurrency: workers,
+		LogLevel: "warn", Args: []string{"--component-log-level", "wasm:info"},
+	}
+}
+
 // clusterConfig configures startCluster.
 type clusterConfig struct {
 	policy  string               // policy YAML the control planes start with
-	plugins []stack.PluginConfig // per gateway; missing ones get plugin()
+	plugins []stack.PluginConfig // per Envoy; missing ones get plugin()
 	cpArgs  []string             // extra control-plane flags
 }
 
-// cluster is one Redis, two control planes, two gateways (gateway i calls
+// cluster is one Redis, two control planes, two Envoys (Envoy i calls
 // control plane i) and an upstream.
 type cluster struct {
 	t      *testing.T
 	dir    string
 	redis  *redistest.Server
 	cps    []*stack.ControlPlane
-	gws    []*stack.Gateway
+	envoys []*stack.Envoy
+	conns  [][]*stack.WorkerConn // per Envoy, one connection per worker (VM)
 	up     *stack.Upstream
 	token  string // the policy service's bearer token
 	client *http.Client
@@ -180,44 +196,71 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 			}
 		})
 	}
-	for i := range 2 {
-		pc := plugin()
-		if i < len(cfg.plugins) {
-			pc = cfg.plugins[i]
-		}
-		g, err := stack.StartGateway(ctx, stack.GatewayConfig{
-			Wasm: wasm, Plugin: pc.JSON(), ControlPlane: c.cps[i].GRPCAddr(),
-			Upstream: c.up.URL(), CacheDir: cacheDir, Logger: testLogger(t),
-		})
-		if err != nil {
-			t.Fatalf("gateway %d: %v", i, err)
-		}
-		c.gws = append(c.gws, g)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			start := time.Now()
-			if err := g.Close(ctx); err != nil {
-				t.Errorf("gateway %d: close: %v", i, err)
-			}
-			if d := time.Since(start); d > time.Second {
-				t.Logf("gateway %d took %v to close", i, d.Round(time.Millisecond))
-			}
-		})
-	}
+	c.startEnvoys(cfg.plugins)
 	c.warmUp()
 	return c
 }
 
-// warmUp sends a request through every VM of both gateways, on a key no
-// policy knows, so that connections (gateway to control plane, control plane
+// startEnvoys starts both Envoys at once (each compiles filter.wasm, which
+// takes seconds) and opens a connection to each of their workers.
+func (c *cluster) startEnvoys(plugins []stack.PluginConfig) {
+	c.t.Helper()
+	c.envoys = make([]*stack.Envoy, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range 2 {
+		pc := plugin()
+		if i < len(plugins) {
+			pc = plugins[i]
+		}
+		boot := envoyBootstrap(pc.JSON(), c.cps[i].GRPCAddr(), c.up.Addr())
+		wg.Go(func() {
+			c.envoys[i], errs[i] = stack.StartEnvoy(context.Background(), envoyConfig(c.dir, fmt.Sprintf("envoy%d", i), boot))
+		})
+	}
+	wg.Wait()
+	for i, e := range c.envoys {
+		if e == nil {
+			continue
+		}
+		c.t.Cleanup(func() {
+			if i < len(c.conns) {
+				for _, wc := range c.conns[i] {
+					wc.Close()
+				}
+			}
+			if err := e.Stop(); err != nil {
+				c.t.Errorf("envoy %d: %v", i, err)
+			}
+			if c.t.Failed() {
+				c.t.Logf("envoy %d log (%s):\n%s", i, e.LogPath(), logTail(e.LogPath(), 40))
+			}
+		})
+	}
+	if err := errors.Join(errs...); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Logf("two Envoys (--concurrency %d) started in %v", workers, time.Since(start).Round(time.Millisecond))
+	c.conns = make([][]*stack.WorkerConn, 2)
+	for i, e := range c.envoys {
+		conns, err := e.WorkerConns(listener, 1)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.conns[i] = conns
+	}
+}
+
+// warmUp sends a request through every VM of both Envoys, on a key no
+// policy knows, so that connections (Envoy to control plane, control plane
 // to Redis) exist before a test starts counting.
 func (c *cluster) warmUp() {
 	c.t.Helper()
-	for gw, g := range c.gws {
-		for range g.Host.Workers() {
-			if r := c.send(gw, "warm-up"); r.err != nil || r.status != 200 {
-				c.t.Fatalf("warm-up via gateway %d: %v status %d %q", gw, r.err, r.status, r.body)
+	for gw := range c.envoys {
+		for vm := range workers {
+			if r := c.sendVM(gw, vm, "warm-up"); r.err != nil || r.status != 200 {
+				c.t.Fatalf("warm-up via Envoy %d, VM %d: %v status %d %q", gw, vm, r.err, r.status, r.body)
 			}
 		}
 	}
@@ -240,17 +283,26 @@ type reply struct {
 	err    error         // transport error
 }
 
-// send sends GET / with the api key to gateway gw.
+// send sends GET / with the api key to Envoy gw, on one of the client's
+// pooled connections (any worker).
 func (c *cluster) send(gw int, key string) reply {
-	req, err := http.NewRequest("GET", c.gws[gw].URL()+"/", nil)
+	return sendWith(c.client, c.envoys[gw].URL(listener)+"/", key)
+}
+
+// sendTo sends GET url with the api key.
+func sendTo(url, key string) reply {
+	return sendWith(&http.Client{Timeout: 10 * time.Second}, url, key)
+}
+
+// sendWith sends GET url with the api key (none when key is empty) with
+// client.
+func sendWith(client *http.Client, url, key string) reply {
+	req, err := newRequest(url, key)
 	if err != nil {
 		return reply{err: err}
 	}
-	if key != "" {
-		req.Header.Set(keyHeader, key)
-	}
 	start := time.Now()
-	resp, err := c.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return reply{err: err, took: time.Since(start)}
 	}
@@ -258,6 +310,55 @@ func (c *cluster) send(gw int, key string) reply {
 	resp.Body.Close()
 	now := time.Now()
 	return reply{status: resp.StatusCode, header: resp.Header, body: string(body), at: now, took: now.Sub(start), err: err}
+}
+
+// sendVM sends GET / with the api key to Envoy gw on the connection served
+// by worker vm: the request meets that worker's Wasm VM.
+func (c *cluster) sendVM(gw, vm int, key string) reply {
+	return c.sendOn(c.conns[gw][vm], key)
+}
+
+// sendOn sends GET / with the api key on a connection to one worker.
+func (c *cluster) sendOn(wc *stack.WorkerConn, key string) reply {
+	req, err := newRequest("http://"+wc.Addr()+"/", key)
+	if err != nil {
+		return reply{err: err}
+	}
+	start := time.Now()
+	resp, body, err := wc.Do(req)
+	now := time.Now()
+	if err != nil {
+		return reply{err: err, took: now.Sub(start)}
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(body), at: now, took: now.Sub(start)}
+}
+
+// moreConns opens perWorker more connections to each worker of Envoy gw,
+// closed when the test ends.
+func (c *cluster) moreConns(gw, perWorker int) []*stack.WorkerConn {
+	c.t.Helper()
+	conns, err := c.envoys[gw].WorkerConns(listener, perWorker)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		for _, wc := range conns {
+			wc.Close()
+		}
+	})
+	return conns
+}
+
+// newRequest returns GET url with the api key (none when key is empty).
+func newRequest(url, key string) (*http.Request, error) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		req.Header.Set(keyHeader, key)
+	}
+	return req, nil
 }
 
 // cpMetric sums a metric over both control planes.
@@ -274,11 +375,12 @@ func (c *cluster) cpMetric(name string, match ...string) float64 {
 	return total
 }
 
-// gwCounter sums one of the filter's counters over both gateways.
+// gwCounter sums one of the filter's counters over both Envoys (Envoy's
+// /stats shows them as wasmcustom.<name>, one counter shared by the VMs).
 func (c *cluster) gwCounter(name string) int64 {
 	var total int64
-	for _, g := range c.gws {
-		total += g.Counter(name)
+	for _, e := range c.envoys {
+		total += e.Stat("wasmcustom." + name)
 	}
 	return total
 }
@@ -352,25 +454,6 @@ func parseSFList(v string) ([]sfItem, error) {
 		out = append(out, it)
 	}
 	return out, nil
-}
-
-// testLogger sends the gateways' log lines (warnings and errors: the guest
-// runs at "warn") to the test log.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-// tWriter writes to t.Log until the test ends.
-type tWriter struct{ t *testing.T }
-
-var tWriterMu sync.Mutex
-
-func (w tWriter) Write(p []byte) (int, error) {
-	tWriterMu.Lock()
-	defer tWriterMu.Unlock()
-	defer func() { recover() }() // a line after the test ended
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // ratectl runs the ratectl binary against control plane cp's policy service
