@@ -37,14 +37,14 @@ var badPlugins = []struct {
 //
 // A running Envoy (listeners from a file, as from a control plane's LDS)
 // rejects each bad configuration as a listener update, logs the filter's
-// line, and keeps serving its good listener through the filter; the Wasm VM
+// line, and keeps serving its good listener through the filter: the Wasm VM
 // the bad plugin would have shared is not harmed. At start-up, an Envoy whose
 // bootstrap holds a bad configuration exits, and StartEnvoy's error carries
 // the log line.
 func TestBadPluginConfig(t *testing.T) {
 	needStack(t)
 	ctx := context.Background()
-	dir := t.TempDir()
+	s := sharedEnvoys(t)[0]
 	up, err := stack.StartUpstream("127.0.0.1:0", "")
 	if err != nil {
 		t.Fatal(err)
@@ -53,66 +53,48 @@ func TestBadPluginConfig(t *testing.T) {
 	// The good listener's filter has no control plane (port 1 refuses
 	// connections) and fails open: each request through it counts a
 	// failure_open, which shows the filter still runs.
-	listenerWith := func(name string, pc []byte) stack.M {
-		return stack.HTTPListener(name, 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "upstream"))},
-			stack.WasmFilter(progs.Wasm, pc))
-	}
-	good := listenerWith("good", plugin().JSON())
-	lds, err := stack.NewListenerFile(dir)
+	name := nextName()
+	addr, err := s.configure(name, plugin().JSON(), "127.0.0.1:1", up.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lds.Write(good); err != nil {
-		t.Fatal(err)
-	}
-	boot := stack.Bootstrap(nil, []stack.M{
-		stack.GRPCCluster(stack.DefaultCluster, "127.0.0.1:1"),
-		stack.Cluster("upstream", up.Addr()),
-	})
-	boot["dynamic_resources"] = lds.DynamicResources()
-	e, err := stack.StartEnvoy(ctx, envoyConfig(dir, "lds", boot))
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := filterListener(name, plugin().JSON(), "sluice-"+name) // as configure wrote it
+	logFrom := len(s.Log())
 	defer func() {
-		if err := e.Stop(); err != nil {
-			t.Error(err)
-		}
 		if t.Failed() {
-			t.Logf("envoy log (%s):\n%s", e.LogPath(), logTail(e.LogPath(), 60))
+			t.Logf("envoy log (%s) during the test:\n%s", s.LogPath(), lastLines(s.Log()[logFrom:], 60))
 		}
 	}()
-	goodURL := "http://" + e.ListenerAddr("good") + "/"
 	through := func(when string) {
 		t.Helper()
-		before := e.Stat("wasmcustom.sluice.failure_open")
-		r := sendTo(goodURL, "someone")
+		before := s.Stat("wasmcustom.sluice.failure_open")
+		r := sendTo("http://"+addr+"/", "someone")
 		if r.err != nil || r.status != 200 {
 			t.Fatalf("%s: the good listener answers %v status %d %q", when, r.err, r.status, r.body)
 		}
-		if after := e.Stat("wasmcustom.sluice.failure_open"); after != before+1 {
+		if after := s.Stat("wasmcustom.sluice.failure_open"); after != before+1 {
 			t.Fatalf("%s: the filter did not decide the request (failure_open %d -> %d)", when, before, after)
 		}
 	}
-	through("at start")
+	through("before the updates")
 
 	for _, tc := range badPlugins {
 		t.Run(tc.name, func(t *testing.T) {
-			rejected := e.Stat("listener_manager.lds.update_rejected")
-			from := len(e.Log())
-			if err := lds.Write(good, listenerWith("bad", []byte(tc.config))); err != nil {
+			rejected := s.Stat("listener_manager.lds.update_rejected")
+			from := len(s.Log())
+			if err := s.lds.Write(good, filterListener("bad", []byte(tc.config), "sluice-bad")); err != nil {
 				t.Fatal(err)
 			}
 			var logged string
 			took, ok := waitFor(10*time.Second, func() bool {
-				logged = e.Log()[from:]
+				logged = s.Log()[from:]
 				return strings.Contains(logged, "config rejected")
 			})
 			if !ok {
 				t.Fatalf("Envoy did not reject the update within %v; lds updates: %d rejected, %d accepted; log:\n%s",
-					took, e.Stat("listener_manager.lds.update_rejected"), e.Stat("listener_manager.lds.update_success"), logged)
+					took, s.Stat("listener_manager.lds.update_rejected"), s.Stat("listener_manager.lds.update_success"), logged)
 			}
-			if n := e.Stat("listener_manager.lds.update_rejected"); n != rejected+1 {
+			if n := s.Stat("listener_manager.lds.update_rejected"); n != rejected+1 {
 				t.Errorf("listener_manager.lds.update_rejected went from %d to %d", rejected, n)
 			}
 			line := lineWith(logged, "invalid plugin configuration")
@@ -122,31 +104,28 @@ func TestBadPluginConfig(t *testing.T) {
 			if !strings.Contains(line, tc.field) {
 				t.Errorf("Envoy's log does not name %q:\n%s", tc.field, line)
 			}
-			if n := e.Stat("listener_manager.total_listeners_active"); n != 1 {
-				t.Errorf("%d listeners active after the rejected update, want 1 (the good one)", n)
+			if a, err := s.LookupListener("bad"); err != nil || a != "" {
+				t.Errorf("listener bad: %q, %v; want none", a, err)
 			}
 			through("after the rejected update")
 		})
 	}
 	// The good configuration, updated the same way, is accepted: the cases
 	// above fail for the reason they name.
-	success := e.Stat("listener_manager.lds.update_success")
-	if err := lds.Write(good, listenerWith("good2", plugin().JSON())); err != nil {
+	success := s.Stat("listener_manager.lds.update_success")
+	if err := s.lds.Write(good, filterListener(name+"-good", plugin().JSON(), "sluice-"+name+"-good")); err != nil {
 		t.Fatal(err)
 	}
 	if took, ok := waitFor(10*time.Second, func() bool {
-		return e.Stat("listener_manager.lds.update_success") > success
+		return s.Stat("listener_manager.lds.update_success") > success
 	}); !ok {
-		t.Fatalf("Envoy did not accept a good listener within %v:\n%s", took, logTail(e.LogPath(), 20))
+		t.Fatalf("Envoy did not accept a good listener within %v:\n%s", took, lastLines(s.Log()[logFrom:], 20))
 	}
 
 	// At start-up: Envoy exits, and the error names the field.
 	tc := badPlugins[3]
-	boot = stack.Bootstrap([]stack.M{listenerWith("bad", []byte(tc.config))}, []stack.M{
-		stack.GRPCCluster(stack.DefaultCluster, "127.0.0.1:1"),
-		stack.Cluster("upstream", up.Addr()),
-	})
-	bad, err := stack.StartEnvoy(ctx, envoyConfig(dir, "bad-at-start", boot))
+	boot := stack.Bootstrap([]stack.M{filterListener("bad", []byte(tc.config), "sluice")}, clusters("127.0.0.1:1", up.Addr()))
+	bad, err := stack.StartEnvoy(ctx, envoyConfig(t.TempDir(), "bad-at-start", boot))
 	if err == nil {
 		bad.Stop()
 		t.Fatalf("Envoy started with the plugin configuration %s", tc.config)

@@ -103,12 +103,19 @@ descriptors:
 	}
 
 	// Hung: the call waits for the timeout, then the failure mode applies.
+	// Envoy ends each call at the filter's timeout (its HTTP client counts
+	// a timeout on the control-plane cluster).
 	for _, cp := range c.cps {
 		if err := cp.Freeze(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	before := c.envoyCounts()
 	check("control planes hung (SIGSTOP)", timeout*9/10)
+	if d := c.envoyCounts().minus(before); d.cpTimeout != 6*workers || d.rq5xx != 3*workers {
+		t.Errorf("Envoy counted %d control-plane calls timing out and %d 5xx answers, want %d and %d",
+			d.cpTimeout, d.rq5xx, 6*workers, 3*workers)
+	}
 
 	// Dead: the call fails at once.
 	for _, cp := range c.cps {

@@ -46,6 +46,7 @@ descriptors:
 	overBefore := c.cpMetric("sluice_rls_decisions_total", "domain", domain, "code", "OVER_LIMIT")
 	degradedBefore := c.cpMetric("sluice_store_degraded_decisions_total")
 	filterBefore := c.filterCounters()
+	envoyBefore := c.envoyCounts()
 
 	start := time.Now()
 	var next, admitted, rejected atomic.Int64
@@ -109,6 +110,39 @@ descriptors:
 		t.Errorf("filter counters %+v; the control planes' metrics say allowed %v, over_limit %v, and so precheck_rejected %d, errors 0",
 			f, okCalls, overCalls, local)
 	}
+	// And so do Envoy's own: the answers it sent, the requests it forwarded
+	// upstream, and the calls it made to the control planes.
+	e := c.envoyCounts().minus(envoyBefore)
+	t.Logf("Envoy counters (both): %+v", e)
+	if e.rq2xx != a || e.rq4xx != r || e.rq5xx != 0 || e.upstreamRq != a || e.cpRq != int64(okCalls+overCalls) {
+		t.Errorf("Envoy counted %+v; want %d 2xx and upstream requests, %d 4xx, no 5xx, %v control-plane calls",
+			e, a, r, okCalls+overCalls)
+	}
+}
+
+// envoyCounts are some of Envoy's own counters, summed over both Envoys.
+type envoyCounts struct {
+	rq2xx, rq4xx, rq5xx int64 // answers on the listener
+	upstreamRq          int64 // requests forwarded to the upstream
+	cpRq, cpTimeout     int64 // calls to the control plane, and those that timed out
+}
+
+// envoyCounts reads Envoy's counters from both Envoys' /stats.
+func (c *cluster) envoyCounts() envoyCounts {
+	return envoyCounts{
+		rq2xx:      c.envoyStat("http." + c.listener + ".downstream_rq_2xx"),
+		rq4xx:      c.envoyStat("http." + c.listener + ".downstream_rq_4xx"),
+		rq5xx:      c.envoyStat("http." + c.listener + ".downstream_rq_5xx"),
+		upstreamRq: c.envoyStat("cluster.upstream.upstream_rq_total"),
+		cpRq:       c.envoyStat("cluster." + stack.DefaultCluster + ".upstream_rq_total"),
+		cpTimeout:  c.envoyStat("cluster." + stack.DefaultCluster + ".upstream_rq_timeout"),
+	}
+}
+
+// minus returns the counts since b.
+func (e envoyCounts) minus(b envoyCounts) envoyCounts {
+	return envoyCounts{e.rq2xx - b.rq2xx, e.rq4xx - b.rq4xx, e.rq5xx - b.rq5xx,
+		e.upstreamRq - b.upstreamRq, e.cpRq - b.cpRq, e.cpTimeout - b.cpTimeout}
 }
 
 // filterCounts are the filter's counters, summed over both Envoys.

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,9 +45,6 @@ const cpDeadline = "100ms"
 // workers is each Envoy's --concurrency: worker threads, one Wasm VM each.
 const workers = 2
 
-// listener is the name of each Envoy's HTTP listener.
-const listener = "in"
-
 func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(runTests(m))
@@ -78,7 +74,10 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	fmt.Printf("e2e: built the control plane, ratectl and filter.wasm in %v; Envoy is %s\n", time.Since(start).Round(time.Millisecond), envoyBin)
-	return m.Run()
+	sharedDir = filepath.Join(dir, "envoys")
+	code := m.Run()
+	stopShared()
+	return code
 }
 
 // plugin returns the Envoys' usual plugin configuration: one descriptor,
@@ -94,20 +93,6 @@ func plugin() stack.PluginConfig {
 		Precheck:    &stack.Precheck{Enabled: true},
 		Headers:     &stack.Headers{Draft10: true, RetryAfter: true},
 	}
-}
-
-// envoyBootstrap returns the configuration of one Envoy: the listener runs
-// filter.wasm with the plugin configuration pc (JSON), then routes to the
-// upstream; the filter calls the control plane at cpAddr.
-func envoyBootstrap(pc []byte, cpAddr, upstreamAddr string) stack.M {
-	l := stack.HTTPListener(listener, 0,
-		[]stack.M{stack.VirtualHost("all", stack.RouteTo("/", "upstream"))},
-		stack.WasmFilter(progs.Wasm, pc))
-	l["stat_prefix"] = listener // per-worker counters: listener.in.worker_<i>.*
-	return stack.Bootstrap([]stack.M{l}, []stack.M{
-		stack.GRPCCluster(stack.DefaultCluster, cpAddr),
-		stack.Cluster("upstream", upstreamAddr),
-	})
 }
 
 // envoyConfig returns the EnvoyConfig of Envoy name in dir: warnings, and
@@ -126,18 +111,21 @@ type clusterConfig struct {
 	cpArgs  []string             // extra control-plane flags
 }
 
-// cluster is one Redis, two control planes, two Envoys (Envoy i calls
-// control plane i) and an upstream.
+// cluster is one Redis, two control planes, the two shared Envoys (Envoy i
+// calls control plane i) and an upstream.
 type cluster struct {
-	t      *testing.T
-	dir    string
-	redis  *redistest.Server
-	cps    []*stack.ControlPlane
-	envoys []*stack.Envoy
-	conns  [][]*stack.WorkerConn // per Envoy, one connection per worker (VM)
-	up     *stack.Upstream
-	token  string // the policy service's bearer token
-	client *http.Client
+	t        *testing.T
+	dir      string
+	redis    *redistest.Server
+	cps      []*stack.ControlPlane
+	envoys   []*stack.Envoy
+	listener string                // the Envoys' listener (its statistics' name)
+	addrs    []string              // per Envoy, the listener's address
+	conns    [][]*stack.WorkerConn // per Envoy, one connection per worker (VM)
+	base     []map[string]int64    // per Envoy, its counters once the cluster was ready
+	up       *stack.Upstream
+	token    string // the policy service's bearer token
+	client   *http.Client
 }
 
 // needStack skips the test in -short mode, where TestMain builds nothing.
@@ -196,59 +184,55 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 			}
 		})
 	}
-	c.startEnvoys(cfg.plugins)
+	c.configureEnvoys(cfg.plugins)
 	c.warmUp()
+	for _, e := range c.envoys {
+		s, err := e.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.base = append(c.base, s)
+	}
 	return c
 }
 
-// startEnvoys starts both Envoys at once (each compiles filter.wasm, which
-// takes seconds) and opens a connection to each of their workers.
-func (c *cluster) startEnvoys(plugins []stack.PluginConfig) {
+// configureEnvoys points the shared Envoys at the control planes and the
+// upstream with the plugin configurations, and opens a connection to each
+// of their workers.
+func (c *cluster) configureEnvoys(plugins []stack.PluginConfig) {
 	c.t.Helper()
-	c.envoys = make([]*stack.Envoy, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
+	c.listener = nextName()
 	start := time.Now()
-	for i := range 2 {
+	for i, s := range sharedEnvoys(c.t) {
 		pc := plugin()
 		if i < len(plugins) {
 			pc = plugins[i]
 		}
-		boot := envoyBootstrap(pc.JSON(), c.cps[i].GRPCAddr(), c.up.Addr())
-		wg.Go(func() {
-			c.envoys[i], errs[i] = stack.StartEnvoy(context.Background(), envoyConfig(c.dir, fmt.Sprintf("envoy%d", i), boot))
-		})
-	}
-	wg.Wait()
-	for i, e := range c.envoys {
-		if e == nil {
-			continue
-		}
+		logFrom := len(s.Log())
 		c.t.Cleanup(func() {
-			if i < len(c.conns) {
-				for _, wc := range c.conns[i] {
-					wc.Close()
-				}
-			}
-			if err := e.Stop(); err != nil {
-				c.t.Errorf("envoy %d: %v", i, err)
-			}
 			if c.t.Failed() {
-				c.t.Logf("envoy %d log (%s):\n%s", i, e.LogPath(), logTail(e.LogPath(), 40))
+				c.t.Logf("envoy %d log (%s) during the test:\n%s", i, s.LogPath(), lastLines(s.Log()[logFrom:], 40))
 			}
 		})
+		addr, err := s.configure(c.listener, pc.JSON(), c.cps[i].GRPCAddr(), c.up.Addr())
+		if err != nil {
+			c.t.Fatalf("envoy %d: %v", i, err)
+		}
+		c.envoys = append(c.envoys, s.Envoy)
+		c.addrs = append(c.addrs, addr)
 	}
-	if err := errors.Join(errs...); err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Logf("two Envoys (--concurrency %d) started in %v", workers, time.Since(start).Round(time.Millisecond))
-	c.conns = make([][]*stack.WorkerConn, 2)
+	c.t.Logf("both Envoys serve listener %s %v after the update", c.listener, time.Since(start).Round(time.Millisecond))
 	for i, e := range c.envoys {
-		conns, err := e.WorkerConns(listener, 1)
+		conns, err := e.WorkerConnsTo(c.addrs[i], c.listener, 1)
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		c.conns[i] = conns
+		c.conns = append(c.conns, conns)
+		c.t.Cleanup(func() {
+			for _, wc := range conns {
+				wc.Close()
+			}
+		})
 	}
 }
 
@@ -286,7 +270,7 @@ type reply struct {
 // send sends GET / with the api key to Envoy gw, on one of the client's
 // pooled connections (any worker).
 func (c *cluster) send(gw int, key string) reply {
-	return sendWith(c.client, c.envoys[gw].URL(listener)+"/", key)
+	return sendWith(c.client, "http://"+c.addrs[gw]+"/", key)
 }
 
 // sendTo sends GET url with the api key.
@@ -337,7 +321,7 @@ func (c *cluster) sendOn(wc *stack.WorkerConn, key string) reply {
 // closed when the test ends.
 func (c *cluster) moreConns(gw, perWorker int) []*stack.WorkerConn {
 	c.t.Helper()
-	conns, err := c.envoys[gw].WorkerConns(listener, perWorker)
+	conns, err := c.envoys[gw].WorkerConnsTo(c.addrs[gw], c.listener, perWorker)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -375,15 +359,22 @@ func (c *cluster) cpMetric(name string, match ...string) float64 {
 	return total
 }
 
-// gwCounter sums one of the filter's counters over both Envoys (Envoy's
-// /stats shows them as wasmcustom.<name>, one counter shared by the VMs).
-func (c *cluster) gwCounter(name string) int64 {
+// envoyStat sums one of Envoy's counters over both Envoys, counted since
+// the cluster was ready (the Envoys are shared by the tests).
+func (c *cluster) envoyStat(name string) int64 {
 	var total int64
-	for _, e := range c.envoys {
-		total += e.Stat("wasmcustom." + name)
+	for i, e := range c.envoys {
+		total += e.Stat(name)
+		if i < len(c.base) {
+			total -= c.base[i][name]
+		}
 	}
 	return total
 }
+
+// gwCounter sums one of the filter's counters over both Envoys (Envoy's
+// /stats shows them as wasmcustom.<name>, one counter shared by the VMs).
+func (c *cluster) gwCounter(name string) int64 { return c.envoyStat("wasmcustom." + name) }
 
 // waitFor polls cond every 10 ms until it holds or d passes, and returns how
 // long it took and whether it held.
@@ -415,7 +406,12 @@ func logTail(path string, n int) string {
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return lastLines(string(b), n)
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}

@@ -149,6 +149,9 @@ descriptors:
 	if d := c.cpMetric("sluice_store_degraded_decisions_total"); d == 0 {
 		t.Error("no decision was counted as degraded while Redis was down")
 	}
+	if n := c.envoyStat("http." + c.listener + ".downstream_rq_5xx"); n != 0 {
+		t.Errorf("Envoy answered %d requests with a 5xx", n)
+	}
 	if f := c.gwCounter("sluice.errors"); f != 0 {
 		t.Errorf("the filter applied its failure mode %d times: the control planes should have answered", f)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -84,12 +85,9 @@ func (w *WorkerConn) Close() error {
 	return w.conn.Close()
 }
 
-// WorkerConns opens perWorker connections to the named listener for each of
-// Envoy's worker threads, and returns them ordered by worker. The kernel
-// spreads connections over the workers (SO_REUSEPORT); each connection is
-// kept or closed after Envoy's per-worker listener counters
-// (listener.<prefix>.worker_<i>.downstream_cx_total) say which worker took
-// it. Nothing else may connect to the listener meanwhile.
+// WorkerConns opens perWorker connections to the named static listener for
+// each of Envoy's worker threads, and returns them ordered by worker (see
+// WorkerConnsTo).
 func (e *Envoy) WorkerConns(listener string, perWorker int) ([]*WorkerConn, error) {
 	addr := e.ListenerAddr(listener)
 	if addr == "" {
@@ -99,6 +97,17 @@ func (e *Envoy) WorkerConns(listener string, perWorker int) ([]*WorkerConn, erro
 	if err != nil {
 		return nil, err
 	}
+	return e.WorkerConnsTo(addr, prefix, perWorker)
+}
+
+// WorkerConnsTo opens perWorker connections to the listener at addr, whose
+// statistics Envoy keeps under listener.<statPrefix>., for each of Envoy's
+// worker threads, and returns them ordered by worker. The kernel spreads
+// connections over the workers (SO_REUSEPORT); each connection is kept or
+// closed after Envoy's per-worker listener counters
+// (listener.<statPrefix>.worker_<i>.downstream_cx_total) say which worker
+// took it. Nothing else may connect to the listener meanwhile.
+func (e *Envoy) WorkerConnsTo(addr, prefix string, perWorker int) ([]*WorkerConn, error) {
 	workers := e.cfg.Concurrency
 	accepted := func() ([]int64, error) {
 		s, err := e.Stats()
@@ -195,4 +204,17 @@ func (e *Envoy) listenerStatPrefix(name string) (string, error) {
 		return fmt.Sprintf("%v_%v", sa["address"], sa["port_value"]), nil
 	}
 	return "", fmt.Errorf("envoy %s: listener %q is not in the bootstrap's static listeners", e.cfg.Name, name)
+}
+
+// LookupListener asks Envoy's admin interface for the address the named
+// listener is bound to: for listeners added after start-up (from a
+// ConfigFile), which ListenerAddr does not know. It returns "" while there
+// is no such listener or it is not bound yet.
+func (e *Envoy) LookupListener(name string) (string, error) {
+	probe := &Envoy{cfg: e.cfg, adminURL: e.adminURL}
+	err := probe.readListeners(&http.Client{Timeout: 5 * time.Second})
+	if err != nil && !strings.Contains(err.Error(), "not bound yet") {
+		return "", fmt.Errorf("envoy %s: listeners: %w", e.cfg.Name, err)
+	}
+	return probe.listeners[name], nil
 }
