@@ -82,7 +82,11 @@ func TestBadPluginConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rejected := s.Stat("listener_manager.lds.update_rejected")
 			from := len(s.Log())
-			if err := s.lds.Write(good, filterListener("bad", []byte(tc.config), "sluice-bad")); err != nil {
+			// A plugin name of its own: Envoy remembers a plugin (name and
+			// configuration) that failed, and refuses it again without
+			// running proxy_on_configure, so without logging why.
+			bad := filterListener("bad", []byte(tc.config), "sluice-bad-"+nextName())
+			if err := s.lds.Write(good, bad); err != nil {
 				t.Fatal(err)
 			}
 			var logged string
