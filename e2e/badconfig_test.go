@@ -58,7 +58,7 @@ func TestBadPluginConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := filterListener(name, plugin().JSON(), "sluice-"+name) // as configure wrote it
+	good := s.listener(name, plugin().JSON()) // as configure wrote it
 	logFrom := len(s.Log())
 	defer func() {
 		if t.Failed() {

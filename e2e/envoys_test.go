@@ -141,17 +141,46 @@ func filterListener(name string, pc []byte, pluginName string) stack.M {
 	return l
 }
 
+// accessLogFormat is what the listeners' access logs say of each request:
+// the worker (VM) a test's pinned connection says it is on (header
+// x-e2e-vm, "-" for other requests), the api key, the status, and Envoy's
+// response code details (the filter's local replies name their reason:
+// sluice_precheck_over_limit, sluice_over_limit,
+// sluice_rate_limit_service_error; via_upstream for a forwarded request).
+const accessLogFormat = "%REQ(X-E2E-VM)% %REQ(X-API-KEY)% %RESPONSE_CODE% %RESPONSE_CODE_DETAILS%\n"
+
+// accessLog returns the access log file of the listener named name.
+func (s *sharedEnvoy) accessLog(name string) string {
+	return filepath.Join(filepath.Dir(s.LogPath()), name+".access.log")
+}
+
+// listener returns the listener configure writes: filterListener, with an
+// access log.
+func (s *sharedEnvoy) listener(name string, pc []byte) stack.M {
+	l := filterListener(name, pc, "sluice-"+name)
+	hcm := l["filter_chains"].([]stack.M)[0]["filters"].([]stack.M)[0]["typed_config"].(stack.M)
+	hcm["access_log"] = []stack.M{{
+		"name": "envoy.access_loggers.file",
+		"typed_config": stack.M{
+			"@type":      "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+			"path":       s.accessLog(name),
+			"log_format": stack.M{"text_format_source": stack.M{"inline_string": accessLogFormat}},
+		},
+	}}
+	return l
+}
+
 // configure points the Envoy at a control plane and an upstream, then
-// replaces its listener with a new one, named name (see nextName), running
-// filter.wasm with the plugin configuration pc under the plugin name
-// sluice-<name>, and any extra listeners given. It returns the new
-// listener's address once Envoy serves it. A new version Envoy rejects is an
-// error.
+// replaces its listener with a new one (s.listener), named name (see
+// nextName), running filter.wasm with the plugin configuration pc under the
+// plugin name sluice-<name>, and any extra listeners given. It returns the
+// new listener's address once Envoy serves it. A new version Envoy rejects
+// is an error.
 func (s *sharedEnvoy) configure(name string, pc []byte, cpAddr, upstreamAddr string, extra ...stack.M) (addr string, err error) {
 	if err := s.apply(s.cds, "cluster_manager.cds", clusters(cpAddr, upstreamAddr)); err != nil {
 		return "", err
 	}
-	l := filterListener(name, pc, "sluice-"+name)
+	l := s.listener(name, pc)
 	if err := s.apply(s.lds, "listener_manager.lds", append([]stack.M{l}, extra...)); err != nil {
 		return "", err
 	}

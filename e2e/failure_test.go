@@ -27,7 +27,7 @@ import (
 // filter's timeout (hung) or at once (refused connection); the test measures
 // how long the answers took. Restarted, the control planes decide again.
 func TestControlPlaneDown(t *testing.T) {
-	const timeout = 150 * time.Millisecond
+	const timeout = 300 * time.Millisecond
 	// Scheduling margin on two busy cores, on top of the timeout.
 	const margin = 600 * time.Millisecond
 	open, closed := plugin(), plugin()
