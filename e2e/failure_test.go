@@ -131,6 +131,35 @@ descriptors:
 	if e := c.gwCounter("sluice.errors"); e != wantOpen+wantClosed {
 		t.Errorf("the filter counted %d errors, want %d (every call failed)", e, wantOpen+wantClosed)
 	}
+	// Envoy's access log says who answered: each refusal is the filter's
+	// local reply for a failed check (its response code details), and each
+	// request let through reached the upstream. With the control planes
+	// up, strict and lenient were asked once per VM; down, every key once
+	// per VM and phase.
+	for _, w := range want {
+		n := 2 * 2 * workers // two phases, two Envoys
+		if w.key != "stranger" {
+			n += 2 * workers // the phase with the control planes up
+		}
+		logs, err := c.accessLogs(w.key, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for gw := range logs {
+			refused := 0
+			for _, e := range logs[gw] {
+				switch {
+				case e.status == 503 && e.details == "sluice_rate_limit_service_error":
+					refused++
+				case e.status != 200 || e.details != "via_upstream":
+					t.Errorf("Envoy %d, key %s: access log says %d %s", gw, w.key, e.status, e.details)
+				}
+			}
+			if outage := 2 * workers; w.status[gw] == 503 && refused != outage || w.status[gw] == 200 && refused != 0 {
+				t.Errorf("Envoy %d, key %s: %d requests refused by the filter for its failure mode", gw, w.key, refused)
+			}
+		}
+	}
 
 	// Back: the Envoys reconnect and the control planes decide again.
 	for _, cp := range c.cps {
