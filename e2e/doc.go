@@ -12,7 +12,9 @@
 // plane reconfigures Envoy. Envoy i calls control plane i. Requests that
 // must meet a given VM go on a connection pinned to its worker
 // (stack.WorkerConnsTo). Counters are read from Envoy's /stats (the filter's
-// as wasmcustom.sluice.*) and the control planes' /metrics.
+// as wasmcustom.sluice.*) and the control planes' /metrics, and each
+// listener's access log says who answered each request, and on which VM
+// (Envoy's response code details: the filter names its local replies).
 //
 // The scenarios (issues 6 and 11):
 //
