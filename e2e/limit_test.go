@@ -84,7 +84,7 @@ descriptors:
 			// A client acting on Retry-After, on each Envoy in turn: a
 			// rejected request is admitted once it has waited as long as
 			// Retry-After said (nothing else uses the key meanwhile), by the
-			// VM whose precheck rejected it.
+			// VM that rejected it (whose precheck remembers the refusal).
 			for gw := range 2 {
 				r := c.sendVM(gw, 0, tc.key)
 				if r.status == 200 {
