@@ -61,8 +61,9 @@ func reportUnit(l *policy.Limit) (policy.Unit, uint32) {
 // the limit's name, else its ID; q is requests per window and w the window
 // in seconds (left out for windows that are not whole seconds); r is what
 // remains of the capacity (for token_bucket and gcra the burst, so r can
-// exceed q) and t the seconds until the limiter is full again, or, when the
-// request is over limit, until the same request would be allowed. Shadow
+// exceed q), 0 when the limit refused the request, and t the seconds until
+// the limiter is full again, or, when the request is over limit, until the
+// same request would be allowed (see outcome.remaining and reset). Shadow
 // limits and limits decided by failure_mode are not advertised. Retry-After
 // is the longest wait among the over-limit descriptors, in whole seconds
 // rounded up.
@@ -100,15 +101,11 @@ func rateLimitHeaders(outs []outcome, over bool) []*corev3.HeaderValue {
 			pol.WriteString(";w=")
 			pol.WriteString(strconv.FormatInt(int64(w/time.Second), 10))
 		}
-		reset := o.res.ResetAfter
-		if !o.res.Allowed {
-			reset = o.res.RetryAfter
-		}
 		appendSFString(&cur, name)
 		cur.WriteString(";r=")
-		cur.WriteString(strconv.FormatInt(max(o.res.Remaining, 0), 10))
+		cur.WriteString(strconv.FormatInt(o.remaining(), 10))
 		cur.WriteString(";t=")
-		cur.WriteString(strconv.FormatInt(ceilSeconds(reset), 10))
+		cur.WriteString(strconv.FormatInt(ceilSeconds(o.reset()), 10))
 	}
 	var hs []*corev3.HeaderValue
 	if pol.Len() > 0 {

@@ -1,8 +1,6 @@
 package rls
 
 import (
-	"time"
-
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -40,9 +38,15 @@ func newResponse(n int) *rlsv3.RateLimitResponse {
 	return resp
 }
 
-// setDuration sets p to d, as durationpb.New(d) would.
-func setDuration(p *durationpb.Duration, d time.Duration) {
-	secs := d / time.Second
-	p.Seconds = int64(secs)
-	p.Nanos = int32(d - secs*time.Second)
+// setSeconds sets p to ns nanoseconds rounded up to whole seconds.
+// duration_until_reset carries whole seconds, as envoyproxy/ratelimit sends
+// it: Envoy's ratelimit filter builds X-RateLimit-Reset from the seconds
+// field alone, so a fraction would make it read a second low (0 for
+// per-second limits). Rounding up never promises a reset earlier than the
+// real one. The exact figures stay where sluice's own consumers read them:
+// the RateLimit headers (rateLimitHeaders) and the filter's metadata
+// (retry_after_ms, see MetadataKey) are computed from the store's result.
+func setSeconds(p *durationpb.Duration, ns int64) {
+	p.Seconds = ceilSeconds(ns)
+	p.Nanos = 0
 }

@@ -6,7 +6,9 @@
 //   - the domain selects a policy; an unknown domain or descriptor is OK;
 //   - descriptors are answered in order, one status each: code,
 //     current_limit {requests_per_unit, unit, unit_multiplier, name},
-//     limit_remaining and duration_until_reset;
+//     limit_remaining (0 when the descriptor's limit refused the request)
+//     and duration_until_reset (whole seconds, rounded up, as Envoy reads
+//     only the seconds);
 //   - the overall code is OVER_LIMIT if any enforced limit is over;
 //   - hits_addend is the cost (0 means 1); a descriptor's own hits_addend
 //     overrides it (0 there peeks: nothing is counted);
@@ -20,7 +22,8 @@
 // sluice adds several limits per descriptor (all must pass; the status
 // reports the most restrictive; each is counted on its own, so a request one
 // limit denies still counts in the others, as envoyproxy/ratelimit counts
-// each descriptor of a request), the IETF RateLimit headers (see
+// each descriptor of a request; unlike envoyproxy/ratelimit, a limit that
+// refuses a request counts none of its cost), the IETF RateLimit headers (see
 // rateLimitHeaders) and per-descriptor limit parameters in dynamic_metadata
 // for the filter's local precheck (see MetadataKey).
 //
@@ -80,6 +83,12 @@ type Options struct {
 	// Registerer registers the metrics; nil means they are kept but not
 	// registered.
 	Registerer prometheus.Registerer
+	// NearLimitRatio is the share of a limit past which admitted hits count
+	// in sluice_rule_near_limit_total; 0 means DefaultNearLimitRatio.
+	NearLimitRatio float64
+	// MaxRuleValues bounds the request values a detailed_metric or
+	// value_to_metric rule labels; 0 means DefaultMaxRuleValues.
+	MaxRuleValues int
 }
 
 // Service implements rlsv3.RateLimitServiceServer.
@@ -92,6 +101,7 @@ type Service struct {
 	maxEntries     int
 	log            *slog.Logger
 	metrics        *Metrics
+	rules          *ruleMetrics
 	lastErrLog     atomic.Int64 // Unix ns of the last store error logged
 }
 
@@ -101,8 +111,17 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 	if st == nil {
 		return nil, fmt.Errorf("rls: store is nil")
 	}
-	if opts.MaxDescriptors < 0 || opts.MaxEntries < 0 {
-		return nil, fmt.Errorf("rls: MaxDescriptors and MaxEntries must not be negative (got %d, %d)", opts.MaxDescriptors, opts.MaxEntries)
+	if opts.MaxDescriptors < 0 || opts.MaxEntries < 0 || opts.MaxRuleValues < 0 {
+		return nil, fmt.Errorf("rls: MaxDescriptors, MaxEntries and MaxRuleValues must not be negative (got %d, %d, %d)", opts.MaxDescriptors, opts.MaxEntries, opts.MaxRuleValues)
+	}
+	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 {
+		return nil, fmt.Errorf("rls: NearLimitRatio must be within [0, 1] (got %v)", opts.NearLimitRatio)
+	}
+	if opts.NearLimitRatio == 0 {
+		opts.NearLimitRatio = DefaultNearLimitRatio
+	}
+	if opts.MaxRuleValues == 0 {
+		opts.MaxRuleValues = DefaultMaxRuleValues
 	}
 	s := &Service{
 		store:          st,
@@ -110,6 +129,12 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 		maxEntries:     opts.MaxEntries,
 		log:            opts.Logger,
 		metrics:        NewMetrics(opts.Registerer),
+		rules:          newRuleMetrics(opts.NearLimitRatio, opts.MaxRuleValues),
+	}
+	if opts.Registerer != nil {
+		for _, c := range s.rules.collectors() {
+			opts.Registerer.MustRegister(c)
+		}
 	}
 	if s.maxDescriptors == 0 {
 		s.maxDescriptors = DefaultMaxDescriptors
@@ -130,7 +155,9 @@ func (s *Service) SetPolicies(p *policy.Set) {
 	if p == nil {
 		p, _ = policy.NewSet()
 	}
-	s.policies.Store(newVersion(p))
+	v := newVersion(p, s.rules)
+	s.policies.Store(v)
+	s.rules.forget(func(l *policy.Limit) bool { return v.info[l] != nil })
 }
 
 // Policies returns the current policy set.
@@ -158,6 +185,8 @@ type slot struct {
 	lim      *policy.Limit // the limit
 	info     *limitInfo    // what is derived from lim
 	tooLarge bool          // the cost exceeds the capacity: peeked, answered over limit
+	cost     int64         // the descriptor's cost
+	rule     *ruleCounters // the rule's statistics (nil for an override)
 }
 
 // outcome is a descriptor's reported limit and its decision.
@@ -170,6 +199,31 @@ type outcome struct {
 
 // over reports whether the outcome is an enforced over-limit.
 func (o *outcome) over() bool { return o.lim != nil && !o.res.Allowed && !o.lim.ShadowMode }
+
+// remaining returns what the outcome reports as remaining: 0 when the limit
+// refused the request, whatever the limiter could still admit. A refused
+// request is not counted (a cost above what remains takes nothing), so the
+// limiter may still hold capacity for a cheaper request; but an answer that
+// refuses must not invite the same request again (Envoy's
+// X-RateLimit-Remaining on a 429 would say "10 left" to a request of cost
+// 11 that can never pass). envoyproxy/ratelimit also answers 0 there.
+func (o *outcome) remaining() int64 {
+	if !o.res.Allowed {
+		return 0
+	}
+	return max(o.res.Remaining, 0)
+}
+
+// reset returns the nanoseconds the outcome reports until reset: for an
+// allowed request, until the limiter is full again; for a refused one,
+// until the same request would be allowed, or, when no wait can make it
+// pass (a cost above the limit's capacity), until the limiter is full again.
+func (o *outcome) reset() int64 {
+	if !o.res.Allowed && o.res.RetryAfter > 0 {
+		return o.res.RetryAfter
+	}
+	return o.res.ResetAfter
+}
 
 // decide is ShouldRateLimit without the latency measurement: prepare, one
 // store call, finish.
@@ -294,6 +348,11 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 			}
 			if !keyed {
 				sc.entries = storeEntries(sc.entries[:0], descs[i])
+				for j, v := range l.SharedValues { // share_threshold: one counter for the wildcard
+					if v != "" && j < len(sc.entries) {
+						sc.entries[j].Value = v
+					}
+				}
 				keyed = true
 			}
 			info := ver.infoOf(l)
@@ -302,7 +361,11 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 				cost = 0 // peek, to report the limit's state
 			}
 			checks = append(checks, store.Check{Key: store.Key(dom.Name, sc.entries, l.ID, info.store.Algorithm), Limit: info.store, Cost: cost})
-			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge})
+			rule := info.rule
+			if rule != nil && perValue(l) {
+				rule = s.rules.forValue(l, descs[i].GetEntries())
+			}
+			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge, cost: costs[i], rule: rule})
 		}
 	}
 	sc.checks, sc.slots = checks, slots
@@ -333,6 +396,9 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 		default:
 			o.res = results[k]
 		}
+		if !o.failed {
+			sl.rule.record(s.rules.nearRatio, sl.info.capacity, sl.cost, &o.res, sl.lim.ShadowMode)
+		}
 		if !o.res.Allowed && !o.failed {
 			if sl.lim.ShadowMode {
 				dm.shadow.Inc()
@@ -353,12 +419,8 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 		switch {
 		case o.lim != nil:
 			st.CurrentLimit = o.info.current
-			st.LimitRemaining = uint32(min(max(o.res.Remaining, 0), math.MaxUint32))
-			d := o.res.ResetAfter
-			if !o.res.Allowed {
-				d = o.res.RetryAfter
-			}
-			setDuration(st.DurationUntilReset, time.Duration(d))
+			st.LimitRemaining = uint32(min(o.remaining(), math.MaxUint32))
+			setSeconds(st.DurationUntilReset, o.reset())
 			if o.over() {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT

@@ -26,16 +26,21 @@ type limitInfo struct {
 	current  *rlsv3.RateLimitResponse_RateLimit // the status's current_limit
 	meta     *structpb.Value                    // the descriptor's metadata while not over limit
 	single   *structpb.Struct                   // the dynamic_metadata of a one-descriptor response not over limit
+	rule     *ruleCounters                      // the limit's statistics; nil for a request's override
 }
 
-// newVersion derives the limit information of every limit of set.
-func newVersion(set *policy.Set) *version {
+// newVersion derives the limit information of every limit of set, with
+// its statistics' counters from rules (none when rules is nil).
+func newVersion(set *policy.Set, rules *ruleMetrics) *version {
 	v := &version{set: set, info: map[*policy.Limit]*limitInfo{}}
 	v.wire.addValue(emptyValue)
 	v.wire.addStruct(emptySingle)
 	for _, d := range set.Domains() {
 		for _, l := range d.Limits() {
 			i := newLimitInfo(l)
+			if rules != nil {
+				i.rule = rules.counters(d.Name, l.ID)
+			}
 			v.info[l] = i
 			v.wire.addValue(i.meta)
 			v.wire.addStruct(i.single)

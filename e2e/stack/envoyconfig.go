@@ -103,6 +103,9 @@ func RateLimitFilter(domain, cluster string, extra M) M {
 	tc := M{
 		"@type":  "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
 		"domain": domain,
+		// The filter bounds each call with its own timeout (20 ms by
+		// default), whatever the grpc_service's says.
+		"timeout": "1s",
 		"rate_limit_service": M{
 			"transport_api_version": "V3",
 			"grpc_service":          M{"envoy_grpc": M{"cluster_name": cluster}, "timeout": "1s"},

@@ -110,6 +110,10 @@ type Options struct {
 	// (older Redis, or an ACL that forbids it) it tries again once a minute.
 	// Set NoFunctions when the Redis user must not run FUNCTION LOAD.
 	NoFunctions bool
+	// RoundTrip, when set, is told how long each script round trip took
+	// (every script call of one batch, and their EVAL retries), for a
+	// latency histogram.
+	RoundTrip func(time.Duration)
 }
 
 // loadRetry is how long the store waits after a failed FUNCTION LOAD before
@@ -126,6 +130,7 @@ type Store struct {
 	maxInFlight int
 	now         func() time.Time // nil: Redis TIME
 	noFunctions bool
+	roundTrip   func(time.Duration)
 
 	functions atomic.Bool  // the library is loaded: script calls are FCALLs
 	loading   atomic.Bool  // a FUNCTION LOAD is under way
@@ -152,7 +157,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: MaxInFlight %d is negative", opts.MaxInFlight)
 	}
 	s := &Store{client: client, maxBatch: opts.MaxBatch, maxInFlight: opts.MaxInFlight, now: opts.Now,
-		noFunctions: opts.NoFunctions}
+		noFunctions: opts.NoFunctions, roundTrip: opts.RoundTrip}
 	if s.maxBatch == 0 {
 		s.maxBatch = DefaultMaxBatch
 	}
@@ -357,6 +362,9 @@ func (s *Store) send(batch []*call) {
 		s.loadLater()
 	}
 	cmds := s.build(ctx, batch, now, functions)
+	if s.roundTrip != nil {
+		defer func(start time.Time) { s.roundTrip(time.Since(start)) }(time.Now())
+	}
 	s.run(ctx, cmds)
 	var lost []*scriptCmd
 	for _, sc := range cmds {
