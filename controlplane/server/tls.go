@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +35,27 @@ func DecisionTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, err
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// RequireClientSAN makes cfg, a mutual TLS configuration, accept only
+// client certificates that hold san among their DNS names or URIs (a SPIFFE
+// ID, say), as envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN does.
+func RequireClientSAN(cfg *tls.Config, san string) {
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("no client certificate")
+		}
+		leaf := cs.PeerCertificates[0]
+		if slices.Contains(leaf.DNSNames, san) {
+			return nil
+		}
+		for _, u := range leaf.URIs {
+			if u.String() == san {
+				return nil
+			}
+		}
+		return fmt.Errorf("client certificate %q does not hold the subject alternative name %q", leaf.Subject.CommonName, san)
+	}
 }
 
 // decisionListener returns the listener the unary decision server serves:

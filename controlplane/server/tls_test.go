@@ -106,6 +106,32 @@ func TestDecisionTLS(t *testing.T) {
 	}
 }
 
+// TestDecisionTLSClientSAN: with RequireClientSAN, a certificate of the
+// client CA is accepted only when it holds the name.
+func TestDecisionTLSClientSAN(t *testing.T) {
+	certs := testcerts.New(t)
+	cfg, err := DecisionTLSConfig(certs.ServerCert, certs.ServerKey, certs.CA.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	RequireClientSAN(cfg, "sluice.test")
+	for _, kind := range DecisionServers {
+		srv := start(t, Config{GRPCServer: kind, Policies: policies(t), GRPCTLS: cfg})
+		// The server certificate holds sluice.test and is valid for client
+		// authentication; the client certificate holds no name.
+		named, err := tls.LoadX509KeyPair(certs.ServerCert, certs.ServerKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tryAsk(dialTLS(t, srv.GRPCAddr(), &tls.Config{RootCAs: certs.CA.Pool, Certificates: []tls.Certificate{named}})); err != nil {
+			t.Errorf("%s: a client certificate with the name: %v", kind, err)
+		}
+		if err := tryAsk(dialTLS(t, srv.GRPCAddr(), certs.ClientTLS(t))); status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: a client certificate without the name: %v, want refused", kind, err)
+		}
+	}
+}
+
 // TestDecisionTLSRotation: a certificate replaced on disk is served from
 // the next handshake on, without a restart; a broken replacement leaves the
 // last good one in use.

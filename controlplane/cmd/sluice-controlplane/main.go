@@ -9,6 +9,7 @@
 //	                                                re-read when the file changes; default: plaintext h2c)
 //	-grpc-tls-key        SLUICE_GRPC_TLS_KEY        ... and this key
 //	-grpc-client-ca      SLUICE_GRPC_CLIENT_CA      require client certificates signed by this CA (mTLS)
+//	-grpc-client-san     SLUICE_GRPC_CLIENT_SAN     ... that also hold this DNS or URI subject alternative name
 //	-http-addr           SLUICE_HTTP_ADDR           HTTP listen address for metrics and health (127.0.0.1:9090)
 //	-redis-mode          SLUICE_REDIS_MODE          memory | standalone | sentinel | cluster
 //	                                                (default: standalone with -redis-addrs, else memory)
@@ -149,7 +150,7 @@ type config struct {
 	grpcAddr, httpAddr  string
 	grpcServer          string
 	grpcCert, grpcKey   string
-	grpcCA              string
+	grpcCA, grpcSAN     string
 	redisMode           string
 	redisAddrs          listFlag
 	redisMaster         string
@@ -230,6 +231,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	str(&c.grpcCert, "grpc-tls-cert", "SLUICE_GRPC_TLS_CERT", "", "TLS certificate of the decision port (default: plaintext)")
 	str(&c.grpcKey, "grpc-tls-key", "SLUICE_GRPC_TLS_KEY", "", "TLS key of the decision port")
 	str(&c.grpcCA, "grpc-client-ca", "SLUICE_GRPC_CLIENT_CA", "", "CA whose client certificates the decision port requires (mTLS)")
+	str(&c.grpcSAN, "grpc-client-san", "SLUICE_GRPC_CLIENT_SAN", "", "with -grpc-client-ca: accept only client certificates holding this DNS or URI SAN")
 	str(&c.httpAddr, "http-addr", "SLUICE_HTTP_ADDR", server.DefaultHTTPAddr, "HTTP listen address (/metrics, /healthz, /readyz)")
 	str(&c.redisMode, "redis-mode", "SLUICE_REDIS_MODE", "", "memory, standalone, sentinel or cluster (default: standalone with -redis-addrs, else memory)")
 	fs.Var(&c.redisAddrs, "redis-addrs", "comma-separated Redis host:port: the server, the sentinels or cluster seed nodes ($SLUICE_REDIS_ADDRS)")
@@ -334,6 +336,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, errors.New("-grpc-tls-cert and -grpc-tls-key go together"))
 	case c.grpcCA != "" && c.grpcCert == "":
 		errs = append(errs, errors.New("-grpc-client-ca needs TLS: give -grpc-tls-cert and -grpc-tls-key"))
+	case c.grpcSAN != "" && c.grpcCA == "":
+		errs = append(errs, errors.New("-grpc-client-san needs mTLS: give -grpc-client-ca"))
 	case (c.redisTLSFiles.CertFile == "") != (c.redisTLSFiles.KeyFile == ""):
 		errs = append(errs, errors.New("-redis-tls-cert and -redis-tls-key go together"))
 	}
@@ -435,6 +439,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		if grpcTLS, err = server.DecisionTLSConfig(c.grpcCert, c.grpcKey, c.grpcCA); err != nil {
 			log.Error("decision port TLS", "error", err.Error())
 			return 2
+		}
+		if c.grpcSAN != "" {
+			server.RequireClientSAN(grpcTLS, c.grpcSAN)
 		}
 	}
 	srv, err := server.New(server.Config{

@@ -118,6 +118,7 @@ func TestParseTLSFlags(t *testing.T) {
 	}{
 		{[]string{"-grpc-tls-cert", "c.pem"}, "-grpc-tls-cert and -grpc-tls-key go together"},
 		{[]string{"-grpc-client-ca", "ca.pem"}, "-grpc-client-ca needs TLS"},
+		{[]string{"-grpc-tls-cert", "c.pem", "-grpc-tls-key", "k.pem", "-grpc-client-san", "x"}, "-grpc-client-san needs mTLS"},
 		{[]string{"-redis-tls-key", "k.pem"}, "-redis-tls-cert and -redis-tls-key go together"},
 	} {
 		if _, err := parseFlags(b.args, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), b.want) {
