@@ -485,17 +485,18 @@ var storeAlgorithms = map[policy.Algorithm]store.Algorithm{
 	policy.SlidingLog:    store.SlidingLog,
 	policy.TokenBucket:   store.TokenBucket,
 	policy.GCRA:          store.GCRA,
+	policy.Reserve:       store.Reserve,
 }
 
 // storeLimit returns what the store needs to know of l.
 func storeLimit(l *policy.Limit) store.Limit {
-	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst}
+	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst, MaxWait: l.MaxWait}
 }
 
 // capacity returns the most a limit admits at one instant: the largest
 // cost it can ever allow.
 func capacity(l store.Limit) int64 {
-	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA) && l.Burst > 0 {
+	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA || l.Algorithm == store.Reserve) && l.Burst > 0 {
 		return l.Burst
 	}
 	return l.Requests
