@@ -195,6 +195,7 @@ type outcome struct {
 	info   *limitInfo        // what is derived from lim (nil with lim)
 	res    algorithms.Result // the decision (times in nanoseconds)
 	failed bool              // decided by failure_mode: the store failed
+	wait   int64             // the longest wait a reserve limit of the descriptor granted (ns)
 }
 
 // over reports whether the outcome is an enforced over-limit.
@@ -401,9 +402,15 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 				dm.overLimit.Inc()
 			}
 		}
-		if cur := &outs[sl.desc]; cur.lim == nil || moreRestrictive(&o, cur) {
+		cur := &outs[sl.desc]
+		wait := cur.wait
+		if o.res.Allowed && !o.failed && !sl.lim.ShadowMode {
+			wait = max(wait, o.res.Wait) // the request waits for the last of its slots
+		}
+		if cur.lim == nil || moreRestrictive(&o, cur) {
 			*cur = o
 		}
+		cur.wait = wait
 	}
 
 	resp := newResponse(n)
