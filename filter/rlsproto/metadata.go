@@ -18,7 +18,8 @@ import "math"
 //	      "window_ms": 60000,      // number, milliseconds, may be fractional
 //	      "burst": 21,             // number, the capacity, see below
 //	      "retry_after_ms": 1250,  // number; set when the descriptor was denied
-//	      "failure_mode": "closed" // string, "open" or "closed"; see below
+//	      "failure_mode": "closed",// string, "open" or "closed"; see below
+//	      "wait_ms": 250           // number; reserve only: wait this long, then proceed
 //	    },
 //	    ...
 //	  ]
@@ -56,6 +57,13 @@ import "math"
 // do with a request for this descriptor when it cannot ask the control
 // plane. Absent (or another value) means unknown.
 //
+// wait_ms, when positive, says that the descriptor is OK but its request
+// must wait that long before it proceeds: the control plane reserved a slot
+// for it (algorithm reserve). The request waits for the longest wait_ms of
+// its descriptors. RLS has no field for a wait, so an RLS client that does
+// not read this metadata (Envoy's ratelimit filter) lets the request
+// through at once.
+//
 // A response without the "sluice" field is treated as coming from an RLS
 // that only knows fixed windows (such as envoyproxy/ratelimit): the filter
 // uses current_limit as a fixed window of requests_per_unit per
@@ -69,6 +77,7 @@ const (
 	MetadataBurst        = "burst"
 	MetadataRetryAfterMs = "retry_after_ms"
 	MetadataFailureMode  = "failure_mode"
+	MetadataWaitMs       = "wait_ms"
 )
 
 // Failure modes used in the metadata.
@@ -96,6 +105,7 @@ type LimitInfo struct {
 	Burst        float64
 	RetryAfterMs float64
 	FailureMode  string // "" when absent or not a string
+	WaitMs       float64
 }
 
 // Google's well-known struct types, by field number:
@@ -284,6 +294,8 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 			dst = &info.Burst
 		case MetadataRetryAfterMs:
 			dst = &info.RetryAfterMs
+		case MetadataWaitMs:
+			dst = &info.WaitMs
 		default:
 			return nil
 		}
