@@ -133,19 +133,22 @@ func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, nu
 	vm.release(s)
 }
 
-// OnTick gives up on calls the proxy never answered.
+// OnTick gives up on calls the proxy never answered and resumes the held
+// requests whose wait is over.
 func (vm *VM) OnTick(rootID uint32) {
 	defer vm.recoverRoot("proxy_on_tick")
 	p := vm.root(rootID)
 	if p == nil {
 		return
 	}
-	for _, s := range p.overdue(vm.host.Now()) {
+	now := vm.host.Now()
+	for _, s := range p.overdue(now) {
 		vm.current = s
 		p.giveUp(s)
 		vm.current = nil
 		vm.release(s)
 	}
+	p.releaseDue(now)
 }
 
 // OnDone lets the proxy finish any context at once.
@@ -159,6 +162,9 @@ func (vm *VM) OnLog(id uint32) {}
 func (vm *VM) OnDelete(id uint32) {
 	defer vm.recoverRoot("proxy_on_delete")
 	if s := vm.streams.remove(id); s != nil {
+		if s.state == stateHeld {
+			s.plugin.unhold(s)
+		}
 		s.deleted = true
 		vm.release(s)
 		return
