@@ -4,15 +4,21 @@
 //
 // Each Decide goes to the primary with a deadline (20 ms by default). When
 // the primary errors or misses the deadline, the same call is answered by
-// the fallback at once and the Store turns degraded: later calls go straight
-// to the fallback, without waiting on the primary, while a background probe
-// (a PING through the function the caller passes) runs every ProbeInterval.
-// The first probe that succeeds switches decisions back to the primary.
+// the fallback at once. Only a sustained failure (see Trip: failures in a
+// row, or a failure ratio over a short window) turns the Store degraded:
+// later calls then go straight to the fallback, without waiting on the
+// primary, while a background probe (a PING through the function the caller
+// passes) runs every ProbeInterval. The first probe that succeeds switches
+// decisions back to the primary. One late answer therefore switches nothing.
 //
-// While degraded each replica limits on its own, from the state its memory
-// store built since it degraded: limits hold per replica, not across the
-// fleet, and counts made in Redis before the failure are not seen. That is
-// the price of answering at all.
+// While degraded each replica limits on its own: limits hold per replica,
+// not across the fleet. That is the price of answering at all. Two things
+// keep an outage from handing out fresh budgets (see recover.go): the
+// fallback starts from the primary's last answers (a fallback with a Seed
+// method is told every answer of the primary), and on the way back what
+// the fallback admitted is added to the primary's state (a fallback with an
+// Unload method, a primary with a Carry method: the memory and Redis
+// stores) before and right after decisions return to the primary.
 //
 // When the fallback fails too, Decide returns the error; the caller then
 // applies each limit's failure mode.
@@ -73,6 +79,12 @@ type Options struct {
 	// Registerer registers the metrics (see NewMetrics); nil means they are
 	// kept but not registered.
 	Registerer prometheus.Registerer
+	// Trip says which failures switch to the fallback; the zero value
+	// means the defaults (see Trip).
+	Trip Trip
+	// Now is the clock the Trip rules count on; nil means time.Now.
+	// (Deadlines are real timers either way.)
+	Now func() time.Time
 }
 
 // Store is a store.Store that decides on a primary and falls back to a
@@ -87,6 +99,12 @@ type Store struct {
 	metrics           *Metrics
 	onChange          func(bool)
 	trustContext      bool
+	trip              *tripper
+	now               func() time.Time
+	seeder            seeder   // nil: the fallback starts from nothing
+	unloader          unloader // with carrier: outage counts go back to the primary
+	carrier           carrier
+	noSeed            atomic.Bool // while degraded or carrying: the fallback's state must stay
 
 	degraded atomic.Bool
 	calls    sync.Pool // *call
@@ -111,6 +129,9 @@ type Metrics struct {
 	PrimaryFailures *prometheus.CounterVec
 	// ProbeFailures counts failed probes.
 	ProbeFailures prometheus.Counter
+	// Carried counts the keys whose outage counts were carried to the
+	// primary on the way back.
+	Carried prometheus.Counter
 }
 
 // NewMetrics returns the collectors, registered with reg unless reg is nil.
@@ -136,6 +157,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_store_probe_failures_total",
 			Help: "Health probes of the primary store that failed while degraded.",
 		}),
+		Carried: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_carried_keys_total",
+			Help: "Keys whose counts from the fallback (memory) store were added to the primary (Redis) on returning to it.",
+		}),
 	}
 	for _, to := range []string{"fallback", "primary"} {
 		m.Transitions.WithLabelValues(to)
@@ -144,7 +169,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.PrimaryFailures.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Degraded, m.DegradedDecisions, m.Transitions, m.PrimaryFailures, m.ProbeFailures)
+		reg.MustRegister(m.Degraded, m.DegradedDecisions, m.Transitions, m.PrimaryFailures, m.ProbeFailures, m.Carried)
 	}
 	return m
 }
@@ -165,6 +190,10 @@ func New(primary, fallback store.Store, opts Options) (*Store, error) {
 	case opts.ProbeTimeout < 0:
 		return nil, fmt.Errorf("degrade: Options.ProbeTimeout must not be negative (got %v)", opts.ProbeTimeout)
 	}
+	trip, err := opts.Trip.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{
 		primary:       primary,
 		fallback:      fallback,
@@ -176,8 +205,16 @@ func New(primary, fallback store.Store, opts Options) (*Store, error) {
 		metrics:       NewMetrics(opts.Registerer),
 		onChange:      opts.OnChange,
 		trustContext:  opts.TrustContext,
+		trip:          newTripper(trip),
+		now:           opts.Now,
 		stop:          make(chan struct{}),
 	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.seeder, _ = fallback.(seeder)
+	s.unloader, _ = fallback.(unloader)
+	s.carrier, _ = primary.(carrier)
 	if s.deadline == 0 {
 		s.deadline = DefaultDeadline
 	}
@@ -204,7 +241,8 @@ func (s *Store) Degraded() bool { return s.degraded.Load() }
 func (s *Store) Metrics() *Metrics { return s.metrics }
 
 // Decide implements store.Store: the primary within the deadline, else the
-// fallback. An error means both failed (or ctx ended, or a check is invalid:
+// fallback (switching to it for later calls too when the failure is
+// sustained, see Trip). An error means both failed (or ctx ended, or a check is invalid:
 // an error wrapping store.ErrInvalidLimit does not degrade the Store, since
 // the fallback would refuse the check too).
 func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorithms.Result) error {
@@ -212,8 +250,13 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 		return fmt.Errorf("degrade: %d results for %d checks", len(out), len(checks))
 	}
 	if !s.degraded.Load() {
+		start := s.now()
 		err := s.tryPrimary(ctx, checks, out)
 		if err == nil {
+			s.trip.success(start)
+			if s.seeder != nil && !s.noSeed.Load() {
+				s.seeder.Seed(checks, out)
+			}
 			return nil
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -227,7 +270,9 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 			reason = "deadline"
 		}
 		s.metrics.PrimaryFailures.WithLabelValues(reason).Inc()
-		s.enterDegraded(err)
+		if s.trip.failure(start, s.now()) {
+			s.enterDegraded(err)
+		}
 	}
 	s.metrics.DegradedDecisions.Inc()
 	if err := s.fallback.Decide(ctx, checks, out); err != nil {
@@ -306,6 +351,7 @@ func (s *Store) enterDegraded(cause error) {
 	if !s.degraded.CompareAndSwap(false, true) {
 		return
 	}
+	s.noSeed.Store(true)
 	s.metrics.Degraded.Set(1)
 	s.metrics.Transitions.WithLabelValues("fallback").Inc()
 	s.log.Warn("primary store failing: deciding from the fallback store",
@@ -365,13 +411,8 @@ func (s *Store) ProbeOnce(ctx context.Context) bool {
 		s.log.Debug("primary store probe failed", "primary", s.primary.Name(), "error", err.Error())
 		return false
 	}
-	if s.degraded.CompareAndSwap(true, false) {
-		s.metrics.Degraded.Set(0)
-		s.metrics.Transitions.WithLabelValues("primary").Inc()
-		s.log.Info("primary store answers again: deciding on it", "primary", s.primary.Name())
-		if s.onChange != nil {
-			s.onChange(false)
-		}
+	if s.degraded.Load() {
+		s.recover(ctx)
 	}
 	return true
 }

@@ -90,6 +90,9 @@ func setup(t *testing.T, o Options) (*Store, *fakeStore, *fakeStore, *probeSwitc
 	if o.ProbeInterval == 0 {
 		o.ProbeInterval = time.Hour // tests drive probes with ProbeOnce unless they say otherwise
 	}
+	if o.Trip == (Trip{}) {
+		o.Trip.Failures = 1 // these tests are about the switch itself (trip_test.go: when to switch)
+	}
 	o.Logger = quiet
 	s, err := New(primary, fallback, o)
 	if err != nil {
@@ -328,7 +331,7 @@ func TestNewValidates(t *testing.T) {
 	if s.Name() != "a|b" {
 		t.Errorf("Name %q", s.Name())
 	}
-	if mfs, err := reg.Gather(); err != nil || len(mfs) != 5 {
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 6 {
 		t.Errorf("metrics not registered: %d families, %v", len(mfs), err)
 	}
 }
@@ -434,7 +437,7 @@ func TestDecideWithin(t *testing.T) {
 	primary := &withinFake{fakeStore: newFake("primary", 1)}
 	fallback := newFake("fallback", 2)
 	s, err := New(primary, fallback, Options{Probe: (&probeSwitch{}).probe, ProbeInterval: time.Hour,
-		Deadline: deadline, TrustContext: true, Logger: quiet})
+		Deadline: deadline, TrustContext: true, Logger: quiet, Trip: Trip{Failures: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,3 +142,81 @@ func TestRedisKilled(t *testing.T) {
 type discard struct{}
 
 func (discard) Printf(context.Context, string, ...any) {}
+
+// TestOutageKeepsBudgets runs one key of each algorithm through an outage
+// on a real redis-server: the key uses its limit on Redis, Redis is killed
+// (its data lost), the fallback answers, Redis restarts empty and the
+// Store returns to it. Across the whole cycle each key must admit its limit
+// once: the memory store starts from Redis's last answers (Seed) rather
+// than a full limiter, and what it held goes back to Redis (Carry) rather
+// than Redis starting full again.
+func TestOutageKeepsBudgets(t *testing.T) {
+	redis.SetLogger(discard{})
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { client.Close() })
+	primary, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(primary, memory.New(memory.Options{}), Options{
+		Probe:         func(ctx context.Context) error { return client.Ping(ctx).Err() },
+		ProbeInterval: time.Hour, // probes are driven below
+		Deadline:      250 * time.Millisecond,
+		TrustContext:  true,
+		Logger:        quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	const limit = 10
+	var checks []store.Check
+	for _, a := range []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA} {
+		l := store.Limit{Algorithm: a, Requests: limit, Window: 24 * time.Hour}
+		if a == store.FixedWindow {
+			now, err := client.Time(t.Context()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Window = redistest.FarWindow(t, now)
+		}
+		checks = append(checks, store.Check{Key: store.Key("outage", []store.Entry{{Key: "alg", Value: a.String()}}, "l#0", a), Limit: l, Cost: 1})
+	}
+	admitted := make([]int, len(checks))
+	decide := func(n int) {
+		t.Helper()
+		for i, c := range checks {
+			out := make([]algorithms.Result, 1)
+			for range n {
+				if err := s.Decide(t.Context(), []store.Check{c}, out); err != nil {
+					t.Fatal(err)
+				}
+				if out[0].Allowed {
+					admitted[i]++
+				}
+			}
+		}
+	}
+	decide(limit + 2) // each key's whole limit, on Redis
+	srv.Kill()
+	decide(limit) // from memory: the first failures do not switch, later ones do
+	if !s.Degraded() {
+		t.Fatal("not degraded after 10 failures in a row")
+	}
+	srv.Restart()
+	if !s.ProbeOnce(t.Context()) || s.Degraded() {
+		t.Fatal("not back on Redis after a good probe")
+	}
+	decide(limit)
+	for i, c := range checks {
+		t.Logf("%s: %d admitted over the cycle, limit %d", c.Limit.Algorithm, admitted[i], limit)
+		if admitted[i] != limit {
+			t.Errorf("%s: %d admitted over the cycle, want its limit %d", c.Limit.Algorithm, admitted[i], limit)
+		}
+	}
+	if n := value(t, s.Metrics().Carried); n != float64(len(checks)) {
+		t.Errorf("%v keys carried, want %d", n, len(checks))
+	}
+}

@@ -26,6 +26,7 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors:\n- &a {key: k}\n- *a\n", "domain: [\n", "---\n---\n", "domain: d\n<<: {a: b}\n",
 		"domain: d\ndescriptors: [{key: k, rate_limits: [{window: 1us, requests_per_unit: 1, algorithm: gcra}]}]",
 		"domain: d\ndescriptors: [{key: k, rate_limit: {unlimited: yes, replaces: [{name: x}]}}]",
+		cyclicDoc, deepDoc(70), "domain: d\ndescriptors: [{key: k, value: a*, share_threshold: true, descriptors: [{key: u, rate_limit: {unit: second, requests_per_unit: 1}}]}]",
 	} {
 		f.Add([]byte(s))
 	}

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -9,58 +11,135 @@ import (
 	"strings"
 )
 
-// Load reads policy files and returns the set of their domains. Each path is
-// a file (read whatever its name) or a directory, searched recursively for
-// *.yaml and *.yml files; names starting with "." are skipped (so the
-// "..data" links of a Kubernetes ConfigMap volume are not read twice), and
-// symbolic links to files are followed. Files load in lexical order; each
-// holds one domain, and a domain defined twice is an error naming both files.
-//
-// Load reads everything before failing, so the ErrorList it returns names
-// every problem in every file.
+// Load reads policy files and returns the set of their domains: ReadFiles,
+// then the set of the domains the files hold.
 func Load(paths ...string) (*Set, error) {
-	var files []string
-	var errs ErrorList
-	for _, p := range paths {
-		found, err := policyFiles(p)
-		if err != nil {
-			errs = append(errs, &Error{File: p, Problem: err.Error()})
-			continue
-		}
-		files = append(files, found...)
+	files, err := ReadFiles(paths...)
+	if err != nil {
+		return nil, err
 	}
-	s := &Set{domains: map[string]*Domain{}}
+	s := &Set{domains: make(map[string]*Domain, len(files))}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			errs = append(errs, &Error{File: f, Problem: "cannot read: " + unwrapPathError(err)})
-			continue
-		}
-		d, err := Parse(f, data)
-		if err != nil {
-			var list ErrorList
-			if errors.As(err, &list) {
-				errs = append(errs, list...)
-			} else {
-				errs = append(errs, &Error{File: f, Problem: err.Error()})
-			}
-			continue
-		}
-		if prev, dup := s.domains[d.Name]; dup {
-			errs = append(errs, &Error{File: f, Line: d.nameLine, Domain: d.Name, Field: "domain",
-				Problem: "duplicate domain (already defined in " + prev.Source + "): one file per domain"})
-			continue
-		}
-		s.domains[d.Name] = d
-	}
-	if len(errs) > 0 {
-		return nil, errs
+		s.domains[f.Domain.Name] = f.Domain
 	}
 	return s, nil
 }
 
-// policyFiles returns the policy files under path, sorted.
-func policyFiles(path string) ([]string, error) {
+// File is one policy file: what it holds and the domain parsed from it.
+type File struct {
+	// Path is where the file was read.
+	Path string
+	// Data is the file's content.
+	Data []byte
+	// Domain is the policy parsed from Data.
+	Domain *Domain
+}
+
+// ReadFiles reads and parses policy files. Each path is a file (read
+// whatever its name) or a directory, searched recursively for *.yaml and
+// *.yml files; names starting with "." are skipped (so the "..data" links
+// of a Kubernetes ConfigMap volume are not read twice), and symbolic links
+// to files are followed. Files are read in lexical order; each holds one
+// domain, and a domain defined twice is an error naming both files. A file
+// larger than MaxDocumentSize is refused without reading it whole.
+//
+// ReadFiles reads everything before failing, so the ErrorList it returns
+// names every problem in every file.
+func ReadFiles(paths ...string) ([]File, error) {
+	var names []string
+	var errs ErrorList
+	for _, p := range paths {
+		found, err := Files(p)
+		if err != nil {
+			errs = append(errs, &Error{File: p, Problem: err.Error()})
+			continue
+		}
+		names = append(names, found...)
+	}
+	var files []File
+	for _, name := range names {
+		f, err := readFile(name)
+		if err != nil {
+			errs = append(errs, asList(name, err)...)
+			continue
+		}
+		files = append(files, f)
+	}
+	errs = append(errs, Duplicates(files)...)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return files, nil
+}
+
+// Duplicates returns an error for each file whose domain an earlier file
+// already defines, naming both files.
+func Duplicates(files []File) ErrorList {
+	var errs ErrorList
+	first := make(map[string]string, len(files))
+	for _, f := range files {
+		d := f.Domain
+		if prev, dup := first[d.Name]; dup {
+			errs = append(errs, &Error{File: f.Path, Line: d.nameLine, Domain: d.Name, Field: "domain",
+				Problem: "duplicate domain (already defined in " + prev + "): one file per domain"})
+			continue
+		}
+		first[d.Name] = f.Path
+	}
+	return errs
+}
+
+// ReadDocument reads one policy document from r (a file, standard input)
+// and parses it; name names it in errors.
+func ReadDocument(name string, r io.Reader) (File, error) {
+	data, err := ReadBounded(name, r)
+	if err != nil {
+		return File{}, err
+	}
+	d, err := Parse(name, data)
+	if err != nil {
+		return File{}, err
+	}
+	return File{Path: name, Data: data, Domain: d}, nil
+}
+
+// ReadBounded reads a policy document from r, at most MaxDocumentSize
+// bytes: more is an error, found without reading further. name names the
+// document in errors.
+func ReadBounded(name string, r io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxDocumentSize+1))
+	if err != nil {
+		return nil, ErrorList{{File: name, Problem: "cannot read: " + unwrapPathError(err)}}
+	}
+	if len(data) > MaxDocumentSize {
+		return nil, ErrorList{{File: name, Problem: fmt.Sprintf(
+			"policy too large: more than %d bytes: split it into several domains", MaxDocumentSize)}}
+	}
+	return data, nil
+}
+
+// readFile opens and reads one policy file.
+func readFile(name string) (File, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return File{}, ErrorList{{File: name, Problem: "cannot read: " + unwrapPathError(err)}}
+	}
+	defer f.Close()
+	return ReadDocument(name, f)
+}
+
+// asList returns err as an ErrorList.
+func asList(name string, err error) ErrorList {
+	var list ErrorList
+	if errors.As(err, &list) {
+		return list
+	}
+	return ErrorList{{File: name, Problem: err.Error()}}
+}
+
+// Files returns the policy files a path names, as ReadFiles finds them: the
+// file itself, or the *.yaml and *.yml files under a directory, sorted.
+func Files(path string) ([]string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, errors.New(unwrapPathError(err))

@@ -2,11 +2,12 @@ package policy
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Marshal writes d back as YAML in canonical form: fields in a fixed order,
@@ -60,6 +61,9 @@ func descriptorsNode(ds []*Descriptor) *yaml.Node {
 		}
 		if d.ValueToMetric {
 			addBool(m, "value_to_metric", true)
+		}
+		if d.ShareThreshold {
+			addBool(m, "share_threshold", true)
 		}
 		switch len(d.Limits) {
 		case 0:
@@ -181,6 +185,7 @@ func descriptorsEqual(a, b []*Descriptor) bool {
 		x, y := a[i], b[i]
 		if x.Key != y.Key || x.Value != y.Value || x.ShadowMode != y.ShadowMode ||
 			x.DetailedMetric != y.DetailedMetric || x.ValueToMetric != y.ValueToMetric || x.FailureMode != y.FailureMode ||
+			x.ShareThreshold != y.ShareThreshold ||
 			len(x.Limits) != len(y.Limits) || !descriptorsEqual(x.Descriptors, y.Descriptors) {
 			return false
 		}
@@ -198,7 +203,7 @@ func limitEqual(a, b *Limit) bool {
 	if a.Name != b.Name || a.Algorithm != b.Algorithm || a.Requests != b.Requests || a.Window != b.Window ||
 		a.Unit != b.Unit || a.Burst != b.Burst || a.MaxWait != b.MaxWait || a.Unlimited != b.Unlimited || a.ShadowMode != b.ShadowMode ||
 		a.DetailedMetric != b.DetailedMetric || a.ValueToMetric != b.ValueToMetric || a.FailureMode != b.FailureMode || a.ID != b.ID ||
-		a.Domain != b.Domain || len(a.Replaces) != len(b.Replaces) {
+		a.Domain != b.Domain || len(a.Replaces) != len(b.Replaces) || !slices.Equal(a.SharedValues, b.SharedValues) {
 		return false
 	}
 	for i := range a.Replaces {

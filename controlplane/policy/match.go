@@ -25,6 +25,7 @@ type node struct {
 // DropReplaced.
 func (d *Domain) build() {
 	d.root = buildLevel(d.Descriptors)
+	setShared(d.Descriptors, nil)
 	bits := map[string]int{}
 	for _, l := range d.limits {
 		for _, r := range l.Replaces {
@@ -43,6 +44,29 @@ func (d *Domain) build() {
 		for _, r := range l.Replaces {
 			l.replaceBits = append(l.replaceBits, bits[r])
 		}
+	}
+}
+
+// setShared sets the SharedValues of the limits under ds, whose ancestors'
+// shared values are above (one per level; "" where not shared).
+func setShared(ds []*Descriptor, above []string) {
+	for _, d := range ds {
+		shared := ""
+		if d.ShareThreshold {
+			shared = d.Value
+		}
+		path := append(above[:len(above):len(above)], shared)
+		any := false
+		for _, v := range path {
+			any = any || v != ""
+		}
+		for _, l := range d.Limits {
+			l.SharedValues = nil
+			if any {
+				l.SharedValues = path
+			}
+		}
+		setShared(d.Descriptors, path)
 	}
 }
 

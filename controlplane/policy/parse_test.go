@@ -264,7 +264,7 @@ func TestParseAliasBomb(t *testing.T) {
 }
 
 func TestParseNodeBudget(t *testing.T) {
-	defer func(n int) { maxNodes = n }(maxNodes)
+	defer func(n int64) { maxNodes = n }(maxNodes)
 	maxNodes = 40
 	data, err := os.ReadFile("testdata/extensions.yaml")
 	if err != nil {

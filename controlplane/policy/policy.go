@@ -179,6 +179,13 @@ type Limit struct {
 	// Path is the limit's field path in the policy file, e.g.
 	// "descriptors[0].rate_limits[1]".
 	Path string
+	// SharedValues is nil unless a descriptor on the limit's path has
+	// share_threshold. Then it has one element per level of the path (per
+	// request entry): the wildcard value (e.g. "files*") where that level
+	// shares one counter among every value it matches, else "". Counters
+	// are keyed by the request's entries with those values put in place of
+	// the request's.
+	SharedValues []string
 
 	replacedBit int   // index of Name among replaced names, or -1
 	replaceBits []int // indexes of the names in Replaces
@@ -201,6 +208,10 @@ type Descriptor struct {
 	DetailedMetric bool
 	// ValueToMetric is value_to_metric as written.
 	ValueToMetric bool
+	// ShareThreshold is share_threshold as written: every request value the
+	// wildcard Value matches counts against one counter (only with a
+	// wildcard).
+	ShareThreshold bool
 	// FailureMode is failure_mode as written; "" inherits the parent's.
 	FailureMode FailureMode
 	// Descriptors are the nested descriptors.

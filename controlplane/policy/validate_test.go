@@ -78,8 +78,8 @@ func TestValidationErrors(t *testing.T) {
 			`v.yaml:4: domain "api": descriptors[0].requests_per_unit: unknown field (requests_per_unit belongs under rate_limit)`}},
 		{"misspelled rate_limit", "domain: api\ndescriptors:\n  - key: k\n    rate_limt: {unit: second}\n", []string{
 			`v.yaml:4: domain "api": descriptors[0].rate_limt: unknown field (did you mean "rate_limit"?)`}},
-		{"share_threshold", "domain: api\ndescriptors:\n  - key: k\n    value: a*\n    share_threshold: true\n", []string{
-			`v.yaml:5: domain "api": descriptors[0].share_threshold: envoyproxy/ratelimit's share_threshold (one counter shared by every value a wildcard matches) is not supported`}},
+		{"share_threshold without a wildcard", "domain: api\ndescriptors:\n  - key: k\n    value: a\n    share_threshold: true\n", []string{
+			`v.yaml:5: domain "api": descriptors[0].share_threshold: needs a wildcard value (ending in *): every value the wildcard matches then shares one counter (value is "a")`}},
 		{"shadow_mode not a boolean", "domain: api\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n", []string{
 			`v.yaml:4: domain "api": descriptors[0].shadow_mode: must be true or false, got "maybe"`}},
 		{"bad descriptor failure_mode", "domain: api\ndescriptors:\n  - key: k\n    failure_mode: half\n", []string{

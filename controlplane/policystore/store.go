@@ -21,12 +21,10 @@ package policystore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 )
@@ -37,8 +35,9 @@ const (
 	DefaultTimeout      = 5 * time.Second
 )
 
-// MaxPolicySize is the largest policy document Apply accepts.
-const MaxPolicySize = 1 << 20
+// MaxPolicySize is the largest policy document Apply accepts: Parse
+// refuses larger ones, at start-up as on Apply.
+const MaxPolicySize = policy.MaxDocumentSize
 
 // Options configures a Store.
 type Options struct {
@@ -212,9 +211,6 @@ func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) 
 	if source == "" {
 		source = "request"
 	}
-	if err := checkDocument(source, data); err != nil {
-		return ApplyResult{}, err
-	}
 	d, err := policy.Parse(source, data)
 	if err != nil {
 		return ApplyResult{}, err
@@ -249,18 +245,6 @@ func (s *Store) Delete(ctx context.Context, domain string, g Guard) (uint64, err
 	}
 	s.catchUp(ctx, v)
 	return v, nil
-}
-
-// checkDocument checks what Parse does not: size and encoding.
-func checkDocument(source string, data []byte) error {
-	switch {
-	case len(data) > MaxPolicySize:
-		return policy.ErrorList{{File: source, Problem: fmt.Sprintf(
-			"policy too large: %d bytes (at most %d): split it into several domains", len(data), MaxPolicySize)}}
-	case !utf8.Valid(data):
-		return policy.ErrorList{{File: source, Problem: "not valid UTF-8 text"}}
-	}
-	return nil
 }
 
 // catchUp loads the store until this replica's snapshot reaches version v

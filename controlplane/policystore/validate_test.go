@@ -85,6 +85,12 @@ var invalidPolicies = []struct {
 		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.burst: `, "token_bucket"}},
 	{"not UTF-8", "domain: \"\xff\xfe\"\n", []string{"p.yaml: ", "UTF-8"}},
 	{"too large", "domain: api\n#" + strings.Repeat("x", MaxPolicySize) + "\n", []string{"p.yaml: ", "too large"}},
+	// Issue 12's hostile documents: each grew memory without limit on Apply.
+	{"alias cycle", "domain: api\ndescriptors: &d [{key: k, descriptors: *d}]\n",
+		[]string{`p.yaml:2: domain "api": descriptors[0].descriptors: alias *d refers to a node that contains it`}},
+	{"4,990 levels", "domain: api\ndescriptors: " + strings.Repeat("[{key: k, descriptors: ", 4990) + "[]" + strings.Repeat("}]", 4990) + "\n",
+		[]string{`p.yaml:2: domain "api": descriptors[0].descriptors[0]`, "nested too deeply"}},
+	{"long domain", "domain: " + strings.Repeat("d", 300) + "\n", []string{`p.yaml:1: domain: too long: 300 bytes (at most 256)`}},
 }
 
 // TestInvalidPoliciesChangeNothing: each rule's violation is refused with

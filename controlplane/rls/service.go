@@ -349,6 +349,11 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 			}
 			if !keyed {
 				sc.entries = storeEntries(sc.entries[:0], descs[i])
+				for j, v := range l.SharedValues { // share_threshold: one counter for the wildcard
+					if v != "" && j < len(sc.entries) {
+						sc.entries[j].Value = v
+					}
+				}
 				keyed = true
 			}
 			info := ver.infoOf(l)

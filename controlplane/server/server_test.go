@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluicehq/sluice/controlplane/degrade"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/portlock"
@@ -209,7 +210,8 @@ func TestServeRedisNoFunctions(t *testing.T) {
 func TestServeRedisDegrades(t *testing.T) {
 	SetRedisLogger(quiet)
 	rs := redistest.StartServer(t)
-	srv := start(t, Config{Policies: policies(t), Redis: RedisConfig{Addrs: []string{rs.Addr()}}, ProbeInterval: 50 * time.Millisecond})
+	srv := start(t, Config{Policies: policies(t), Redis: RedisConfig{Addrs: []string{rs.Addr()}}, ProbeInterval: 50 * time.Millisecond,
+		Trip: degrade.Trip{Failures: 1}}) // the first failure switches (when to switch: degrade's tests)
 	conn := dial(t, srv.GRPCAddr())
 	c := rlsv3.NewRateLimitServiceClient(conn)
 	if r := ask(t, c, "redis"); r.OverallCode != rlsv3.RateLimitResponse_OK {

@@ -80,3 +80,29 @@ var ErrInvalidLimit = errors.New("store: invalid limit")
 type Entry struct {
 	Key, Value string
 }
+
+// Carry is what a fallback store admitted for one key while the primary
+// could not decide, for the primary to add to its own state when it answers
+// again (see memory.Store.Unload and the Redis store's Carry), so that a
+// recovered fleet does not admit a second budget. Base is what the fallback
+// was seeded with from the primary's last answer (0 if it was not): the
+// primary keeps the larger of its own amount and Base, then adds Used-Base
+// (never more than a full limiter). Times are Unix nanoseconds of the
+// fallback's clock, amounts as of the moment the Carry was taken:
+//
+//	fixed_window    Start: the window; Base, Used: its count
+//	sliding_window  Start: the current window; Base, Used: its count;
+//	                BasePrev, UsedPrev: the previous window's count
+//	sliding_log     Start: the newest entry; Base, Used: the log's total
+//	                (carried as one entry at Start: it leaves the window no
+//	                earlier than the entries it stands for)
+//	token_bucket    Base, Used: units missing from a full bucket (tokens
+//	                times Window in nanoseconds)
+//	gcra            Base, Used: nanoseconds of TAT beyond now
+type Carry struct {
+	Key                string
+	Limit              Limit
+	Start              int64
+	Base, Used         int64
+	BasePrev, UsedPrev int64
+}

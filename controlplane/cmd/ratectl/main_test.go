@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
-	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/policystore"
@@ -335,7 +335,7 @@ func TestUsageAndFailures(t *testing.T) {
 	ratectl(t, env, "", "help", "check").expect(t, "help check", 0, "Usage: ratectl check DOMAIN key=value", "-hits")
 	ratectl(t, env, "", "get", "-h").expect(t, "get -h", 0, "Usage: ratectl get DOMAIN")
 	ratectl(t, env, "", "apply", "-f", filepath.Join(t.TempDir(), "missing.yaml")).expect(t, "apply of a missing file", 1,
-		"missing.yaml: no such file or directory")
+		"missing.yaml: stat: no such file or directory")
 
 	// Nothing listens on a reserved port that nobody binds.
 	port, err := portlock.Reserve()
@@ -374,5 +374,25 @@ func TestApplyStopsAtFirstRefusal(t *testing.T) {
 	}
 	if cp.store.Current().Policy("c") != nil {
 		t.Fatal("c.yaml was applied after the refusal")
+	}
+}
+
+// TestApplyRefusesDuplicateDomains: two files that name one domain are
+// refused before anything is sent, as -policy refuses them, instead of the
+// last one silently winning.
+func TestApplyRefusesDuplicateDomains(t *testing.T) {
+	cp := startControlPlane(t)
+	env := map[string]string{"SLUICE_SERVER": cp.policyAddr, "SLUICE_TOKEN": testToken}
+	dir := t.TempDir()
+	a := writeFile(t, dir, "a.yaml", apiPolicy)
+	writeFile(t, dir, "b.yaml", strings.ReplaceAll(apiPolicy, "domain: api", "domain: other"))
+	c := writeFile(t, dir, "c.yaml", strings.ReplaceAll(apiPolicy, "requests_per_unit: 3", "requests_per_unit: 30"))
+	before := cp.store.Current().Version
+	ratectl(t, env, "", "apply", "-f", dir).expect(t, "apply of a directory with one domain twice", 1,
+		a+" and "+c+` both define domain "api"`, "nothing was applied")
+	ratectl(t, env, apiPolicy, "apply", "-f", "-", "-f", c).expect(t, "apply of stdin and a file of one domain", 1,
+		"stdin and "+c+` both define domain "api"`)
+	if v := cp.store.Current().Version; v != before || cp.store.Current().Policy("api") != nil || cp.store.Current().Policy("other") != nil {
+		t.Fatalf("the store changed: version %d -> %d", before, v)
 	}
 }

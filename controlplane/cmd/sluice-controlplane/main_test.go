@@ -48,9 +48,22 @@ func TestParseFlags(t *testing.T) {
 		c.maxDescriptors != 256 || c.logFormat != "json" || c.gcPercent != DefaultGCPercent || c.gcPercentSet {
 		t.Fatalf("parsed %+v", c)
 	}
+	bounds := map[string]string{"SLUICE_MAX_CONNS": "10", "SLUICE_MAX_STREAMS_PER_CONN": "20", "SLUICE_MAX_CONN_BUFFER_BYTES": "30",
+		"SLUICE_MAX_BUFFER_BYTES": "40", "SLUICE_IDLE_TIMEOUT": "50s"}
+	if c, err := parseFlags([]string{"-max-conns", "11"}, func(k string) string { return bounds[k] }, io.Discard); err != nil ||
+		c.maxConns != 11 || c.maxStreamsPerConn != 20 || c.maxConnBufferBytes != 30 || c.maxBufferBytes != 40 || c.idleTimeout != 50*time.Second {
+		t.Fatalf("bounds: %+v, %v", c, err)
+	}
 	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_GC_PERCENT": "150"}[k] }, io.Discard); err != nil ||
 		c.gcPercent != 150 || !c.gcPercentSet {
 		t.Fatalf("$SLUICE_GC_PERCENT: %+v, %v", c, err)
+	}
+	u, err := parseFlags([]string{"-max-conns", "9", "-idle-timeout", "1m"}, func(k string) string {
+		return map[string]string{"SLUICE_MAX_STREAMS_PER_CONN": "7", "SLUICE_MAX_BUFFER_BYTES": "1000000", "SLUICE_MAX_CONNS": "3"}[k]
+	}, io.Discard)
+	if err != nil || u.unary.MaxConns != 9 || u.unary.MaxConcurrentStreams != 7 || u.unary.MaxBufferBytes != 1000000 ||
+		u.unary.IdleTimeout != time.Minute || u.unary.MaxRecvMsgSize != 64<<10 || u.unary.MaxConnBufferBytes != 4<<20 { // server.DefaultMaxConnBufferBytes
+		t.Fatalf("unary server flags: %+v, %v", u.unary, err)
 	}
 	bad := []struct {
 		args []string
@@ -63,6 +76,9 @@ func TestParseFlags(t *testing.T) {
 		{nil, map[string]string{"SLUICE_PROBE_INTERVAL": "soon"}, `$SLUICE_PROBE_INTERVAL="soon": invalid value for -probe-interval`},
 		{[]string{"-max-descriptors", "-1"}, nil, "-max-descriptors must be positive"},
 		{[]string{"-gc-percent", "0"}, nil, "-gc-percent must be positive"},
+		{[]string{"-max-conns", "0"}, nil, "-max-conns, -max-streams-per-conn"},
+		{nil, map[string]string{"SLUICE_IDLE_TIMEOUT": "-1s"}, "-idle-timeout must be positive"},
+		{[]string{"-max-streams-per-conn", "4294967296"}, nil, "-max-streams-per-conn must be at most"},
 	}
 	for _, b := range bad {
 		_, err := parseFlags(b.args, func(k string) string { return b.env[k] }, io.Discard)
@@ -345,7 +361,11 @@ func TestBinaryBadConfig(t *testing.T) {
 		want string
 	}{
 		{[]string{"-redis-mode", "etcd"}, `unknown redis mode`},
-		{[]string{"-policy", badPolicy}, `bin.yaml:4`},
+		{[]string{"-policy", badPolicy}, `bin.yaml:4: domain \"bin\": descriptors[0].rate_limit.unit: unknown unit`},
+		// Unlike envoyproxy/ratelimit, which stays up answering Unknown: a
+		// rate limiter that starts without its policies admits everything.
+		{[]string{"-policy", writePolicy(t, "domain: bin\ndescriptors: &d [{key: k, descriptors: *d}]\n")}, `bin.yaml:2: domain \"bin\": descriptors[0].descriptors: alias *d refers to a node that contains it`},
+		{[]string{"-policy", writePolicy(t, "domain: bin\ndescriptors: "+strings.Repeat("[{key: k, descriptors: ", 4990)+"[]"+strings.Repeat("}]", 4990)+"\n")}, `nested too deeply`},
 		{[]string{"-log-level", "loud"}, `-log-level "loud"`},
 	}
 	for _, c := range cases {
@@ -355,4 +375,115 @@ func TestBinaryBadConfig(t *testing.T) {
 			t.Errorf("%v: exit %d (%v), output %s; want 2 and %q", c.args, cmd.ProcessState.ExitCode(), err, out, c.want)
 		}
 	}
+}
+
+// waitLog waits until the process has logged n lines holding s, and returns
+// the last of them.
+func (p *proc) waitLog(t *testing.T, s string, n int) string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var found []string
+		for _, l := range strings.Split(p.output(), "\n") {
+			if strings.Contains(l, s) {
+				found = append(found, l)
+			}
+		}
+		if len(found) >= n {
+			return found[n-1]
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("exited with %d waiting for log line %d holding %q:\n%s", p.exitCode, n, s, p.output())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line %d holding %q within 15 s:\n%s", n, s, p.output())
+		}
+	}
+}
+
+// TestBinarySIGHUP: SIGHUP re-reads the -policy files. A valid set is
+// applied (the served limit changes); an invalid one is refused with file,
+// line and field, and the served limit stays; the process survives both.
+func TestBinarySIGHUP(t *testing.T) {
+	path := writePolicy(t, binPolicy)
+	p, rec := startBinary(t, nil, "-policy", path)
+	grpcAddr := rec["grpc"].(string)
+	limit := func() uint32 { return call(t, grpcAddr, "hup").Statuses[0].CurrentLimit.RequestsPerUnit }
+	if got := limit(); got != 2 {
+		t.Fatalf("limit %d before SIGHUP, want 2", got)
+	}
+	hup := func() {
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(doc string) {
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write(strings.Replace(binPolicy, "requests_per_unit: 2", "requests_per_unit: 7", 1))
+	hup()
+	line := p.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	if !strings.Contains(line, `"changed":"bin"`) {
+		t.Errorf("log line %s", line)
+	}
+	if got := limit(); got != 7 {
+		t.Fatalf("limit %d after a good SIGHUP, want 7", got)
+	}
+
+	bad := []struct{ doc, want string }{
+		{"domain: bin\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+			`bin.yaml:4: domain \"bin\": descriptors[0].rate_limit.unit: unknown unit \"fortnight\"`},
+		{"domain: bin\ndescriptors: &d [{key: k, descriptors: *d}]\n", `bin.yaml:2: domain \"bin\": descriptors[0].descriptors: alias *d refers to a node that contains it`},
+	}
+	for i, b := range bad {
+		write(b.doc)
+		hup()
+		line := p.waitLog(t, "SIGHUP: refused the -policy files; the current policies stay", i+1)
+		if !strings.Contains(line, b.want) || !strings.Contains(line, `"level":"ERROR"`) {
+			t.Errorf("log line %s\nwant it to hold %s", line, b.want)
+		}
+		if got := limit(); got != 7 {
+			t.Fatalf("limit %d after a bad SIGHUP, want 7 (kept)", got)
+		}
+	}
+	t.Logf("SIGHUP log lines:\n%s\n%s", p.waitLog(t, "SIGHUP: applied", 1), p.waitLog(t, "SIGHUP: refused", 2))
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.output())
+	}
+}
+
+// TestBinarySIGHUPRedis: with Redis, one replica's SIGHUP changes what every
+// replica serves.
+func TestBinarySIGHUPRedis(t *testing.T) {
+	rs := redistest.StartServer(t)
+	path := writePolicy(t, binPolicy)
+	env := []string{"SLUICE_REDIS_ADDRS=" + rs.Addr()}
+	p1, rec1 := startBinary(t, env, "-policy", path)
+	_, rec2 := startBinary(t, env, "-policy", writePolicy(t, binPolicy))
+	limit := func(rec map[string]any) uint32 {
+		return call(t, rec["grpc"].(string), "hup").Statuses[0].CurrentLimit.RequestsPerUnit
+	}
+	if a, b := limit(rec1), limit(rec2); a != 2 || b != 2 {
+		t.Fatalf("limits %d and %d before SIGHUP, want 2", a, b)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(binPolicy, "requests_per_unit: 2", "requests_per_unit: 9", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p1.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	start := time.Now()
+	for limit(rec2) != 9 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the other replica still serves %d 10 s after the SIGHUP, want 9", limit(rec2))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the other replica followed in %v", time.Since(start).Round(time.Millisecond))
 }

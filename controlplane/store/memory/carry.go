@@ -1,0 +1,244 @@
+package memory
+
+import (
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// seedState is the state an entry was last seeded with (Seed) or carried
+// at (Unload), in the fields its algorithm uses:
+//
+//	fixed_window    a: window start, b: count
+//	sliding_window  a: start, b: prev, c: cur
+//	sliding_log     a: newest entry, b: total
+//	token_bucket    a: last, b: used
+//	gcra            a: TAT
+type seedState struct{ a, b, c int64 }
+
+// Seed makes the state of each check's key the one the primary's answer
+// out[i] reports, so that a fallback that takes over starts from the
+// primary's last word rather than a full limiter. Only answers that show
+// at least half of the limiter used are kept: keys in little use cost no
+// memory, and a replica that takes over such a key admits at most half a
+// limit more than the primary would have. The state is derived so as
+// never to admit more than the primary's state (see each case); entries
+// seeded later are overwritten, what the fallback admitted meanwhile too.
+func (s *Store) Seed(checks []store.Check, out []algorithms.Result) {
+	now := s.now().UnixNano()
+	for i := range checks {
+		c, r := &checks[i], &out[i]
+		if r.Remaining*2 > r.Limit || r.ResetAfter <= 0 || validate(c) != nil {
+			continue
+		}
+		s.shardOf(c.Key).seed(c, r, now, &s.evicted)
+	}
+}
+
+// seed sets key's entry from a primary's answer r at now.
+func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *atomic.Uint64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[c.Key]
+	if e != nil && !e.fits(c.Limit) {
+		sh.remove(e)
+		e = nil
+	}
+	if e == nil {
+		e = &entry{key: c.Key, alg: c.Limit.Algorithm}
+		if e.alg == store.SlidingLog {
+			e.logCap = c.Limit.Requests
+		}
+		e.size = entryOverhead + int64(len(c.Key)) + e.logCap*logEntrySize
+	}
+	l := c.Limit
+	w := int64(l.Window)
+	used := r.Limit - r.Remaining
+	switch l.Algorithm {
+	case store.FixedWindow:
+		// Exact: the count is limit-remaining, the window the one that
+		// ends ResetAfter from now (on a Redis clock a little ahead, the
+		// next one: counted longer, never less).
+		t := now + r.ResetAfter - 1
+		e.fw = algorithms.FixedWindowState{Start: t - t%w, Count: used}
+		e.seed = seedState{a: e.fw.Start, b: used}
+	case store.SlidingWindow:
+		// The used estimate as this window's count: it weighs fully until
+		// the window ends, where the primary's previous-window share
+		// already fades.
+		e.sw = algorithms.SlidingWindowState{Start: now - now%w, Cur: used}
+		e.seed = seedState{a: e.sw.Start, c: used}
+	case store.SlidingLog:
+		// The whole total as one entry at the newest entry's time: it
+		// leaves the window no earlier than the entries it stands for.
+		at := now + r.ResetAfter - w
+		e.log = slidingLog(l).NewState()
+		if _, err := slidingLog(l).Allow(e.log, at, used); err != nil {
+			return
+		}
+		e.seed = seedState{a: at, b: used}
+	case store.TokenBucket:
+		// ResetAfter is ceil(used/rate): rate*ResetAfter is at least used.
+		p := tokenBucket(l)
+		u := p.Burst * p.Period
+		if r.ResetAfter <= u/p.Rate {
+			u = min(u, r.ResetAfter*p.Rate)
+		}
+		e.tb = algorithms.TokenBucketState{Last: now, Used: u}
+		e.seed = seedState{a: now, b: u}
+	case store.GCRA:
+		// Exact: ResetAfter is TAT-now.
+		e.gc = algorithms.GCRAState{TAT: now + r.ResetAfter}
+		e.seed = seedState{a: e.gc.TAT}
+	}
+	e.carried = false
+	e.limit = l
+	e.expires = now + r.ResetAfter
+	if e.prev == nil {
+		sh.insert(e, evicted)
+	} else {
+		sh.touch(e)
+	}
+}
+
+// Unload calls fn, shard by shard, with what each entry admitted beyond
+// the state it was seeded with (or, once carried, since the last Unload),
+// for the primary to add to its own state (see store.Carry). With drain,
+// the entries are removed. Without, when fn succeeds each entry's state as
+// reported becomes its seed, so the next Unload reports only what came
+// after (with Base 0: the primary has the rest); when fn fails, the next
+// Unload reports the same again. fn runs without the shard's lock. Unload
+// stops at the first error of fn and returns it.
+func (s *Store) Unload(drain bool, fn func([]store.Carry) error) error {
+	now := s.now().UnixNano()
+	var batch []store.Carry
+	var done []carried
+	for i := range s.shards {
+		sh := &s.shards[i]
+		batch, done = batch[:0], done[:0]
+		sh.mu.Lock()
+		for e := sh.lru.next; e != &sh.lru; {
+			next := e.next
+			if c, ok := e.carry(now); ok {
+				batch = append(batch, c)
+			}
+			if drain {
+				sh.remove(e)
+			} else {
+				done = append(done, carried{e, e.current(now)})
+			}
+			e = next
+		}
+		sh.mu.Unlock()
+		if len(batch) > 0 {
+			if err := fn(batch); err != nil {
+				return err
+			}
+		}
+		if len(done) > 0 {
+			sh.mu.Lock()
+			for _, d := range done {
+				d.e.seed, d.e.carried = d.state, true
+			}
+			sh.mu.Unlock()
+			clear(done)
+		}
+	}
+	return nil
+}
+
+// carried is an entry and the state Unload reported for it.
+type carried struct {
+	e     *entry
+	state seedState
+}
+
+// current returns e's state at now in seedState's form.
+func (e *entry) current(now int64) seedState {
+	l := e.limit
+	switch e.alg {
+	case store.FixedWindow:
+		return seedState{a: e.fw.Start, b: e.fw.Count}
+	case store.SlidingWindow:
+		st := e.sw
+		_, _ = slidingWindow(l).Allow(&st, now, 0) // a peek rolls the state to now
+		return seedState{a: st.Start, b: st.Prev, c: st.Cur}
+	case store.SlidingLog:
+		r, _ := slidingLog(l).Allow(e.log, now, 0) // prunes what left the window
+		if e.log.Total() == 0 {
+			return seedState{}
+		}
+		return seedState{a: now + r.ResetAfter - int64(l.Window), b: e.log.Total()}
+	case store.TokenBucket:
+		st := e.tb
+		_, _ = tokenBucket(l).Allow(&st, now, 0)
+		return seedState{a: now, b: st.Used}
+	case store.GCRA:
+		return seedState{a: e.gc.TAT}
+	}
+	return seedState{}
+}
+
+// carry returns what e holds beyond its seed at now, and whether there is
+// anything to tell the primary.
+func (e *entry) carry(now int64) (store.Carry, bool) {
+	l := e.limit
+	w := int64(l.Window)
+	cur, seed := e.current(now), e.seed
+	c := store.Carry{Key: e.key, Limit: l}
+	// base is the seed's amount where it still counts (0 once carried:
+	// the primary has it).
+	base := func(v int64) int64 {
+		if e.carried {
+			return 0
+		}
+		return v
+	}
+	switch e.alg {
+	case store.FixedWindow:
+		if cur.b == 0 || cur.a+w <= now {
+			return c, false // the window is over: nothing left to count
+		}
+		var s int64
+		if seed.a == cur.a {
+			s = seed.b
+		}
+		c.Start, c.Base = cur.a, base(s)
+		c.Used = c.Base + max(0, cur.b-s)
+	case store.SlidingWindow:
+		// the seed rolled to the same window as the state
+		st := algorithms.SlidingWindowState{Start: seed.a, Prev: seed.b, Cur: seed.c}
+		_, _ = slidingWindow(l).Allow(&st, now, 0)
+		if st.Start != cur.a {
+			st = algorithms.SlidingWindowState{}
+		}
+		c.Start = cur.a
+		c.Base, c.BasePrev = base(st.Cur), base(st.Prev)
+		c.Used = c.Base + max(0, cur.c-st.Cur)
+		c.UsedPrev = c.BasePrev + max(0, cur.b-st.Prev)
+		if c.Used == 0 && c.UsedPrev == 0 {
+			return c, false
+		}
+	case store.SlidingLog:
+		if cur.b == 0 {
+			return c, false
+		}
+		var s int64
+		if seed.a+w > now {
+			s = seed.b // the seeded entry is still in the window
+		}
+		c.Start, c.Base = cur.a, base(s)
+		c.Used = c.Base + max(0, cur.b-s)
+	case store.TokenBucket:
+		st := algorithms.TokenBucketState{Last: seed.a, Used: seed.b}
+		_, _ = tokenBucket(l).Allow(&st, now, 0)
+		c.Base = base(st.Used)
+		c.Used = c.Base + max(0, cur.b-st.Used)
+	case store.GCRA:
+		owed := func(tat int64) int64 { return max(0, tat-now) }
+		c.Base = base(owed(seed.a))
+		c.Used = c.Base + max(0, owed(cur.a)-owed(seed.a))
+	}
+	return c, c.Used > 0
+}

@@ -1,0 +1,232 @@
+-- carry.lua: adds what a replica's memory store admitted while Redis could
+-- not decide to the state here (store.Carry; Store.Carry calls it once a
+-- degraded replica is back). script.go joins it after prelude.lua and
+-- fixed_window.lua, whose helpers it uses.
+--
+--   KEYS[i]            the key
+--   ARGV[1]            "" to read the clock from TIME, or the time in
+--                      microseconds (tests only)
+--   ARGV[2+9(i-1) ..]  key i: algorithm, three limit parameters (as
+--                      dispatch.lua takes them), start, base, used,
+--                      base_prev, used_prev (see below; microseconds)
+--
+-- Every amount merges alike: the state keeps the larger of its own amount
+-- and the base the replica was seeded with (so a Redis that lost its data
+-- gets it back, and one that kept it counts it once), adds what the replica
+-- admitted beyond the base, and never holds more than a full limiter. An
+-- amount at or above a full limiter is left as it is.
+--
+-- The reply holds one integer per key: 1 written, 0 nothing to do (the
+-- window is over, or nothing changes), BAD (a state sluice did not write).
+floor, fmt, match, tonumber, call, rpcall = bind()
+pad = 0
+local now = ARGV[1]
+if now == '' then
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(now)
+  pad = 86400000
+end
+
+-- merge returns the amount a state holding r keeps after a replica's base
+-- b and used u, with cap a full limiter.
+local function merge(r, b, u, cap)
+  local m = r
+  if b > m then
+    m = b
+  end
+  m = m + u - b
+  if m > cap then
+    m = cap
+  end
+  if m < r then
+    m = r
+  end
+  return m
+end
+
+-- fixed_window: start is the window; the count of that window merges.
+local function carry_fw(key, limit, window, start, b, u)
+  if start + window <= now then
+    return 0
+  end
+  local s, count = fw_state(key, nil)
+  if not s then
+    return BAD
+  end
+  local r = 0
+  if s == start then
+    r = count
+  elseif s > start and count > 0 then
+    return 0 -- Redis counts a later window already
+  end
+  local n = merge(r, b, u, limit)
+  if n == r then
+    return 0
+  end
+  call('DEL', key)
+  call('HSET', key, fmt('%d:%d', start, window), fmt('%d', n))
+  call('PEXPIRE', key, px(start + window - now))
+  return 1
+end
+
+-- sliding_window: both windows' counts merge, once the replica's and the
+-- state here are rolled to the same window.
+local function carry_sw(key, limit, window, start, b, u, bp, up)
+  local ws = now - now % window
+  if ws == start + window then
+    b, u, bp, up, start = 0, 0, b, u, ws
+  elseif ws > start then
+    return 0
+  end
+  local rs, rp, rc = 0, 0, 0
+  local v = get(key)
+  if v then
+    local a, x, y = match(v, '^(%d+):(%d+):(%d+)$')
+    rs, rp, rc = tonumber(a), tonumber(x), tonumber(y)
+    if not rs or rs > MAX or rp > MAX or rc > MAX then
+      return BAD
+    end
+  elseif v == false then
+    return BAD
+  end
+  if rs == start then
+    -- the same window
+  elseif rs + window == start then
+    rp, rc = rc, 0
+  elseif rs > start and (rp > 0 or rc > 0) then
+    return 0 -- Redis counts a later window already
+  else
+    rp, rc = 0, 0
+  end
+  local np, nc = merge(rp, bp, up, limit), merge(rc, b, u, limit)
+  if np == rp and nc == rc and rs == start then
+    return 0
+  end
+  local reset = start + window - now
+  if nc > 0 then
+    reset = start + 2 * window - now
+  end
+  call('SET', key, fmt('%d:%d:%d', start, np, nc), 'PX', px(reset))
+  return 1
+end
+
+-- sliding_log: the replica's entries arrive as one entry at its newest
+-- entry's time; the log's total merges.
+local function carry_sl(key, limit, window, at, b, u)
+  if at + window <= now then
+    return 0
+  end
+  -- a peek prunes what left the window and checks the state
+  local ok = sliding_log(key, now, limit, window, 0, 0, '0')
+  if ok == BAD then
+    return BAD
+  end
+  local total = 0
+  local head = call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if head[1] then
+    total = -1 - tonumber(head[2])
+  end
+  local add = merge(total, b, u, limit) - total
+  if add <= 0 then
+    return 0
+  end
+  local same = call('ZRANGEBYSCORE', key, fmt('%d', at), fmt('%d', at))[1]
+  local merged = add
+  if same then
+    local _, c = sl_entry(same)
+    if not c then
+      return BAD
+    end
+    merged = merged + c
+    call('ZREM', key, same)
+  end
+  total = total + add
+  call('ZADD', key, fmt('%d', at), fmt('%d:%d', at, merged), fmt('%d', -1 - total), '#')
+  local newest = sl_entry(call('ZRANGE', key, -1, -1)[1])
+  call('PEXPIRE', key, px(newest + window - now))
+  return 1
+end
+
+-- token_bucket: the units missing from a full bucket, refilled to now,
+-- merge.
+local function carry_tb(key, rate, period, burst, b, u)
+  local last, used = 0, 0
+  local v = get(key)
+  if v then
+    local a, x = match(v, '^(%d+):(%d+)$')
+    last, used = tonumber(a), tonumber(x)
+    if not last or last > MAX or used > MAX then
+      return BAD
+    end
+  elseif v == false then
+    return BAD
+  end
+  local elapsed = now - last
+  if elapsed > 0 then
+    if elapsed > floor(used / rate) then
+      used = 0
+    else
+      used = used - elapsed * rate
+    end
+  end
+  local n = merge(used, b, u, burst * period)
+  if n == used then
+    return 0
+  end
+  if now > last then
+    last = now
+  end
+  call('SET', key, fmt('%d:%d', last, n), 'PX', px(ceil_div(n, rate)))
+  return 1
+end
+
+-- gcra: the time the TAT is ahead of now merges.
+local function carry_gcra(key, max_burst, count, period, b, u)
+  local tat = 0
+  local v = get(key)
+  if v then
+    tat = tonumber(match(v, '^(%d+)$'))
+    if not tat or tat > MAX then
+      return BAD
+    end
+  elseif v == false then
+    return BAD
+  end
+  local owed = 0
+  if tat > now then
+    owed = tat - now
+  end
+  local n = merge(owed, b, u, floor(period / count) * (max_burst + 1))
+  if n == owed then
+    return 0
+  end
+  call('SET', key, fmt('%d', now + n), 'PX', px(n))
+  return 1
+end
+
+local out = {}
+local j = 2
+for i = 1, #KEYS do
+  local alg = tonumber(ARGV[j])
+  local p1, p2, p3 = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  local start, b, u = tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6])
+  local bp, up = tonumber(ARGV[j + 7]), tonumber(ARGV[j + 8])
+  local k = KEYS[i]
+  local r = BAD
+  if alg == 1 then
+    r = carry_fw(k, p1, p2, start, b, u)
+  elseif alg == 2 then
+    r = carry_sw(k, p1, p2, start, b, u, bp, up)
+  elseif alg == 3 then
+    r = carry_sl(k, p1, p2, start, b, u)
+  elseif alg == 4 then
+    r = carry_tb(k, p1, p2, p3, b, u)
+  elseif alg == 5 then
+    r = carry_gcra(k, p1, p2, p3, b, u)
+  end
+  out[i] = r
+  j = j + 9
+end
+return out

@@ -1,0 +1,143 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/controlplane/store/memory"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// TestCarryDifferential checks carry.lua against shared/algorithms on a real
+// redis-server: Redis admits some requests, one or two replicas' memory
+// stores (seeded from Redis's last answer, or not) admit more while Redis
+// "is away", Redis keeps its data or loses it (FLUSHALL, as a restart
+// without persistence), and the replicas carry what they admitted back.
+// From then on Redis must decide as one Go limiter that saw every
+// admission: Redis's own unless Redis lost them and no replica was seeded
+// with them, and every replica's. Every algorithm, every combination.
+func TestCarryDifferential(t *testing.T) {
+	_, client := startClient(t)
+	ctx := context.Background()
+	const t0 = int64(1_800_000_000_000_000) + 100_000 // us: 100 ms into a 1 s window
+	limits := map[store.Algorithm]store.Limit{}
+	for _, a := range algs {
+		limits[a] = store.Limit{Algorithm: a, Requests: 10, Window: time.Second}
+	}
+	limits[store.TokenBucket] = store.Limit{Algorithm: store.TokenBucket, Requests: 1, Window: time.Hour, Burst: 10}
+	limits[store.GCRA] = store.Limit{Algorithm: store.GCRA, Requests: 1, Window: time.Hour, Burst: 10}
+	for _, alg := range algs {
+		for _, sc := range []struct {
+			seed, flush bool
+			replicas    int
+		}{{false, false, 1}, {true, false, 1}, {true, true, 1}, {false, true, 1}, {false, false, 2}, {true, false, 2}, {true, true, 2}} {
+			name := fmt.Sprintf("%s/seed=%v/flush=%v/replicas=%d", alg, sc.seed, sc.flush, sc.replicas)
+			t.Run(name, func(t *testing.T) {
+				l := limits[alg]
+				key := "carry:" + name
+				clk := newClock(t0)
+				rs := newStore(t, client, Options{Now: clk.Now})
+				all := newOracle(l, time.Microsecond, 100)  // every admission
+				lost := newOracle(l, time.Microsecond, 100) // the replicas' only
+				check := []store.Check{{Key: key, Limit: l, Cost: 1}}
+				out := make([]algorithms.Result, 1)
+				for i := range int64(6) { // 6 of 10: Seed keeps answers of limiters at least half used
+					clk.set(t0 + i*1000)
+					if err := rs.Decide(ctx, check, out); err != nil || !out[0].Allowed {
+						t.Fatalf("Redis: %v %+v", err, out[0])
+					}
+					all.allow(clk.get(), 1)
+				}
+				last := out[0]
+				var mems []*memory.Store
+				for range sc.replicas {
+					m := memory.New(memory.Options{Now: clk.Now})
+					if sc.seed { // as the answer arrives, before Redis goes away
+						m.Seed(check, []algorithms.Result{last})
+					}
+					mems = append(mems, m)
+				}
+				for r, m := range mems {
+					for i := range int64(2) {
+						clk.set(t0 + 50_000 + int64(r)*10_000 + i*1000)
+						if err := m.Decide(ctx, check, out); err != nil || !out[0].Allowed {
+							t.Fatalf("replica %d: %v %+v", r, err, out[0])
+						}
+						all.allow(clk.get(), 1)
+						lost.allow(clk.get(), 1)
+					}
+				}
+				if sc.flush {
+					if err := client.FlushAll(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				clk.set(t0 + 100_000)
+				for _, m := range mems {
+					if err := m.Unload(true, func(b []store.Carry) error {
+						_, err := rs.Carry(ctx, b)
+						return err
+					}); err != nil {
+						t.Fatalf("Carry: %v", err)
+					}
+					if st := m.Stats(); st.Entries != 0 {
+						t.Fatalf("%d entries after a draining Unload", st.Entries)
+					}
+				}
+				want := all
+				if sc.flush && !sc.seed {
+					want = lost
+				}
+				for i := range int64(12) {
+					clk.set(t0 + 120_000 + i*1000)
+					if err := rs.Decide(ctx, check, out); err != nil {
+						t.Fatal(err)
+					}
+					w, _ := want.allow(clk.get(), 1)
+					if out[0].Allowed != w.Allowed || out[0].Remaining != w.Remaining {
+						t.Fatalf("request %d after the carry: Redis allowed=%v remaining=%d, Go allowed=%v remaining=%d",
+							i, out[0].Allowed, out[0].Remaining, w.Allowed, w.Remaining)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestCarryEdges checks what Carry leaves alone: a window that closed, a
+// key holding something sluice did not write (named in the error, the
+// other keys still carried), a limit the scripts refuse.
+func TestCarryEdges(t *testing.T) {
+	_, client := startClient(t)
+	ctx := context.Background()
+	const t0 = int64(1_800_000_000_000_000) // us, a whole second
+	clk := newClock(t0 + 1_500_000)         // 1.5 s: the window [t0, t0+1s) has closed
+	rs := newStore(t, client, Options{Now: clk.Now})
+	fw := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Second}
+	if err := client.Set(ctx, "carry:alien", "not sluice's", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := rs.Carry(ctx, []store.Carry{
+		{Key: "carry:closed", Limit: fw, Start: t0 * 1000, Used: 5},
+		{Key: "carry:alien", Limit: fw, Start: (t0 + 1_000_000) * 1000, Used: 5},
+		{Key: "carry:bad-limit", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 0, Window: time.Second}, Used: 5},
+		{Key: "carry:open", Limit: fw, Start: (t0 + 1_000_000) * 1000, Used: 5},
+	})
+	if n != 1 || err == nil || !strings.Contains(err.Error(), "2 keys skipped") {
+		t.Fatalf("Carry = %d, %v; want 1 key carried and 2 skipped", n, err)
+	}
+	if v, _ := client.Get(ctx, "carry:alien").Result(); v != "not sluice's" {
+		t.Fatalf("a foreign key was changed to %q", v)
+	}
+	if ex, _ := client.Exists(ctx, "carry:closed").Result(); ex != 0 {
+		t.Fatal("a closed window was carried")
+	}
+	out := make([]algorithms.Result, 1)
+	if err := rs.Decide(ctx, []store.Check{{Key: "carry:open", Limit: fw, Cost: 1}}, out); err != nil || out[0].Remaining != 4 {
+		t.Fatalf("after carrying 5 of 10: %v %+v, want remaining 4", err, out[0])
+	}
+}
