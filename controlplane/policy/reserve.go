@@ -31,7 +31,7 @@ func (p *parser) maxWait(l *Limit, fs map[string]field, limitLine int, path stri
 	if !ok {
 		return false
 	}
-	if tag := p.resolve(f.val).Tag; (tag == "!!int" && s != "0") || tag == "!!float" {
+	if tag := resolve(f.val).Tag; (tag == "!!int" && s != "0") || tag == "!!float" {
 		p.errorf(f.val.Line, fpath, "must be a duration with a unit, e.g. 500ms or 2s (got %s)", s)
 		return false
 	}

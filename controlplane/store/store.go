@@ -99,6 +99,8 @@ type Entry struct {
 //	token_bucket    Base, Used: units missing from a full bucket (tokens
 //	                times Window in nanoseconds)
 //	gcra            Base, Used: nanoseconds of TAT beyond now
+//	reserve         Base, Used: nanoseconds owed (until the free ticket, then
+//	                until the store is full again: ResetAfter)
 type Carry struct {
 	Key                string
 	Limit              Limit
