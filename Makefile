@@ -115,10 +115,10 @@ wasm:
 	./wasm-build.sh build/filter.wasm
 
 ## run: the whole stack on loopback: control plane (embedded memory store, example
-## policies), a demo upstream, filter.wasm in the proxy-wasm host on :8080. Ctrl-C stops it.
-## REDIS_ADDR=host:port make run uses Redis.
+## policies), a demo upstream, and real Envoy on envoy/envoy.yaml running filter.wasm under V8
+## on :8080. Ctrl-C stops it. REDIS_ADDR=host:port make run uses Redis.
 # (Built, then run: under go run, Ctrl-C would end make with "Error 1".)
-run: wasm
+run: envoy wasm
 	$(HOSTENV) $(GO) build -o $(BIN)/sluice-dev ./e2e/cmd/sluice-dev
 	$(BIN)/sluice-dev -wasm build/filter.wasm
 
