@@ -20,7 +20,7 @@ descriptors:
   - key: remote_address
     rate_limit: {name: per_address, unit: minute, requests_per_unit: 1000}
   - key: api_key
-    rate_limit: {unit: minute, requests_per_unit: 3}
+    rate_limit: {unit: hour, requests_per_unit: 3}
 `
 
 // headerNames are the headers each answer must carry at most once.
@@ -96,7 +96,7 @@ func TestHeaders(t *testing.T) {
 		t.Fatalf("first request: %d", a.code)
 	}
 	wantHeaders(t, "control plane allows", a, map[string]string{
-		"RateLimit-Policy": `"per_address";q=1000;w=60, "api_key#0";q=3;w=60`,
+		"RateLimit-Policy": `"per_address";q=1000;w=60, "api_key#0";q=3;w=3600`,
 		"RateLimit":        `"per_address";r=999;t=\d+, "api_key#0";r=2;t=\d+`,
 	})
 
@@ -110,16 +110,17 @@ func TestHeaders(t *testing.T) {
 		t.Fatalf("fourth request: %d, over_limit %d -> %d", a.code, before["wasmcustom.sluice.over_limit"], after["wasmcustom.sluice.over_limit"])
 	}
 	wantHeaders(t, "control plane rejects", a, map[string]string{
-		"RateLimit-Policy": `"per_address";q=1000;w=60, "api_key#0";q=3;w=60`,
+		"RateLimit-Policy": `"per_address";q=1000;w=60, "api_key#0";q=3;w=3600`,
 		"RateLimit":        `"per_address";r=99\d;t=\d+, "api_key#0";r=0;t=\d+`,
 		"Retry-After":      `[1-9]\d*`,
 	})
 
 	// The precheck rejects k2 once the control plane said it is over.
 	var pre answer
-	for i := range 10 {
+	for i := range 20 {
 		before := counters(t, e)["wasmcustom.sluice.precheck_rejected"]
 		a := get(t, client, preURL, "x-api-key", "k2")
+		t.Logf("k2 request %d: %d, precheck_rejected %d -> %d", i+1, a.code, before, counters(t, e)["wasmcustom.sluice.precheck_rejected"])
 		if counters(t, e)["wasmcustom.sluice.precheck_rejected"] == before+1 {
 			if a.code != 429 {
 				t.Fatalf("precheck rejection answered %d", a.code)
@@ -132,13 +133,24 @@ func TestHeaders(t *testing.T) {
 		}
 	}
 	if pre.code == 0 {
-		t.Fatal("the precheck rejected none of 10 requests over a limit of 3")
+		t.Fatal("the precheck rejected none of 20 requests over a limit of 3")
 	}
 	wantHeaders(t, "precheck rejects", pre, map[string]string{
-		"RateLimit-Policy": `"api_key#0";q=3;w=60`,
+		"RateLimit-Policy": `"api_key#0";q=3;w=3600`,
 		"RateLimit":        `"api_key#0";r=0;t=\d+`,
 		"Retry-After":      `[1-9]\d*`,
 	})
+
+	// Every decision was a proxy_http_call on the control-plane cluster,
+	// and every admitted request was resumed on to the upstream.
+	s := counters(t, e)
+	calls := s["wasmcustom.sluice.allowed"] + s["wasmcustom.sluice.over_limit"]
+	if n := s["cluster."+stack.DefaultCluster+".upstream_rq_200"]; n != calls {
+		t.Errorf("cluster %s: %d calls answered, the filter counted %d decisions", stack.DefaultCluster, n, calls)
+	}
+	if n := up.Total(); n != s["wasmcustom.sluice.allowed"] {
+		t.Errorf("the upstream saw %d requests, the control plane allowed %d", n, s["wasmcustom.sluice.allowed"])
+	}
 
 	// The control plane is down: failure modes, no rate limit headers. On
 	// "cp" the policy said remote_address fails open; on "pre" a key never
