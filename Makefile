@@ -19,7 +19,7 @@ ENVOY_VERSION := 1.40.0
 VENV          := $(CURDIR)/.venv
 
 
-.PHONY: test envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
+.PHONY: test envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
@@ -103,7 +103,7 @@ fuzz:
 	$(MAKE) fuzz-short FUZZTIME=$${FUZZTIME:-1m}
 
 ## bench: benchmarks (not tests): algorithms natively and under wazero.
-bench: bench-algorithms bench-e2e bench-rls
+bench: bench-algorithms bench-rls
 
 bench-algorithms: $(WAZERO)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
@@ -130,10 +130,6 @@ e2e: redis-server
 ## same Redis, same load, 3 interleaved runs each (RUNS, CALLERS, CONNS, KEYS, DURATION override).
 bench-rls: redis-server
 	$(HOSTENV) bench/rls-compare.sh
-
-## bench-e2e: requests/s and latency through the gateway with filter.wasm, in three modes.
-bench-e2e: redis-server
-	$(HOSTENV) $(GO) run ./e2e/cmd/sluice-bench
 
 ## proto: regenerate the Go code of controlplane/api/**/*.proto (protoc + pinned plugins in ./bin).
 proto:
