@@ -154,4 +154,5 @@ func TestServes(t *testing.T) {
 	if n := e.Stat("wasmcustom.sluice.allowed"); n != 10 {
 		t.Errorf("wasmcustom.sluice.allowed = %d, want 10", n)
 	}
+	t.Logf("Envoy (1 worker, filter.wasm loaded): RSS %.1f MB", float64(e.RSS())/(1<<20))
 }
