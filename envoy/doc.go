@@ -5,7 +5,8 @@
 // http_connection_manager runs the sluice Wasm filter (filter.wasm, loaded by the V8 runtime from a
 // local file) in front of the router; the filter calls the control plane through the cluster
 // sluice_controlplane (HTTP/2, 127.0.0.1:8081), and the router sends allowed requests on to the
-// cluster backend. It is tested with Envoy 1.40 and needs 1.39 or later (see the README).
+// cluster backend. It needs Envoy 1.36 or later; 1.36.2, 1.37.0, 1.39.3 and 1.40.0 are tested
+// (ENVOY_BIN selects the binary; see the README).
 //
 // The tests run real Envoy on the file itself, with only the path of filter.wasm and the addresses
 // changed: `envoy --mode validate` accepts it (validate mode also loads filter.wasm and runs

@@ -59,8 +59,8 @@ func TestTrappedVM(t *testing.T) {
 			t.Errorf("%s: the trapping request got %d, want 503", l, a.code)
 		}
 	}
-	// Envoy 1.40 logs what the Go runtime writes to stderr (the panic)
-	// as wasm errors; Envoy 1.36 and 1.37 do not.
+	// Envoy 1.39 and 1.40 log what the Go runtime writes to stderr (the
+	// panic) as wasm errors; Envoy 1.36 and 1.37 do not.
 	if !waitFor(5*time.Second, func() bool { return strings.Contains(e.Log(), "assignment to entry in nil map") }) {
 		t.Logf("the guest's panic message is not in Envoy's log")
 	}
