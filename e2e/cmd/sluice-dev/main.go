@@ -79,7 +79,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "control plane `address` of /metrics, /healthz, /readyz")
 	fs.StringVar(&o.polAdr, "policy-addr", "127.0.0.1:8082", "control plane policy service `address` (ratectl)")
 	fs.StringVar(&o.wasm, "wasm", "build/filter.wasm", "filter.wasm `file`, relative to the repository; built when missing")
-	fs.StringVar(&o.policy, "policy", "", "policy `file` seeding the control plane (default: controlplane/policy/example.yaml)")
+	fs.StringVar(&o.policy, "policy", "", "policy `file` seeding the control plane (default: controlplane/policy/example.yaml); envoy.yaml asks for domain sluice-demo")
 	fs.IntVar(&o.concurrency, "concurrency", 2, "Envoy's worker threads (one filter.wasm VM each)")
 	fs.BoolVar(&o.verbose, "v", false, "show the control plane's log, and log Envoy at info")
 	if err := fs.Parse(args); err != nil {
