@@ -42,9 +42,12 @@ func (f flood) localShare() float64 {
 // TestPerWorkerPrecheck floods one tenant at 10x its limit through Envoy
 // with 1, 2 and 4 workers. Each worker runs its own VM, and the precheck's
 // state (what the control plane said, the local buckets) is per VM: every VM
-// learns on its own that the tenant is over its limit, so the more workers,
-// the more of the flood reaches the control plane. The limit itself holds
-// whatever the number of workers: the control plane admits exactly 20.
+// that serves the flood learns on its own that the tenant is over its limit,
+// so the control plane refuses at least one call per such VM. The test logs
+// the share of the flood shed locally (96-98% with 8 connections at 1, 2
+// and 4 workers: the calls in flight when the limit is reached cost more
+// than the VMs). The limit itself holds whatever the number of workers: the
+// control plane admits exactly 20.
 func TestPerWorkerPrecheck(t *testing.T) {
 	progs, _ := programs(t)
 	ctx := context.Background()
