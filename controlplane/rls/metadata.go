@@ -26,6 +26,8 @@ import (
 //	      "failure_mode":   "closed", // the policy's failure_mode for this descriptor (open |
 //	                                 // closed), which the filter applies when a later call
 //	                                 // fails; absent when no policy matched the descriptor
+//	      "name":           "api_key#0", // the limit's name in the RateLimit headers (LimitName);
+//	                                 // absent when no policy matched the descriptor
 //	      "wait_ms":        250      // reserve only, present when > 0: the descriptor is OK but
 //	                                 // the request must wait this long before it proceeds (the
 //	                                 // longest wait of the descriptor's reserve limits; the
@@ -62,6 +64,7 @@ const (
 	MetaRetryAfter = "retry_after_ms"
 	MetaFailure    = "failure_mode"
 	MetaWait       = "wait_ms"
+	MetaName       = "name"
 )
 
 // limitMetadata returns the dynamic_metadata for one response. The common
@@ -137,6 +140,7 @@ func metadataValue(o *outcome) *structpb.Value {
 		// descriptor's, inherited by nested ones), so the reported limit's
 		// is the descriptor's.
 		fields[MetaFailure] = structpb.NewStringValue(string(o.lim.FailureMode))
+		fields[MetaName] = structpb.NewStringValue(LimitName(o.lim))
 	}
 	return structpb.NewStructValue(&structpb.Struct{Fields: fields})
 }
