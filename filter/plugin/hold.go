@@ -24,7 +24,8 @@ import (
 //
 // At most config.MaxHeld requests are held at once; one beyond it is
 // answered 429 (sluice.hold_rejected). A held request whose client goes
-// away is dropped from the list when the proxy deletes its context. The
+// away is dropped from the list when the proxy ends its stream
+// (proxy_on_done, proxy_on_log or proxy_on_delete, whichever comes first). The
 // request sent upstream carries HeaderDelayed, the milliseconds it was
 // held; sluice.held is the gauge of requests held now, sluice.delayed the
 // count of requests held, sluice.delayed_ms the sum of their holds.
