@@ -16,11 +16,11 @@ import (
 //	      "algorithm":      "token_bucket", // fixed_window | sliding_window | sliding_log |
 //	                                        // token_bucket | gcra; "" = do not precheck
 //	      "limit":          5,       // requests per window (the refill rate for
-//	                                 // token_bucket and gcra)
+//	                                 // token_bucket, gcra and reserve)
 //	      "window_ms":      1000,    // the window or refill period in milliseconds
 //	                                 // (fractional when not whole milliseconds)
 //	      "burst":          20,      // capacity: the most admitted at one instant
-//	                                 // (the burst for token_bucket and gcra, else limit)
+//	                                 // (the burst for token_bucket, gcra and reserve, else limit)
 //	      "retry_after_ms": 0,       // when the descriptor's status is OVER_LIMIT: how
 //	                                 // long until the same request would be allowed; else 0
 //	      "failure_mode":   "closed", // the policy's failure_mode for this descriptor (open |

@@ -47,7 +47,7 @@ func (a Algorithm) String() string {
 // Limit is what a store needs to know about one configured limit.
 type Limit struct {
 	Algorithm Algorithm
-	Requests  int64         // admitted per Window (the refill rate for token_bucket and gcra)
+	Requests  int64         // admitted per Window (the refill rate for token_bucket, gcra and reserve)
 	Window    time.Duration // window or refill period; a whole number of microseconds
 	Burst     int64         // token_bucket, reserve: capacity; gcra: max_burst+1; 0 = Requests
 	MaxWait   time.Duration // reserve: the longest wait granted; a whole number of microseconds
