@@ -14,7 +14,7 @@ import (
 //	  "sluice": [                 // a list, one struct per request descriptor, in order
 //	    {
 //	      "algorithm":      "token_bucket", // fixed_window | sliding_window | sliding_log |
-//	                                        // token_bucket | gcra; "" = do not precheck
+//	                                        // token_bucket | gcra | reserve; "" = do not precheck
 //	      "limit":          5,       // requests per window (the refill rate for
 //	                                 // token_bucket, gcra and reserve)
 //	      "window_ms":      1000,    // the window or refill period in milliseconds
