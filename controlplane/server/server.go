@@ -49,6 +49,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/policystore"
+	"github.com/sluicehq/sluice/controlplane/rlqs"
 	"github.com/sluicehq/sluice/controlplane/rls"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
@@ -166,6 +167,11 @@ type Config struct {
 	Pprof bool
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// RLQSAddr, when set, serves Envoy's Rate Limit Quota Service there
+	// (package rlqs), with RLQS and RLQSServer's settings.
+	RLQSAddr   string
+	RLQS       rlqs.Options
+	RLQSServer rlqs.ServerConfig
 }
 
 // Server is one control-plane process.
@@ -191,6 +197,7 @@ type Server struct {
 	serving  atomic.Bool // between Run's start and its shutdown
 	runOnce  sync.Once
 	shutdown time.Duration
+	rlqs     *rlqsPart // nil unless RLQSAddr is set
 }
 
 // New builds a Server and opens its listeners; Run serves them. On error
@@ -280,6 +287,9 @@ func (s *Server) build() error {
 	}
 	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("server: HTTP address %s: %w", cfg.HTTPAddr, err)
+	}
+	if err := s.buildRLQS(); err != nil {
+		return err
 	}
 	return s.buildPolicyService()
 }
@@ -576,7 +586,8 @@ func (s *Server) run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.memory.RunSweeper(sweepCtx, DefaultSweepInterval) }()
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
+	s.serveRLQS(errc)
 	go func() {
 		if err := s.grpc.Serve(s.grpcLn); err != nil {
 			errc <- fmt.Errorf("server: gRPC: %w", err)
@@ -595,6 +606,9 @@ func (s *Server) run(ctx context.Context) error {
 		defer wg.Done()
 		s.policies.Watch(sweepCtx, func(snap *policystore.Snapshot) {
 			s.service.SetPolicies(snap.Set)
+			if s.rlqs != nil {
+				s.rlqs.svc.SetPolicies(snap.Set)
+			}
 			s.log.Info("policies in force", "version", snap.Version, "domains", strings.Join(domainNames(snap.Set), ","))
 		})
 	}()
@@ -612,7 +626,7 @@ func (s *Server) run(ctx context.Context) error {
 	}
 	s.serving.Store(true)
 	s.setHealth()
-	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "policy", s.PolicyAddr(), "store", s.store.Name(),
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "policy", s.PolicyAddr(), "rlqs", s.RLQSAddr(), "store", s.store.Name(),
 		"domains", strings.Join(domainNames(s.service.Policies()), ","))
 
 	var runErr error
@@ -628,6 +642,7 @@ func (s *Server) run(ctx context.Context) error {
 	// Closing the policy store ends Watch streams, so the drain is not
 	// held up by them.
 	s.policies.Close()
+	s.stopRLQS()
 	drained := make(chan struct{})
 	go func() {
 		if s.polGRPC != nil {
@@ -674,6 +689,9 @@ func (s *Server) closeResources() {
 	}
 	if s.client != nil {
 		s.client.Close()
+	}
+	if s.rlqs != nil {
+		s.rlqs.ln.Close()
 	}
 	for _, ln := range []net.Listener{s.grpcLn, s.httpLn, s.polLn} {
 		if ln != nil {

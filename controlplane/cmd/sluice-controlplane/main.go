@@ -45,6 +45,9 @@
 //	-log-format          SLUICE_LOG_FORMAT          json | text (json)
 //	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
 //	                                                address (false; for profiling, never on a shared port)
+//	-rlqs-addr           SLUICE_RLQS_ADDR           Envoy's Rate Limit Quota Service listen address (off)
+//	-rlqs-ttl            SLUICE_RLQS_TTL            RLQS assignment time to live, whole seconds (15s)
+//	-rlqs-max-buckets    SLUICE_RLQS_MAX_BUCKETS    RLQS buckets one Envoy stream may have (1024)
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
 //	                                                heap is small, and collecting it less often leaves
@@ -74,6 +77,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/degrade"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
+	"github.com/sluicehq/sluice/controlplane/rlqs"
 	"github.com/sluicehq/sluice/controlplane/rls"
 	"github.com/sluicehq/sluice/controlplane/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
@@ -119,6 +123,9 @@ type config struct {
 	pprof               bool
 	gcPercent           int
 	gcPercentSet        bool // given by flag or $SLUICE_GC_PERCENT
+	rlqsAddr            string
+	rlqsTTL             time.Duration
+	rlqsMaxBuckets      int
 }
 
 // listFlag is a comma-separated, repeatable flag.
@@ -191,6 +198,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	envOf["redis-no-functions"] = "SLUICE_REDIS_NO_FUNCTIONS"
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP address ($SLUICE_PPROF)")
 	envOf["pprof"] = "SLUICE_PPROF"
+	str(&c.rlqsAddr, "rlqs-addr", "SLUICE_RLQS_ADDR", "", "Envoy's Rate Limit Quota Service (RLQS) listen address (default: off)")
+	dur(&c.rlqsTTL, "rlqs-ttl", "SLUICE_RLQS_TTL", rlqs.DefaultTTL, "RLQS assignment time to live, whole seconds (3 of Envoy's 5 s reports)")
+	num(&c.rlqsMaxBuckets, "rlqs-max-buckets", "SLUICE_RLQS_MAX_BUCKETS", rlqs.DefaultMaxBuckets, "RLQS buckets one Envoy stream may have")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 
 	if err := fs.Parse(args); err != nil {
@@ -232,6 +242,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-max-descriptors must be positive (got %d)", c.maxDescriptors))
 	case c.memEntries <= 0 || c.memBytes <= 0:
 		errs = append(errs, errors.New("-memory-max-entries and -memory-max-bytes must be positive"))
+	case c.rlqsTTL < 2*time.Second || c.rlqsTTL%time.Second != 0 || c.rlqsMaxBuckets <= 0:
+		errs = append(errs, fmt.Errorf("-rlqs-ttl must be whole seconds, at least 2s, and -rlqs-max-buckets positive (got %v, %d)", c.rlqsTTL, c.rlqsMaxBuckets))
 	case (c.policyCert == "") != (c.policyKey == ""):
 		errs = append(errs, errors.New("-policy-tls-cert and -policy-tls-key go together"))
 	case c.policyCA != "" && c.policyCert == "":
@@ -330,6 +342,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		ShutdownTimeout:  c.shutdown,
 		Pprof:            c.pprof,
 		Logger:           log,
+		RLQSAddr:         c.rlqsAddr,
+		RLQS:             rlqs.Options{TTL: c.rlqsTTL, MaxBuckets: c.rlqsMaxBuckets},
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())

@@ -1,0 +1,504 @@
+// Package rlqs serves Envoy's Rate Limit Quota Service
+// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService), the protocol of
+// Envoy's own envoy.filters.http.rate_limit_quota filter, from sluice's
+// policies and store.
+//
+// An Envoy keeps one stream open and reports, per bucket, the requests it
+// allowed and denied; the service answers each report with an assignment
+// per bucket. A bucket id's entries are a request descriptor: sorted by key,
+// they are matched against the policy of the report's domain
+// (policy.Domain.Match). The limit's rate (requests_per_unit per unit) is
+// divided among the Envoys that report the bucket, by max-min fairness over
+// their reported demand (Shares), and each Envoy gets a token bucket of its
+// share. The Envoys' demand is kept in Redis when the control plane has
+// Redis (RedisDemand), so that replicas divide one rate among all the
+// Envoys; the usage each Envoy reports is debited from a token bucket of
+// the limit's rate in the store, and an Envoy whose usage finds that bucket
+// empty (the budget is spent, for example by a replica that over-assigned)
+// is told to deny all until its next report.
+//
+// Envoy 1.40 reports every 5 s whatever reporting_interval says, reads only
+// the seconds of assignment_time_to_live and of token_bucket.fill_interval,
+// and ignores requests_per_time_unit: assignments are token buckets or
+// blanket rules with whole-second intervals and time-to-live values of
+// several report intervals (Options.TTL).
+package rlqs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/controlplane/store"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// ReportInterval is how often Envoy 1.40 reports, whatever its
+// reporting_interval says.
+const ReportInterval = 5 * time.Second
+
+// Defaults for Options.
+const (
+	DefaultMaxBuckets = 1024
+	DefaultTTL        = 3 * ReportInterval
+	DefaultHeadroom   = 0.05
+	DefaultFloor      = 1.0
+	// MaxEntries bounds a bucket id's entries, and MaxEntryLen each key and
+	// value.
+	MaxEntries  = 64
+	MaxEntryLen = 1024
+	// MaxDomainLen bounds a report's domain.
+	MaxDomainLen = 256
+)
+
+// budgetTime is how much of a limit's rate the usage bucket in the store
+// holds: two report intervals, so that Envoys whose shares sum to the rate
+// never find it empty.
+const budgetTime = 2 * ReportInterval
+
+// Options configures a Service. Zero values take the defaults.
+type Options struct {
+	// MaxBuckets bounds the buckets one stream may have: reports of more
+	// buckets get no assignment for them (Envoy applies its
+	// no_assignment_behavior) and are counted in
+	// sluice_rlqs_buckets_refused_total.
+	MaxBuckets int
+	// TTL is the assignments' time to live, in whole seconds (at least
+	// 2 s); DefaultTTL (3 report intervals) survives two missed reports.
+	TTL time.Duration
+	// Headroom and Floor size the demand an Envoy is assumed to have (see
+	// Want): DefaultHeadroom and DefaultFloor (requests per second).
+	Headroom, Floor float64
+	// Demand keeps the Envoys' demand; nil keeps it in this process.
+	Demand Demand
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives the service's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the service's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Service serves RateLimitQuotaService.StreamRateLimitQuotas.
+type Service struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+
+	store    store.Store
+	demand   Demand
+	local    *MemoryDemand // when demand fails (Redis down), and without Redis
+	opts     Options
+	log      *slog.Logger
+	policies atomic.Pointer[policy.Set]
+	m        metrics
+
+	mu      sync.Mutex
+	streams map[*stream]struct{}
+}
+
+// New returns a Service deciding from st with the given policies (nil
+// means none).
+func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
+	if st == nil {
+		return nil, errors.New("rlqs: store is nil")
+	}
+	if opts.MaxBuckets < 0 || opts.TTL < 0 || opts.Headroom < 0 || opts.Floor < 0 {
+		return nil, errors.New("rlqs: MaxBuckets, TTL, Headroom and Floor must not be negative")
+	}
+	if opts.MaxBuckets == 0 {
+		opts.MaxBuckets = DefaultMaxBuckets
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultTTL
+	}
+	if opts.TTL%time.Second != 0 || opts.TTL < 2*time.Second {
+		return nil, errors.New("rlqs: TTL must be whole seconds, at least 2s (Envoy reads only its seconds)")
+	}
+	if opts.Headroom == 0 {
+		opts.Headroom = DefaultHeadroom
+	}
+	if opts.Floor == 0 {
+		opts.Floor = DefaultFloor
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Service{store: st, opts: opts, log: opts.Logger, local: NewMemoryDemand(), streams: map[*stream]struct{}{}}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.demand = opts.Demand
+	if s.demand == nil {
+		s.demand = s.local
+	}
+	s.m = newMetrics(opts.Registerer, s.streamCount)
+	s.SetPolicies(policies)
+	return s, nil
+}
+
+// Register registers the service on r.
+func (s *Service) Register(r grpc.ServiceRegistrar) { rlqspb.RegisterRateLimitQuotaServiceServer(r, s) }
+
+// stream is one Envoy's stream.
+type stream struct {
+	id      string // identifies the Envoy in the shared demand
+	srv     rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer
+	sendMu  sync.Mutex
+	mu      sync.Mutex // guards what follows
+	domain  string
+	buckets map[string]*bucket // by canonical id (bucketKey)
+	warned  bool               // MaxBuckets logged
+}
+
+// bucket is one bucket of a stream.
+type bucket struct {
+	id        *rlqspb.BucketId
+	entries   []store.Entry // sorted by key
+	last      time.Time     // last report (zero before the first)
+	demandKey string        // where its demand lives; "" without a limit
+	hadLimit  bool          // a limit applied at the last report
+}
+
+func (st *stream) send(r *rlqspb.RateLimitQuotaResponse) error {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	return st.srv.Send(r)
+}
+
+// StreamRateLimitQuotas serves one Envoy: every report is answered with an
+// assignment for each of its buckets. A malformed report ends the stream
+// with InvalidArgument and changes nothing.
+func (s *Service) StreamRateLimitQuotas(srv rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	st := &stream{id: newID(), srv: srv, buckets: map[string]*bucket{}}
+	s.mu.Lock()
+	s.streams[st] = struct{}{}
+	s.mu.Unlock()
+	defer s.closeStream(st)
+	for {
+		rep, err := srv.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := s.handle(srv.Context(), st, rep)
+		if err != nil {
+			s.m.badReports.Inc()
+			s.log.Warn("rlqs: refused a usage report", "error", err.Error())
+			return err
+		}
+		if len(resp.GetBucketAction()) > 0 {
+			if err := st.send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// closeStream forgets a stream and its Envoy's demand.
+func (s *Service) closeStream(st *stream) {
+	s.mu.Lock()
+	delete(s.streams, st)
+	s.mu.Unlock()
+	st.mu.Lock()
+	var keys []string
+	for _, b := range st.buckets {
+		if b.demandKey != "" {
+			keys = append(keys, b.demandKey)
+		}
+	}
+	st.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s.local.Forget(ctx, keys, st.id)
+	if s.demand != s.local {
+		if err := s.demand.Forget(ctx, keys, st.id); err != nil {
+			s.log.Debug("rlqs: cannot forget a closed stream's demand (it expires)", "error", err.Error())
+		}
+	}
+}
+
+func (s *Service) streamCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
+}
+
+// newID returns a random id for a stream.
+func newID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// validate checks a report before anything is changed.
+func validate(rep *rlqspb.RateLimitQuotaUsageReports, domain string) error {
+	switch d := rep.GetDomain(); {
+	case d == "":
+		return status.Error(codes.InvalidArgument, "rlqs: domain: must not be empty")
+	case len(d) > MaxDomainLen:
+		return status.Errorf(codes.InvalidArgument, "rlqs: domain: %d bytes, more than %d", len(d), MaxDomainLen)
+	case domain != "" && d != domain:
+		return status.Errorf(codes.InvalidArgument, "rlqs: domain: %q, but this stream reports domain %q (one stream, one domain)", d, domain)
+	}
+	for i, u := range rep.GetBucketQuotaUsages() {
+		entries := u.GetBucketId().GetBucket()
+		switch {
+		case u == nil:
+			return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d]: must not be null", i)
+		case len(entries) == 0:
+			return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: must have at least one entry", i)
+		case len(entries) > MaxEntries:
+			return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %d entries, more than %d", i, len(entries), MaxEntries)
+		case u.GetTimeElapsed().GetSeconds() < 0 || u.GetTimeElapsed().GetNanos() < 0:
+			return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].time_elapsed: must not be negative", i)
+		}
+		for k, v := range entries {
+			if len(k) > MaxEntryLen || len(v) > MaxEntryLen || k == "" {
+				return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: keys must be 1 to %d bytes and values at most %d", i, MaxEntryLen, MaxEntryLen)
+			}
+		}
+	}
+	return nil
+}
+
+// sortedEntries returns a bucket id's entries sorted by key: the
+// descriptor they are matched as.
+func sortedEntries(id map[string]string) []store.Entry {
+	out := make([]store.Entry, 0, len(id))
+	for k, v := range id {
+		out = append(out, store.Entry{Key: k, Value: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// bucketKey is a canonical, injective name of a bucket id (sorted entries,
+// each length-prefixed).
+func bucketKey(entries []store.Entry) string {
+	var b strings.Builder
+	for _, e := range entries {
+		for _, s := range []string{e.Key, e.Value} {
+			b.WriteString(strconv.Itoa(len(s)))
+			b.WriteByte(':')
+			b.WriteString(s)
+		}
+	}
+	return b.String()
+}
+
+// handle answers one usage report of st's Envoy.
+func (s *Service) handle(ctx context.Context, st *stream, rep *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := validate(rep, st.domain); err != nil {
+		return nil, err
+	}
+	st.domain = rep.GetDomain()
+	s.m.reports.Inc()
+	now := s.opts.Now()
+	resp := &rlqspb.RateLimitQuotaResponse{}
+	for _, u := range rep.GetBucketQuotaUsages() {
+		entries := sortedEntries(u.GetBucketId().GetBucket())
+		key := bucketKey(entries)
+		b := st.buckets[key]
+		if b == nil {
+			if len(st.buckets) >= s.opts.MaxBuckets {
+				s.m.refused.Inc()
+				if !st.warned {
+					st.warned = true
+					s.log.Warn("rlqs: a stream reports more buckets than allowed: the rest get no assignment", "max_buckets", s.opts.MaxBuckets, "domain", st.domain)
+				}
+				continue
+			}
+			b = &bucket{id: &rlqspb.BucketId{Bucket: u.GetBucketId().GetBucket()}, entries: entries}
+			st.buckets[key] = b
+		}
+		demand := math.Inf(1) // unknown until two reports
+		total := float64(u.GetNumRequestsAllowed()) + float64(u.GetNumRequestsDenied())
+		switch elapsed := now.Sub(b.last); {
+		case !b.last.IsZero() && elapsed > 0:
+			demand = total / elapsed.Seconds()
+		case u.GetTimeElapsed().AsDuration() > 0: // whole seconds, may be 0
+			demand = total / u.GetTimeElapsed().AsDuration().Seconds()
+		}
+		b.last = now
+		resp.BucketAction = append(resp.BucketAction, s.assign(ctx, st, b, demand, int64(min(u.GetNumRequestsAllowed(), math.MaxInt64)), now))
+	}
+	return resp, nil
+}
+
+// assign decides the action for one bucket of st after a report.
+func (s *Service) assign(ctx context.Context, st *stream, b *bucket, demand float64, allowed int64, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	dom := s.policies.Load().Domain(st.domain)
+	limits, shadow := counted(dom, b.entries)
+	if len(limits) == 0 {
+		b.hadLimit = false
+		s.m.actions.WithLabelValues("allow_all").Inc()
+		return s.blanket(b, typev3.RateLimitStrategy_ALLOW_ALL)
+	}
+	b.hadLimit = true
+	// The binding limit: the smallest rate.
+	bind := limits[0]
+	for _, l := range limits[1:] {
+		if rateOf(l) < rateOf(bind) {
+			bind = l
+		}
+	}
+	spent := s.debit(ctx, dom.Name, b.entries, limits, allowed)
+	b.demandKey = demandKey(dom.Name, b.entries, bind)
+	all, err := s.demand.Report(ctx, b.demandKey, st.id, demand, now, s.opts.TTL)
+	if err != nil {
+		s.m.demandErrors.Inc()
+		s.log.Debug("rlqs: shared demand unavailable: sizing from this replica's Envoys", "error", err.Error())
+		all, _ = s.local.Report(ctx, b.demandKey, st.id, demand, now, s.opts.TTL)
+	}
+	share := s.shareOf(rateOf(bind), all, st.id)
+	tb := BucketFor(share)
+	switch {
+	case shadow:
+		s.m.actions.WithLabelValues("allow_all").Inc()
+		return s.blanket(b, typev3.RateLimitStrategy_ALLOW_ALL)
+	case spent || tb.TokensPerFill == 0:
+		s.m.actions.WithLabelValues("deny_all").Inc()
+		return s.blanket(b, typev3.RateLimitStrategy_DENY_ALL)
+	}
+	s.m.actions.WithLabelValues("token_bucket").Inc()
+	return s.quota(b, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+		MaxTokens:     tb.MaxTokens,
+		TokensPerFill: wrapperspb.UInt32(tb.TokensPerFill),
+		FillInterval:  durationpb.New(tb.FillInterval),
+	}}})
+}
+
+// shareOf returns envoy's share of rate among the demands (every Envoy's,
+// in a stable order).
+func (s *Service) shareOf(rate float64, demands map[string]float64, envoy string) float64 {
+	ids := make([]string, 0, len(demands))
+	for id := range demands {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	wants := make([]float64, len(ids))
+	me := -1
+	for i, id := range ids {
+		wants[i] = Want(demands[id], s.opts.Headroom, s.opts.Floor)
+		if id == envoy {
+			me = i
+		}
+	}
+	if me < 0 {
+		return 0
+	}
+	return Shares(rate, wants)[me]
+}
+
+// counted returns the limits that count for a descriptor, and whether they
+// are all in shadow mode. An unlimited limit, or none, means nothing is
+// counted.
+func counted(dom *policy.Domain, entries []store.Entry) ([]*policy.Limit, bool) {
+	if dom == nil {
+		return nil, false
+	}
+	pe := make([]policy.Entry, len(entries))
+	for i, e := range entries {
+		pe[i] = policy.Entry{Key: e.Key, Value: e.Value}
+	}
+	matched := dom.DropReplaced([][]*policy.Limit{dom.Match(pe)})[0]
+	var out []*policy.Limit
+	shadow := true
+	for _, l := range matched {
+		if l.Unlimited {
+			return nil, false
+		}
+		if l.Requests <= 0 || l.Window <= 0 {
+			continue
+		}
+		out = append(out, l)
+		shadow = shadow && l.ShadowMode
+	}
+	return out, shadow
+}
+
+// rateOf returns a limit's rate in requests per second.
+func rateOf(l *policy.Limit) float64 { return float64(l.Requests) / l.Window.Seconds() }
+
+// usageLimit is the store limit RLQS usage is debited from: a token bucket
+// refilled at l's rate, holding budgetTime of it.
+func usageLimit(l *policy.Limit) store.Limit {
+	burst := int64(math.Ceil(rateOf(l) * budgetTime.Seconds()))
+	return store.Limit{Algorithm: store.TokenBucket, Requests: l.Requests, Window: l.Window, Burst: max(burst, 1)}
+}
+
+// usageKey is the store key of l's usage bucket for one descriptor.
+func usageKey(domain string, entries []store.Entry, l *policy.Limit) string {
+	return store.Key(domain, entries, l.ID+"@rlqs", store.TokenBucket)
+}
+
+// demandKey is where the Envoys' demand for one descriptor's limit lives.
+func demandKey(domain string, entries []store.Entry, l *policy.Limit) string {
+	return "sluice:rlqs:" + usageKey(domain, entries, l)
+}
+
+// debit counts allowed requests against each limit's usage bucket in the
+// store, and reports whether one of them was already spent. A store
+// failure spends nothing: assignments then come from the demand alone.
+func (s *Service) debit(ctx context.Context, domain string, entries []store.Entry, limits []*policy.Limit, allowed int64) bool {
+	checks := make([]store.Check, len(limits))
+	for i, l := range limits {
+		ul := usageLimit(l)
+		checks[i] = store.Check{Key: usageKey(domain, entries, l), Limit: ul, Cost: min(allowed, ul.Burst)}
+	}
+	results := make([]algorithms.Result, len(checks))
+	if err := s.store.Decide(ctx, checks, results); err != nil {
+		s.m.storeErrors.Inc()
+		return false
+	}
+	for _, r := range results {
+		if !r.Allowed {
+			return true
+		}
+	}
+	return false
+}
+
+// blanket returns a blanket-rule assignment for b.
+func (s *Service) blanket(b *bucket, rule typev3.RateLimitStrategy_BlanketRule) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return s.quota(b, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}})
+}
+
+// quota returns an assignment of strategy to b, valid for the TTL.
+func (s *Service) quota(b *bucket, strategy *typev3.RateLimitStrategy) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{
+		BucketId: b.id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(s.opts.TTL),
+				RateLimitStrategy:    strategy,
+			},
+		},
+	}
+}
