@@ -39,9 +39,9 @@ const fallbackRate = 2
 // expires, the fallback token bucket applies for a minute.
 func quotaFilter() stack.M {
 	settings := stack.M{
-		"@type":              "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings",
-		"bucket_id_builder":  stack.M{"bucket_id_builder": stack.M{"name": stack.M{"string_value": "api"}}},
-		"reporting_interval": "5s",
+		"@type":                  "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings",
+		"bucket_id_builder":      stack.M{"bucket_id_builder": stack.M{"name": stack.M{"string_value": "api"}}},
+		"reporting_interval":     "5s",
 		"no_assignment_behavior": stack.M{"fallback_rate_limit": stack.M{"blanket_rule": "ALLOW_ALL"}},
 		"expired_assignment_behavior": stack.M{
 			"expired_assignment_behavior_timeout": "60s",
