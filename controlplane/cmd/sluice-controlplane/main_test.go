@@ -48,6 +48,10 @@ func TestParseFlags(t *testing.T) {
 		c.maxDescriptors != 256 || c.logFormat != "json" || c.gcPercent != DefaultGCPercent || c.gcPercentSet {
 		t.Fatalf("parsed %+v", c)
 	}
+	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_RLQS_ADDR": "127.0.0.1:4444"}[k] }, io.Discard); err != nil ||
+		c.rlqsAddr != "127.0.0.1:4444" || c.rlqsTTL != 15*time.Second || c.rlqsMaxBuckets != 1024 {
+		t.Fatalf("$SLUICE_RLQS_ADDR: %+v, %v", c, err)
+	}
 	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_GC_PERCENT": "150"}[k] }, io.Discard); err != nil ||
 		c.gcPercent != 150 || !c.gcPercentSet {
 		t.Fatalf("$SLUICE_GC_PERCENT: %+v, %v", c, err)
@@ -63,6 +67,9 @@ func TestParseFlags(t *testing.T) {
 		{nil, map[string]string{"SLUICE_PROBE_INTERVAL": "soon"}, `$SLUICE_PROBE_INTERVAL="soon": invalid value for -probe-interval`},
 		{[]string{"-max-descriptors", "-1"}, nil, "-max-descriptors must be positive"},
 		{[]string{"-gc-percent", "0"}, nil, "-gc-percent must be positive"},
+		{[]string{"-rlqs-ttl", "1500ms"}, nil, "-rlqs-ttl must be whole seconds"},
+		{[]string{"-rlqs-ttl", "1s"}, nil, "-rlqs-ttl must be whole seconds, at least 2s"},
+		{nil, map[string]string{"SLUICE_RLQS_MAX_BUCKETS": "0"}, "-rlqs-max-buckets positive"},
 	}
 	for _, b := range bad {
 		_, err := parseFlags(b.args, func(k string) string { return b.env[k] }, io.Discard)
