@@ -23,20 +23,25 @@ func (s *Service) SetPolicies(p *policy.Set) {
 	}
 	s.mu.Unlock()
 	for _, st := range streams {
-		if resp := s.abandoned(st, p); resp != nil {
-			if err := st.send(resp); err != nil {
-				s.log.Debug("rlqs: cannot send abandon_action", "error", err.Error())
-			}
+		resp, keys := s.abandoned(st, p)
+		if resp == nil {
+			continue
 		}
+		if err := st.send(resp); err != nil {
+			s.log.Debug("rlqs: cannot send abandon_action", "error", err.Error())
+		}
+		s.forget(st, keys)
 	}
 }
 
 // abandoned removes from st the buckets that lost their limit under p, and
-// returns the abandon actions to send (nil when none).
-func (s *Service) abandoned(st *stream, p *policy.Set) *rlqspb.RateLimitQuotaResponse {
+// returns the abandon actions to send (nil when none) and the buckets'
+// demand keys.
+func (s *Service) abandoned(st *stream, p *policy.Set) (*rlqspb.RateLimitQuotaResponse, []string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var resp *rlqspb.RateLimitQuotaResponse
+	var keys []string
 	dom := p.Domain(st.domain)
 	for key, b := range st.buckets {
 		if !b.hadLimit {
@@ -55,9 +60,12 @@ func (s *Service) abandoned(st *stream, p *policy.Set) *rlqspb.RateLimitQuotaRes
 			},
 		})
 		s.m.actions.WithLabelValues("abandon").Inc()
+		if b.demandKey != "" {
+			keys = append(keys, b.demandKey)
+		}
 		delete(st.buckets, key)
 	}
-	return resp
+	return resp, keys
 }
 
 // Policies returns the policies in force.

@@ -228,6 +228,11 @@ func (s *Service) closeStream(st *stream) {
 		}
 	}
 	st.mu.Unlock()
+	s.forget(st, keys)
+}
+
+// forget removes st's Envoy from the demand of keys.
+func (s *Service) forget(st *stream, keys []string) {
 	if len(keys) == 0 {
 		return
 	}
@@ -378,6 +383,8 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, demand floa
 	}
 	share := s.shareOf(rateOf(bind), all, st.id)
 	tb := BucketFor(share)
+	s.log.Debug("rlqs: assignment", "domain", dom.Name, "limit", bind.ID, "envoy", st.id, "demand", demand,
+		"envoys", len(all), "share", share, "tokens_per_fill", tb.TokensPerFill, "fill_interval", tb.FillInterval.String(), "budget_spent", spent)
 	switch {
 	case shadow:
 		s.m.actions.WithLabelValues("allow_all").Inc()

@@ -372,6 +372,9 @@ func TestAbandonOnDelete(t *testing.T) {
 		resp.GetBucketAction()[0].GetBucketId().GetBucket()["name"] != "api" {
 		t.Fatalf("after deleting the policy: %v, want abandon_action for {name: api} only", resp)
 	}
+	if n := f.svc.local.Len(); n != 0 {
+		t.Errorf("the abandoned bucket's demand is still held (%d buckets)", n)
+	}
 	// The bucket comes back as new; nothing limits it any more.
 	if got := rateOfAction(t, exchange(t, s, report("api", usage(api, 1, 0, 0))).GetBucketAction()[0]); got != -1 {
 		t.Errorf("re-created bucket: %v, want ALLOW_ALL", got)

@@ -57,6 +57,22 @@ func (u *upstream) close() { u.srv.Close() }
 // with at most maxInFlight at once (ticks past it are counted in skipped).
 type load struct {
 	sent, ok, limited, failed, skipped atomic.Int64
+
+	mu        sync.Mutex
+	limitedAt []time.Time // when each 429 came back
+}
+
+// limitedIn returns how many 429s came back in [from, to).
+func (l *load) limitedIn(from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, t := range l.limitedAt {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 const maxInFlight = 64
@@ -101,6 +117,9 @@ func (l *load) run(ctx context.Context, url, envoy string, rate float64) {
 				l.ok.Add(1)
 			case http.StatusTooManyRequests:
 				l.limited.Add(1)
+				l.mu.Lock()
+				l.limitedAt = append(l.limitedAt, time.Now())
+				l.mu.Unlock()
 			default:
 				l.failed.Add(1)
 			}
