@@ -1,10 +1,8 @@
 package rlqs
 
 import (
-	"net"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -22,7 +20,7 @@ const (
 
 // ServerConfig bounds the RLQS gRPC server. Zero values take the defaults.
 type ServerConfig struct {
-	MaxConns    int           // open connections; more wait in the kernel's backlog
+	MaxConns    int           // open connections, for the listener (MaxConnsOf)
 	MaxStreams  uint32        // concurrent streams per connection
 	MaxMsgSize  int           // bytes of one message, either way
 	IdleTimeout time.Duration // a connection with no stream this long is closed
@@ -50,8 +48,8 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	return c
 }
 
-// NewGRPCServer returns a grpc-go server serving svc within cfg's bounds.
-// Serve it on Listener(ln, cfg), which caps the connections.
+// NewGRPCServer returns a grpc-go server serving svc within cfg's bounds
+// (all but MaxConns, which its listener enforces: see MaxConnsOf).
 func NewGRPCServer(svc *Service, cfg ServerConfig) *grpc.Server {
 	cfg = cfg.withDefaults()
 	gs := grpc.NewServer(
@@ -66,7 +64,5 @@ func NewGRPCServer(svc *Service, cfg ServerConfig) *grpc.Server {
 	return gs
 }
 
-// Listener caps ln at cfg's connections.
-func Listener(ln net.Listener, cfg ServerConfig) net.Listener {
-	return netutil.LimitListener(ln, cfg.withDefaults().MaxConns)
-}
+// MaxConnsOf returns the connections cfg allows (the default when unset).
+func MaxConnsOf(cfg ServerConfig) int { return cfg.withDefaults().MaxConns }

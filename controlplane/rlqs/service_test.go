@@ -93,7 +93,7 @@ func newFixture(t *testing.T, opts Options, cfg ServerConfig) *fixture {
 		t.Fatal(err)
 	}
 	gs := NewGRPCServer(svc, cfg)
-	go gs.Serve(Listener(ln, cfg))
+	go gs.Serve(ln)
 	t.Cleanup(gs.Stop)
 	f.addr = ln.Addr().String()
 	return f

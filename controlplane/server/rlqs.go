@@ -35,7 +35,11 @@ func (s *Server) buildRLQS() error {
 	if err != nil {
 		return fmt.Errorf("server: RLQS address %s: %w", s.cfg.RLQSAddr, err)
 	}
-	s.rlqs = &rlqsPart{svc: svc, grpc: rlqs.NewGRPCServer(svc, s.cfg.RLQSServer), ln: rlqs.Listener(ln, s.cfg.RLQSServer)}
+	sc := s.cfg.RLQSServer
+	if sc.IdleTimeout == 0 {
+		sc.IdleTimeout = s.cfg.IdleTimeout
+	}
+	s.rlqs = &rlqsPart{svc: svc, grpc: rlqs.NewGRPCServer(svc, sc), ln: s.limit(ln, "rlqs", rlqs.MaxConnsOf(sc))}
 	return nil
 }
 
