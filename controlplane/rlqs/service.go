@@ -215,23 +215,16 @@ func (s *Service) StreamRateLimitQuotas(srv rlqspb.RateLimitQuotaService_StreamR
 	}
 }
 
-// closeStream forgets a stream and its Envoy's demand.
+// closeStream forgets a stream. Its Envoy's entries stay in the demand
+// store until they expire: the Envoy keeps its assignments until their
+// time-to-live, whether it reconnects (as a new stream) or not.
 func (s *Service) closeStream(st *stream) {
 	s.mu.Lock()
 	delete(s.streams, st)
 	s.mu.Unlock()
-	st.mu.Lock()
-	var keys []string
-	for _, b := range st.buckets {
-		if b.demandKey != "" {
-			keys = append(keys, b.demandKey)
-		}
-	}
-	st.mu.Unlock()
-	s.forget(st, keys)
 }
 
-// forget removes st's Envoy from the demand of keys.
+// forget removes st's Envoy from keys (buckets it abandoned).
 func (s *Service) forget(st *stream, keys []string) {
 	if len(keys) == 0 {
 		return
@@ -241,7 +234,7 @@ func (s *Service) forget(st *stream, keys []string) {
 	s.local.Forget(ctx, keys, st.id)
 	if s.demand != s.local {
 		if err := s.demand.Forget(ctx, keys, st.id); err != nil {
-			s.log.Debug("rlqs: cannot forget a closed stream's demand (it expires)", "error", err.Error())
+			s.log.Debug("rlqs: cannot forget an abandoned bucket's Envoy (its entry expires)", "error", err.Error())
 		}
 	}
 }
@@ -375,21 +368,28 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, demand floa
 	}
 	spent := s.debit(ctx, dom.Name, b.entries, limits, allowed)
 	b.demandKey = demandKey(dom.Name, b.entries, bind)
-	all, err := s.demand.Report(ctx, b.demandKey, st.id, demand, now, s.opts.TTL)
-	if err != nil {
+	var tb TokenBucket
+	var share float64
+	decide := func(all map[string]Envoy) float64 {
+		tb, share = TokenBucket{}, 0
+		if !shadow && !spent {
+			share = Allot(rateOf(bind), all, st.id, s.opts.Headroom, s.opts.Floor)
+			tb = BucketFor(share)
+		}
+		return tb.Rate()
+	}
+	if _, err := s.demand.Assign(ctx, b.demandKey, st.id, demand, now, s.opts.TTL, decide); err != nil {
 		s.m.demandErrors.Inc()
 		s.log.Debug("rlqs: shared demand unavailable: sizing from this replica's Envoys", "error", err.Error())
-		all, _ = s.local.Report(ctx, b.demandKey, st.id, demand, now, s.opts.TTL)
+		s.local.Assign(ctx, b.demandKey, st.id, demand, now, s.opts.TTL, decide)
 	}
-	share := s.shareOf(rateOf(bind), all, st.id)
-	tb := BucketFor(share)
 	s.log.Debug("rlqs: assignment", "domain", dom.Name, "limit", bind.ID, "envoy", st.id, "demand", demand,
-		"envoys", len(all), "share", share, "tokens_per_fill", tb.TokensPerFill, "fill_interval", tb.FillInterval.String(), "budget_spent", spent)
+		"share", share, "tokens_per_fill", tb.TokensPerFill, "fill_interval", tb.FillInterval.String(), "budget_spent", spent)
 	switch {
 	case shadow:
 		s.m.actions.WithLabelValues("allow_all").Inc()
 		return s.blanket(b, typev3.RateLimitStrategy_ALLOW_ALL)
-	case spent || tb.TokensPerFill == 0:
+	case tb.TokensPerFill == 0:
 		s.m.actions.WithLabelValues("deny_all").Inc()
 		return s.blanket(b, typev3.RateLimitStrategy_DENY_ALL)
 	}
@@ -399,28 +399,6 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, demand floa
 		TokensPerFill: wrapperspb.UInt32(tb.TokensPerFill),
 		FillInterval:  durationpb.New(tb.FillInterval),
 	}}})
-}
-
-// shareOf returns envoy's share of rate among the demands (every Envoy's,
-// in a stable order).
-func (s *Service) shareOf(rate float64, demands map[string]float64, envoy string) float64 {
-	ids := make([]string, 0, len(demands))
-	for id := range demands {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	wants := make([]float64, len(ids))
-	me := -1
-	for i, id := range ids {
-		wants[i] = Want(demands[id], s.opts.Headroom, s.opts.Floor)
-		if id == envoy {
-			me = i
-		}
-	}
-	if me < 0 {
-		return 0
-	}
-	return Shares(rate, wants)[me]
 }
 
 // counted returns the limits that count for a descriptor, and whether they

@@ -189,13 +189,14 @@ func TestFirstReport(t *testing.T) {
 }
 
 // TestShareBetweenStreams: two Envoys of one bucket divide the rate by
-// their demand, measured between reports (time_elapsed 0 included).
+// their demand, measured between reports (time_elapsed 0 included); an
+// Envoy only gets what the other's assignment in force leaves free.
 func TestShareBetweenStreams(t *testing.T) {
 	f := newFixture(t, Options{}, ServerConfig{})
 	a, b := f.open(t), f.open(t)
 	exchange(t, a, report("api", usage(api, 1, 0, 0)))
-	if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 1, 0, 0))).GetBucketAction()[0]); got != 50 {
-		t.Errorf("second Envoy, both unknown: %v/s, want half", got)
+	if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 1, 0, 0))).GetBucketAction()[0]); got != 0 {
+		t.Errorf("second Envoy while the first holds the whole rate: %v/s, want DENY_ALL", got)
 	}
 	f.clock.Add(ReportInterval)
 	// a: 100 requests in 5 s (20/s) but time_elapsed says 0: the server's
@@ -381,26 +382,24 @@ func TestAbandonOnDelete(t *testing.T) {
 	}
 }
 
-// TestStreamEndForgetsDemand: a closed stream's Envoy no longer holds a
-// share.
-func TestStreamEndForgetsDemand(t *testing.T) {
+// TestStreamEndKeepsAssignment: a closed stream's Envoy keeps its
+// assignment until its time-to-live, so its share is not handed out before.
+func TestStreamEndKeepsAssignment(t *testing.T) {
 	f := newFixture(t, Options{}, ServerConfig{})
 	a, b := f.open(t), f.open(t)
 	exchange(t, a, report("api", usage(api, 1, 0, 0)))
 	exchange(t, b, report("api", usage(api, 1, 0, 0)))
+	f.clock.Add(ReportInterval)
+	exchange(t, a, report("api", usage(api, 0, 400, 0)))
 	a.CloseSend()
 	if _, err := a.Recv(); err == nil {
 		t.Fatal("stream a still open")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := rateOfAction(t, exchange(t, b, report("api", usage(api, 1, 0, 0))).GetBucketAction()[0])
-		if got == 100 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a's stream ended b gets %v/s, want all 100", got)
-		}
-		time.Sleep(10 * time.Millisecond) // the server forgets a after its handler returns
+	if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 0, 400, 0))).GetBucketAction()[0]); got != 50 {
+		t.Errorf("with a's stream closed but its assignment in force: b gets %v/s, want 50", got)
+	}
+	f.clock.Add(DefaultTTL)
+	if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 0, 1500, 0))).GetBucketAction()[0]); got != 100 { // 100/s over 15 s
+		t.Errorf("after a's assignment expired: b gets %v/s, want all 100", got)
 	}
 }

@@ -103,3 +103,31 @@ func (b TokenBucket) Rate() float64 {
 	}
 	return float64(b.TokensPerFill) / b.FillInterval.Seconds()
 }
+
+// Allot returns envoy's share of rate among the Envoys of a bucket: its
+// max-min fair share of their wants (Shares over Want of each demand), cut
+// to what the others' assignments still in force leave free. So the
+// assignments in force never sum past rate: an Envoy's share grows only as
+// the others' shrink, each at its own next report. Envoys are taken in the
+// order of their ids, so that every replica computes the same shares.
+func Allot(rate float64, all map[string]Envoy, envoy string, headroom, floor float64) float64 {
+	if _, ok := all[envoy]; !ok || !(rate > 0) {
+		return 0
+	}
+	ids := make([]string, 0, len(all))
+	for id := range all {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	wants := make([]float64, len(ids))
+	me, others := 0, 0.0
+	for i, id := range ids {
+		wants[i] = Want(all[id].Demand, headroom, floor)
+		if id == envoy {
+			me = i
+		} else {
+			others += max(all[id].Assigned, 0)
+		}
+	}
+	return max(min(Shares(rate, wants)[me], rate-others), 0)
+}

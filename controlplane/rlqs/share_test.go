@@ -124,3 +124,29 @@ func TestBucketFor(t *testing.T) {
 		}
 	}
 }
+
+func TestAllot(t *testing.T) {
+	tests := []struct {
+		name  string
+		all   map[string]Envoy
+		envoy string
+		want  float64
+	}{
+		{"alone, unknown", map[string]Envoy{"a": {inf, 0}}, "a", 100},
+		{"alone, small", map[string]Envoy{"a": {20, 100}}, "a", 20},
+		{"newcomer while the rate is held", map[string]Envoy{"a": {inf, 100}, "b": {inf, 0}}, "b", 0},
+		{"shrinks to its fair share", map[string]Envoy{"a": {200, 100}, "b": {inf, 0}}, "a", 50},
+		{"grows into what is free", map[string]Envoy{"a": {200, 50}, "b": {200, 0}}, "b", 50},
+		{"grows only as far as free", map[string]Envoy{"a": {200, 70}, "b": {200, 0}}, "b", 30},
+		{"small below fair share", map[string]Envoy{"a": {20, 0}, "b": {80, 0}, "c": {200, 0}}, "a", 20},
+		{"1:4:10 at 3x", map[string]Envoy{"a": {20, 20}, "b": {80, 0}, "c": {200, 40}}, "b", 40},
+		{"unknown Envoy", map[string]Envoy{"a": {20, 20}}, "z", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Allot(100, tt.all, tt.envoy, 0, 0); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("Allot(100, %v, %q) = %v, want %v", tt.all, tt.envoy, got, tt.want)
+			}
+		})
+	}
+}
