@@ -9,13 +9,14 @@
 // they are matched against the policy of the report's domain
 // (policy.Domain.Match). The limit's rate (requests_per_unit per unit) is
 // divided among the Envoys that report the bucket, by max-min fairness over
-// their reported demand (Shares), and each Envoy gets a token bucket of its
-// share. The Envoys' demand is kept in Redis when the control plane has
+// their reported demand (Shares), cut to what the other Envoys' assignments
+// still in force leave free (Allot), and each Envoy gets a token bucket of
+// its share: the assignments in force never sum past the rate. The Envoys'
+// demand and assignments are kept in Redis when the control plane has
 // Redis (RedisDemand), so that replicas divide one rate among all the
 // Envoys; the usage each Envoy reports is debited from a token bucket of
 // the limit's rate in the store, and an Envoy whose usage finds that bucket
-// empty (the budget is spent, for example by a replica that over-assigned)
-// is told to deny all until its next report.
+// empty (the budget is spent) is told to deny all until its next report.
 //
 // Envoy 1.40 reports every 5 s whatever reporting_interval says, reads only
 // the seconds of assignment_time_to_live and of token_bucket.fill_interval,
