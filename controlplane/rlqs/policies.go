@@ -64,6 +64,7 @@ func (s *Service) abandoned(st *stream, p *policy.Set) (*rlqspb.RateLimitQuotaRe
 			keys = append(keys, b.demandKey)
 		}
 		delete(st.buckets, key)
+		s.buckets.Add(-1)
 	}
 	return resp, keys
 }

@@ -33,25 +33,16 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // ReportInterval is how often Envoy 1.40 reports, whatever its
@@ -61,9 +52,12 @@ const ReportInterval = 5 * time.Second
 // Defaults for Options.
 const (
 	DefaultMaxBuckets = 1024
-	DefaultTTL        = 3 * ReportInterval
-	DefaultHeadroom   = 0.05
-	DefaultFloor      = 1.0
+	// DefaultMaxTotalBuckets bounds the buckets of all streams together
+	// (a few hundred bytes each).
+	DefaultMaxTotalBuckets = 1 << 18
+	DefaultTTL             = 3 * ReportInterval
+	DefaultHeadroom        = 0.05
+	DefaultFloor           = 1.0
 	// MaxEntries bounds a bucket id's entries, and MaxEntryLen each key and
 	// value.
 	MaxEntries  = 64
@@ -84,6 +78,9 @@ type Options struct {
 	// no_assignment_behavior) and are counted in
 	// sluice_rlqs_buckets_refused_total.
 	MaxBuckets int
+	// MaxTotalBuckets bounds the buckets of all streams together, the
+	// same way.
+	MaxTotalBuckets int
 	// TTL is the assignments' time to live, in whole seconds (at least
 	// 2 s); DefaultTTL (3 report intervals) survives two missed reports.
 	TTL time.Duration
@@ -112,6 +109,8 @@ type Service struct {
 	policies atomic.Pointer[policy.Set]
 	m        metrics
 
+	buckets atomic.Int64 // of all streams
+
 	mu      sync.Mutex
 	streams map[*stream]struct{}
 }
@@ -122,8 +121,11 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 	if st == nil {
 		return nil, errors.New("rlqs: store is nil")
 	}
-	if opts.MaxBuckets < 0 || opts.TTL < 0 || opts.Headroom < 0 || opts.Floor < 0 {
-		return nil, errors.New("rlqs: MaxBuckets, TTL, Headroom and Floor must not be negative")
+	if opts.MaxBuckets < 0 || opts.MaxTotalBuckets < 0 || opts.TTL < 0 || opts.Headroom < 0 || opts.Floor < 0 {
+		return nil, errors.New("rlqs: MaxBuckets, MaxTotalBuckets, TTL, Headroom and Floor must not be negative")
+	}
+	if opts.MaxTotalBuckets == 0 {
+		opts.MaxTotalBuckets = DefaultMaxTotalBuckets
 	}
 	if opts.MaxBuckets == 0 {
 		opts.MaxBuckets = DefaultMaxBuckets
@@ -223,6 +225,10 @@ func (s *Service) closeStream(st *stream) {
 	s.mu.Lock()
 	delete(s.streams, st)
 	s.mu.Unlock()
+	st.mu.Lock()
+	s.buckets.Add(-int64(len(st.buckets)))
+	st.buckets = nil
+	st.mu.Unlock()
 }
 
 // forget removes st's Envoy from keys (buckets it abandoned).
@@ -253,62 +259,6 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// validate checks a report before anything is changed.
-func validate(rep *rlqspb.RateLimitQuotaUsageReports, domain string) error {
-	switch d := rep.GetDomain(); {
-	case d == "":
-		return status.Error(codes.InvalidArgument, "rlqs: domain: must not be empty")
-	case len(d) > MaxDomainLen:
-		return status.Errorf(codes.InvalidArgument, "rlqs: domain: %d bytes, more than %d", len(d), MaxDomainLen)
-	case domain != "" && d != domain:
-		return status.Errorf(codes.InvalidArgument, "rlqs: domain: %q, but this stream reports domain %q (one stream, one domain)", d, domain)
-	}
-	for i, u := range rep.GetBucketQuotaUsages() {
-		entries := u.GetBucketId().GetBucket()
-		switch {
-		case u == nil:
-			return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d]: must not be null", i)
-		case len(entries) == 0:
-			return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: must have at least one entry", i)
-		case len(entries) > MaxEntries:
-			return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %d entries, more than %d", i, len(entries), MaxEntries)
-		case u.GetTimeElapsed().GetSeconds() < 0 || u.GetTimeElapsed().GetNanos() < 0:
-			return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].time_elapsed: must not be negative", i)
-		}
-		for k, v := range entries {
-			if len(k) > MaxEntryLen || len(v) > MaxEntryLen || k == "" {
-				return status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: keys must be 1 to %d bytes and values at most %d", i, MaxEntryLen, MaxEntryLen)
-			}
-		}
-	}
-	return nil
-}
-
-// sortedEntries returns a bucket id's entries sorted by key: the
-// descriptor they are matched as.
-func sortedEntries(id map[string]string) []store.Entry {
-	out := make([]store.Entry, 0, len(id))
-	for k, v := range id {
-		out = append(out, store.Entry{Key: k, Value: v})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out
-}
-
-// bucketKey is a canonical, injective name of a bucket id (sorted entries,
-// each length-prefixed).
-func bucketKey(entries []store.Entry) string {
-	var b strings.Builder
-	for _, e := range entries {
-		for _, s := range []string{e.Key, e.Value} {
-			b.WriteString(strconv.Itoa(len(s)))
-			b.WriteByte(':')
-			b.WriteString(s)
-		}
-	}
-	return b.String()
-}
-
 // handle answers one usage report of st's Envoy.
 func (s *Service) handle(ctx context.Context, st *stream, rep *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
 	st.mu.Lock()
@@ -325,11 +275,15 @@ func (s *Service) handle(ctx context.Context, st *stream, rep *rlqspb.RateLimitQ
 		key := bucketKey(entries)
 		b := st.buckets[key]
 		if b == nil {
-			if len(st.buckets) >= s.opts.MaxBuckets {
+			if len(st.buckets) >= s.opts.MaxBuckets || s.buckets.Add(1) > int64(s.opts.MaxTotalBuckets) {
+				if len(st.buckets) < s.opts.MaxBuckets {
+					s.buckets.Add(-1)
+				}
 				s.m.refused.Inc()
 				if !st.warned {
 					st.warned = true
-					s.log.Warn("rlqs: a stream reports more buckets than allowed: the rest get no assignment", "max_buckets", s.opts.MaxBuckets, "domain", st.domain)
+					s.log.Warn("rlqs: more buckets than allowed (per stream or in all): the new ones get no assignment",
+						"max_buckets", s.opts.MaxBuckets, "max_total_buckets", s.opts.MaxTotalBuckets, "domain", st.domain)
 				}
 				continue
 			}
@@ -348,143 +302,4 @@ func (s *Service) handle(ctx context.Context, st *stream, rep *rlqspb.RateLimitQ
 		resp.BucketAction = append(resp.BucketAction, s.assign(ctx, st, b, demand, int64(min(u.GetNumRequestsAllowed(), math.MaxInt64)), now))
 	}
 	return resp, nil
-}
-
-// assign decides the action for one bucket of st after a report.
-func (s *Service) assign(ctx context.Context, st *stream, b *bucket, demand float64, allowed int64, now time.Time) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	dom := s.policies.Load().Domain(st.domain)
-	limits, shadow := counted(dom, b.entries)
-	if len(limits) == 0 {
-		b.hadLimit = false
-		s.m.actions.WithLabelValues("allow_all").Inc()
-		return s.blanket(b, typev3.RateLimitStrategy_ALLOW_ALL)
-	}
-	b.hadLimit = true
-	// The binding limit: the smallest rate.
-	bind := limits[0]
-	for _, l := range limits[1:] {
-		if rateOf(l) < rateOf(bind) {
-			bind = l
-		}
-	}
-	spent := s.debit(ctx, dom.Name, b.entries, limits, allowed)
-	b.demandKey = demandKey(dom.Name, b.entries, bind)
-	var tb TokenBucket
-	var share float64
-	decide := func(all map[string]Envoy) float64 {
-		tb, share = TokenBucket{}, 0
-		if !shadow && !spent {
-			share = Allot(rateOf(bind), all, st.id, s.opts.Headroom, s.opts.Floor)
-			tb = BucketFor(share)
-		}
-		return tb.Rate()
-	}
-	if _, err := s.demand.Assign(ctx, b.demandKey, st.id, demand, now, s.opts.TTL, decide); err != nil {
-		s.m.demandErrors.Inc()
-		s.log.Debug("rlqs: shared demand unavailable: sizing from this replica's Envoys", "error", err.Error())
-		s.local.Assign(ctx, b.demandKey, st.id, demand, now, s.opts.TTL, decide)
-	}
-	s.log.Debug("rlqs: assignment", "domain", dom.Name, "limit", bind.ID, "envoy", st.id, "demand", demand,
-		"share", share, "tokens_per_fill", tb.TokensPerFill, "fill_interval", tb.FillInterval.String(), "budget_spent", spent)
-	switch {
-	case shadow:
-		s.m.actions.WithLabelValues("allow_all").Inc()
-		return s.blanket(b, typev3.RateLimitStrategy_ALLOW_ALL)
-	case tb.TokensPerFill == 0:
-		s.m.actions.WithLabelValues("deny_all").Inc()
-		return s.blanket(b, typev3.RateLimitStrategy_DENY_ALL)
-	}
-	s.m.actions.WithLabelValues("token_bucket").Inc()
-	return s.quota(b, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-		MaxTokens:     tb.MaxTokens,
-		TokensPerFill: wrapperspb.UInt32(tb.TokensPerFill),
-		FillInterval:  durationpb.New(tb.FillInterval),
-	}}})
-}
-
-// counted returns the limits that count for a descriptor, and whether they
-// are all in shadow mode. An unlimited limit, or none, means nothing is
-// counted.
-func counted(dom *policy.Domain, entries []store.Entry) ([]*policy.Limit, bool) {
-	if dom == nil {
-		return nil, false
-	}
-	pe := make([]policy.Entry, len(entries))
-	for i, e := range entries {
-		pe[i] = policy.Entry{Key: e.Key, Value: e.Value}
-	}
-	matched := dom.DropReplaced([][]*policy.Limit{dom.Match(pe)})[0]
-	var out []*policy.Limit
-	shadow := true
-	for _, l := range matched {
-		if l.Unlimited {
-			return nil, false
-		}
-		if l.Requests <= 0 || l.Window <= 0 {
-			continue
-		}
-		out = append(out, l)
-		shadow = shadow && l.ShadowMode
-	}
-	return out, shadow
-}
-
-// rateOf returns a limit's rate in requests per second.
-func rateOf(l *policy.Limit) float64 { return float64(l.Requests) / l.Window.Seconds() }
-
-// usageLimit is the store limit RLQS usage is debited from: a token bucket
-// refilled at l's rate, holding budgetTime of it.
-func usageLimit(l *policy.Limit) store.Limit {
-	burst := int64(math.Ceil(rateOf(l) * budgetTime.Seconds()))
-	return store.Limit{Algorithm: store.TokenBucket, Requests: l.Requests, Window: l.Window, Burst: max(burst, 1)}
-}
-
-// usageKey is the store key of l's usage bucket for one descriptor.
-func usageKey(domain string, entries []store.Entry, l *policy.Limit) string {
-	return store.Key(domain, entries, l.ID+"@rlqs", store.TokenBucket)
-}
-
-// demandKey is where the Envoys' demand for one descriptor's limit lives.
-func demandKey(domain string, entries []store.Entry, l *policy.Limit) string {
-	return "sluice:rlqs:" + usageKey(domain, entries, l)
-}
-
-// debit counts allowed requests against each limit's usage bucket in the
-// store, and reports whether one of them was already spent. A store
-// failure spends nothing: assignments then come from the demand alone.
-func (s *Service) debit(ctx context.Context, domain string, entries []store.Entry, limits []*policy.Limit, allowed int64) bool {
-	checks := make([]store.Check, len(limits))
-	for i, l := range limits {
-		ul := usageLimit(l)
-		checks[i] = store.Check{Key: usageKey(domain, entries, l), Limit: ul, Cost: min(allowed, ul.Burst)}
-	}
-	results := make([]algorithms.Result, len(checks))
-	if err := s.store.Decide(ctx, checks, results); err != nil {
-		s.m.storeErrors.Inc()
-		return false
-	}
-	for _, r := range results {
-		if !r.Allowed {
-			return true
-		}
-	}
-	return false
-}
-
-// blanket returns a blanket-rule assignment for b.
-func (s *Service) blanket(b *bucket, rule typev3.RateLimitStrategy_BlanketRule) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	return s.quota(b, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}})
-}
-
-// quota returns an assignment of strategy to b, valid for the TTL.
-func (s *Service) quota(b *bucket, strategy *typev3.RateLimitStrategy) *rlqspb.RateLimitQuotaResponse_BucketAction {
-	return &rlqspb.RateLimitQuotaResponse_BucketAction{
-		BucketId: b.id,
-		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-			QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: durationpb.New(s.opts.TTL),
-				RateLimitStrategy:    strategy,
-			},
-		},
-	}
 }

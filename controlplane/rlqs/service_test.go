@@ -403,3 +403,26 @@ func TestStreamEndKeepsAssignment(t *testing.T) {
 		t.Errorf("after a's assignment expired: b gets %v/s, want all 100", got)
 	}
 }
+
+// TestMaxTotalBuckets: all streams together hold at most MaxTotalBuckets;
+// a closed stream's buckets count no more.
+func TestMaxTotalBuckets(t *testing.T) {
+	f := newFixture(t, Options{MaxTotalBuckets: 2}, ServerConfig{})
+	a, b := f.open(t), f.open(t)
+	x := func(v string) map[string]string { return map[string]string{"name": v} }
+	if n := len(exchange(t, a, report("api", usage(x("a"), 1, 0, 0), usage(x("b"), 1, 0, 0))).GetBucketAction()); n != 2 {
+		t.Fatalf("2 buckets of 2: %d actions", n)
+	}
+	if n := len(exchange(t, b, report("api", usage(x("c"), 1, 0, 0))).GetBucketAction()); n != 0 {
+		t.Fatalf("a third bucket in all: %d actions, want none", n)
+	}
+	a.CloseSend()
+	a.Recv()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(exchange(t, b, report("api", usage(x("c"), 1, 0, 0))).GetBucketAction()) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a's buckets still count after its stream ended")
+		}
+		time.Sleep(10 * time.Millisecond) // the server forgets a after its handler returns
+	}
+}
