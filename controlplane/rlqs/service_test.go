@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 )
@@ -407,22 +409,50 @@ func TestStreamEndKeepsAssignment(t *testing.T) {
 // TestMaxTotalBuckets: all streams together hold at most MaxTotalBuckets;
 // a closed stream's buckets count no more.
 func TestMaxTotalBuckets(t *testing.T) {
-	f := newFixture(t, Options{MaxTotalBuckets: 2}, ServerConfig{})
+	reg := prometheus.NewRegistry()
+	f := newFixture(t, Options{MaxTotalBuckets: 2, Registerer: reg}, ServerConfig{})
 	a, b := f.open(t), f.open(t)
 	x := func(v string) map[string]string { return map[string]string{"name": v} }
 	if n := len(exchange(t, a, report("api", usage(x("a"), 1, 0, 0), usage(x("b"), 1, 0, 0))).GetBucketAction()); n != 2 {
 		t.Fatalf("2 buckets of 2: %d actions", n)
 	}
-	if n := len(exchange(t, b, report("api", usage(x("c"), 1, 0, 0))).GetBucketAction()); n != 0 {
-		t.Fatalf("a third bucket in all: %d actions, want none", n)
+	// A report with no bucket to answer gets no response.
+	if err := b.Send(report("api", usage(x("c"), 1, 0, 0))); err != nil {
+		t.Fatal(err)
 	}
+	waitFor(t, "the third bucket refused", func() bool { return counter(t, reg, "sluice_rlqs_buckets_refused_total") == 1 })
 	a.CloseSend()
 	a.Recv()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(exchange(t, b, report("api", usage(x("c"), 1, 0, 0))).GetBucketAction()) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("a's buckets still count after its stream ended")
-		}
-		time.Sleep(10 * time.Millisecond) // the server forgets a after its handler returns
+	waitFor(t, "a's buckets released", func() bool { return f.svc.buckets.Load() == 0 })
+	if n := len(exchange(t, b, report("api", usage(x("c"), 1, 0, 0))).GetBucketAction()); n != 1 {
+		t.Fatalf("after a's stream ended: %d actions for b's bucket, want 1", n)
 	}
+}
+
+// waitFor waits up to 5 s for cond (the server acts after its handler
+// returns).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// counter returns the value of the counter name in reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }
