@@ -23,9 +23,11 @@ import (
 //	                                 // (the burst for token_bucket and gcra, else limit)
 //	      "retry_after_ms": 0,       // when the descriptor's status is OVER_LIMIT: how
 //	                                 // long until the same request would be allowed; else 0
-//	      "failure_mode":   "closed" // the policy's failure_mode for this descriptor (open |
+//	      "failure_mode":   "closed", // the policy's failure_mode for this descriptor (open |
 //	                                 // closed), which the filter applies when a later call
 //	                                 // fails; absent when no policy matched the descriptor
+//	      "name":           "api_key#0" // the limit's name in the RateLimit headers (LimitName);
+//	                                 // absent when no policy matched the descriptor
 //	    },
 //	    ...
 //	  ]
@@ -50,6 +52,7 @@ const (
 	MetaBurst      = "burst"
 	MetaRetryAfter = "retry_after_ms"
 	MetaFailure    = "failure_mode"
+	MetaName       = "name"
 )
 
 // limitMetadata returns the dynamic_metadata for one response. The common
@@ -122,6 +125,7 @@ func metadataValue(o *outcome) *structpb.Value {
 		// descriptor's, inherited by nested ones), so the reported limit's
 		// is the descriptor's.
 		fields[MetaFailure] = structpb.NewStringValue(string(o.lim.FailureMode))
+		fields[MetaName] = structpb.NewStringValue(LimitName(o.lim))
 	}
 	return structpb.NewStructValue(&structpb.Struct{Fields: fields})
 }

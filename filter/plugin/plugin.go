@@ -443,7 +443,9 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 		s.response.reset()
 		p.addLimitHeaders(&s.response, p.policies)
 		for _, h := range resp.ResponseHeadersToAdd {
-			s.response.add(h.Key, h.Value)
+			if !limitheaders.IsLimitHeader(h.Key) {
+				s.response.add(h.Key, h.Value)
+			}
 		}
 		for _, h := range resp.RequestHeadersToAdd {
 			if err := p.host.AddRequestHeader(h.Key, h.Value); err != nil {
@@ -468,7 +470,9 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 			p.local.end()
 		}
 		for _, h := range resp.ResponseHeadersToAdd {
-			p.local.add(h.Key, h.Value)
+			if !limitheaders.IsLimitHeader(h.Key) {
+				p.local.add(h.Key, h.Value)
+			}
 		}
 		p.local.add("content-type", "text/plain")
 		p.localMap = headermap.Append(p.localMap[:0], p.local.list())
@@ -538,7 +542,7 @@ func (p *Plugin) record(s *stream, now int64) {
 	for i := range s.costs {
 		lim, hasLimit := descriptorLimit(resp, i)
 		o := precheck.Outcome{Cost: s.costs[i], Limit: lim, HasLimit: hasLimit, Admitted: admitted, SentAt: s.sentAt,
-			Name: resp.Statuses[i].Name, FailureMode: descriptorFailureMode(resp, i)}
+			Name: limitName(resp, i), FailureMode: descriptorFailureMode(resp, i)}
 		if resp.Statuses[i].Code == rlsproto.CodeOverLimit {
 			o.OverLimit, o.RetryAfter = true, descriptorRetryAfter(resp, i)
 		}
@@ -556,7 +560,7 @@ func (p *Plugin) buildPolicies(s *stream) {
 		if !ok {
 			continue
 		}
-		name := st.Name
+		name := limitName(resp, i)
 		if name == "" {
 			rl := -1
 			if i < len(s.rateLimits) {

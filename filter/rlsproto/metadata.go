@@ -18,7 +18,8 @@ import "math"
 //	      "window_ms": 60000,      // number, milliseconds, may be fractional
 //	      "burst": 21,             // number, the capacity, see below
 //	      "retry_after_ms": 1250,  // number; set when the descriptor was denied
-//	      "failure_mode": "closed" // string, "open" or "closed"; see below
+//	      "failure_mode": "closed", // string, "open" or "closed"; see below
+//	      "name": "api_key#0"      // string, the limit's name in the RateLimit headers
 //	    },
 //	    ...
 //	  ]
@@ -56,6 +57,10 @@ import "math"
 // do with a request for this descriptor when it cannot ask the control
 // plane. Absent (or another value) means unknown.
 //
+// name is what the RateLimit headers call the limit (its name in the policy,
+// else its ID), so that the filter's headers name a limit as the control
+// plane's do. Absent means: use current_limit.name.
+//
 // A response without the "sluice" field is treated as coming from an RLS
 // that only knows fixed windows (such as envoyproxy/ratelimit): the filter
 // uses current_limit as a fixed window of requests_per_unit per
@@ -69,6 +74,7 @@ const (
 	MetadataBurst        = "burst"
 	MetadataRetryAfterMs = "retry_after_ms"
 	MetadataFailureMode  = "failure_mode"
+	MetadataName         = "name"
 )
 
 // Failure modes used in the metadata.
@@ -96,6 +102,7 @@ type LimitInfo struct {
 	Burst        float64
 	RetryAfterMs float64
 	FailureMode  string // "" when absent or not a string
+	Name         string // "" when absent or not a string
 }
 
 // Google's well-known struct types, by field number:
@@ -261,7 +268,7 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 	return structFields(st, func(key string, val []byte) error {
 		var dst *float64
 		switch key {
-		case MetadataAlgorithm, MetadataFailureMode:
+		case MetadataAlgorithm, MetadataFailureMode, MetadataName:
 			s, ok, err := valueField(val, 3)
 			if err != nil {
 				return err
@@ -270,10 +277,13 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 			if ok {
 				v = str(s)
 			}
-			if key == MetadataAlgorithm {
+			switch key {
+			case MetadataAlgorithm:
 				info.Algorithm = v
-			} else {
+			case MetadataFailureMode:
 				info.FailureMode = v
+			default:
+				info.Name = v
 			}
 			return nil
 		case MetadataLimit:
