@@ -153,19 +153,6 @@ func ServerTLSConfig(certFile, keyFile string, clientCAs bool) (*tls.Config, err
 	return cfg, nil
 }
 
-// LoadCertPool reads PEM certificates from file.
-func LoadCertPool(file string) (*x509.CertPool, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("CA file: %v", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("CA file %s: no PEM certificate in it", file)
-	}
-	return pool, nil
-}
-
 // ServerOptions returns the options that install the Authenticator on a
 // grpc.Server: TapHandle, and the interceptors.
 func (a *Authenticator) ServerOptions() []grpc.ServerOption {

@@ -28,6 +28,7 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
 	"github.com/sluicehq/sluice/controlplane/policystore"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // newFileBackend returns a file backend in a temporary directory.
@@ -262,7 +263,7 @@ func TestMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caPool, err := LoadCertPool(filepath.Join(pki.dir, "ca.pem"))
+	caPool, err := tlsfiles.CertPool(filepath.Join(pki.dir, "ca.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +337,7 @@ func TestTokenOrCertificate(t *testing.T) {
 	if _, err := ServerTLSConfig(filepath.Join(pki.dir, "missing.pem"), serverKey, false); err == nil || !strings.Contains(err.Error(), "missing.pem") {
 		t.Fatalf("ServerTLSConfig with a missing file: %v", err)
 	}
-	if _, err := LoadCertPool(serverKey); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
-		t.Fatalf("LoadCertPool of a key file: %v", err)
+	if _, err := tlsfiles.CertPool(serverKey); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("CertPool of a key file: %v", err)
 	}
 }

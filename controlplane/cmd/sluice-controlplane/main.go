@@ -112,6 +112,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 func main() {
@@ -532,7 +533,7 @@ func policyAuth(c *config, getenv func(string) string) (policyservice.AuthConfig
 		return a, nil, err
 	}
 	if c.policyCA != "" {
-		if a.ClientCAs, err = policyservice.LoadCertPool(c.policyCA); err != nil {
+		if a.ClientCAs, err = tlsfiles.CertPool(c.policyCA); err != nil {
 			return a, nil, err
 		}
 	}
