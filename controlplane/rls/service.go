@@ -494,7 +494,7 @@ var storeAlgorithms = map[policy.Algorithm]store.Algorithm{
 
 // storeLimit returns what the store needs to know of l.
 func storeLimit(l *policy.Limit) store.Limit {
-	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst}
+	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst, Lease: l.Lease}
 }
 
 // capacity returns the most a limit admits at one instant: the largest

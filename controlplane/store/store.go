@@ -47,6 +47,7 @@ type Limit struct {
 	Requests  int64         // admitted per Window (the refill rate for token_bucket and gcra)
 	Window    time.Duration // window or refill period; a whole number of microseconds
 	Burst     int64         // token_bucket: capacity; gcra: max_burst+1; 0 = Requests
+	Lease     bool          // the policy's lease: auto (see controlplane/lease); stores ignore it
 }
 
 // Check is one limit to decide for one request.

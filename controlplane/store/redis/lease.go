@@ -78,6 +78,10 @@ type Returned struct {
 	End   int64
 }
 
+// markSuffix names a key's lease mark (see lease.lua): the key's own hash
+// tag is its whole identity, so the mark is in the same slot.
+const markSuffix = ":lease"
+
 // leaseAnswer is how many integers lease.lua answers per key.
 const leaseAnswer = 6
 
@@ -183,10 +187,10 @@ func (s *Store) perKey(ctx context.Context, sha, src string, keys []string, args
 		g := groups[tag]
 		for len(g) > 0 {
 			n := min(len(g), s.maxBatch)
-			a := make([]any, 0, 4+n*7)
-			a = append(a, "evalsha", sha, n)
+			a := make([]any, 0, 4+n*8)
+			a = append(a, "evalsha", sha, 2*n)
 			for _, i := range g[:n] {
-				a = append(a, keys[i])
+				a = append(a, keys[i], keys[i]+markSuffix)
 			}
 			a = append(a, now)
 			for _, i := range g[:n] {
