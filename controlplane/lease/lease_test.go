@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -225,5 +224,4 @@ func TestReturnIdle(t *testing.T) {
 		t.Fatalf("after the return b got %d, %d were returned", more, held)
 	}
 	t.Logf("a held %d, b drained %d, then got %d after the return", held, got, more)
-	fmt.Sprint()
 }
