@@ -176,6 +176,19 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 	if len(out) != len(checks) {
 		return fmt.Errorf("lease: %d results for %d checks", len(out), len(checks))
 	}
+	some := false
+	for i := range checks {
+		if leasable(&checks[i]) {
+			some = true
+			break
+		}
+	}
+	if !some { // no leased limit: the Redis store's path, untouched
+		if timeout > 0 {
+			return s.inner.DecideWithin(ctx, timeout, checks, out)
+		}
+		return s.inner.Decide(ctx, checks, out)
+	}
 	now := s.now()
 	var rest []int
 	var asks []ask
@@ -338,15 +351,15 @@ func capacity(l store.Limit) int64 {
 
 // Share hands up to half of this replica's unspent lease on key (of limit
 // l) to a data plane, which may admit that many requests of the key on its
-// own until valid has passed. The units leave this replica's lease at once,
+// own until valid has passed (nothing when less than minValid is left). The units leave this replica's lease at once,
 // so that they are spent once; they were debited in Redis when leased. It
 // returns 0 when there is nothing to share.
-func (s *Store) Share(key string, l store.Limit) (n int64, valid time.Duration) {
+func (s *Store) Share(key string, l store.Limit, minValid time.Duration) (n int64, valid time.Duration) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.keys[key]
-	if e == nil || e.limit != l || e.units < 2 || !now.Before(e.expiry) {
+	if e == nil || e.limit != l || e.units < 2 || e.expiry.Sub(now) < minValid {
 		return 0, 0
 	}
 	n = e.units / 2

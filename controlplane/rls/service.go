@@ -89,6 +89,9 @@ type Options struct {
 	// MaxRuleValues bounds the request values a detailed_metric or
 	// value_to_metric rule labels; 0 means DefaultMaxRuleValues.
 	MaxRuleValues int
+	// Quota, when set, shares leases with the filter in
+	// DescriptorStatus.quota (see addQuotas); nil shares nothing.
+	Quota Sharer
 }
 
 // Service implements rlsv3.RateLimitServiceServer.
@@ -103,6 +106,7 @@ type Service struct {
 	metrics        *Metrics
 	rules          *ruleMetrics
 	lastErrLog     atomic.Int64 // Unix ns of the last store error logged
+	quota          Sharer
 }
 
 // New returns a Service deciding on st with the given policies (nil means
@@ -127,6 +131,7 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 		store:          st,
 		maxDescriptors: opts.MaxDescriptors,
 		maxEntries:     opts.MaxEntries,
+		quota:          opts.Quota,
 		log:            opts.Logger,
 		metrics:        NewMetrics(opts.Registerer),
 		rules:          newRuleMetrics(opts.NearLimitRatio, opts.MaxRuleValues),
@@ -435,6 +440,7 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 	if dom != nil && dom.ResponseHeaders {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(outs, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
+	s.addQuotas(p, resp, storeErr)
 	resp.DynamicMetadata = limitMetadata(outs)
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		dm.overLimitCode.Inc()

@@ -46,6 +46,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/controlplane/degrade"
+	"github.com/sluicehq/sluice/controlplane/lease"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/policystore"
@@ -176,6 +177,8 @@ type Server struct {
 
 	memory   *memory.Store
 	degrade  *degrade.Store        // nil in memory mode
+	lease    *lease.Store          // nil in memory mode
+	replicas atomic.Int64          // active replicas, for lease sizes
 	client   redis.UniversalClient // nil in memory mode
 	store    store.Store           // what decisions use
 	service  *rls.Service
@@ -246,6 +249,7 @@ func (s *Server) build() error {
 		MaxRuleValues:  cfg.MaxRuleValues,
 		Logger:         s.log,
 		Registerer:     s.registry,
+		Quota:          s.quota(),
 	})
 	if err != nil {
 		return err
@@ -451,7 +455,10 @@ func (s *Server) buildStore() error {
 		}
 		return 0
 	}))
-	s.degrade, err = degrade.New(primary, s.memory, degrade.Options{
+	if s.lease, err = s.buildLease(primary); err != nil {
+		return err
+	}
+	s.degrade, err = degrade.New(s.lease, s.memory, degrade.Options{
 		Probe:         s.ping,
 		Deadline:      deadline,
 		TrustContext:  true, // redisstore.Decide returns when its context ends
@@ -575,6 +582,10 @@ func (s *Server) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); s.memory.RunSweeper(sweepCtx, DefaultSweepInterval) }()
+	if s.lease != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.runLease(sweepCtx) }()
+	}
 
 	errc := make(chan error, 3)
 	go func() {
