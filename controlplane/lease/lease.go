@@ -432,12 +432,14 @@ type Stats struct {
 	Returned    int64 // units given back
 	Expired     int64 // units that expired unspent
 	Outstanding int64 // units held now
+	Active      bool  // a check of a leased limit has been seen
 }
 
 // Stats returns the counts.
 func (s *Store) Stats() Stats {
 	st := Stats{Local: s.local.Load(), PerRequest: s.perRequest.Load(), LeaseCalls: s.calls.Load(),
 		Granted: s.granted.Load(), Shared: s.shared.Load(), Returned: s.returned.Load(), Expired: s.expired.Load()}
+	st.Active = st.Local+st.PerRequest > 0
 	s.mu.Lock()
 	for _, e := range s.keys {
 		st.Outstanding += e.units

@@ -57,17 +57,24 @@ func (s *Server) runLease(ctx context.Context) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	t := time.NewTicker(heartbeatInterval)
+	// No heartbeat (and no key in Redis) until a leased limit is used.
+	t := time.NewTicker(heartbeatInterval / 10)
 	defer t.Stop()
+	var last time.Time
 	for {
-		s.heartbeat(ctx, id)
 		select {
 		case <-ctx.Done():
-			hctx, cancel := context.WithTimeout(context.Background(), heartbeatInterval)
-			s.client.ZRem(hctx, replicasKey, id)
-			cancel()
+			if !last.IsZero() {
+				hctx, cancel := context.WithTimeout(context.Background(), heartbeatInterval)
+				s.client.ZRem(hctx, replicasKey, id)
+				cancel()
+			}
 			return
 		case <-t.C:
+		}
+		if time.Since(last) >= heartbeatInterval && s.lease.Stats().Active {
+			s.heartbeat(ctx, id)
+			last = time.Now()
 		}
 	}
 }
