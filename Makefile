@@ -131,8 +131,8 @@ run: wasm
 	$(HOSTENV) $(GO) build -o $(BIN)/sluice-dev ./e2e/cmd/sluice-dev
 	$(BIN)/sluice-dev -wasm build/filter.wasm
 
-## e2e: the end-to-end scenarios alone (real redis-server, 2 control planes, 2 gateways).
-e2e: redis-server
+## e2e: the end-to-end scenarios alone (real redis-server, 2 control planes, 2 real Envoys).
+e2e: redis-server envoy
 	$(GO) test -count=1 -v ./e2e/...
 
 ## bench-rls: decisions/s, latency and Redis CPU of sluice against envoyproxy/ratelimit (bench/ratelimit-peer),

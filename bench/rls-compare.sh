@@ -26,7 +26,10 @@
 # SYSTEMS (the systems to run: "ratelimit sluice"; sluice-grpc-go
 # is sluice with -grpc-server grpc-go, grpc-go's server on the decision port),
 # CONTROLPLANE (a sluice-controlplane binary to measure instead of building
-# this tree's), KEEP=1 to keep the work directory (logs). Each system runs
+# this tree's), BASE (a git revision: adds the system sluice-base, that
+# revision's sluice-controlplane, so that a change is measured against its
+# base in the same interleaved run, e.g. BASE=origin/main
+# SYSTEMS="sluice-base sluice"), KEEP=1 to keep the work directory (logs). Each system runs
 # with its own defaults (neither GOGC nor GOMAXPROCS is set here).
 # Everything listens on 127.0.0.1; every process this script starts is
 # stopped by its PID on exit.
@@ -108,6 +111,11 @@ else
 	(cd "$root" && "$GO" build -o "$work/sluice-controlplane" ./controlplane/cmd/sluice-controlplane)
 fi
 (cd "$root" && "$GO" build -o "$work/sluice-load" ./controlplane/cmd/sluice-load)
+if [ -n "${BASE:-}" ]; then
+	git -C "$root" worktree add -q --detach "$work/base" "$BASE"
+	(cd "$work/base" && "$GO" build -o "$work/sluice-base" ./controlplane/cmd/sluice-controlplane)
+	git -C "$root" worktree remove --force "$work/base"
+fi
 (cd "$root/bench/ratelimit-peer" && "$GO" build -o "$work/ratelimit-peer" .)
 peer_version=$(cd "$root/bench/ratelimit-peer" && "$GO" list -m -f '{{.Version}}' github.com/envoyproxy/ratelimit)
 
@@ -198,10 +206,12 @@ start_system() {
 			GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc" \
 			"$work/ratelimit-peer" >"$log" 2>&1 &
 		;;
-	sluice | sluice-grpc-go)
-		local server=unary
+	sluice | sluice-grpc-go | sluice-base)
+		local server=unary bin="$work/sluice-controlplane"
 		[ "$name" = sluice-grpc-go ] && server=grpc-go
-		env ${procs:+GOMAXPROCS=$procs} "$work/sluice-controlplane" -grpc-server "$server" -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
+		[ "$name" = sluice-base ] && bin="$work/sluice-base"
+		[ -x "$bin" ] || die "$name needs BASE=<git revision>"
+		env ${procs:+GOMAXPROCS=$procs} "$bin" -grpc-server "$server" -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
 			-policy-addr "127.0.0.1:$debug" -redis-addrs "127.0.0.1:$redis_port" \
 			-policy "$work/sluice/bench.yaml" -log-level warn >"$log" 2>&1 &
 		;;
@@ -285,5 +295,9 @@ done
 	-v c="${med[sluice,cpu]}" -v cmd="${med[sluice,cmd]}" -v rc="${med[ratelimit,cpu]}" 'BEGIN {
 	printf "sluice / envoyproxy/ratelimit: %.2fx decisions/s (goal >= 4x), p99 %.3f vs %.3f ms (goal <=)\n", s / r, sp, rp
 	printf "Redis per decision: %.2f us in sluice'"'"'s script calls (INFO commandstats; goal <= 4); whole Redis CPU %.2f us against %.2f (%.2fx)\n", cmd, c, rc, c / rc
+}'
+[ -n "${med[sluice,rate]:-}" ] && [ -n "${med[sluice-base,rate]:-}" ] && awk -v s="${med[sluice,rate]}" -v b="${med[sluice-base,rate]}" \
+	-v sp="${med[sluice,p99]}" -v bp="${med[sluice-base,p99]}" -v base="$BASE" 'BEGIN {
+	printf "sluice / sluice-base (%s): %.3fx decisions/s (%+.1f%%), p99 %.3f vs %.3f ms\n", base, s / b, 100 * (s / b - 1), sp, bp
 }'
 echo "(redis_cpu_us: INFO cpu used_cpu_sys+used_cpu_user delta per decision; cmd_usec: INFO commandstats usec of the commands clients sent, per decision)"

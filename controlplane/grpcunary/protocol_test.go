@@ -552,19 +552,41 @@ func TestCallErrors(t *testing.T) {
 	}
 }
 
-// TestEarlyAnswerResetsUnfinishedRequest checks that an answer sent before
-// the request's end is followed by RST_STREAM NO_ERROR (RFC 9113, 8.1),
-// and that the rest of the request is then ignored.
-func TestEarlyAnswerResetsUnfinishedRequest(t *testing.T) {
+// TestHeaderAnswerWaitsForRequestEnd checks that an answer decided by the
+// request's headers (an unknown method) leaves once the request has ended,
+// and is not followed by RST_STREAM. An answer before the end needs a
+// RST_STREAM NO_ERROR after it, which curl 7.88 took for a failed call
+// (error 92) in 14 calls of 100.
+func TestHeaderAnswerWaitsForRequestEnd(t *testing.T) {
 	tb := newTestbed(t, Options{})
 	c := dial(t, tb.addr)
 	c.headers(1, false, request("/test.Echo/Nope"))
+	c.pingPong() // no answer yet: the request goes on
+	c.data(1, false, echoBody(t, []byte("ignored")))
+	c.pingPong()
+	c.data(1, true, nil)
 	a := c.readAnswer(1)
 	if a.status() != "12" || a.trailers != nil {
 		t.Fatalf("got %v", a)
 	}
+	c.pingPong() // and no RST_STREAM after it
+}
+
+// TestRefusalResetsUnfinishedRequest checks that a request refused while
+// it is still being received is answered at once and then reset with
+// RST_STREAM NO_ERROR (RFC 9113, 8.1), and that the rest of the request
+// is ignored.
+func TestRefusalResetsUnfinishedRequest(t *testing.T) {
+	tb := newTestbed(t, Options{MaxRecvMsgSize: 1000})
+	c := dial(t, tb.addr)
+	c.headers(1, false, request("/test.Echo/Echo"))
+	c.data(1, false, echoBody(t, make([]byte, 5000))[:100])
+	a := c.readAnswer(1)
+	if a.status() != "8" || a.trailers != nil {
+		t.Fatalf("got %v", a)
+	}
 	c.expectRST(1, http2.ErrCodeNo)
-	c.data(1, true, echoBody(t, nil)) // in flight when the RST_STREAM left: ignored
+	c.data(1, true, make([]byte, 100)) // in flight when the RST_STREAM left: ignored
 	c.pingPong()
 }
 
@@ -603,7 +625,7 @@ func TestConcurrentStreamsLimit(t *testing.T) {
 // the client's windows allow, and finishes the answer as the client
 // grants more.
 func TestSendFlowControl(t *testing.T) {
-	tb := newTestbed(t, Options{})
+	tb := newTestbed(t, Options{MaxRecvMsgSize: 1 << 20})
 	c := dial(t, tb.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10})
 	payload := bytes.Repeat([]byte("0123456789"), 10_000)
 	c.call(1, "/test.Echo/Echo", echoBody(t, payload))
@@ -669,7 +691,7 @@ func TestSendFlowControl(t *testing.T) {
 }
 
 func TestMaxFrameSizeRespected(t *testing.T) {
-	tb := newTestbed(t, Options{})
+	tb := newTestbed(t, Options{MaxRecvMsgSize: 1 << 20})
 	for _, size := range []uint32{0, 16384, 20000, 100_000} {
 		t.Run(strconv.Itoa(int(size)), func(t *testing.T) {
 			settings := []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 4 << 20}}
@@ -806,9 +828,18 @@ func TestGracefulStopRefusesLaterStreams(t *testing.T) {
 	if !ok || g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 1 {
 		t.Fatalf("want GOAWAY NO_ERROR naming stream 1, got %v", g)
 	}
+	// A PING follows: a stream the client sends before its ACK (before it
+	// read the GOAWAY) is refused, not lost to a closed connection.
+	p, ok := c.next().(*http2.PingFrame)
+	if !ok || p.IsAck() {
+		t.Fatalf("want a PING after the GOAWAY, got %v", p)
+	}
 	c.call(3, "/test.Echo/Echo", echoBody(t, nil))
 	c.expectRST(3, http2.ErrCodeRefusedStream)
 	c.pingPong() // stream 3's DATA did not end the connection
+	if err := c.fr.WritePing(true, p.Data); err != nil {
+		t.Fatal(err)
+	}
 	close(tb.release)
 	if a := c.readAnswer(1); a.status() != "0" {
 		t.Fatalf("the call in progress: %v", a)
@@ -844,4 +875,70 @@ func TestClientResetCancelsCall(t *testing.T) {
 		t.Fatalf("got %v", a)
 	}
 	c.pingPong()
+}
+
+// TestHeaderBlockInContinuations checks that a header block split over
+// CONTINUATION frames, up to maxContinuations of them, is decoded like
+// one in a single frame: a call succeeds, a malformed block resets its
+// stream, and the HPACK state carries over to the next block.
+func TestHeaderBlockInContinuations(t *testing.T) {
+	tb := newTestbed(t, Options{})
+	c := dial(t, tb.addr)
+	split := func(id uint32, end bool, b []byte, parts int) {
+		n := (len(b) + parts - 1) / parts
+		first := b[:min(n, len(b))]
+		if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndStream: end, EndHeaders: len(first) == len(b)}); err != nil {
+			t.Fatal(err)
+		}
+		for b = b[len(first):]; len(b) > 0; {
+			frag := b[:min(n, len(b))]
+			b = b[len(frag):]
+			if err := c.fr.WriteContinuation(id, len(b) == 0, frag); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	echo := request("/test.Echo/Echo")
+	split(1, false, c.block(echo), 1+maxContinuations)
+	c.data(1, true, echoBody(t, []byte("split")))
+	if a := c.readAnswer(1); a.status() != "0" {
+		t.Fatalf("a call in %d header frames: %v", 1+maxContinuations, a)
+	}
+	split(3, false, c.block(with(request("/test.Echo/Echo"), "X-Up", "1")), 3)
+	c.expectRST(3, http2.ErrCodeProtocol)
+	c.call(5, "/test.Echo/Echo", echoBody(t, []byte("after"))) // indexed by the blocks before
+	if a := c.readAnswer(5); a.status() != "0" {
+		t.Fatalf("a call after: %v", a)
+	}
+}
+
+// TestDrainRefusesCallsInFlight checks that a connection with no call open
+// is not closed as soon as its graceful GOAWAY leaves: a call the client
+// sent before reading the GOAWAY is refused with REFUSED_STREAM (which
+// clients retry) until the client acknowledges the PING after the GOAWAY.
+// The idle sweep drains connections this way too.
+func TestDrainRefusesCallsInFlight(t *testing.T) {
+	tb := newTestbed(t, Options{})
+	c := dial(t, tb.addr)
+	stopped := make(chan struct{})
+	go func() { tb.srv.GracefulStop(); close(stopped) }()
+	if g, ok := c.next().(*http2.GoAwayFrame); !ok || g.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("want GOAWAY NO_ERROR, got %v", g)
+	}
+	p, ok := c.next().(*http2.PingFrame)
+	if !ok || p.IsAck() {
+		t.Fatalf("want a PING after the GOAWAY, got %v", p)
+	}
+	c.call(1, "/test.Echo/Echo", echoBody(t, nil)) // sent before the client read the GOAWAY
+	c.expectRST(1, http2.ErrCodeRefusedStream)
+	if err := c.fr.WritePing(true, p.Data); err != nil {
+		t.Fatal(err)
+	}
+	c.expectClosed()
+	c.nc.Close()
+	select {
+	case <-stopped:
+	case <-time.After(frameWait):
+		t.Fatal("GracefulStop did not return")
+	}
 }

@@ -21,6 +21,11 @@
 //     replenished as data is consumed; answers wait for the peer's send
 //     windows and are split at its MAX_FRAME_SIZE;
 //   - MAX_CONCURRENT_STREAMS is advertised and enforced (REFUSED_STREAM);
+//   - bounds on what a client can make the server hold: connections,
+//     request bytes per connection and in all, idle connections, the
+//     handshake, control frames queued for a peer that does not read,
+//     CONTINUATION frames, and streams reset before their call starts
+//     (Options, and RATIONALE.md's "Bounds");
 //   - the stream states of RFC 9113, 5.1: frames on idle streams are
 //     connection errors, frames on closed streams stream errors
 //     (STREAM_CLOSED), except on streams we reset lately, whose frames that
@@ -49,6 +54,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,28 +64,77 @@ import (
 // google.golang.org/grpc/status survive; anything else is UNKNOWN).
 type Handler func(ctx context.Context, req []byte) ([]byte, error)
 
-// Defaults for Options.
+// Defaults for Options. Decision requests are a few hundred bytes and are
+// answered in about a millisecond; the defaults leave a wide margin for
+// that, and bound what a client can make the server hold (RATIONALE.md,
+// "Bounds").
 const (
-	DefaultMaxConcurrentStreams = 1024
-	DefaultMaxRecvMsgSize       = 4 << 20  // as grpc-go's default
-	DefaultMaxHeaderListSize    = 16 << 10 // bytes of decoded request headers
-	DefaultHandshakeTimeout     = 10 * time.Second
-	DefaultWorkers              = 256
+	// DefaultMaxConcurrentStreams bounds the calls in flight on one
+	// connection. At 20 ms a call (the Redis deadline) it still carries
+	// 12,800 calls a second per connection; Envoy (nghttp2) and grpc-go
+	// queue calls beyond it rather than fail them.
+	DefaultMaxConcurrentStreams = 256
+	// DefaultMaxRecvMsgSize is 64 KiB: over a hundred times a typical
+	// ShouldRateLimit request, and room for one with the 256 descriptors
+	// -max-descriptors allows at about 250 bytes each.
+	DefaultMaxRecvMsgSize = 64 << 10
+	// DefaultMaxHeaderListSize bounds the decoded request headers.
+	DefaultMaxHeaderListSize = 16 << 10
+	// DefaultHandshakeTimeout bounds the wait for the client's preface and
+	// first SETTINGS frame.
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultWorkers          = 256
+	// DefaultMaxConns bounds the open connections: an Envoy opens one per
+	// worker thread, so 4096 serves hundreds of Envoys per replica. A
+	// connection costs about 44 KB of heap and 7 KB of stack (two
+	// goroutines) while idle: 210 MB at the cap.
+	DefaultMaxConns = 4096
+	// DefaultMaxConnBufferBytes bounds the request bytes one connection
+	// makes the server hold: 16 requests of the largest size, or thousands
+	// of typical ones.
+	DefaultMaxConnBufferBytes = 1 << 20
+	// DefaultMaxBufferBytes bounds the request bytes the server holds for
+	// all connections together.
+	DefaultMaxBufferBytes = 64 << 20
+	// DefaultIdleTimeout closes a connection that has had no call for that
+	// long. Envoy keeps its connections to a rate limit service open and
+	// busy; a connection idle for five minutes is a client that went away
+	// without closing, or one that holds a slot for nothing.
+	DefaultIdleTimeout = 5 * time.Minute
 )
 
 // Options tune a Server. The zero value gives the defaults.
 type Options struct {
 	// MaxConcurrentStreams is the SETTINGS_MAX_CONCURRENT_STREAMS advertised
-	// and enforced per connection.
+	// and enforced per connection (REFUSED_STREAM beyond it).
 	MaxConcurrentStreams uint32
 	// MaxRecvMsgSize bounds a request message; a larger one is answered
 	// RESOURCE_EXHAUSTED.
 	MaxRecvMsgSize int
 	// MaxHeaderListSize bounds a request's decoded headers; larger ones are
-	// answered HTTP 431.
+	// answered HTTP 431. A header block of more than twice as many encoded
+	// bytes, or of more than 16 CONTINUATION frames, ends the connection
+	// (GOAWAY ENHANCE_YOUR_CALM).
 	MaxHeaderListSize uint32
-	// HandshakeTimeout bounds the wait for the client's preface.
+	// HandshakeTimeout bounds the wait for the client's preface and first
+	// SETTINGS frame; past it the connection is closed.
 	HandshakeTimeout time.Duration
+	// IdleTimeout closes (GOAWAY NO_ERROR) a connection that has opened
+	// no stream for that long. Streams still open then (requests that never
+	// end) are cut two seconds after the GOAWAY.
+	IdleTimeout time.Duration
+	// MaxConns bounds the open connections. A connection accepted beyond
+	// it is sent GOAWAY ENHANCE_YOUR_CALM and closed at once.
+	MaxConns int
+	// MaxConnBufferBytes bounds the request bytes buffered for one
+	// connection: requests being received, and received ones not yet
+	// answered. A request that would pass it is answered
+	// RESOURCE_EXHAUSTED, and the connection goes on. It is raised to
+	// MaxRecvMsgSize+5 if lower.
+	MaxConnBufferBytes int64
+	// MaxBufferBytes is the same bound for all connections together. It is
+	// raised to MaxConnBufferBytes if lower.
+	MaxBufferBytes int64
 	// Workers is how many goroutines the server keeps to run calls. A
 	// call that finds them all busy gets a goroutine of its own. Workers
 	// keep their grown stacks: a fresh goroutine per call would grow (copy)
@@ -102,6 +157,20 @@ func (o *Options) fill() {
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = DefaultHandshakeTimeout
 	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	if o.MaxConnBufferBytes <= 0 {
+		o.MaxConnBufferBytes = DefaultMaxConnBufferBytes
+	}
+	o.MaxConnBufferBytes = max(o.MaxConnBufferBytes, int64(o.MaxRecvMsgSize)+5)
+	if o.MaxBufferBytes <= 0 {
+		o.MaxBufferBytes = DefaultMaxBufferBytes
+	}
+	o.MaxBufferBytes = max(o.MaxBufferBytes, o.MaxConnBufferBytes)
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
 	}
@@ -124,6 +193,10 @@ type Server struct {
 	conns     map[*conn]struct{}
 	stopping  bool
 	connsDone *sync.Cond // signalled when a connection ends
+
+	buffered  atomic.Int64     // request bytes held, all connections (Options.MaxBufferBytes)
+	now       func() time.Time // the clock of the sweeps (tests set it)
+	sweepOnce sync.Once
 
 	workersOnce sync.Once
 	calls       chan call     // to the workers
@@ -189,6 +262,7 @@ func New(opts Options) *Server {
 	opts.fill()
 	s := &Server{opts: opts, methods: map[string]*method{}, listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
 	s.connsDone = sync.NewCond(&s.mu)
+	s.now = time.Now
 	s.quit = make(chan struct{})
 	return s
 }
@@ -232,6 +306,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
+	s.sweepOnce.Do(func() { go s.sweeper() })
 	defer func() {
 		s.mu.Lock()
 		delete(s.listeners, ln)
@@ -258,13 +333,18 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		c := newConn(s, nc)
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
 			nc.Close()
 			return ErrServerStopped
 		}
+		if len(s.conns) >= s.opts.MaxConns {
+			s.mu.Unlock()
+			refuseConn(nc)
+			continue
+		}
+		c := newConn(s, nc)
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		go c.serve()

@@ -4,10 +4,15 @@ import (
 	"bufio"
 	"encoding/binary"
 	"runtime"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
 )
+
+// writers are the write buffers of the connections' rounds: an idle
+// connection holds none.
+var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufferSize) }}
 
 // writeLoop writes what the connection queues: control frames first, then
 // answers in the order they became ready, as far as the send windows allow,
@@ -15,13 +20,14 @@ import (
 // next round (a WINDOW_UPDATE or SETTINGS wakes it).
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
-	bw := bufio.NewWriterSize(c.nc, writeBufferSize)
 	var (
 		ctrl    []byte
 		ready   []*stream
 		waiting []*stream // answers held back by flow control, oldest first
 	)
 	for range c.wake {
+		bw := writers.Get().(*bufio.Writer)
+		bw.Reset(c.nc)
 		for round := range 2 {
 			if round == 1 {
 				// Answers tend to come in bursts (a Redis pipeline answers
@@ -31,6 +37,8 @@ func (c *conn) writeLoop() {
 			}
 			var closed bool
 			if ctrl, ready, closed = c.take(ctrl[:0], ready[:0]); closed {
+				bw.Reset(nil)
+				writers.Put(bw)
 				return
 			}
 			bw.Write(ctrl)
@@ -38,6 +46,8 @@ func (c *conn) writeLoop() {
 		}
 		clear(ready)
 		err := bw.Flush()
+		bw.Reset(nil)
+		writers.Put(bw)
 
 		c.mu.Lock()
 		closeNow := c.fatal && len(c.ctrl) == 0 && (!c.draining || len(c.streams) == 0)
@@ -81,6 +91,7 @@ func (c *conn) take(ctrl []byte, ready []*stream) ([]byte, []*stream, bool) {
 	ctrl = append(ctrl, c.ctrl...)
 	ready = append(ready, c.ready...)
 	c.ctrl = c.ctrl[:0]
+	c.ctrlFrames = 0
 	clear(c.ready)
 	c.ready = c.ready[:0]
 	return ctrl, ready, false
@@ -163,7 +174,7 @@ func (c *conn) finish(st *stream) bool {
 	if st.rstAfter = !st.remoteDone.Load(); st.rstAfter {
 		c.noteResetLocked(st.id)
 	}
-	if c.draining && len(c.streams) == 0 {
+	if c.draining && !c.drainPing && len(c.streams) == 0 {
 		c.fatal = true // close after this round's flush
 	}
 	c.mu.Unlock()

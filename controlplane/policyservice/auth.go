@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
 )
@@ -165,13 +166,29 @@ func LoadCertPool(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// ServerOptions returns the options that install the interceptors on a
-// grpc.Server.
+// ServerOptions returns the options that install the Authenticator on a
+// grpc.Server: TapHandle, and the interceptors.
 func (a *Authenticator) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.InTapHandle(a.TapHandle),
 		grpc.ChainUnaryInterceptor(a.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(a.StreamInterceptor()),
 	}
+}
+
+// TapHandle refuses a PolicyService call without valid credentials as soon
+// as its headers arrive, before any of its message is read: a client
+// without credentials cannot make the server buffer a policy-sized body
+// (1 MiB) on each of its streams. The interceptors then attach the caller's
+// identity to the calls it lets through.
+func (a *Authenticator) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !strings.HasPrefix(info.FullMethodName, guardedPrefix) {
+		return ctx, nil
+	}
+	if _, err := a.authenticate(ctx, info.FullMethodName); err != nil {
+		return nil, err
+	}
+	return ctx, nil
 }
 
 // UnaryInterceptor authenticates unary PolicyService calls.

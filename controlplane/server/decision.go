@@ -34,11 +34,12 @@ var (
 // wireCalls are spare slices for the batches of ShouldRateLimit.
 var wireCalls = sync.Pool{New: func() any { return new([]rls.WireCall) }}
 
-// newUnaryServer returns the decision port's grpcunary server: the RLS
-// decision, in batches (the calls one connection delivered together share
-// one store call), and the health check.
-func newUnaryServer(svc *rls.Service, hs *health.Server, log *slog.Logger) *unaryServer {
-	u := &unaryServer{grpcunary.New(grpcunary.Options{Logger: log})}
+// newUnaryServer returns the decision port's grpcunary server, bounded by
+// opts: the RLS decision, in batches (the calls one connection delivered
+// together share one store call), and the health check.
+func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options, log *slog.Logger) *unaryServer {
+	opts.Logger = log
+	u := &unaryServer{grpcunary.New(opts)}
 	u.HandleBatch(shouldRateLimitMethod, func(ctx context.Context, calls []grpcunary.Call) {
 		wc := wireCalls.Get().(*[]rls.WireCall)
 		ws := (*wc)[:0]

@@ -46,6 +46,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/controlplane/degrade"
+	"github.com/sluicehq/sluice/controlplane/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/lease"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
@@ -115,6 +116,10 @@ type Config struct {
 	// GRPCServer picks the decision port's gRPC server: GRPCServerUnary
 	// (also when empty) or GRPCServerGo. See DecisionServers.
 	GRPCServer string
+	// Unary bounds the unary decision server (GRPCServerUnary): its
+	// connections, streams, request sizes and buffers, idle timeout. Zero
+	// fields take grpcunary's defaults; Logger is the server's.
+	Unary grpcunary.Options
 	// HTTPAddr is the metrics and health listen address; DefaultHTTPAddr
 	// if empty.
 	HTTPAddr string
@@ -165,6 +170,18 @@ type Config struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ on the HTTP
 	// listener, for profiling; off by default.
 	Pprof bool
+	// MaxConns caps the decision port's open connections; 0 means
+	// DefaultMaxConns. MaxStreamsPerConn, MaxConnBufferBytes and
+	// MaxBufferBytes bound its concurrent streams and buffered request
+	// bytes per connection and in all, and IdleTimeout closes connections
+	// without calls (0: the defaults). In grpc-go mode see grpcBounds for
+	// how they apply; the policy and HTTP listeners have fixed bounds of
+	// their own (listeners.go).
+	MaxConns           int
+	MaxStreamsPerConn  uint32
+	MaxConnBufferBytes int64
+	MaxBufferBytes     int64
+	IdleTimeout        time.Duration
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -191,6 +208,7 @@ type Server struct {
 	http     *http.Server
 	grpcLn   net.Listener
 	httpLn   net.Listener
+	bounds   *Bounds     // the grpc-go decision server's; nil for the unary server
 	serving  atomic.Bool // between Run's start and its shutdown
 	runOnce  sync.Once
 	shutdown time.Duration
@@ -257,12 +275,14 @@ func (s *Server) build() error {
 
 	s.health = health.NewServer()
 	if cfg.GRPCServer == GRPCServerGo {
-		gs := grpc.NewServer(decisionServerOptions(s.service)...)
+		b := grpcBounds(cfg)
+		s.bounds = &b
+		gs := grpc.NewServer(decisionServerOptions(s.service, b, s.newStreamBudget(b.SharedStreams))...)
 		s.service.Register(gs)
 		healthpb.RegisterHealthServer(gs, s.health)
 		s.grpc = gs
 	} else {
-		s.grpc = newUnaryServer(s.service, s.health, s.log)
+		s.grpc = newUnaryServer(s.service, s.health, cfg.Unary, s.log)
 	}
 	s.setHealth()
 
@@ -277,38 +297,19 @@ func (s *Server) build() error {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.http = s.httpServer(mux)
 
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("server: gRPC address %s: %w", cfg.GRPCAddr, err)
 	}
+	if s.bounds != nil {
+		s.grpcLn = s.limit(s.grpcLn, "decision", s.bounds.MaxConns)
+	}
 	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("server: HTTP address %s: %w", cfg.HTTPAddr, err)
 	}
+	s.httpLn = s.limit(s.httpLn, "http", httpMaxConns)
 	return s.buildPolicyService()
-}
-
-// streamWorkers is how many goroutines the decision gRPC server keeps to
-// run calls: a call whose handler waits on Redis holds one, and a call that
-// finds them all busy gets a goroutine of its own, as without workers. The
-// workers keep their grown stacks, where a fresh goroutine per call would
-// grow (copy) its stack on every call.
-const streamWorkers = 256
-
-// decisionServerOptions are the decision gRPC server's options, tuned for
-// many small unary calls: reused stream workers, write buffers shared
-// between connections while idle, fixed flow-control windows larger than
-// any burst of requests (no window updates to speak of, and no BDP probing
-// pings), and the RLS codec (rls.Codec: requests and the responses'
-// dynamic_metadata coded without reflection).
-func decisionServerOptions(svc *rls.Service) []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.NumStreamWorkers(streamWorkers),
-		grpc.SharedWriteBuffer(true),
-		grpc.InitialWindowSize(1 << 20),
-		grpc.InitialConnWindowSize(16 << 20),
-		grpc.ForceServerCodecV2(rls.NewCodec(svc)),
-	}
 }
 
 // buildPolicies opens the policy store: in Redis when the server has Redis
@@ -354,7 +355,7 @@ func (s *Server) buildPolicyService() error {
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	opts := auth.ServerOptions()
+	opts := append(auth.ServerOptions(), policyServerOptions(orDefault(s.cfg.IdleTimeout, DefaultIdleTimeout))...)
 	if s.cfg.PolicyTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.PolicyTLS)))
 	}
@@ -367,6 +368,7 @@ func (s *Server) buildPolicyService() error {
 	if s.polLn, err = net.Listen("tcp", addr); err != nil {
 		return fmt.Errorf("server: policy address %s: %w", addr, err)
 	}
+	s.polLn = s.limit(s.polLn, "policy", policyMaxConns)
 	return nil
 }
 
@@ -625,6 +627,9 @@ func (s *Server) run(ctx context.Context) error {
 	s.setHealth()
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "policy", s.PolicyAddr(), "store", s.store.Name(),
 		"domains", strings.Join(domainNames(s.service.Policies()), ","))
+	if s.bounds != nil {
+		s.log.Info("decision port bounds (grpc-go)", "bounds", s.bounds.String())
+	}
 
 	var runErr error
 	select {

@@ -20,6 +20,8 @@
 //	                                                they seed an empty policy store (default: the
 //	                                                embedded example policies, domain sluice-demo);
 //	                                                SIGHUP re-reads them and applies their domains
+//	-policy-watch        SLUICE_POLICY_WATCH        check the -policy files this often and re-apply them, as
+//	                                                SIGHUP does, when their contents change (0: off)
 //	-policy-addr         SLUICE_POLICY_ADDR         policy service listen address (127.0.0.1:8082)
 //	-policy-token-file   SLUICE_POLICY_TOKEN_FILE   bearer tokens the policy service accepts, one a line
 //	                     SLUICE_TOKEN               one accepted token (environment only, never a flag)
@@ -41,6 +43,15 @@
 //	-memory-max-entries  SLUICE_MEMORY_MAX_ENTRIES  memory store bound on keys (1048576)
 //	-memory-max-bytes    SLUICE_MEMORY_MAX_BYTES    memory store bound on bytes (268435456)
 //	-shutdown-timeout    SLUICE_SHUTDOWN_TIMEOUT    graceful drain limit on SIGTERM/SIGINT (10s)
+//	-max-conns           SLUICE_MAX_CONNS           decision port: connections open at once (1024)
+//	-max-streams-per-conn SLUICE_MAX_STREAMS_PER_CONN decision port: concurrent calls on one connection (100)
+//	-max-conn-buffer-bytes SLUICE_MAX_CONN_BUFFER_BYTES decision port: buffered request bytes of one
+//	                                                connection (4194304)
+//	-max-buffer-bytes    SLUICE_MAX_BUFFER_BYTES    decision port: buffered request bytes in all (67108864)
+//	-idle-timeout        SLUICE_IDLE_TIMEOUT        close connections without calls after this long (5m)
+//	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary decision server: largest request message (65536;
+//	                                                grpc-go mode: 16 KiB)
+//	                     The -max-* and -idle-timeout flags bound the decision port in both server modes.
 //	-log-level           SLUICE_LOG_LEVEL           debug | info | warn | error (info)
 //	-log-format          SLUICE_LOG_FORMAT          json | text (json)
 //	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
@@ -48,7 +59,10 @@
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
 //	                                                heap is small, and collecting it less often leaves
-//	                                                CPU to decisions; the heap may grow to 5x the live set
+//	                                                CPU to decisions; the heap may grow to 5x the live set,
+//	                                                within the Go memory limit: unless $GOMEMLIMIT is set,
+//	                                                1.5 x -memory-max-bytes + 24 MiB, which keeps RSS
+//	                                                within 1.5 x -memory-max-bytes + 64 MiB
 //
 // With Redis, policies live in Redis and every replica converges on them.
 // Without a token or client CA the policy service is off (logged).
@@ -64,6 +78,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -72,6 +87,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/degrade"
+	"github.com/sluicehq/sluice/controlplane/grpcunary"
+	"github.com/sluicehq/sluice/controlplane/logthrottle"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/rls"
@@ -88,6 +105,31 @@ func main() {
 // allocation rate of tens of thousands of gRPC calls a second the default
 // GOGC of 100 spends a large share of the CPU collecting it.
 const DefaultGCPercent = 400
+
+// RSSOverhead is the fixed part of the bound on the process's RSS: under
+// any load on the memory store, RSS stays within 1.5 x -memory-max-bytes +
+// RSSOverhead (TestBinaryMemoryBound). It covers the binary's own pages
+// (about 15 MiB), the runtime, stacks, policies, metrics and the decision
+// port's working memory at ordinary load.
+const RSSOverhead = 64 << 20
+
+// memoryLimit returns the Go memory limit (GOMEMLIMIT) derived from the
+// memory store's bound: the store's bytes, half as much again for the
+// garbage collector to work in, and 24 MiB for the rest of the heap; RSS
+// adds the binary's pages and what the collector returns late. Under the
+// limit the collector runs as often as it must, whatever -gc-percent says;
+// with a small live heap (Redis answering, the store nearly empty)
+// -gc-percent alone paces it, as before. A full store churned by new keys
+// costs more collector CPU (2M keys through a 256 MiB store: +34% server
+// CPU); a limit closer to the bound would cost more. An explicit
+// $GOMEMLIMIT wins.
+func memoryLimit(storeBytes int64) int64 {
+	const maxLimit = math.MaxInt64 / 2
+	if storeBytes > maxLimit/2 {
+		return maxLimit
+	}
+	return storeBytes + storeBytes/2 + 24<<20
+}
 
 // config is what the flags say.
 type config struct {
@@ -110,6 +152,7 @@ type config struct {
 	deadline, probe     time.Duration
 	trip                degrade.Trip
 	maxDescriptors      int
+	policyWatch         time.Duration
 	nearLimitRatio      float64
 	ruleValues          int
 	memEntries          int
@@ -119,6 +162,14 @@ type config struct {
 	pprof               bool
 	gcPercent           int
 	gcPercentSet        bool // given by flag or $SLUICE_GC_PERCENT
+	maxConns            int
+	maxStreamsPerConn   int
+	maxConnBufferBytes  int64
+	maxBufferBytes      int64
+	idleTimeout         time.Duration
+	maxMsgBytes         int64
+
+	unary grpcunary.Options // the unary decision server's bounds, from the flags above
 }
 
 // listFlag is a comma-separated, repeatable flag.
@@ -153,6 +204,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		fs.IntVar(p, name, def, usage+" ($"+env+")")
 		envOf[name] = env
 	}
+	i64 := func(p *int64, name, env string, def int64, usage string) {
+		fs.Int64Var(p, name, def, usage+" ($"+env+")")
+		envOf[name] = env
+	}
 	str(&c.grpcAddr, "grpc-addr", "SLUICE_GRPC_ADDR", server.DefaultGRPCAddr, "gRPC listen address (ShouldRateLimit)")
 	str(&c.grpcServer, "grpc-server", "SLUICE_GRPC_SERVER", server.GRPCServerUnary, "decision port server: unary (lean HTTP/2: ShouldRateLimit and Health/Check) or grpc-go")
 	str(&c.httpAddr, "http-addr", "SLUICE_HTTP_ADDR", server.DefaultHTTPAddr, "HTTP listen address (/metrics, /healthz, /readyz)")
@@ -165,6 +220,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	str(&c.redisPasswordFile, "redis-password-file", "SLUICE_REDIS_PASSWORD_FILE", "", "file holding the Redis password (or set $SLUICE_REDIS_PASSWORD)")
 	fs.Var(&c.policies, "policy", "policy file or directory, comma-separated or repeated; seeds an empty store, re-applied on SIGHUP ($SLUICE_POLICY)")
 	envOf["policy"] = "SLUICE_POLICY"
+	dur(&c.policyWatch, "policy-watch", "SLUICE_POLICY_WATCH", 0, "re-apply the -policy files, as SIGHUP does, when their contents change, checking this often (0: off; e.g. 10s for a Kubernetes ConfigMap)")
 	str(&c.policyAddr, "policy-addr", "SLUICE_POLICY_ADDR", server.DefaultPolicyAddr, "policy service listen address (authenticated)")
 	str(&c.policyTokenFile, "policy-token-file", "SLUICE_POLICY_TOKEN_FILE", "", "file of bearer tokens the policy service accepts, one a line (or set $SLUICE_TOKEN)")
 	str(&c.policyCert, "policy-tls-cert", "SLUICE_POLICY_TLS_CERT", "", "TLS certificate of the policy listener")
@@ -191,6 +247,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	envOf["redis-no-functions"] = "SLUICE_REDIS_NO_FUNCTIONS"
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP address ($SLUICE_PPROF)")
 	envOf["pprof"] = "SLUICE_PPROF"
+	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once")
+	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", server.DefaultMaxStreamsPerConn, "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
+	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
+	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", server.DefaultMaxBufferBytes, "decision port: request bytes all connections together may have buffered")
+	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", server.DefaultIdleTimeout, "close connections (decision, policy, HTTP) without calls after this long")
+	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 
 	if err := fs.Parse(args); err != nil {
@@ -230,6 +292,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-shutdown-timeout must be positive (got %v)", c.shutdown))
 	case c.maxDescriptors <= 0:
 		errs = append(errs, fmt.Errorf("-max-descriptors must be positive (got %d)", c.maxDescriptors))
+	case c.maxConns <= 0 || c.maxStreamsPerConn <= 0 || c.maxConnBufferBytes <= 0 || c.maxBufferBytes <= 0 || c.idleTimeout <= 0 || c.maxMsgBytes <= 0:
+		errs = append(errs, errors.New("-max-conns, -max-streams-per-conn, -max-msg-bytes, -max-conn-buffer-bytes, -max-buffer-bytes and -idle-timeout must be positive"))
+	case c.maxStreamsPerConn > math.MaxInt32:
+		errs = append(errs, fmt.Errorf("-max-streams-per-conn must be at most %d (HTTP/2 stream ids)", math.MaxInt32))
+	case c.maxMsgBytes > math.MaxInt32:
+		errs = append(errs, fmt.Errorf("-max-msg-bytes must be at most %d", math.MaxInt32))
 	case c.memEntries <= 0 || c.memBytes <= 0:
 		errs = append(errs, errors.New("-memory-max-entries and -memory-max-bytes must be positive"))
 	case (c.policyCert == "") != (c.policyKey == ""):
@@ -240,23 +308,33 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	// One set of flags bounds the decision port in both server modes.
+	c.unary = grpcunary.Options{
+		MaxConns: c.maxConns, MaxConcurrentStreams: uint32(c.maxStreamsPerConn), MaxRecvMsgSize: int(c.maxMsgBytes),
+		MaxConnBufferBytes: c.maxConnBufferBytes, MaxBufferBytes: c.maxBufferBytes, IdleTimeout: c.idleTimeout,
+	}
 	return c, nil
 }
 
-// newLogger returns the slog logger the flags ask for.
+// newLogger returns the slog logger the flags ask for. Repeated lines are
+// throttled (logthrottle: the first 10 alike per 10 s, then one summary), so
+// that no client can flood the log with refused calls or failed decisions.
 func newLogger(c *config, w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return nil, fmt.Errorf("-log-level %q: use debug, info, warn or error", c.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
 	switch c.logFormat {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("-log-format %q: use json or text", c.logFormat)
 	}
-	return nil, fmt.Errorf("-log-format %q: use json or text", c.logFormat)
+	return slog.New(logthrottle.New(h, logthrottle.Options{})), nil
 }
 
 // run is main with its inputs injected; it returns the exit status.
@@ -274,12 +352,20 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice-controlplane:", err)
 		return 2
 	}
+	if h, ok := log.Handler().(*logthrottle.Handler); ok {
+		defer h.Close() // report the lines still held back
+	}
 	server.SetRedisLogger(log)
 	hup := make(chan os.Signal, 1) // before the policies are read: SIGHUP must never end the process
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	if c.gcPercentSet || getenv("GOGC") == "" {
 		debug.SetGCPercent(c.gcPercent)
+	}
+	if getenv("GOMEMLIMIT") == "" {
+		limit := memoryLimit(c.memBytes)
+		debug.SetMemoryLimit(limit)
+		log.Info("Go memory limit set from the bounds", "gomemlimit_bytes", limit, "memory_max_bytes", c.memBytes)
 	}
 
 	policies := policy.Example()
@@ -308,6 +394,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	srv, err := server.New(server.Config{
 		GRPCAddr:   c.grpcAddr,
 		GRPCServer: c.grpcServer,
+		Unary:      c.unary,
 		HTTPAddr:   c.httpAddr,
 		Redis: server.RedisConfig{
 			Mode: c.redisMode, Addrs: c.redisAddrs, MasterName: c.redisMaster,
@@ -330,6 +417,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		ShutdownTimeout:  c.shutdown,
 		Pprof:            c.pprof,
 		Logger:           log,
+
+		MaxConns:           c.maxConns,
+		MaxStreamsPerConn:  uint32(c.maxStreamsPerConn),
+		MaxConnBufferBytes: c.maxConnBufferBytes,
+		MaxBufferBytes:     c.maxBufferBytes,
+		IdleTimeout:        c.idleTimeout,
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
@@ -338,7 +431,13 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	go reloadOnHangup(ctx, hup, log, c.policies, srv.Policies())
+	changed := make(chan struct{}, 1)
+	if c.policyWatch > 0 && len(c.policies) > 0 {
+		t := time.NewTicker(c.policyWatch)
+		defer t.Stop()
+		go watchPolicies(ctx, t.C, c.policies, changed)
+	}
+	go reloadOnHangup(ctx, hup, changed, log, c.policies, srv.Policies())
 	if err := srv.Run(ctx); err != nil {
 		log.Error("serving failed", "error", err.Error())
 		return 1

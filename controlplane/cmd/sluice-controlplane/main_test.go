@@ -48,9 +48,22 @@ func TestParseFlags(t *testing.T) {
 		c.maxDescriptors != 256 || c.logFormat != "json" || c.gcPercent != DefaultGCPercent || c.gcPercentSet {
 		t.Fatalf("parsed %+v", c)
 	}
+	bounds := map[string]string{"SLUICE_MAX_CONNS": "10", "SLUICE_MAX_STREAMS_PER_CONN": "20", "SLUICE_MAX_CONN_BUFFER_BYTES": "30",
+		"SLUICE_MAX_BUFFER_BYTES": "40", "SLUICE_IDLE_TIMEOUT": "50s"}
+	if c, err := parseFlags([]string{"-max-conns", "11"}, func(k string) string { return bounds[k] }, io.Discard); err != nil ||
+		c.maxConns != 11 || c.maxStreamsPerConn != 20 || c.maxConnBufferBytes != 30 || c.maxBufferBytes != 40 || c.idleTimeout != 50*time.Second {
+		t.Fatalf("bounds: %+v, %v", c, err)
+	}
 	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_GC_PERCENT": "150"}[k] }, io.Discard); err != nil ||
 		c.gcPercent != 150 || !c.gcPercentSet {
 		t.Fatalf("$SLUICE_GC_PERCENT: %+v, %v", c, err)
+	}
+	u, err := parseFlags([]string{"-max-conns", "9", "-idle-timeout", "1m"}, func(k string) string {
+		return map[string]string{"SLUICE_MAX_STREAMS_PER_CONN": "7", "SLUICE_MAX_BUFFER_BYTES": "1000000", "SLUICE_MAX_CONNS": "3"}[k]
+	}, io.Discard)
+	if err != nil || u.unary.MaxConns != 9 || u.unary.MaxConcurrentStreams != 7 || u.unary.MaxBufferBytes != 1000000 ||
+		u.unary.IdleTimeout != time.Minute || u.unary.MaxRecvMsgSize != 64<<10 || u.unary.MaxConnBufferBytes != 4<<20 { // server.DefaultMaxConnBufferBytes
+		t.Fatalf("unary server flags: %+v, %v", u.unary, err)
 	}
 	bad := []struct {
 		args []string
@@ -63,6 +76,9 @@ func TestParseFlags(t *testing.T) {
 		{nil, map[string]string{"SLUICE_PROBE_INTERVAL": "soon"}, `$SLUICE_PROBE_INTERVAL="soon": invalid value for -probe-interval`},
 		{[]string{"-max-descriptors", "-1"}, nil, "-max-descriptors must be positive"},
 		{[]string{"-gc-percent", "0"}, nil, "-gc-percent must be positive"},
+		{[]string{"-max-conns", "0"}, nil, "-max-conns, -max-streams-per-conn"},
+		{nil, map[string]string{"SLUICE_IDLE_TIMEOUT": "-1s"}, "-idle-timeout must be positive"},
+		{[]string{"-max-streams-per-conn", "4294967296"}, nil, "-max-streams-per-conn must be at most"},
 	}
 	for _, b := range bad {
 		_, err := parseFlags(b.args, func(k string) string { return b.env[k] }, io.Discard)

@@ -19,18 +19,22 @@ type applier interface {
 	Apply(ctx context.Context, source string, data []byte, g policystore.Guard) (policystore.ApplyResult, error)
 }
 
-// reloadOnHangup re-reads the -policy files on every signal from hup until
-// ctx ends.
-func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, log *slog.Logger, paths []string, st applier) {
+// reloadOnHangup re-reads the -policy files on every signal from hup, and
+// every time changed reports that they changed (-policy-watch), until ctx
+// ends.
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, changed <-chan struct{}, log *slog.Logger, paths []string, st applier) {
 	for {
+		cause := "SIGHUP"
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			actx, cancel := context.WithTimeout(ctx, reloadTimeout)
-			reload(actx, log, paths, st)
-			cancel()
+		case <-changed:
+			cause = "policy files changed"
 		}
+		actx, cancel := context.WithTimeout(ctx, reloadTimeout)
+		reload(actx, log, cause, paths, st)
+		cancel()
 	}
 }
 
@@ -40,14 +44,15 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, log *slog.Logger,
 // then each domain replaces the stored one atomically, and every replica on
 // the same store follows. Domains held by the store but absent from the
 // files are left alone (ratectl delete removes them). It logs one line.
-func reload(ctx context.Context, log *slog.Logger, paths []string, st applier) {
+// cause ("SIGHUP", "policy files changed") starts the line.
+func reload(ctx context.Context, log *slog.Logger, cause string, paths []string, st applier) {
 	if len(paths) == 0 {
-		log.Warn("SIGHUP: no -policy files to re-read; the policies are unchanged")
+		log.Warn(cause + ": no -policy files to re-read; the policies are unchanged")
 		return
 	}
 	files, err := policy.ReadFiles(paths...)
 	if err != nil {
-		log.Error("SIGHUP: refused the -policy files; the current policies stay",
+		log.Error(cause+": refused the -policy files; the current policies stay",
 			"policy", strings.Join(paths, ","), "error", err.Error())
 		return
 	}
@@ -59,7 +64,7 @@ func reload(ctx context.Context, log *slog.Logger, paths []string, st applier) {
 			for _, g := range files[i:] {
 				left = append(left, g.Domain.Name)
 			}
-			log.Error("SIGHUP: the policy store refused a domain; the domains before it were applied",
+			log.Error(cause+": the policy store refused a domain; the domains before it were applied",
 				"policy", strings.Join(paths, ","), "changed", strings.Join(changed, ","),
 				"unchanged", strings.Join(unchanged, ","), "not_applied", strings.Join(left, ","), "error", err.Error())
 			return
@@ -70,6 +75,6 @@ func reload(ctx context.Context, log *slog.Logger, paths []string, st applier) {
 			changed = append(changed, res.Domain)
 		}
 	}
-	log.Info("SIGHUP: applied the -policy files", "policy", strings.Join(paths, ","),
+	log.Info(cause+": applied the -policy files", "policy", strings.Join(paths, ","),
 		"changed", strings.Join(changed, ","), "unchanged", strings.Join(unchanged, ","))
 }

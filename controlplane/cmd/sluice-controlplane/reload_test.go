@@ -58,7 +58,7 @@ func TestReloadLogsOneLine(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			reload(context.Background(), slog.New(slog.NewJSONHandler(&buf, nil)), c.paths, c.store)
+			reload(context.Background(), slog.New(slog.NewJSONHandler(&buf, nil)), "SIGHUP", c.paths, c.store)
 			out := strings.TrimSpace(buf.String())
 			if strings.Count(out, "\n") != 0 {
 				t.Errorf("more than one log line:\n%s", out)

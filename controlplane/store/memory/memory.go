@@ -10,8 +10,9 @@
 // fresh one).
 //
 // Memory is bounded twice, per shard: by entries (MaxEntries) and by
-// approximate bytes (MaxBytes; a sliding_log entry holds one 16-byte slot per
-// request of its limit). Inserting past either bound evicts the least
+// bytes (MaxBytes: what an entry holds on the Go heap, its map slot
+// included; a sliding_log entry also holds one 16-byte slot per request of
+// its limit). Inserting past either bound evicts the least
 // recently used entries of the shard. Eviction forgets a live limiter, which
 // then starts full again: the bound trades accuracy for keys nobody has used
 // lately against memory that hostile keys could otherwise grow without
@@ -29,6 +30,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/shared/algorithms"
@@ -36,10 +38,10 @@ import (
 
 // Defaults for Options.
 const (
-	// DefaultMaxEntries is the default bound on keys held (about 200 MB
-	// with the per-entry overhead of small states).
+	// DefaultMaxEntries is the default bound on keys held (about 280 MB
+	// with keys of 60 bytes: DefaultMaxBytes binds first).
 	DefaultMaxEntries = 1 << 20
-	// DefaultMaxBytes is the default bound on approximate memory held.
+	// DefaultMaxBytes is the default bound on the bytes held.
 	DefaultMaxBytes = 256 << 20
 	// MaxSlidingLog is the largest sliding_log limit the store accepts: the
 	// log holds one 16-byte slot per request of the limit (16 MB here).
@@ -51,11 +53,30 @@ const (
 // meet on one mutex.
 const shardCount = 64
 
-// Approximate sizes used for the byte bound.
+// Sizes used for the byte bound, measured on the Go heap (TestByteAccounting
+// checks them against runtime.MemStats for every algorithm and key length).
 const (
-	entryOverhead = 264 // entry struct, map slot and string header
-	logEntrySize  = 16  // one slot of a sliding log's ring
+	// entryOverhead is the entry struct (200 bytes with the seed that
+	// degrade's carry keeps, allocated as 208) and its map slot, about 64
+	// bytes: a 16-byte key header and an 8-byte pointer per slot, at the
+	// load of a Swiss table that has just split (about 7/16), with the
+	// control bytes.
+	entryOverhead = 272
+	// logStateSize is a sliding log's state struct, beside its ring.
+	logStateSize = int64(unsafe.Sizeof(algorithms.SlidingLogState{}))
+	logEntrySize = 16 // one slot of a sliding log's ring
 )
+
+// entrySize returns the bytes an entry for key holds, with a sliding log
+// of logCap slots (0: none). The key's bytes are counted as allocated:
+// rounded up to 16.
+func entrySize(key string, logCap int64) int64 {
+	n := entryOverhead + (int64(len(key))+15)&^15
+	if logCap > 0 {
+		n += logStateSize + logCap*logEntrySize
+	}
+	return n
+}
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
@@ -248,7 +269,7 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 			e.logCap = c.Limit.Requests
 			e.log = slidingLog(c.Limit).NewState()
 		}
-		e.size = entryOverhead + int64(len(c.Key)) + e.logCap*logEntrySize
+		e.size = entrySize(c.Key, e.logCap)
 	}
 	r, err := e.apply(c, now)
 	if err != nil {

@@ -1,0 +1,286 @@
+package grpcunary
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net"
+	"strconv"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// What one connection may make the server queue or read before it is closed
+// (RATIONALE.md, "Bounds").
+const (
+	// maxQueuedCtrlFrames and maxQueuedCtrlBytes bound the control frames
+	// (PING and SETTINGS acknowledgements, RST_STREAM, WINDOW_UPDATE) queued
+	// for a peer that does not read them. The writer empties the queue each
+	// time it runs, so a peer that reads never comes near either.
+	maxQueuedCtrlFrames = 1024
+	maxQueuedCtrlBytes  = 16 << 10
+	// maxContinuations bounds the CONTINUATION frames of one header block
+	// (the block's bytes are bounded by twice MaxHeaderListSize).
+	maxContinuations = 16
+	// resetWindow and maxEarlyResets: a connection whose client resets more
+	// than maxEarlyResets of resetWindow consecutive streams before their
+	// call started (rapid reset, CVE-2023-44487) is closed.
+	resetWindow    = 1024
+	maxEarlyResets = resetWindow / 2
+	// refuseWriteTimeout bounds the GOAWAY written to a connection over
+	// MaxConns.
+	refuseWriteTimeout = 100 * time.Millisecond
+)
+
+var (
+	errCtrlFlood   = errors.New("grpcunary: the peer does not read its control frames")
+	errHeaderFlood = errors.New("grpcunary: a header block of too many CONTINUATION frames or bytes")
+	errResetFlood  = errors.New("grpcunary: the peer resets most streams before their call starts (rapid reset)")
+	errConnBudget  = errors.New("the connection's request buffer is full")
+	errSrvBudget   = errors.New("the server's request buffer is full")
+)
+
+// refuseConn turns away a connection over MaxConns: our SETTINGS, a GOAWAY
+// ENHANCE_YOUR_CALM that says why, and the end. The write goes to a fresh
+// socket's empty send buffer, so it does not wait.
+func refuseConn(nc net.Conn) {
+	const why = "grpcunary: too many connections"
+	b := appendSettings(nil, nil)
+	b = appendFrameHeader(b, 8+len(why), http2.FrameGoAway, 0, 0)
+	b = binary.BigEndian.AppendUint32(b, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(http2.ErrCodeEnhanceYourCalm))
+	b = append(b, why...)
+	nc.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
+	nc.Write(b)
+	nc.Close()
+}
+
+// ctrlQueuedLocked follows each control frame appended to c.ctrl: past the
+// bounds the connection is to end (the reader checks c.calm). c.mu is held.
+func (c *conn) ctrlQueuedLocked() {
+	c.ctrlFrames++
+	if c.ctrlFrames > maxQueuedCtrlFrames || len(c.ctrl) > maxQueuedCtrlBytes {
+		c.calm.Store(true)
+	}
+}
+
+// charge takes n bytes of request buffer from the connection's budget and
+// the server's, or reports which is full.
+func (c *conn) charge(n int64) error {
+	o := &c.srv.opts
+	if c.buffered.Load()+n > o.MaxConnBufferBytes {
+		return errConnBudget
+	}
+	if c.srv.buffered.Add(n) > o.MaxBufferBytes {
+		c.srv.buffered.Add(-n)
+		return errSrvBudget
+	}
+	c.buffered.Add(n)
+	return nil
+}
+
+// uncharge returns n bytes to both budgets.
+func (c *conn) uncharge(n int64) {
+	if n != 0 {
+		c.buffered.Add(-n)
+		c.srv.buffered.Add(-n)
+	}
+}
+
+// buffer appends data to st's request body, within the budgets, which are
+// charged what the body allocates. A body that comes in one frame is
+// allocated once; one that comes in pieces grows to at most twice what came,
+// and never past what its message prefix announces. A prefix announcing
+// more than MaxRecvMsgSize fails at once.
+func (c *conn) buffer(st *stream, data []byte) error {
+	need := len(st.body) + len(data)
+	if need > cap(st.body) {
+		size := need
+		if need >= 5 {
+			var p [5]byte
+			copy(p[copy(p[:], st.body):], data)
+			announced := 5 + int(binary.BigEndian.Uint32(p[1:]))
+			if announced > c.srv.opts.MaxRecvMsgSize+5 {
+				return errTooLarge
+			}
+			// At most twice what came, so that a prefix that lies costs
+			// its sender half of what it reserves.
+			size = max(size, min(announced, 2*cap(st.body)))
+		}
+		if size > c.srv.opts.MaxRecvMsgSize+5 {
+			return errTooLarge
+		}
+		grow := int64(size - cap(st.body))
+		if err := c.charge(grow); err != nil {
+			return err
+		}
+		st.charged += grow
+		c.held += grow
+		body := make([]byte, len(st.body), size)
+		copy(body, st.body)
+		st.body = body
+	}
+	st.body = append(st.body, data...)
+	return nil
+}
+
+var errTooLarge = errors.New("too large")
+
+// refusal is the RESOURCE_EXHAUSTED message for buffer's error.
+func (c *conn) refusal(err error) string {
+	o := &c.srv.opts
+	switch err {
+	case errConnBudget:
+		return "grpcunary: " + err.Error() + " (" + strconv.FormatInt(o.MaxConnBufferBytes, 10) + " bytes): retry later"
+	case errSrvBudget:
+		return "grpcunary: " + err.Error() + " (" + strconv.FormatInt(o.MaxBufferBytes, 10) + " bytes): retry later"
+	}
+	return "grpcunary: request larger than " + strconv.Itoa(o.MaxRecvMsgSize) + " bytes"
+}
+
+// drop releases the request buffer of a stream the reader still owns (not
+// handed to a worker).
+func (c *conn) drop(st *stream) {
+	st.body = nil
+	if !st.dispatched {
+		c.held -= st.charged
+		c.uncharge(st.charged)
+		st.charged = 0
+	}
+}
+
+// handOver passes st's request buffer to the worker that runs its call,
+// which releases it (release) once the call is answered.
+func (c *conn) handOver(st *stream) {
+	st.dispatched = true
+	c.held -= st.charged
+}
+
+// release returns the request buffers of calls a worker ran.
+func (c *conn) release(sts ...*stream) {
+	var n int64
+	for _, st := range sts {
+		n += st.charged
+		st.charged = 0
+	}
+	c.uncharge(n)
+}
+
+// earlyResetLocked counts a client's reset of a stream whose call had not
+// started; it reports whether the connection is past maxEarlyResets in its
+// window. c.mu is held.
+func (c *conn) earlyResetLocked() bool {
+	if c.opened-c.resetWindowStart >= resetWindow {
+		c.resetWindowStart, c.earlyResets = c.opened, 0
+	}
+	c.earlyResets++
+	return c.earlyResets > maxEarlyResets
+}
+
+// readHeaderBlock reads a header block of more than one frame: the HEADERS
+// frame with header fh and its CONTINUATION frames, at most
+// maxContinuations of them and twice MaxHeaderListSize bytes (an endless
+// run of empty CONTINUATION frames is a flood). The block is then decoded
+// as one HEADERS frame by a Framer that shares the connection's HPACK
+// decoder, so that it gets the same checks as a block in one frame.
+func (c *conn) readHeaderBlock(fh http2.FrameHeader) (http2.Frame, error) {
+	dec := c.fr.ReadMetaHeaders
+	c.fr.ReadMetaHeaders = nil
+	defer func() { c.fr.ReadMetaHeaders = dec }()
+	f, err := c.fr.ReadFrameForHeader(fh)
+	if err != nil {
+		return nil, err
+	}
+	hf := f.(*http2.HeadersFrame)
+	param := http2.HeadersFrameParam{StreamID: fh.StreamID, EndStream: hf.StreamEnded(), EndHeaders: true, Priority: hf.Priority}
+	block := bytes.Clone(hf.HeaderBlockFragment())
+	limit := 2 * int(c.srv.opts.MaxHeaderListSize)
+	for n := 0; ; n++ {
+		if n == maxContinuations || len(block) > limit {
+			return nil, http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
+		f, err := c.fr.ReadFrame() // a CONTINUATION of this stream, or a connection error
+		if err != nil {
+			return nil, err
+		}
+		cf := f.(*http2.ContinuationFrame)
+		block = append(block, cf.HeaderBlockFragment()...)
+		if cf.HeadersEnded() {
+			break
+		}
+	}
+	param.BlockFragment = block
+	var buf bytes.Buffer
+	if err := http2.NewFramer(&buf, nil).WriteHeaders(param); err != nil {
+		return nil, err
+	}
+	one := http2.NewFramer(nil, &buf)
+	one.SetMaxReadFrameSize(uint32(buf.Len()))
+	one.ReadMetaHeaders = dec
+	one.MaxHeaderListSize = c.fr.MaxHeaderListSize
+	return one.ReadFrame()
+}
+
+// sweeper runs sweep until the server stops.
+func (s *Server) sweeper() {
+	t := time.NewTicker(min(max(min(s.opts.HandshakeTimeout, s.opts.IdleTimeout)/4, 10*time.Millisecond), time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			s.sweep(s.now())
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// sweep ends the connections that are past a deadline at now: the
+// handshake's (HandshakeTimeout from the accept to the first SETTINGS),
+// the idle one (IdleTimeout without a new stream), and the one by which a
+// connection told to end must have ended.
+func (s *Server) sweep(now time.Time) {
+	s.mu.Lock()
+	cs := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.sweep(now)
+	}
+}
+
+// sweep is Server.sweep for one connection. Its fields idleSince,
+// lastOpened and endBy are the sweep's own.
+func (c *conn) sweep(now time.Time) {
+	o := &c.srv.opts
+	c.mu.Lock()
+	var end, kill bool
+	switch {
+	case !c.endBy.IsZero():
+		kill = now.After(c.endBy)
+	case !c.handshook && now.Sub(c.born) >= o.HandshakeTimeout:
+		end = true
+	case c.opened != c.lastOpened:
+		c.idleSince, c.lastOpened = now, c.opened // a stream opened since the last sweep
+	default:
+		// Streams still open now are requests that never end, or calls
+		// that last minutes, which a decision never does: the kill after
+		// endBy cuts them.
+		end = now.Sub(c.idleSince) >= o.IdleTimeout
+	}
+	if end {
+		// A peer that reads nothing keeps the GOAWAY from leaving: then
+		// the connection is closed at the next sweep after endBy.
+		c.endBy = now.Add(2 * closeGrace)
+	}
+	c.mu.Unlock()
+	switch {
+	case kill:
+		c.close()
+	case end:
+		c.drain()
+	}
+}
