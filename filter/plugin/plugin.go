@@ -160,6 +160,8 @@ type Plugin struct {
 	policies []limitheaders.Policy
 	local    headerList
 	localMap []byte // p.local serialized
+	// quotas are the control plane's grants in advance (see quota.go).
+	quotas quotas
 	// Warnings are logged at most once per logEvery.
 	lastWarn   int64
 	suppressed int
@@ -309,6 +311,9 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 	if !haveNow {
 		now = p.host.Now()
 	}
+	if p.spendQuota(s, now) {
+		return ActionContinue
+	}
 	return p.callOut(s, now)
 }
 
@@ -436,6 +441,7 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 	case rlsproto.CodeOK:
 		s.state = stateDone
 		p.count(p.metrics.allowed)
+		p.recordQuotas(s, now)
 		if s.deleted {
 			return
 		}
