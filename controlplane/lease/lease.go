@@ -35,7 +35,7 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultTarget  = 100 * time.Millisecond
+	DefaultTarget  = time.Second
 	DefaultMax     = 1000
 	DefaultLongest = time.Second
 	DefaultMaxKeys = 100_000
@@ -220,9 +220,9 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 		pol, longest := s.policy, s.longest
 		if redisstore.Returnable(c.Limit.Algorithm) {
 			// A token bucket's lease holds back refill while it is valid,
-			// so lease.lua keeps it valid for a quarter of the capacity's
-			// worth of refill at most: size it to be spent in half that.
-			longest = min(longest, refillTime(c.Limit)/4)
+			// so lease.lua keeps it valid for half the capacity's worth of
+			// refill at most: size it to be spent in half that.
+			longest = min(longest, refillTime(c.Limit)/2)
 			pol.Target = min(pol.Target, longest/2)
 		}
 		k := pol.Size(Demand{Rate: e.rate.perSecond(now), Remaining: e.remaining,

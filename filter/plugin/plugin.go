@@ -300,7 +300,7 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 		if !haveNow {
 			now, haveNow = p.host.Now(), true
 		}
-		if v := p.table.Check(s.keys[start:], int64(d.HitsAddend), now); v.Reject {
+		if v := p.table.Check(s.keys[start:], int64(d.HitsAddend), now); v.Reject && !p.quotaCovers(s.keys[start:], d.HitsAddend, now) {
 			p.count(p.metrics.precheckRejected)
 			return p.rejectLocally(s, d.RateLimit, v)
 		}

@@ -26,7 +26,7 @@ type quota struct {
 // them admits nothing the global limit refuses; a quota lost (a VM that
 // stops, an answer that times out) can only admit less.
 type quotas struct {
-	m       map[string]quota
+	m       map[string]*quota // entries are changed in place: a key is stored once, copied
 	allowed uint32 // MetricQuotaAllowed's id
 	defined bool
 }
@@ -63,16 +63,25 @@ func (p *Plugin) spendQuota(s *stream, now int64) bool {
 	}
 	for i := range descs {
 		k := bufString(s.key(i))
-		e := q.m[k]
-		e.left--
-		if e.left == 0 {
-			delete(q.m, k)
+		if e := q.m[k]; e.left > 1 {
+			e.left--
 		} else {
-			q.m[k] = e
+			delete(q.m, k)
 		}
 	}
 	p.countQuota()
 	return true
+}
+
+// quotaCovers reports whether a quota covers a request of cost for the
+// descriptor key: the control plane granted it in advance, so the precheck
+// must not reject it (that could only admit less than the limit).
+func (p *Plugin) quotaCovers(key []byte, cost uint32, now int64) bool {
+	if len(p.quotas.m) == 0 || cost != 1 {
+		return false
+	}
+	e, ok := p.quotas.m[bufString(key)]
+	return ok && e.left >= 1 && now < e.until
 }
 
 // countQuota counts one request admitted from quotas.
@@ -90,8 +99,9 @@ func (p *Plugin) countQuota() {
 
 // recordQuotas keeps the quotas of an allowed answer (in p.resp) for the
 // descriptors of s. The request answered takes one unit of each, as the
-// field's contract says. A quota replaces what the descriptor held: the
-// control plane sends the newest share of its lease.
+// field's contract says. A quota adds to what the descriptor still holds
+// (several calls may have been under way at once, each granted a share),
+// and the sum ends with the earlier of the two.
 func (p *Plugin) recordQuotas(s *stream, now int64) {
 	resp := &p.resp
 	if len(resp.Statuses) != len(s.costs) {
@@ -112,7 +122,15 @@ func (p *Plugin) recordQuotas(s *stream, now int64) {
 		}
 		until := now + valid // valid_until on the monotonic clock
 		if p.quotas.m == nil {
-			p.quotas.m = make(map[string]quota)
+			p.quotas.m = make(map[string]*quota)
+		}
+		if e, ok := p.quotas.m[bufString(s.key(i))]; ok {
+			if e.left > 0 && now < e.until {
+				e.left, e.until = e.left+int64(qt.Requests)-1, min(e.until, until)
+			} else {
+				e.left, e.until = int64(qt.Requests)-1, until
+			}
+			continue
 		}
 		if len(p.quotas.m) >= maxQuotas {
 			p.dropExpiredQuotas(now)
@@ -120,7 +138,7 @@ func (p *Plugin) recordQuotas(s *stream, now int64) {
 				continue
 			}
 		}
-		p.quotas.m[string(s.key(i))] = quota{left: int64(qt.Requests) - 1, until: until}
+		p.quotas.m[string(s.key(i))] = &quota{left: int64(qt.Requests) - 1, until: until}
 	}
 }
 

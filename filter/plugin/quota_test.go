@@ -5,6 +5,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -100,5 +101,62 @@ func TestQuotaNeedsEveryDescriptor(t *testing.T) {
 	}
 	if b.host.counters[MetricQuotaAllowed] != 0 {
 		t.Fatalf("counters %v", b.host.counters)
+	}
+}
+
+// deliverCall delivers an answer to call i.
+func (b *testbed) deliverCall(i int, a *fakeAnswer) {
+	c := b.host.calls[i]
+	b.host.answer = a
+	b.host.current = rootID
+	b.vm.OnHTTPCallResponse(rootID, c.id, len(a.headers), len(a.body), len(a.trailers))
+	b.host.answer = nil
+}
+
+// TestQuotasAddUp: two calls under way at once each bring a share; both
+// are kept (until the earlier end), and a held quota overrides the
+// precheck's rejection (the control plane granted those requests).
+func TestQuotasAddUp(t *testing.T) {
+	b := newTestbed(t, quotaConfig)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	b.request(req, "10.0.0.1:1")
+	b.request(req, "10.0.0.1:1")
+	if len(b.host.calls) != 2 {
+		t.Fatalf("%d calls", len(b.host.calls))
+	}
+	b.deliverCall(0, quotaAnswer(t, b.host, 3, time.Second))
+	b.deliverCall(1, quotaAnswer(t, b.host, 4, 100*time.Millisecond))
+	calls := len(b.host.calls)
+	for i := range 5 {
+		if _, a := b.request(req, "10.0.0.1:1"); a != ActionContinue || len(b.host.calls) != calls {
+			t.Fatalf("request %d: action %d: the two shares (2 + 3) do not add up", i, a)
+		}
+	}
+	if _, a := b.request(req, "10.0.0.1:1"); a != ActionPause {
+		t.Fatal("a sixth request was admitted")
+	}
+	// A call answered OVER_LIMIT makes the precheck reject the
+	// descriptor; a quota granted by a call under way at the same time
+	// still admits (the control plane granted those requests).
+	b.request(req, "10.0.0.1:1")
+	b.request(req, "10.0.0.1:1")
+	n := len(b.host.calls)
+	b.deliverCall(n-2, grpcOK(t, &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
+			DurationUntilReset: durationpb.New(30 * time.Second)}},
+		DynamicMetadata: metadata(t, map[string]any{"algorithm": "fixed_window", "limit": 10, "window_ms": 60000, "retry_after_ms": 30000}),
+	}))
+	if id, a := b.request(req, "10.0.0.1:1"); a != ActionPause || b.host.local[id].details != DetailsPrecheck {
+		t.Fatalf("after OVER_LIMIT the precheck did not reject: action %d", a)
+	}
+	b.deliverCall(n-1, quotaAnswer(t, b.host, 3, time.Second))
+	for i := range 2 {
+		if id, a := b.request(req, "10.0.0.1:1"); a != ActionContinue || b.host.local[id].status != 0 {
+			t.Fatalf("request %d on a quota after OVER_LIMIT: action %d", i, a)
+		}
+	}
+	if id, a := b.request(req, "10.0.0.1:1"); a != ActionPause || b.host.local[id].details != DetailsPrecheck {
+		t.Fatalf("quota spent: the precheck rejects again: action %d", a)
 	}
 }

@@ -17,8 +17,8 @@
 --   fixed_window, sliding_window: g admissions at now, valid until the
 --     current window ends: spent within it, they are counted in the window
 --     they happen in, as a per-request decision would count them.
---   token_bucket, gcra: valid for v (see lease_validity: at most a quarter
---     of the capacity's worth of emission intervals, or g of them).
+--   token_bucket, gcra: valid for v (see lease_validity: at most half
+--     the capacity's worth of emission intervals, or g of them).
 --     In GCRA's terms (a token bucket is the same limiter):
 --     the condition is checked at now (the earliest the units can be spent)
 --     and the state written as g admissions at now + v (the latest; for
@@ -27,8 +27,8 @@
 --     are spent, the state is at least as full as per-request decisions
 --     would have left it. The price is the refill during v that the bucket
 --     could have used: the state's time stays at least now + v, so while
---     leases keep coming a key holds back at most v's worth of refill (a
---     quarter of its capacity), once, not per lease. Until now + v no
+--     leases keep coming a key holds back at most v's worth of refill (half
+--     its capacity), once, not per lease. Until now + v no
 --     request refills
 --     anything from this state (its time lies ahead), which is also what
 --     makes return.lua exact.
@@ -59,7 +59,7 @@ end
 -- lease_validity is how long a lease of g units may be spent: until the
 -- current window ends (fixed_window, sliding_window); for token_bucket and
 -- gcra, longest, but no longer than the larger of g emission intervals and
--- a quarter of the capacity's worth of them (the refill a lease forgoes is
+-- half the capacity's worth of them (the refill a lease forgoes is
 -- at most its validity's worth: see above).
 local function lease_validity(alg, p1, p2, p3, g, longest)
   local v
@@ -73,7 +73,7 @@ local function lease_validity(alg, p1, p2, p3, g, longest)
       t, cap = floor(p3 / p2), p1 + 1 -- count p2 per p3, max_burst p1
     end
     v = floor(t * g)
-    local q = floor(t * cap / 4)
+    local q = floor(t * cap / 2)
     if q > v then
       v = q
     end
