@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,13 +40,16 @@ var leaseKeys = []struct {
 const leaseLimit = 100 // per second, each key
 
 // windowUpstream answers 200 and counts requests per api key and per
-// second of arrival (the aligned windows of the policy, on the same clock
-// as Redis's).
+// second (the aligned windows of the policy, on the same clock as Redis's)
+// in which they were certainly decided: sent (header x-sent-ns) and
+// received in that second. A request sent in one second and received in
+// the next may have been decided in either: those are counted apart.
 type windowUpstream struct {
-	srv *http.Server
-	ln  net.Listener
-	mu  sync.Mutex
-	n   map[string]map[int64]int64
+	srv       *http.Server
+	ln        net.Listener
+	mu        sync.Mutex
+	n         map[string]map[int64]int64
+	straddled map[string]int64
 }
 
 func startWindowUpstream(t *testing.T) *windowUpstream {
@@ -52,7 +57,7 @@ func startWindowUpstream(t *testing.T) *windowUpstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &windowUpstream{ln: ln, n: map[string]map[int64]int64{}}
+	u := &windowUpstream{ln: ln, n: map[string]map[int64]int64{}, straddled: map[string]int64{}}
 	u.srv = &http.Server{Handler: u, ReadHeaderTimeout: 10 * time.Second}
 	go u.srv.Serve(ln)
 	t.Cleanup(func() { u.srv.Close() })
@@ -60,17 +65,39 @@ func startWindowUpstream(t *testing.T) *windowUpstream {
 }
 
 func (u *windowUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	u.add(r.Header.Get(keyHeader), time.Now(), 1)
+	sent, _ := strconv.ParseInt(r.Header.Get("x-sent-ns"), 10, 64)
+	u.add(r.Header.Get(keyHeader), time.Unix(0, sent), time.Now())
 	w.Write([]byte("ok\n"))
 }
 
-func (u *windowUpstream) add(key string, at time.Time, n int64) {
+// add counts an admission of key decided between sent and got.
+func (u *windowUpstream) add(key string, sent, got time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if sent.Unix() != got.Unix() {
+		u.straddled[key]++
+		return
+	}
 	if u.n[key] == nil {
 		u.n[key] = map[int64]int64{}
 	}
-	u.n[key][at.Unix()] += n
+	u.n[key][got.Unix()]++
+}
+
+// sendSent sends GET url with the api key and the time it is sent.
+func sendSent(client *http.Client, url, key string) (int, error) {
+	req, err := newRequest(url, key)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("x-sent-ns", strconv.FormatInt(time.Now().UnixNano(), 10))
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 // TestLeasesThroughEnvoy: three control planes on one Redis, the two
@@ -165,6 +192,14 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 	}
 	var failed atomic.Value
 	var wg sync.WaitGroup
+	var steadyQuota, steadyCalled int64
+	wg.Go(func() {
+		time.Sleep(time.Until(rampAt))
+		for i, s := range envoys {
+			steadyQuota += s.Stat("wasmcustom.sluice.quota_allowed") - base[i]["wasmcustom.sluice.quota_allowed"]
+			steadyCalled += s.Stat("wasmcustom.sluice.allowed") - base[i]["wasmcustom.sluice.allowed"]
+		}
+	})
 	for i := range callers {
 		k := leaseKeys[i%len(leaseKeys)]
 		slot := i / len(leaseKeys) // 0..15 within the key
@@ -188,13 +223,14 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 					att.(*[20]atomic.Int64)[sec].Add(1)
 				}
 				if slot < 12 {
-					r := sendWith(client, urls[slot%2], k.key)
-					if r.err != nil || (r.status != 200 && r.status != 429) {
-						failed.CompareAndSwap(nil, fmt.Sprintf("via Envoy: %v %d %q", r.err, r.status, r.body))
+					status, err := sendSent(client, urls[slot%2], k.key)
+					if err != nil || (status != 200 && status != 429) {
+						failed.CompareAndSwap(nil, fmt.Sprintf("via Envoy: %v %d", err, status))
 						return
 					}
 					continue
 				}
+				sent := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				resp, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlscommon.RateLimitDescriptor{{
 					Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "api_key", Value: k.key}}}}})
@@ -204,7 +240,7 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 					return
 				}
 				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
-					up.add(k.key, time.Now(), 1)
+					up.add(k.key, sent, time.Now())
 				}
 			}
 		})
@@ -260,16 +296,17 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 				under += leaseLimit - got
 			}
 		}
-		t.Logf("%s: admitted/asked per second:%s", k.alg, line)
+		t.Logf("%s: admitted/asked per second:%s; %d admissions straddled two seconds", k.alg, line, up.straddled[k.key])
 	}
 	t.Logf("fixed_window under-admission at 5x: %d in %d s; bound (leased, not spent: expired %v, held %v, in filters %d): %d",
 		under, end.Unix()-rampSec, cpm[0], cpm[1], int64(cpm[2])-quotaAllowed, bound)
 	if under > bound || under < 0 {
 		t.Errorf("fixed_window admitted %d less than its limit at 5x, beyond the bound %d", under, bound)
 	}
-	share := float64(quotaAllowed) / float64(quotaAllowed+calledAllowed)
-	t.Logf("through the Envoys: %d allowed from quotas without a call, %d allowed by a call: %.1f%% decided in the filter; %v lease calls, %v units shared",
-		quotaAllowed, calledAllowed, 100*share, cpm[3], cpm[2])
+	pct := func(a, b int64) float64 { return 100 * float64(a) / float64(max(a+b, 1)) }
+	t.Logf("allowed through the Envoys, from quotas without a call / by a call: below the limit %d/%d (%.1f%% in the filter), at 5x %d/%d (%.1f%%); %v lease calls, %v units shared",
+		steadyQuota, steadyCalled, pct(steadyQuota, steadyCalled), quotaAllowed-steadyQuota, calledAllowed-steadyCalled,
+		pct(quotaAllowed-steadyQuota, calledAllowed-steadyCalled), cpm[3], cpm[2])
 	if quotaAllowed == 0 {
 		t.Errorf("no request was admitted from a quota")
 	}

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,7 +219,12 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 			continue
 		}
 		pol, longest := s.policy, s.longest
-		if redisstore.Returnable(c.Limit.Algorithm) {
+		if !redisstore.Returnable(c.Limit.Algorithm) {
+			// A window's lease ends with the window: size it for what is
+			// left of it (on this clock, close enough to Redis's to size).
+			w := c.Limit.Window
+			pol.Target = min(pol.Target, w-time.Duration(now.UnixNano()%int64(w)))
+		} else {
 			// A token bucket's lease holds back refill while it is valid,
 			// so lease.lua keeps it valid for half the capacity's worth of
 			// refill at most: size it to be spent in half that.
@@ -362,11 +368,15 @@ func (s *Store) Share(key string, l store.Limit, minValid time.Duration) (n int6
 	if e == nil || e.limit != l || e.units < 2 || e.expiry.Sub(now) < minValid {
 		return 0, 0
 	}
-	n = e.units / 2
+	// Half of what is left, and no more than half of what this replica
+	// expects to use before the lease ends: a share a data plane cannot
+	// spend in time is lost to everyone.
+	valid = e.expiry.Sub(now)
+	n = min(e.units/2, max(1, int64(math.Ceil(e.rate.perSecond(now)*valid.Seconds()/2))))
 	e.units -= n
 	e.rate.add(now, n)
 	s.shared.Add(n)
-	return n, e.expiry.Sub(now)
+	return n, valid
 }
 
 // Sweep gives back the unspent units of token_bucket and gcra leases that

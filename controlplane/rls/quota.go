@@ -4,10 +4,44 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/controlplane/store"
 )
+
+// QuotaField is the RateLimitRequest field number (not in rls.proto) by
+// which a caller says that it spends DescriptorStatus.quota: a varint, 1.
+// sluice's filter sends it. Other callers (Envoy's own ratelimit filter
+// ignores quota) are granted none, since a share nobody spends is lost to
+// everyone until it expires.
+const QuotaField = 1000
+
+// quotaMarker is QuotaField = 1 encoded, as the request's unknown fields.
+var quotaMarker = protowire.AppendVarint(protowire.AppendTag(nil, QuotaField, protowire.VarintType), 1)
+
+// acceptsQuota reports whether req carries QuotaField = 1 (decoded as an
+// unknown field).
+func acceptsQuota(req *rlsv3.RateLimitRequest) bool {
+	b := req.ProtoReflect().GetUnknown()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if num == QuotaField && typ == protowire.VarintType {
+			v, m := protowire.ConsumeVarint(b)
+			return m > 0 && v != 0
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return false
+		}
+		b = b[m:]
+	}
+	return false
+}
 
 // Sharer hands part of a replica's lease on a key to a data plane (see
 // controlplane/lease): n units, already debited in Redis, that the caller
@@ -30,7 +64,7 @@ const (
 // limit is leased (`lease: auto`), cost 1, not in shadow mode: requests is
 // the share plus the request being answered, as the field counts it.
 func (s *Service) addQuotas(p *pending, resp *rlsv3.RateLimitResponse, storeErr error) {
-	if s.quota == nil || storeErr != nil {
+	if s.quota == nil || storeErr != nil || !p.quota {
 		return
 	}
 	slots, checks := p.sc.slots, p.sc.checks

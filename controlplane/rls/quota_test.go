@@ -6,6 +6,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/controlplane/lease"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
@@ -63,10 +64,19 @@ func TestQuota(t *testing.T) {
 	f := &fixture{svc: svc, clock: c}
 	counts := map[string]int{}
 	var shared int64
-	for range 300 {
+	quotaReq := func(r *rlsv3.RateLimitRequest) *rlsv3.RateLimitRequest {
+		r.ProtoReflect().SetUnknown(quotaMarker)
+		return r
+	}
+	for i := range 300 {
 		c.Advance(time.Millisecond)
+		if i%10 == 0 { // a caller that does not spend quotas gets none
+			if resp := f.call(t, req("leased", desc("k=one"))); resp.Statuses[0].Quota != nil {
+				t.Fatal("a quota for a caller that did not ask")
+			}
+		}
 		for _, v := range []string{"one", "two", "shadow"} {
-			resp := f.call(t, req("leased", desc("k="+v)))
+			resp := f.call(t, quotaReq(req("leased", desc("k="+v))))
 			if q := resp.Statuses[0].Quota; q != nil {
 				counts[v]++
 				if q.Requests < 2 {
@@ -79,7 +89,7 @@ func TestQuota(t *testing.T) {
 				}
 			}
 		}
-		if resp := f.call(t, req("plain", desc("k=x"))); resp.Statuses[0].Quota != nil {
+		if resp := f.call(t, quotaReq(req("plain", desc("k=x")))); resp.Statuses[0].Quota != nil {
 			t.Fatal("a quota on a policy without lease: auto")
 		}
 	}
@@ -92,10 +102,34 @@ func TestQuota(t *testing.T) {
 	}
 	// Over the limit: no quota.
 	for range 2000 {
-		resp := f.call(t, req("leased", desc("k=one")))
+		resp := f.call(t, quotaReq(req("leased", desc("k=one"))))
 		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && resp.Statuses[0].Quota != nil {
 			t.Fatal("a quota on an over-limit answer")
 		}
 	}
 	t.Logf("%d answers carried a quota, %d units shared; %+v", counts["one"], shared, st)
+}
+
+// TestQuotaFieldDecoded: the hand decoder keeps QuotaField, and a reused
+// arena forgets it for the next request.
+func TestQuotaFieldDecoded(t *testing.T) {
+	r := req("d", desc("k=v"))
+	plain, err := proto.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := append(append([]byte{}, plain...), quotaMarker...)
+	a := new(arena)
+	got, err := decodeWire(marked, a)
+	if err != nil || !acceptsQuota(got) || got.Domain != "d" {
+		t.Fatalf("marked request: %v %v", got, err)
+	}
+	a.reset()
+	if got, err = decodeWire(plain, a); err != nil || acceptsQuota(got) {
+		t.Fatalf("plain request after a marked one: accepts %v, %v", acceptsQuota(got), err)
+	}
+	var viaProto rlsv3.RateLimitRequest
+	if err := proto.Unmarshal(marked, &viaProto); err != nil || !acceptsQuota(&viaProto) {
+		t.Fatalf("protobuf-go keeps the field as unknown: %v", err)
+	}
 }

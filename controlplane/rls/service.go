@@ -262,7 +262,8 @@ type pending struct {
 	dom   *policy.Domain // nil: a domain without policies
 	label string         // the domain's metrics label
 	dm    *domainMetrics
-	n     int // descriptors
+	n     int  // descriptors
+	quota bool // the caller spends quotas (see QuotaField)
 }
 
 // prepare checks req and lists the store checks it needs. On success the
@@ -374,7 +375,7 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 		}
 	}
 	sc.checks, sc.slots = checks, slots
-	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n}, nil
+	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, quota: acceptsQuota(req)}, nil
 }
 
 // finish builds the response of p from the store's results for its checks
