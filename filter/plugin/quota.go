@@ -27,7 +27,7 @@ type quota struct {
 // stops, an answer that times out) can only admit less.
 type quotas struct {
 	m       map[string]*quota // entries are changed in place: a key is stored once, copied
-	allowed uint32 // MetricQuotaAllowed's id
+	allowed uint32            // MetricQuotaAllowed's id
 	defined bool
 }
 
