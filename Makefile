@@ -19,7 +19,7 @@ ENVOY_VERSION := 1.40.0
 VENV          := $(CURDIR)/.venv
 
 
-.PHONY: test envoy wrk bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-e2e vet wasm run e2e proto bench-rls
+.PHONY: test envoy wrk bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
@@ -112,7 +112,7 @@ fuzz:
 	$(MAKE) fuzz-short FUZZTIME=$${FUZZTIME:-1m}
 
 ## bench: benchmarks (not tests): algorithms natively and under wazero.
-bench: bench-algorithms bench-e2e bench-rls bench-envoy
+bench: bench-algorithms bench-rls bench-envoy
 
 bench-algorithms: $(WAZERO)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
@@ -124,10 +124,10 @@ wasm:
 	./wasm-build.sh build/filter.wasm
 
 ## run: the whole stack on loopback: control plane (embedded memory store, example
-## policies), a demo upstream, filter.wasm in the proxy-wasm host on :8080. Ctrl-C stops it.
-## REDIS_ADDR=host:port make run uses Redis.
+## policies), a demo upstream, and real Envoy on envoy/envoy.yaml running filter.wasm under V8
+## on :8080. Ctrl-C stops it. REDIS_ADDR=host:port make run uses Redis.
 # (Built, then run: under go run, Ctrl-C would end make with "Error 1".)
-run: wasm
+run: envoy wasm
 	$(HOSTENV) $(GO) build -o $(BIN)/sluice-dev ./e2e/cmd/sluice-dev
 	$(BIN)/sluice-dev -wasm build/filter.wasm
 
@@ -145,10 +145,6 @@ bench-rls: redis-server
 ## ARGS="-runs 3 -duration 10s -concurrency 2 -setups 1,1d,2,3,4,5,6,7 -loads spread,flood".
 bench-envoy: redis-server envoy wrk
 	$(HOSTENV) $(GO) run ./bench/envoy $(ARGS)
-
-## bench-e2e: requests/s and latency through the gateway with filter.wasm, in three modes.
-bench-e2e: redis-server
-	$(HOSTENV) $(GO) run ./e2e/cmd/sluice-bench
 
 ## proto: regenerate the Go code of controlplane/api/**/*.proto (protoc + pinned plugins in ./bin).
 proto:

@@ -1,18 +1,16 @@
-// Package envoy holds sluice's Envoy configuration and the code that checks it against Envoy's API.
+// Package envoy holds envoy.yaml, the Envoy bootstrap users copy to run sluice, and Local, which
+// points it at this machine's filter.wasm, control plane and backend.
 //
-// envoy.yaml is a complete Envoy v3 bootstrap. It has a listener on 0.0.0.0:10000 whose
+// envoy.yaml is a complete Envoy v3 bootstrap: a listener on 0.0.0.0:10000 whose
 // http_connection_manager runs the sluice Wasm filter (filter.wasm, loaded by the V8 runtime from a
-// local file) in front of the router. The filter calls the control plane through the cluster
+// local file) in front of the router; the filter calls the control plane through the cluster
 // sluice_controlplane (HTTP/2, 127.0.0.1:8081), and the router sends allowed requests on to the
-// cluster backend. It needs Envoy 1.33 or later: filter.wasm is built with upstream Go for
-// wasip1, and Envoy only loads such modules from the version where proxy-wasm-cpp-host got its
-// WASI stubs for sched_yield and poll_oneoff.
+// cluster backend. It needs Envoy 1.36 or later; 1.36.2, 1.37.0, 1.39.3 and 1.40.0 are tested
+// (ENVOY_BIN selects the binary; see the README).
 //
-// There is no Envoy binary in the test environment. Load does the checks Envoy does when it reads
-// a bootstrap, using go-control-plane's generated types. It converts the YAML to JSON and
-// unmarshals it with protojson, which catches unknown fields, wrong types, bad enum values and
-// unresolvable "@type" URLs. It then runs the protoc-gen-validate rules (ValidateAll) on the
-// bootstrap and on every typed_config inside it, because those rules stop at google.protobuf.Any.
-// Last, it checks that every cluster named by a route or by a sluice plugin configuration is
-// defined. Errors give the YAML line or the path of the field that is wrong.
+// The tests run real Envoy on the file itself, with only the path of filter.wasm and the addresses
+// changed: `envoy --mode validate` accepts it (validate mode also loads filter.wasm and runs
+// proxy_on_configure, so the plugin configuration is checked by the filter's own parser), refuses
+// copies with a bad field and names the field; and Envoy serves traffic through it in front of a
+// real control plane. `make run` (e2e/cmd/sluice-dev) runs the same file.
 package envoy

@@ -234,3 +234,77 @@ func TestConformanceBadConfigurationIsRefused(t *testing.T) {
 		t.Fatalf("error log does not name the field: %q", logs)
 	}
 }
+
+// TestConformanceHold: an answer with a wait keeps the request paused and
+// sets the tick to the release; the tick resumes it with the header saying
+// how long it was held; a held request whose stream is deleted is dropped.
+func TestConformanceHold(t *testing.T) {
+	host, done := newEmulator(t, conformanceConfig)
+	defer done()
+	if status := host.StartPlugin(); status != types.OnPluginStartStatusOK {
+		t.Fatalf("configuration refused: %v", host.GetErrorLogs())
+	}
+	request := [][2]string{{":method", "GET"}, {":path", "/a"}, {":authority", "example.com"}, {"x-api-key", "key-1"}}
+	answer := func(id uint32, waitMs float64) {
+		t.Helper()
+		c := host.GetCalloutAttributesFromContext(id)
+		if len(c) != 1 {
+			t.Fatalf("%d callouts", len(c))
+		}
+		meta, err := structpb.NewStruct(map[string]any{rlsproto.MetadataKey: []any{
+			map[string]any{},
+			map[string]any{"algorithm": "reserve", "limit": 10, "window_ms": 1000, "burst": 5, "wait_ms": waitMs},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		host.CallOnHttpCallResponse(c[0].CalloutID, grpcOKHeaders, grpcOKTrailers, grpcAnswer(t, &rlsv3.RateLimitResponse{
+			OverallCode: rlsv3.RateLimitResponse_OK,
+			Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				{Code: rlsv3.RateLimitResponse_OK}, {Code: rlsv3.RateLimitResponse_OK},
+			},
+			DynamicMetadata: meta,
+		}))
+	}
+	gauge := func() uint64 {
+		v, err := host.GetGaugeMetric("sluice.held")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	// A wait of a microsecond: held until the next tick, which comes in 1 ms.
+	id := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(id, request, false)
+	answer(id, 0.001)
+	if action := host.GetCurrentHttpStreamAction(id); action != types.ActionPause || gauge() != 1 || host.GetTickPeriod() != 1 {
+		t.Fatalf("after the answer: action %v, held %d, tick %d", action, gauge(), host.GetTickPeriod())
+	}
+	host.Tick()
+	if action := host.GetCurrentHttpStreamAction(id); action != types.ActionContinue || gauge() != 0 || host.GetTickPeriod() != 1000 {
+		t.Fatalf("after the tick: action %v, held %d, tick %d", action, gauge(), host.GetTickPeriod())
+	}
+	if findHeader(host.GetCurrentRequestHeaders(id), "x-sluice-delayed-ms") == "" {
+		t.Errorf("request headers %v", host.GetCurrentRequestHeaders(id))
+	}
+	host.CompleteHttpContext(id)
+
+	// A wait of a minute, and the stream goes away.
+	id2 := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(id2, request, false)
+	answer(id2, 60000)
+	if action := host.GetCurrentHttpStreamAction(id2); action != types.ActionPause || gauge() != 1 {
+		t.Fatalf("action %v, held %d", action, gauge())
+	}
+	host.CompleteHttpContext(id2)
+	host.Tick()
+	for name, want := range map[string]uint64{"sluice.allowed": 2, "sluice.delayed": 1, "sluice.hold_abandoned": 1} {
+		if got, err := host.GetCounterMetric(name); err != nil || got != want {
+			t.Errorf("counter %s = %d (%v), want %d", name, got, err, want)
+		}
+	}
+	if gauge() != 0 {
+		t.Errorf("held %d after the stream went away", gauge())
+	}
+}

@@ -108,7 +108,7 @@ func sluiceFilter(b *built) []stack.M {
 }
 
 func nativeFilter(*built) []stack.M {
-	return []stack.M{stack.RateLimitFilter(domain, rlsCluster, stack.M{"failure_mode_deny": false, "timeout": "100ms"})}
+	return []stack.M{stack.RateLimitFilter(domain, rlsCluster, stack.M{"failure_mode_deny": false, "timeout": "0.1s"})}
 }
 
 // localRateLimit is Envoy's local_ratelimit with a bucket no load here

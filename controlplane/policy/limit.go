@@ -75,7 +75,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 		}
 	}
 	if unlimited {
-		for _, name := range []string{"unit", "unit_multiplier", "window", "algorithm", "burst"} {
+		for _, name := range []string{"unit", "unit_multiplier", "window", "algorithm", "burst", "max_wait"} {
 			if f, has := fs[name]; has {
 				p.errorf(f.key.Line, join(path, name), "must not be set when unlimited is true")
 				ok = false
@@ -192,7 +192,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 		case !good:
 		case algoOK && !l.Algorithm.HasBurst():
 			p.errorf(burstF.key.Line, join(path, "burst"),
-				"only token_bucket and gcra take a burst (algorithm is %s)", l.Algorithm)
+				"only token_bucket, gcra and reserve take a burst (algorithm is %s)", l.Algorithm)
 		case v < 1:
 			p.errorf(burstF.val.Line, join(path, "burst"), "must be >= 1 (got %d)", v)
 		case v > maxRequests:
@@ -205,6 +205,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 		l.Burst = l.Requests
 	}
 	ok = ok && burstOK
+	ok = p.maxWait(l, fs, line(raw), path, algoOK) && ok
 
 	if !ok || !algoOK {
 		return nil
@@ -286,13 +287,13 @@ func (p *parser) checkBounds(l *Limit, path, winField string, winLine int, burst
 				MaxSlidingLog, l.Requests)
 			return false
 		}
-	case TokenBucket:
+	case TokenBucket, Reserve:
 		// The bucket holds burst x window units (1/window of a token
 		// each). The native bound (2^61 ns) implies the Lua one (2^53 µs).
 		if l.Burst > maxSpanNs/ns || l.Burst > maxLua/us {
 			p.errorf(burstLine, burstField,
-				"token_bucket: burst x window must be at most %s (2^61 ns) so the bucket arithmetic stays exact (got %d x %s); lower burst or window",
-				time.Duration(maxSpanNs), l.Burst, l.Window)
+				"%s: burst x window must be at most %s (2^61 ns) so the bucket arithmetic stays exact (got %d x %s); lower burst or window",
+				l.Algorithm, time.Duration(maxSpanNs), l.Burst, l.Window)
 			return false
 		}
 	case GCRA:

@@ -112,6 +112,9 @@ func limitNode(l *Limit) *yaml.Node {
 		if l.Algorithm.HasBurst() && l.Burst != l.Requests {
 			addInt(m, "burst", l.Burst)
 		}
+		if l.Algorithm == Reserve {
+			addStr(m, "max_wait", formatDuration(l.MaxWait))
+		}
 	}
 	if len(l.Replaces) > 0 {
 		seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
@@ -201,7 +204,7 @@ func descriptorsEqual(a, b []*Descriptor) bool {
 // limitEqual compares the exported fields of two limits.
 func limitEqual(a, b *Limit) bool {
 	if a.Name != b.Name || a.Algorithm != b.Algorithm || a.Requests != b.Requests || a.Window != b.Window ||
-		a.Unit != b.Unit || a.Burst != b.Burst || a.Unlimited != b.Unlimited || a.ShadowMode != b.ShadowMode ||
+		a.Unit != b.Unit || a.Burst != b.Burst || a.MaxWait != b.MaxWait || a.Unlimited != b.Unlimited || a.ShadowMode != b.ShadowMode ||
 		a.DetailedMetric != b.DetailedMetric || a.ValueToMetric != b.ValueToMetric || a.FailureMode != b.FailureMode || a.ID != b.ID || a.Lease != b.Lease ||
 		a.Domain != b.Domain || len(a.Replaces) != len(b.Replaces) || !slices.Equal(a.SharedValues, b.SharedValues) {
 		return false

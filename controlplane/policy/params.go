@@ -45,6 +45,12 @@ func (l *Limit) GCRAParams(unit time.Duration) algorithms.GCRA {
 	return algorithms.GCRA{MaxBurst: l.burst() - 1, Count: l.Requests, Period: int64(l.Window / unit)}
 }
 
+// ReserveParams returns l as Guava's reserve: Burst permits stored while
+// idle, refilled at Requests per Window, waits up to MaxWait.
+func (l *Limit) ReserveParams(unit time.Duration) algorithms.Reserve {
+	return algorithms.Reserve{Rate: l.Requests, Period: int64(l.Window / unit), Burst: l.burst(), MaxWait: int64(l.MaxWait / unit)}
+}
+
 // burst returns l.Burst, or Requests when unset (a Limit built by hand).
 func (l *Limit) burst() int64 {
 	if l.Burst > 0 {
@@ -54,7 +60,7 @@ func (l *Limit) burst() int64 {
 }
 
 // Params returns the parameters for l.Algorithm: an algorithms.FixedWindow,
-// SlidingWindow, SlidingLog, TokenBucket or GCRA value; nil when l is
+// SlidingWindow, SlidingLog, TokenBucket, GCRA or Reserve value; nil when l is
 // unlimited or its algorithm unknown. Boxing the value allocates: on a hot
 // path, switch on l.Algorithm and call the typed method instead.
 func (l *Limit) Params(unit time.Duration) any {
@@ -72,6 +78,8 @@ func (l *Limit) Params(unit time.Duration) any {
 		return l.TokenBucketParams(unit)
 	case GCRA:
 		return l.GCRAParams(unit)
+	case Reserve:
+		return l.ReserveParams(unit)
 	}
 	return nil
 }
@@ -89,6 +97,8 @@ func (l *Limit) validate(unit time.Duration) error {
 		return l.TokenBucketParams(unit).Validate()
 	case GCRA:
 		return l.GCRAParams(unit).Validate()
+	case Reserve:
+		return l.ReserveParams(unit).Validate()
 	}
 	return nil
 }

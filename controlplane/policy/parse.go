@@ -13,7 +13,7 @@ import (
 var (
 	domainFields     = []string{"domain", "descriptors", "failure_mode", "response_headers", "lease"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "failure_mode", "share_threshold"}
-	limitFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "window", "burst"}
+	limitFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "window", "burst", "max_wait"}
 	replacesFields   = []string{"name"}
 )
 

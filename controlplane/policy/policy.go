@@ -37,13 +37,14 @@ const (
 	SlidingLog    Algorithm = "sliding_log"    // exact log of admitted requests
 	TokenBucket   Algorithm = "token_bucket"   // Burst tokens refilled at Requests per Window
 	GCRA          Algorithm = "gcra"           // generic cell rate algorithm (redis-cell)
+	Reserve       Algorithm = "reserve"        // Guava's reserve: wait up to MaxWait instead of refusing
 )
 
 // algorithms lists the valid algorithms in the order error messages name them.
-var algorithmNames = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA}
+var algorithmNames = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA, Reserve}
 
 // HasBurst reports whether the algorithm takes a burst parameter.
-func (a Algorithm) HasBurst() bool { return a == TokenBucket || a == GCRA }
+func (a Algorithm) HasBurst() bool { return a == TokenBucket || a == GCRA || a == Reserve }
 
 // LeaseMode is the policy file's lease setting.
 type LeaseMode string
@@ -154,9 +155,12 @@ type Limit struct {
 	// Unit is what to report in RLS current_limit: the unit equal to Window,
 	// or UnitUnknown when Window is not one whole unit.
 	Unit Unit
-	// Burst is the capacity of token_bucket and gcra (default Requests); 0
-	// for the other algorithms.
+	// Burst is the capacity of token_bucket, gcra and reserve (default
+	// Requests); 0 for the other algorithms.
 	Burst int64
+	// MaxWait is reserve's longest wait: a request that would wait longer
+	// is refused and takes nothing. 0 for the other algorithms.
+	MaxWait time.Duration
 	// Unlimited means never limited: the descriptor is OK without counting.
 	Unlimited bool
 	// ShadowMode means evaluate and count, but always answer OK.

@@ -104,7 +104,7 @@ func TestValidationErrors(t *testing.T) {
 		{"unit UNKNOWN", limitDoc("      unit: UNKNOWN\n      requests_per_unit: 5\n"), []string{
 			`v.yaml:5: domain "api": descriptors[0].rate_limit.unit: unknown unit "UNKNOWN" (want second, minute, hour, day, week, month or year)`}},
 		{"unknown algorithm", limitDoc("      algorithm: leaky_bucket\n      unit: second\n      requests_per_unit: 5\n"), []string{
-			`v.yaml:5: domain "api": descriptors[0].rate_limit.algorithm: unknown algorithm "leaky_bucket" (want fixed_window, sliding_window, sliding_log, token_bucket or gcra)`}},
+			`v.yaml:5: domain "api": descriptors[0].rate_limit.algorithm: unknown algorithm "leaky_bucket" (want fixed_window, sliding_window, sliding_log, token_bucket, gcra or reserve)`}},
 		{"window without unit", limitDoc("      window: 30\n      requests_per_unit: 5\n"), []string{
 			`v.yaml:5: domain "api": descriptors[0].rate_limit.window: must be a duration with a unit, e.g. 30s, 5m or 1h30m (got the integer 30)`}},
 		{"window in days", limitDoc("      window: 1d\n      requests_per_unit: 5\n"), []string{
@@ -130,9 +130,9 @@ func TestValidationErrors(t *testing.T) {
 		{"requests as a float", limitDoc("      unit: second\n      requests_per_unit: 2.5\n"), []string{
 			`v.yaml:6: domain "api": descriptors[0].rate_limit.requests_per_unit: must be an integer, got the number 2.5`}},
 		{"burst on fixed_window", limitDoc("      unit: second\n      requests_per_unit: 5\n      burst: 10\n"), []string{
-			`v.yaml:7: domain "api": descriptors[0].rate_limit.burst: only token_bucket and gcra take a burst (algorithm is fixed_window)`}},
+			`v.yaml:7: domain "api": descriptors[0].rate_limit.burst: only token_bucket, gcra and reserve take a burst (algorithm is fixed_window)`}},
 		{"burst on sliding_log", limitDoc("      algorithm: sliding_log\n      unit: second\n      requests_per_unit: 5\n      burst: 10\n"), []string{
-			`v.yaml:8: domain "api": descriptors[0].rate_limit.burst: only token_bucket and gcra take a burst (algorithm is sliding_log)`}},
+			`v.yaml:8: domain "api": descriptors[0].rate_limit.burst: only token_bucket, gcra and reserve take a burst (algorithm is sliding_log)`}},
 		{"zero burst", limitDoc("      algorithm: token_bucket\n      unit: second\n      requests_per_unit: 5\n      burst: 0\n"), []string{
 			`v.yaml:8: domain "api": descriptors[0].rate_limit.burst: must be >= 1 (got 0)`}},
 		{"burst over uint32", limitDoc("      algorithm: gcra\n      unit: second\n      requests_per_unit: 5\n      burst: 5000000000\n"), []string{

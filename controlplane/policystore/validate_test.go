@@ -64,7 +64,7 @@ var invalidPolicies = []struct {
 	{"requests_per_unit past uint32", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n",
 		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.requests_per_unit: `, "4294967295"}},
 	{"burst on fixed_window", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5, burst: 9}\n",
-		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.burst: `, "token_bucket and gcra"}},
+		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.burst: `, "token_bucket, gcra and reserve"}},
 	{"zero burst", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 5, burst: 0}\n",
 		[]string{`p.yaml:4: domain "api": descriptors[0].rate_limit.burst: `, ">= 1"}},
 	{"unknown algorithm", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {algorithm: leaky, unit: second, requests_per_unit: 5}\n",

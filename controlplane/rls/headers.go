@@ -82,10 +82,7 @@ func rateLimitHeaders(outs []outcome, over bool) []*corev3.HeaderValue {
 		if o.lim.ShadowMode || o.failed {
 			continue
 		}
-		name := o.lim.Name
-		if name == "" {
-			name = o.lim.ID
-		}
+		name := LimitName(o.lim)
 		if contains(seen, name) {
 			continue
 		}
@@ -117,6 +114,16 @@ func rateLimitHeaders(outs []outcome, over bool) []*corev3.HeaderValue {
 		hs = append(hs, &corev3.HeaderValue{Key: HeaderRetryAfter, Value: strconv.FormatInt(ceilSeconds(retry), 10)})
 	}
 	return hs
+}
+
+// LimitName is the name of l in the RateLimit headers: its name, else its
+// ID ("api_key#0"). The filter names limits the same way: the control plane
+// tells it the name in the sluice metadata (MetaName).
+func LimitName(l *policy.Limit) string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return l.ID
 }
 
 // appendSFString writes s as a Structured Field String (RFC 8941 3.3.3):

@@ -14,18 +14,24 @@ import (
 //	  "sluice": [                 // a list, one struct per request descriptor, in order
 //	    {
 //	      "algorithm":      "token_bucket", // fixed_window | sliding_window | sliding_log |
-//	                                        // token_bucket | gcra; "" = do not precheck
+//	                                        // token_bucket | gcra | reserve; "" = do not precheck
 //	      "limit":          5,       // requests per window (the refill rate for
-//	                                 // token_bucket and gcra)
+//	                                 // token_bucket, gcra and reserve)
 //	      "window_ms":      1000,    // the window or refill period in milliseconds
 //	                                 // (fractional when not whole milliseconds)
 //	      "burst":          20,      // capacity: the most admitted at one instant
-//	                                 // (the burst for token_bucket and gcra, else limit)
+//	                                 // (the burst for token_bucket, gcra and reserve, else limit)
 //	      "retry_after_ms": 0,       // when the descriptor's status is OVER_LIMIT: how
 //	                                 // long until the same request would be allowed; else 0
-//	      "failure_mode":   "closed" // the policy's failure_mode for this descriptor (open |
+//	      "failure_mode":   "closed", // the policy's failure_mode for this descriptor (open |
 //	                                 // closed), which the filter applies when a later call
 //	                                 // fails; absent when no policy matched the descriptor
+//	      "name":           "api_key#0", // the limit's name in the RateLimit headers (LimitName);
+//	                                 // absent when no policy matched the descriptor
+//	      "wait_ms":        250      // reserve only, present when > 0: the descriptor is OK but
+//	                                 // the request must wait this long before it proceeds (the
+//	                                 // longest wait of the descriptor's reserve limits; the
+//	                                 // slot is already taken)
 //	    },
 //	    ...
 //	  ]
@@ -40,6 +46,13 @@ import (
 // struct describes the one its status reports (the most restrictive), which
 // is safe for a precheck since every limit must pass. retry_after_ms is set
 // for every OVER_LIMIT status, including failure_mode closed (1000).
+//
+// wait_ms is the only way an answer says "wait": RLS has no field for it, and
+// Envoy's own ratelimit filter, which does not read this metadata, passes a
+// reserved request at once. A request waits for the longest wait_ms of its
+// descriptors; it is only set when the overall code is OK or the descriptor
+// itself is not over limit (a request refused by another descriptor still
+// holds its slot, as every descriptor is counted on its own).
 const MetadataKey = "sluice"
 
 // Metadata struct field names (see MetadataKey).
@@ -50,13 +63,15 @@ const (
 	MetaBurst      = "burst"
 	MetaRetryAfter = "retry_after_ms"
 	MetaFailure    = "failure_mode"
+	MetaWait       = "wait_ms"
+	MetaName       = "name"
 )
 
 // limitMetadata returns the dynamic_metadata for one response. The common
 // parts (a descriptor not over limit, a one-descriptor response) are built
 // once per limit (limitInfo) and shared, read-only, by the responses.
 func limitMetadata(outs []outcome) *structpb.Struct {
-	if len(outs) == 1 && !outs[0].over() {
+	if len(outs) == 1 && !outs[0].over() && outs[0].wait == 0 {
 		if o := &outs[0]; o.info != nil && o.lim != nil && !o.failed {
 			return o.info.single
 		}
@@ -70,7 +85,7 @@ func limitMetadata(outs []outcome) *structpb.Struct {
 		switch {
 		case o.over():
 			list[i] = metadataValue(o)
-		case o.lim != nil && o.info != nil && !o.failed:
+		case o.lim != nil && o.info != nil && !o.failed && o.wait == 0:
 			list[i] = o.info.meta
 		case o.lim == nil:
 			list[i] = emptyValue
@@ -117,11 +132,15 @@ func metadataValue(o *outcome) *structpb.Value {
 		MetaBurst:      structpb.NewNumberValue(burst),
 		MetaRetryAfter: structpb.NewNumberValue(retryMs),
 	}
+	if o.wait > 0 && !o.over() {
+		fields[MetaWait] = structpb.NewNumberValue(float64(o.wait) / float64(time.Millisecond))
+	}
 	if o.lim != nil {
 		// Every limit of one descriptor shares its failure mode (a
 		// descriptor's, inherited by nested ones), so the reported limit's
 		// is the descriptor's.
 		fields[MetaFailure] = structpb.NewStringValue(string(o.lim.FailureMode))
+		fields[MetaName] = structpb.NewStringValue(LimitName(o.lim))
 	}
 	return structpb.NewStructValue(&structpb.Struct{Fields: fields})
 }

@@ -200,6 +200,7 @@ type outcome struct {
 	info   *limitInfo        // what is derived from lim (nil with lim)
 	res    algorithms.Result // the decision (times in nanoseconds)
 	failed bool              // decided by failure_mode: the store failed
+	wait   int64             // the longest wait a reserve limit of the descriptor granted (ns)
 }
 
 // over reports whether the outcome is an enforced over-limit.
@@ -412,9 +413,15 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 				dm.overLimit.Inc()
 			}
 		}
-		if cur := &outs[sl.desc]; cur.lim == nil || moreRestrictive(&o, cur) {
+		cur := &outs[sl.desc]
+		wait := cur.wait
+		if o.res.Allowed && !o.failed && !sl.lim.ShadowMode {
+			wait = max(wait, o.res.Wait) // the request waits for the last of its slots
+		}
+		if cur.lim == nil || moreRestrictive(&o, cur) {
 			*cur = o
 		}
+		cur.wait = wait
 	}
 
 	resp := newResponse(n)
@@ -497,17 +504,18 @@ var storeAlgorithms = map[policy.Algorithm]store.Algorithm{
 	policy.SlidingLog:    store.SlidingLog,
 	policy.TokenBucket:   store.TokenBucket,
 	policy.GCRA:          store.GCRA,
+	policy.Reserve:       store.Reserve,
 }
 
 // storeLimit returns what the store needs to know of l.
 func storeLimit(l *policy.Limit) store.Limit {
-	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst, Lease: l.Lease}
+	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst, MaxWait: l.MaxWait, Lease: l.Lease}
 }
 
 // capacity returns the most a limit admits at one instant: the largest
 // cost it can ever allow.
 func capacity(l store.Limit) int64 {
-	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA) && l.Burst > 0 {
+	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA || l.Algorithm == store.Reserve) && l.Burst > 0 {
 		return l.Burst
 	}
 	return l.Requests

@@ -468,12 +468,12 @@ func TestMetadata(t *testing.T) {
 	resp := f.call(t, req("test", desc("user=erin"), desc("api=v1/x"), desc("nobody=x"), desc("free=x"), desc("gcra=a"), desc("strict=s")))
 	got := fmt.Sprint(metaList(t, resp))
 	wantMeta := fmt.Sprint([]map[string]any{
-		{"algorithm": "fixed_window", "limit": 3.0, "window_ms": 60000.0, "burst": 3.0, "retry_after_ms": 50000.0, "failure_mode": "open"},
-		{"algorithm": "token_bucket", "limit": 1.0, "window_ms": 1000.0, "burst": 2.0, "retry_after_ms": 0.0, "failure_mode": "open"},
+		{"algorithm": "fixed_window", "limit": 3.0, "window_ms": 60000.0, "burst": 3.0, "retry_after_ms": 50000.0, "failure_mode": "open", "name": "per_user"},
+		{"algorithm": "token_bucket", "limit": 1.0, "window_ms": 1000.0, "burst": 2.0, "retry_after_ms": 0.0, "failure_mode": "open", "name": "api=v1*#0"},
 		{"algorithm": "", "limit": 0.0, "window_ms": 0.0, "burst": 0.0, "retry_after_ms": 0.0},
 		{"algorithm": "", "limit": 0.0, "window_ms": 0.0, "burst": 0.0, "retry_after_ms": 0.0},
-		{"algorithm": "gcra", "limit": 30.0, "window_ms": 30000.0, "burst": 2.0, "retry_after_ms": 0.0, "failure_mode": "open"},
-		{"algorithm": "fixed_window", "limit": 5.0, "window_ms": 1000.0, "burst": 5.0, "retry_after_ms": 0.0, "failure_mode": "closed"},
+		{"algorithm": "gcra", "limit": 30.0, "window_ms": 30000.0, "burst": 2.0, "retry_after_ms": 0.0, "failure_mode": "open", "name": "gcra#0"},
+		{"algorithm": "fixed_window", "limit": 5.0, "window_ms": 1000.0, "burst": 5.0, "retry_after_ms": 0.0, "failure_mode": "closed", "name": "strict#0"},
 	})
 	if got != wantMeta {
 		t.Errorf("metadata\n got %s\nwant %s", got, wantMeta)

@@ -51,6 +51,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/policystore"
+	"github.com/sluicehq/sluice/controlplane/rlqs"
 	"github.com/sluicehq/sluice/controlplane/rls"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
@@ -184,6 +185,11 @@ type Config struct {
 	IdleTimeout        time.Duration
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// RLQSAddr, when set, serves Envoy's Rate Limit Quota Service there
+	// (package rlqs), with RLQS and RLQSServer's settings.
+	RLQSAddr   string
+	RLQS       rlqs.Options
+	RLQSServer rlqs.ServerConfig
 }
 
 // Server is one control-plane process.
@@ -212,6 +218,7 @@ type Server struct {
 	serving  atomic.Bool // between Run's start and its shutdown
 	runOnce  sync.Once
 	shutdown time.Duration
+	rlqs     *rlqsPart // nil unless RLQSAddr is set
 }
 
 // New builds a Server and opens its listeners; Run serves them. On error
@@ -309,6 +316,9 @@ func (s *Server) build() error {
 		return fmt.Errorf("server: HTTP address %s: %w", cfg.HTTPAddr, err)
 	}
 	s.httpLn = s.limit(s.httpLn, "http", httpMaxConns)
+	if err := s.buildRLQS(); err != nil {
+		return err
+	}
 	return s.buildPolicyService()
 }
 
@@ -589,7 +599,8 @@ func (s *Server) run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.runLease(sweepCtx) }()
 	}
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
+	s.serveRLQS(errc)
 	go func() {
 		if err := s.grpc.Serve(s.grpcLn); err != nil {
 			errc <- fmt.Errorf("server: gRPC: %w", err)
@@ -608,6 +619,9 @@ func (s *Server) run(ctx context.Context) error {
 		defer wg.Done()
 		s.policies.Watch(sweepCtx, func(snap *policystore.Snapshot) {
 			s.service.SetPolicies(snap.Set)
+			if s.rlqs != nil {
+				s.rlqs.svc.SetPolicies(snap.Set)
+			}
 			s.log.Info("policies in force", "version", snap.Version, "domains", strings.Join(domainNames(snap.Set), ","))
 		})
 	}()
@@ -625,7 +639,7 @@ func (s *Server) run(ctx context.Context) error {
 	}
 	s.serving.Store(true)
 	s.setHealth()
-	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "policy", s.PolicyAddr(), "store", s.store.Name(),
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "policy", s.PolicyAddr(), "rlqs", s.RLQSAddr(), "store", s.store.Name(),
 		"domains", strings.Join(domainNames(s.service.Policies()), ","))
 	if s.bounds != nil {
 		s.log.Info("decision port bounds (grpc-go)", "bounds", s.bounds.String())
@@ -644,6 +658,7 @@ func (s *Server) run(ctx context.Context) error {
 	// Closing the policy store ends Watch streams, so the drain is not
 	// held up by them.
 	s.policies.Close()
+	s.stopRLQS()
 	drained := make(chan struct{})
 	go func() {
 		if s.polGRPC != nil {
@@ -690,6 +705,9 @@ func (s *Server) closeResources() {
 	}
 	if s.client != nil {
 		s.client.Close()
+	}
+	if s.rlqs != nil {
+		s.rlqs.ln.Close()
 	}
 	for _, ln := range []net.Listener{s.grpcLn, s.httpLn, s.polLn} {
 		if ln != nil {

@@ -134,6 +134,8 @@ func (a Algorithm) code() string {
 		return "tb"
 	case GCRA:
 		return "gcra"
+	case Reserve:
+		return "rs"
 	}
 	return "unknown"
 }

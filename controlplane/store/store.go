@@ -22,6 +22,7 @@ const (
 	SlidingLog                         // exact sliding log
 	TokenBucket                        // Burst tokens refilled at Requests per Window
 	GCRA                               // redis-cell CL.THROTTLE semantics; Burst = max_burst+1
+	Reserve                            // Guava's reserve: waits up to MaxWait instead of refusing
 )
 
 // String returns the policy-file name of a.
@@ -37,6 +38,8 @@ func (a Algorithm) String() string {
 		return "token_bucket"
 	case GCRA:
 		return "gcra"
+	case Reserve:
+		return "reserve"
 	}
 	return "unknown"
 }
@@ -44,9 +47,10 @@ func (a Algorithm) String() string {
 // Limit is what a store needs to know about one configured limit.
 type Limit struct {
 	Algorithm Algorithm
-	Requests  int64         // admitted per Window (the refill rate for token_bucket and gcra)
+	Requests  int64         // admitted per Window (the refill rate for token_bucket, gcra and reserve)
 	Window    time.Duration // window or refill period; a whole number of microseconds
-	Burst     int64         // token_bucket: capacity; gcra: max_burst+1; 0 = Requests
+	Burst     int64         // token_bucket, reserve: capacity; gcra: max_burst+1; 0 = Requests
+	MaxWait   time.Duration // reserve: the longest wait granted; a whole number of microseconds
 	Lease     bool          // the policy's lease: auto (see controlplane/lease); stores ignore it
 }
 
@@ -96,6 +100,8 @@ type Entry struct {
 //	token_bucket    Base, Used: units missing from a full bucket (tokens
 //	                times Window in nanoseconds)
 //	gcra            Base, Used: nanoseconds of TAT beyond now
+//	reserve         Base, Used: nanoseconds owed (until the free ticket, then
+//	                until the store is full again: ResetAfter)
 type Carry struct {
 	Key                string
 	Limit              Limit

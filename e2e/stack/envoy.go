@@ -160,7 +160,7 @@ func (e *Envoy) start(ctx context.Context) error {
 	for {
 		select {
 		case <-done:
-			return fmt.Errorf("envoy %s exited during start-up (%s):\n%s", e.cfg.Name, cmd.ProcessState, tail(e.logPath, from))
+			return fmt.Errorf("envoy %s exited during start-up (%s): %s\n%s", e.cfg.Name, cmd.ProcessState, firstCritical(e.logPath, from), tail(e.logPath, from))
 		default:
 		}
 		if b, err := os.ReadFile(adminPath); err == nil && len(bytes.TrimSpace(b)) > 0 {
@@ -181,6 +181,25 @@ func (e *Envoy) start(ctx context.Context) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// firstCritical returns the first line Envoy logged at critical level from
+// offset from on: why it refused to start (its log then dumps the
+// configuration, which tail alone would show instead).
+func firstCritical(path string, from int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || from > int64(len(b)) {
+		return ""
+	}
+	for _, line := range strings.Split(string(b[from:]), "\n") {
+		if strings.Contains(line, "][critical][") {
+			if len(line) > 2000 {
+				line = line[:2000] + "..."
+			}
+			return line
+		}
+	}
+	return ""
 }
 
 // readListeners records the address each listener is bound to.

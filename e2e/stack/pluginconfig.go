@@ -2,8 +2,8 @@ package stack
 
 import "encoding/json"
 
-// DefaultCluster is the name the gateways give the control-plane cluster, as
-// in envoy/envoy.yaml.
+// DefaultCluster is the control-plane cluster's name in the tests' Envoy
+// configurations (envoy/envoy.yaml calls it sluice_controlplane).
 const DefaultCluster = "sluice_control_plane"
 
 // PluginConfig is the filter's plugin configuration (filter/config), the JSON

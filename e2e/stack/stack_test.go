@@ -3,8 +3,6 @@ package stack
 import (
 	"strings"
 	"testing"
-
-	"github.com/sluicehq/sluice/filter/config"
 )
 
 func TestParseMetrics(t *testing.T) {
@@ -50,24 +48,5 @@ func TestParseMetricsErrors(t *testing.T) {
 		if _, err := ParseMetrics(strings.NewReader(text)); err == nil {
 			t.Errorf("ParseMetrics(%q): no error", text)
 		}
-	}
-}
-
-// TestDemoPluginIsValid checks the plugin configuration `make run` uses
-// with the filter's own parser.
-func TestDemoPluginIsValid(t *testing.T) {
-	c, err := config.Parse(DemoPlugin().JSON())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Domain != DemoDomain || c.Cluster != DefaultCluster || len(c.RateLimits) != 3 || !c.Precheck.Enabled {
-		t.Errorf("parsed %+v", c)
-	}
-	keys := []string{}
-	for _, rl := range c.RateLimits {
-		keys = append(keys, rl.Actions[0].DescriptorKey)
-	}
-	if got := strings.Join(keys, ","); got != "remote_address,api_key,path" {
-		t.Errorf("descriptor keys %s, want those of the example policies", got)
 	}
 }

@@ -178,7 +178,16 @@ func (h *Host) DefineCounter(name string) (uint32, error) {
 	return outID, nil
 }
 
-// IncrementCounter adds delta to a counter.
+// DefineGauge defines a gauge metric and returns its id.
+func (h *Host) DefineGauge(name string) (uint32, error) {
+	outID = 0
+	if err := Status(proxyDefineMetric(MetricGauge, name, &outID)).err(); err != nil {
+		return 0, err
+	}
+	return outID, nil
+}
+
+// IncrementCounter adds delta to a counter or a gauge.
 func (h *Host) IncrementCounter(id uint32, delta int64) {
 	proxyIncrementMetric(id, delta)
 }

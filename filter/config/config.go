@@ -20,7 +20,8 @@
 //	    {"actions": [{"generic_key": {"descriptor_value": "all"}}]}
 //	  ],
 //	  "precheck": {"enabled": true, "max_entries": 10000},
-//	  "headers": {"draft10": true, "legacy": false, "retry_after": true}
+//	  "headers": {"draft10": true, "legacy": false, "retry_after": true},
+//	  "max_held": 1000
 //	}
 //
 // Each entry of rate_limits produces at most one descriptor, built from its
@@ -41,6 +42,8 @@ const (
 	MaxMaxEntries        = 1000000
 	MaxRateLimits        = 64 // descriptors per request
 	MaxActions           = 16 // entries per descriptor
+	DefaultMaxHeld       = 1000
+	MaxMaxHeld           = 100000
 )
 
 // FailureMode says what happens to a request when the control plane cannot
@@ -97,6 +100,10 @@ type Config struct {
 	RateLimits    []RateLimit // one descriptor each
 	Precheck      Precheck    // the local precheck
 	Headers       Headers     // which rate limit headers to emit
+	// MaxHeld bounds the requests one plugin instance (one per Envoy
+	// worker) holds at once while the control plane makes them wait
+	// (algorithm reserve); a request beyond it is answered 429.
+	MaxHeld int
 }
 
 // RateLimit builds one descriptor from its actions.
@@ -152,6 +159,7 @@ func Parse(data []byte) (*Config, error) {
 		StatusOnError: DefaultStatusOnError,
 		Precheck:      Precheck{Enabled: true, MaxEntries: DefaultMaxEntries},
 		Headers:       Headers{Draft10: true, RetryAfter: true},
+		MaxHeld:       DefaultMaxHeld,
 	}
 	if err := c.decode(root); err != nil {
 		return nil, err
@@ -165,7 +173,7 @@ func (c *Config) decode(root value) error {
 		return err
 	}
 	if err := o.only("cluster", "authority", "domain", "timeout", "failure_mode", "status_on_error",
-		"rate_limits", "precheck", "headers"); err != nil {
+		"rate_limits", "precheck", "headers", "max_held"); err != nil {
 		return err
 	}
 	if c.Cluster, err = o.requiredString("cluster"); err != nil {
@@ -225,6 +233,13 @@ func (c *Config) decode(root value) error {
 		if err := c.Headers.decode(v, "headers"); err != nil {
 			return err
 		}
+	}
+	if v, ok := o.get("max_held"); ok {
+		n, err := integer(v, "max_held", 0, MaxMaxHeld)
+		if err != nil {
+			return err
+		}
+		c.MaxHeld = int(n)
 	}
 	return nil
 }

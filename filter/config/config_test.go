@@ -25,7 +25,8 @@ const full = `{
     {"actions": [{"generic_key": {"descriptor_value": "all"}}]}
   ],
   "precheck": {"enabled": false, "max_entries": 50},
-  "headers": {"draft10": false, "legacy": true, "retry_after": false}
+  "headers": {"draft10": false, "legacy": true, "retry_after": false},
+  "max_held": 7
 }`
 
 func TestParseFull(t *testing.T) {
@@ -51,6 +52,7 @@ func TestParseFull(t *testing.T) {
 		},
 		Precheck: Precheck{Enabled: false, MaxEntries: 50},
 		Headers:  Headers{Draft10: false, Legacy: true, RetryAfter: false},
+		MaxHeld:  7,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -116,6 +118,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"precheck type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"precheck":"on"}`, "precheck", "boolean or an object"},
 		{"precheck entries", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"precheck":{"max_entries":0}}`, "precheck.max_entries", "between 1 and"},
 		{"headers unknown", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"headers":{"draft9":true}}`, "headers.draft9", "is not a known field"},
+		{"max_held negative", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"max_held":-1}`, "max_held", "between 0 and"},
+		{"max_held too large", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"max_held":100001}`, "max_held", "between 0 and"},
 		{"headers type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"headers":{"legacy":1}}`, "headers.legacy", "must be true or false"},
 	}
 	for _, tt := range tests {

@@ -12,7 +12,10 @@
 //	Retry-After: 30
 package limitheaders
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // Header names.
 const (
@@ -23,6 +26,22 @@ const (
 	LegacyReset      = "x-ratelimit-reset"
 	RetryAfterHeader = "retry-after"
 )
+
+// names lists the header names above.
+var names = [...]string{PolicyHeader, RateLimitHeader, LegacyLimit, LegacyRemaining, LegacyReset, RetryAfterHeader}
+
+// IsLimitHeader reports whether name, in any case, is one of the headers
+// this package formats. The filter formats these itself, as its plugin
+// configuration says, and drops the control plane's copies of them
+// (response_headers_to_add), so that one answer carries one set.
+func IsLimitHeader(name string) bool {
+	for _, n := range names {
+		if len(name) == len(n) && strings.EqualFold(name, n) {
+			return true
+		}
+	}
+	return false
+}
 
 // Policy is one quota policy and its current state.
 type Policy struct {

@@ -75,3 +75,18 @@ func TestAppendAllocatesNothing(t *testing.T) {
 		t.Fatalf("allocates %v times", n)
 	}
 }
+
+func TestIsLimitHeader(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		want bool
+	}{
+		{"RateLimit-Policy", true}, {"ratelimit", true}, {"RATELIMIT", true}, {"Retry-After", true},
+		{"X-RateLimit-Limit", true}, {"x-ratelimit-remaining", true}, {"X-RateLimit-Reset", true},
+		{"ratelimit-policies", false}, {"x-ratelimit", false}, {"", false}, {"x-custom", false},
+	} {
+		if got := IsLimitHeader(tt.name); got != tt.want {
+			t.Errorf("IsLimitHeader(%q) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -86,7 +86,10 @@ type Host interface {
 	SetTickPeriod(ms uint32) error
 	// DefineCounter defines a counter metric.
 	DefineCounter(name string) (uint32, error)
-	// IncrementCounter adds delta to a counter.
+	// DefineGauge defines a gauge metric.
+	DefineGauge(name string) (uint32, error)
+	// IncrementCounter adds delta to a counter, or to a gauge (which may
+	// go down).
 	IncrementCounter(id uint32, delta int64)
 }
 

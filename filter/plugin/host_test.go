@@ -32,6 +32,7 @@ type fakeHost struct {
 
 	local    map[uint32]fakeLocal
 	resumed  map[uint32]int
+	order    []uint32 // streams in the order they were resumed
 	addedReq map[uint32][][2]string
 	addedRsp map[uint32][][2]string
 	logs     []string
@@ -114,6 +115,7 @@ func (h *fakeHost) AddResponseHeader(name, value string) error {
 
 func (h *fakeHost) ResumeRequest() error {
 	h.resumed[h.current]++
+	h.order = append(h.order, h.current)
 	return nil
 }
 
@@ -190,6 +192,8 @@ func (h *fakeHost) DefineCounter(name string) (uint32, error) {
 	h.names = append(h.names, name)
 	return uint32(len(h.names)), nil
 }
+
+func (h *fakeHost) DefineGauge(name string) (uint32, error) { return h.DefineCounter(name) }
 
 func (h *fakeHost) IncrementCounter(id uint32, delta int64) {
 	h.counters[h.names[id-1]] += delta

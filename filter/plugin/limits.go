@@ -112,3 +112,18 @@ func descriptorFailureMode(resp *rlsproto.Response, i int) precheck.FailureMode 
 	}
 	return precheck.FailureUnknown
 }
+
+// limitName returns what the rate limit headers call descriptor i's limit:
+// the name the control plane gives it in the sluice metadata (the limit's
+// name, else its ID: the naming rule of the control plane's own headers),
+// else current_limit.name; "" when neither says (the caller then names the
+// limit after its descriptor keys).
+func limitName(resp *rlsproto.Response, i int) string {
+	if resp.HasLimits && i < len(resp.Limits) && resp.Limits[i].Name != "" {
+		return resp.Limits[i].Name
+	}
+	if i < len(resp.Statuses) {
+		return resp.Statuses[i].Name
+	}
+	return ""
+}

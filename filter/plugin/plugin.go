@@ -51,6 +51,7 @@ const (
 	stateIdle      uint8 = iota // headers not seen yet
 	statePending                // the control plane is being asked
 	stateAnswering              // its answer is being applied; the request still waits
+	stateHeld                   // admitted, held until releaseAt (shaping, see hold.go)
 	stateDone                   // decided
 )
 
@@ -62,6 +63,8 @@ type stream struct {
 	deleted bool // the proxy deleted the context; only the answer is awaited
 	callID  uint32
 	sentAt  int64
+	// Shaping (hold.go): when the request was held and is to be resumed.
+	heldAt, releaseAt int64
 	// What was sent, one entry per descriptor, for the answer.
 	keys       []byte  // precheck keys, concatenated
 	keyEnds    []int   // keys[keyEnds[i-1]:keyEnds[i]] is descriptor i's
@@ -73,6 +76,7 @@ type stream struct {
 
 func (s *stream) reset(id uint32, p *Plugin) {
 	s.id, s.plugin, s.state, s.deleted, s.callID, s.sentAt = id, p, stateIdle, false, 0, 0
+	s.heldAt, s.releaseAt = 0, 0
 	s.keys, s.keyEnds, s.costs, s.rateLimits = s.keys[:0], s.keyEnds[:0], s.costs[:0], s.rateLimits[:0]
 	s.response.reset()
 }
@@ -131,6 +135,7 @@ func bufString(b []byte) string {
 // metrics holds the counters' ids.
 type metrics struct {
 	allowed, overLimit, precheckRejected, errors, failureOpen, failureClosed uint32
+	held, delayed, delayedMs, holdRejected, holdAbandon                      uint32
 }
 
 // Plugin is one plugin instance (root context) and its configuration.
@@ -145,6 +150,8 @@ type Plugin struct {
 	table    *precheck.Table
 	precheck bool               // the precheck is on
 	calls    map[uint32]*stream // calls out, by call id
+	held     []*stream          // requests held (shaping), by release time
+	tickMs   uint32             // the tick period last set
 	names    []string           // default policy name of each rate limit
 	headers  []byte             // request headers of the gRPC call, serialized
 	timeout  uint32             // call timeout, ms
@@ -208,6 +215,10 @@ func (p *Plugin) configure(size int) bool {
 		{MetricErrors, &p.metrics.errors},
 		{MetricFailureOpen, &p.metrics.failureOpen},
 		{MetricFailureClosed, &p.metrics.failureClosed},
+		{MetricDelayed, &p.metrics.delayed},
+		{MetricDelayedMs, &p.metrics.delayedMs},
+		{MetricHoldRejected, &p.metrics.holdRejected},
+		{MetricHoldAbandon, &p.metrics.holdAbandon},
 	} {
 		id, err := p.host.DefineCounter(m.name)
 		if err != nil {
@@ -215,9 +226,15 @@ func (p *Plugin) configure(size int) bool {
 		}
 		*m.id = id
 	}
+	if id, err := p.host.DefineGauge(MetricHeld); err != nil {
+		p.host.Log(LogWarn, "sluice: cannot define metric "+MetricHeld+": "+err.Error())
+	} else {
+		p.metrics.held = id
+	}
 	if err := p.host.SetTickPeriod(tickPeriodMs); err != nil {
 		p.host.Log(LogWarn, "sluice: cannot set the tick period: "+err.Error())
 	}
+	p.tickMs = tickPeriodMs
 	p.host.Log(LogInfo, "sluice: configured for domain "+cfg.Domain+" with "+
 		strconv.Itoa(len(cfg.RateLimits))+" rate limits, control plane cluster "+cfg.Cluster)
 	return true
@@ -449,16 +466,20 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 		s.response.reset()
 		p.addLimitHeaders(&s.response, p.policies)
 		for _, h := range resp.ResponseHeadersToAdd {
-			s.response.add(h.Key, h.Value)
+			if !limitheaders.IsLimitHeader(h.Key) {
+				s.response.add(h.Key, h.Value)
+			}
 		}
 		for _, h := range resp.RequestHeadersToAdd {
 			if err := p.host.AddRequestHeader(h.Key, h.Value); err != nil {
 				p.warn("sluice: cannot add request header " + h.Key + ": " + err.Error())
 			}
 		}
-		if err := p.host.ResumeRequest(); err != nil {
-			p.warn("sluice: cannot resume the request: " + err.Error())
+		if wait := p.answerWait(); wait > 0 {
+			p.hold(s, now, wait)
+			return
 		}
+		p.resume(s)
 	case rlsproto.CodeOverLimit:
 		s.state = stateDone
 		p.count(p.metrics.overLimit)
@@ -474,7 +495,9 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 			p.local.end()
 		}
 		for _, h := range resp.ResponseHeadersToAdd {
-			p.local.add(h.Key, h.Value)
+			if !limitheaders.IsLimitHeader(h.Key) {
+				p.local.add(h.Key, h.Value)
+			}
 		}
 		p.local.add("content-type", "text/plain")
 		p.localMap = headermap.Append(p.localMap[:0], p.local.list())
@@ -544,7 +567,7 @@ func (p *Plugin) record(s *stream, now int64) {
 	for i := range s.costs {
 		lim, hasLimit := descriptorLimit(resp, i)
 		o := precheck.Outcome{Cost: s.costs[i], Limit: lim, HasLimit: hasLimit, Admitted: admitted, SentAt: s.sentAt,
-			Name: resp.Statuses[i].Name, FailureMode: descriptorFailureMode(resp, i)}
+			Name: limitName(resp, i), FailureMode: descriptorFailureMode(resp, i)}
 		if resp.Statuses[i].Code == rlsproto.CodeOverLimit {
 			o.OverLimit, o.RetryAfter = true, descriptorRetryAfter(resp, i)
 		}
@@ -562,7 +585,7 @@ func (p *Plugin) buildPolicies(s *stream) {
 		if !ok {
 			continue
 		}
-		name := st.Name
+		name := limitName(resp, i)
 		if name == "" {
 			rl := -1
 			if i < len(s.rateLimits) {

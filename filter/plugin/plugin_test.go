@@ -107,11 +107,14 @@ func TestAllowedRequest(t *testing.T) {
 				LimitRemaining: 99, DurationUntilReset: durationpb.New(42 * time.Second)},
 			{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 7, DurationUntilReset: durationpb.New(500 * time.Millisecond)},
 		},
-		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "x-from-rls", Value: "yes"}},
-		RequestHeadersToAdd:  []*corev3.HeaderValue{{Key: "x-ratelimit-checked", Value: "1"}},
+		// The control plane's own copies of the rate limit headers (for
+		// Envoy's ratelimit filter) are dropped: the filter sends its own.
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "x-from-rls", Value: "yes"},
+			{Key: "RateLimit-Policy", Value: `"per-ip";q=100;w=60`}, {Key: "RateLimit", Value: `"per-ip";r=99;t=42`}},
+		RequestHeadersToAdd: []*corev3.HeaderValue{{Key: "x-ratelimit-checked", Value: "1"}},
 		DynamicMetadata: metadata(t,
 			map[string]any{"algorithm": "fixed_window", "limit": 100, "window_ms": 60000},
-			map[string]any{"algorithm": "token_bucket", "limit": 10, "window_ms": 1000, "burst": 20},
+			map[string]any{"algorithm": "token_bucket", "limit": 10, "window_ms": 1000, "burst": 20, "name": "api_key#0"},
 		),
 	}))
 	if b.host.resumed[id] != 1 || len(b.host.local) != 0 {
@@ -123,8 +126,8 @@ func TestAllowedRequest(t *testing.T) {
 	b.respond(id)
 	got := b.host.addedRsp[id]
 	want := [][2]string{
-		{"ratelimit-policy", `"per-ip";q=100;w=60, "api_key.path";q=10;w=1`},
-		{"ratelimit", `"per-ip";r=99;t=42, "api_key.path";r=7;t=1`},
+		{"ratelimit-policy", `"per-ip";q=100;w=60, "api_key#0";q=10;w=1`},
+		{"ratelimit", `"per-ip";r=99;t=42, "api_key#0";r=7;t=1`},
 		{"x-from-rls", "yes"},
 	}
 	if len(got) != len(want) {

@@ -133,32 +133,51 @@ func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, nu
 	vm.release(s)
 }
 
-// OnTick gives up on calls the proxy never answered.
+// OnTick gives up on calls the proxy never answered and resumes the held
+// requests whose wait is over.
 func (vm *VM) OnTick(rootID uint32) {
 	defer vm.recoverRoot("proxy_on_tick")
 	p := vm.root(rootID)
 	if p == nil {
 		return
 	}
-	for _, s := range p.overdue(vm.host.Now()) {
+	now := vm.host.Now()
+	for _, s := range p.overdue(now) {
 		vm.current = s
 		p.giveUp(s)
 		vm.current = nil
 		vm.release(s)
 	}
+	p.releaseDue(now)
 }
 
-// OnDone lets the proxy finish any context at once.
-func (vm *VM) OnDone(id uint32) bool { return true }
+// OnDone lets the proxy finish any context at once. A request still held
+// (shaping) is dropped: its stream is ending, so its client went away.
+func (vm *VM) OnDone(id uint32) bool {
+	vm.dropHeld(id)
+	return true
+}
 
-// OnLog has nothing to log.
-func (vm *VM) OnLog(id uint32) {}
+// OnLog has nothing to log. A request still held is dropped, as in OnDone:
+// some hosts end a stream with proxy_on_log alone (tetratelabs' proxytest).
+func (vm *VM) OnLog(id uint32) { vm.dropHeld(id) }
+
+// dropHeld stops holding stream id's request, if it is held.
+func (vm *VM) dropHeld(id uint32) {
+	defer vm.recoverRoot("dropping a held request")
+	if s := vm.streams.get(id); s != nil && s.state == stateHeld {
+		s.plugin.unhold(s)
+	}
+}
 
 // OnDelete forgets a context. A stream whose call is still out is kept
 // until the answer (which still teaches the precheck) or the tick.
 func (vm *VM) OnDelete(id uint32) {
 	defer vm.recoverRoot("proxy_on_delete")
 	if s := vm.streams.remove(id); s != nil {
+		if s.state == stateHeld {
+			s.plugin.unhold(s)
+		}
 		s.deleted = true
 		vm.release(s)
 		return

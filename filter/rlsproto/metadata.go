@@ -18,7 +18,9 @@ import "math"
 //	      "window_ms": 60000,      // number, milliseconds, may be fractional
 //	      "burst": 21,             // number, the capacity, see below
 //	      "retry_after_ms": 1250,  // number; set when the descriptor was denied
-//	      "failure_mode": "closed" // string, "open" or "closed"; see below
+//	      "failure_mode": "closed", // string, "open" or "closed"; see below
+//	      "name": "api_key#0",     // string, the limit's name in the RateLimit headers
+//	      "wait_ms": 250           // number; reserve only: wait this long, then proceed
 //	    },
 //	    ...
 //	  ]
@@ -56,6 +58,17 @@ import "math"
 // do with a request for this descriptor when it cannot ask the control
 // plane. Absent (or another value) means unknown.
 //
+// name is what the RateLimit headers call the limit (its name in the policy,
+// else its ID), so that the filter's headers name a limit as the control
+// plane's do. Absent means: use current_limit.name.
+//
+// wait_ms, when positive, says that the descriptor is OK but its request
+// must wait that long before it proceeds: the control plane reserved a slot
+// for it (algorithm reserve). The request waits for the longest wait_ms of
+// its descriptors. RLS has no field for a wait, so an RLS client that does
+// not read this metadata (Envoy's ratelimit filter) lets the request
+// through at once.
+//
 // A response without the "sluice" field is treated as coming from an RLS
 // that only knows fixed windows (such as envoyproxy/ratelimit): the filter
 // uses current_limit as a fixed window of requests_per_unit per
@@ -69,6 +82,8 @@ const (
 	MetadataBurst        = "burst"
 	MetadataRetryAfterMs = "retry_after_ms"
 	MetadataFailureMode  = "failure_mode"
+	MetadataWaitMs       = "wait_ms"
+	MetadataName         = "name"
 )
 
 // Failure modes used in the metadata.
@@ -96,6 +111,8 @@ type LimitInfo struct {
 	Burst        float64
 	RetryAfterMs float64
 	FailureMode  string // "" when absent or not a string
+	WaitMs       float64
+	Name         string // "" when absent or not a string
 }
 
 // Google's well-known struct types, by field number:
@@ -261,7 +278,7 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 	return structFields(st, func(key string, val []byte) error {
 		var dst *float64
 		switch key {
-		case MetadataAlgorithm, MetadataFailureMode:
+		case MetadataAlgorithm, MetadataFailureMode, MetadataName:
 			s, ok, err := valueField(val, 3)
 			if err != nil {
 				return err
@@ -270,10 +287,13 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 			if ok {
 				v = str(s)
 			}
-			if key == MetadataAlgorithm {
+			switch key {
+			case MetadataAlgorithm:
 				info.Algorithm = v
-			} else {
+			case MetadataFailureMode:
 				info.FailureMode = v
+			default:
+				info.Name = v
 			}
 			return nil
 		case MetadataLimit:
@@ -284,6 +304,8 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 			dst = &info.Burst
 		case MetadataRetryAfterMs:
 			dst = &info.RetryAfterMs
+		case MetadataWaitMs:
+			dst = &info.WaitMs
 		default:
 			return nil
 		}

@@ -157,7 +157,7 @@ func TestDecodeResponseFromGeneratedTypes(t *testing.T) {
 		RequestHeadersToAdd:  []*corev3.HeaderValue{{Key: "x-b", Value: "2"}},
 		RawBody:              []byte("ignored"),
 		DynamicMetadata: limitMetadata(t,
-			map[string]any{"algorithm": "gcra", "limit": 100.0, "window_ms": 60000.0, "burst": 20.0, "extra": true, "failure_mode": "open"},
+			map[string]any{"algorithm": "reserve", "limit": 100.0, "window_ms": 60000.0, "burst": 20.0, "extra": true, "failure_mode": "open", "name": "api_key#0", "wait_ms": 250.5},
 			map[string]any{"algorithm": "fixed_window", "limit": 7.0, "window_ms": 604800000.0, "retry_after_ms": 1250.5, "failure_mode": "closed"},
 			map[string]any{},
 		),
@@ -197,7 +197,7 @@ func TestDecodeResponseFromGeneratedTypes(t *testing.T) {
 	if !got.HasLimits || len(got.Limits) != 3 {
 		t.Fatalf("limits: %+v", got.Limits)
 	}
-	if got.Limits[0] != (LimitInfo{Algorithm: "gcra", Limit: 100, WindowMs: 60000, Burst: 20, FailureMode: "open"}) ||
+	if got.Limits[0] != (LimitInfo{Algorithm: "reserve", Limit: 100, WindowMs: 60000, Burst: 20, FailureMode: "open", Name: "api_key#0", WaitMs: 250.5}) ||
 		got.Limits[1] != (LimitInfo{Algorithm: "fixed_window", Limit: 7, WindowMs: 604800000, RetryAfterMs: 1250.5, FailureMode: "closed"}) ||
 		got.Limits[2] != (LimitInfo{}) {
 		t.Fatalf("limits: %+v", got.Limits)

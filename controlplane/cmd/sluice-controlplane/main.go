@@ -56,6 +56,9 @@
 //	-log-format          SLUICE_LOG_FORMAT          json | text (json)
 //	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
 //	                                                address (false; for profiling, never on a shared port)
+//	-rlqs-addr           SLUICE_RLQS_ADDR           Envoy's Rate Limit Quota Service listen address (off)
+//	-rlqs-ttl            SLUICE_RLQS_TTL            RLQS assignment time to live, whole seconds (15s)
+//	-rlqs-max-buckets    SLUICE_RLQS_MAX_BUCKETS    RLQS buckets one Envoy stream may have (1024)
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
 //	                                                heap is small, and collecting it less often leaves
@@ -91,6 +94,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/logthrottle"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
+	"github.com/sluicehq/sluice/controlplane/rlqs"
 	"github.com/sluicehq/sluice/controlplane/rls"
 	"github.com/sluicehq/sluice/controlplane/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
@@ -162,6 +166,9 @@ type config struct {
 	pprof               bool
 	gcPercent           int
 	gcPercentSet        bool // given by flag or $SLUICE_GC_PERCENT
+	rlqsAddr            string
+	rlqsTTL             time.Duration
+	rlqsMaxBuckets      int
 	maxConns            int
 	maxStreamsPerConn   int
 	maxConnBufferBytes  int64
@@ -247,6 +254,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	envOf["redis-no-functions"] = "SLUICE_REDIS_NO_FUNCTIONS"
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP address ($SLUICE_PPROF)")
 	envOf["pprof"] = "SLUICE_PPROF"
+	str(&c.rlqsAddr, "rlqs-addr", "SLUICE_RLQS_ADDR", "", "Envoy's Rate Limit Quota Service (RLQS) listen address (default: off)")
+	dur(&c.rlqsTTL, "rlqs-ttl", "SLUICE_RLQS_TTL", rlqs.DefaultTTL, "RLQS assignment time to live, whole seconds (3 of Envoy's 5 s reports)")
+	num(&c.rlqsMaxBuckets, "rlqs-max-buckets", "SLUICE_RLQS_MAX_BUCKETS", rlqs.DefaultMaxBuckets, "RLQS buckets one Envoy stream may have")
 	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once")
 	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", server.DefaultMaxStreamsPerConn, "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
 	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
@@ -300,6 +310,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-max-msg-bytes must be at most %d", math.MaxInt32))
 	case c.memEntries <= 0 || c.memBytes <= 0:
 		errs = append(errs, errors.New("-memory-max-entries and -memory-max-bytes must be positive"))
+	case c.rlqsTTL < 2*time.Second || c.rlqsTTL%time.Second != 0 || c.rlqsMaxBuckets <= 0:
+		errs = append(errs, fmt.Errorf("-rlqs-ttl must be whole seconds, at least 2s, and -rlqs-max-buckets positive (got %v, %d)", c.rlqsTTL, c.rlqsMaxBuckets))
 	case (c.policyCert == "") != (c.policyKey == ""):
 		errs = append(errs, errors.New("-policy-tls-cert and -policy-tls-key go together"))
 	case c.policyCA != "" && c.policyCert == "":
@@ -417,6 +429,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		ShutdownTimeout:  c.shutdown,
 		Pprof:            c.pprof,
 		Logger:           log,
+		RLQSAddr:         c.rlqsAddr,
+		RLQS:             rlqs.Options{TTL: c.rlqsTTL, MaxBuckets: c.rlqsMaxBuckets},
 
 		MaxConns:           c.maxConns,
 		MaxStreamsPerConn:  uint32(c.maxStreamsPerConn),

@@ -48,6 +48,10 @@ func TestParseFlags(t *testing.T) {
 		c.maxDescriptors != 256 || c.logFormat != "json" || c.gcPercent != DefaultGCPercent || c.gcPercentSet {
 		t.Fatalf("parsed %+v", c)
 	}
+	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_RLQS_ADDR": "127.0.0.1:4444"}[k] }, io.Discard); err != nil ||
+		c.rlqsAddr != "127.0.0.1:4444" || c.rlqsTTL != 15*time.Second || c.rlqsMaxBuckets != 1024 {
+		t.Fatalf("$SLUICE_RLQS_ADDR: %+v, %v", c, err)
+	}
 	bounds := map[string]string{"SLUICE_MAX_CONNS": "10", "SLUICE_MAX_STREAMS_PER_CONN": "20", "SLUICE_MAX_CONN_BUFFER_BYTES": "30",
 		"SLUICE_MAX_BUFFER_BYTES": "40", "SLUICE_IDLE_TIMEOUT": "50s"}
 	if c, err := parseFlags([]string{"-max-conns", "11"}, func(k string) string { return bounds[k] }, io.Discard); err != nil ||
@@ -76,6 +80,9 @@ func TestParseFlags(t *testing.T) {
 		{nil, map[string]string{"SLUICE_PROBE_INTERVAL": "soon"}, `$SLUICE_PROBE_INTERVAL="soon": invalid value for -probe-interval`},
 		{[]string{"-max-descriptors", "-1"}, nil, "-max-descriptors must be positive"},
 		{[]string{"-gc-percent", "0"}, nil, "-gc-percent must be positive"},
+		{[]string{"-rlqs-ttl", "1500ms"}, nil, "-rlqs-ttl must be whole seconds"},
+		{[]string{"-rlqs-ttl", "1s"}, nil, "-rlqs-ttl must be whole seconds, at least 2s"},
+		{nil, map[string]string{"SLUICE_RLQS_MAX_BUCKETS": "0"}, "-rlqs-max-buckets positive"},
 		{[]string{"-max-conns", "0"}, nil, "-max-conns, -max-streams-per-conn"},
 		{nil, map[string]string{"SLUICE_IDLE_TIMEOUT": "-1s"}, "-idle-timeout must be positive"},
 		{[]string{"-max-streams-per-conn", "4294967296"}, nil, "-max-streams-per-conn must be at most"},

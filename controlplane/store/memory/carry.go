@@ -15,6 +15,7 @@ import (
 //	sliding_log     a: newest entry, b: total
 //	token_bucket    a: last, b: used
 //	gcra            a: TAT
+//	reserve         a: next, b: missing
 type seedState struct{ a, b, c int64 }
 
 // Seed makes the state of each check's key the one the primary's answer
@@ -91,6 +92,10 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 		// Exact: ResetAfter is TAT-now.
 		e.gc = algorithms.GCRAState{TAT: now + r.ResetAfter}
 		e.seed = seedState{a: e.gc.TAT}
+	case store.Reserve:
+		// ResetAfter is what the limiter owes, in time (reserveOwed).
+		e.rs = reserveFromOwed(reserve(l), r.ResetAfter, now)
+		e.seed = seedState{a: e.rs.Next, b: e.rs.Missing}
 	}
 	e.carried = false
 	e.limit = l
@@ -176,6 +181,8 @@ func (e *entry) current(now int64) seedState {
 		return seedState{a: now, b: st.Used}
 	case store.GCRA:
 		return seedState{a: e.gc.TAT}
+	case store.Reserve:
+		return seedState{a: e.rs.Next, b: e.rs.Missing}
 	}
 	return seedState{}
 }
@@ -239,6 +246,40 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		owed := func(tat int64) int64 { return max(0, tat-now) }
 		c.Base = base(owed(seed.a))
 		c.Used = c.Base + max(0, owed(cur.a)-owed(seed.a))
+	case store.Reserve:
+		p := reserve(l)
+		s := reserveOwed(p, algorithms.ReserveState{Next: seed.a, Missing: seed.b}, now)
+		c.Base = base(s)
+		c.Used = c.Base + max(0, reserveOwed(p, algorithms.ReserveState{Next: cur.a, Missing: cur.b}, now)-s)
 	}
 	return c, c.Used > 0
+}
+
+// reserveOwed returns what a reserve limiter in state st owes at now, in
+// time: until its free ticket, plus the time to refill what is missing
+// (rounded up). It is ResetAfter of a decision at now, and the amount
+// store.Carry carries for reserve.
+func reserveOwed(p algorithms.Reserve, st algorithms.ReserveState, now int64) int64 {
+	next, missing := st.Next, st.Missing
+	if now > next {
+		if now-next > missing/p.Rate {
+			missing = 0
+		} else {
+			missing -= (now - next) * p.Rate
+		}
+		next = now
+	}
+	return next - now + (missing+p.Rate-1)/p.Rate
+}
+
+// reserveFromOwed returns a state that owes owed at now: the store refilled
+// as far as owed allows, the rest as a free ticket in the future. It never
+// owes less than owed (carry.lua's carry_rs builds the same).
+func reserveFromOwed(p algorithms.Reserve, owed, now int64) algorithms.ReserveState {
+	capacity := p.Burst * p.Period
+	if owed <= capacity/p.Rate {
+		return algorithms.ReserveState{Next: now, Missing: owed * p.Rate}
+	}
+	full := (capacity + p.Rate - 1) / p.Rate
+	return algorithms.ReserveState{Next: now + max(0, owed-full), Missing: capacity}
 }

@@ -130,6 +130,7 @@ type entry struct {
 	sw  algorithms.SlidingWindowState
 	tb  algorithms.TokenBucketState
 	gc  algorithms.GCRAState
+	rs  algorithms.ReserveState
 	log *algorithms.SlidingLogState
 }
 
@@ -351,6 +352,8 @@ func (e *entry) apply(c *store.Check, now int64) (algorithms.Result, error) {
 		r, err = tokenBucket(c.Limit).Allow(&e.tb, now, c.Cost)
 	case store.GCRA:
 		r, err = gcra(c.Limit).Allow(&e.gc, now, c.Cost)
+	case store.Reserve:
+		r, err = reserve(c.Limit).Allow(&e.rs, now, c.Cost)
 	}
 	return r, err
 }
@@ -369,6 +372,8 @@ func freshPeek(l store.Limit) algorithms.Result {
 		r, _ = tokenBucket(l).Allow(&algorithms.TokenBucketState{}, 0, 0)
 	case store.GCRA:
 		r, _ = gcra(l).Allow(&algorithms.GCRAState{}, 0, 0)
+	case store.Reserve:
+		r, _ = reserve(l).Allow(&algorithms.ReserveState{}, 0, 0)
 	}
 	return r
 }
@@ -396,6 +401,9 @@ func validate(c *store.Check) error {
 	case store.GCRA:
 		p := gcra(c.Limit)
 		capacity, err = p.MaxBurst+1, p.Validate()
+	case store.Reserve:
+		p := reserve(c.Limit)
+		capacity, err = p.Burst, p.Validate()
 	default:
 		return fmt.Errorf("algorithm %d is unknown", c.Limit.Algorithm)
 	}
@@ -430,6 +438,10 @@ func tokenBucket(l store.Limit) algorithms.TokenBucket {
 
 func gcra(l store.Limit) algorithms.GCRA {
 	return algorithms.GCRA{MaxBurst: burst(l) - 1, Count: l.Requests, Period: int64(l.Window)}
+}
+
+func reserve(l store.Limit) algorithms.Reserve {
+	return algorithms.Reserve{Rate: l.Requests, Period: int64(l.Window), Burst: burst(l), MaxWait: int64(l.MaxWait)}
 }
 
 // burst returns l.Burst, or l.Requests when it is 0.

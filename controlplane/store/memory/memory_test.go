@@ -46,6 +46,8 @@ var limits = []store.Limit{
 	{Algorithm: store.TokenBucket, Requests: 3, Window: time.Second, Burst: 8},
 	{Algorithm: store.GCRA, Requests: 4, Window: time.Second, Burst: 5},
 	{Algorithm: store.TokenBucket, Requests: 3, Window: time.Second}, // Burst 0 = Requests
+	{Algorithm: store.Reserve, Requests: 10, Window: time.Second, Burst: 5, MaxWait: 500 * time.Millisecond},
+	{Algorithm: store.Reserve, Requests: 3, Window: time.Second, MaxWait: 0},
 }
 
 // oracle decides like the memory store should, straight through
@@ -56,6 +58,7 @@ type oracle struct {
 	log *algorithms.SlidingLogState
 	tb  algorithms.TokenBucketState
 	gc  algorithms.GCRAState
+	rs  algorithms.ReserveState
 }
 
 func (o *oracle) allow(l store.Limit, now, cost int64) (algorithms.Result, error) {
@@ -79,6 +82,8 @@ func (o *oracle) allow(l store.Limit, now, cost int64) (algorithms.Result, error
 		return algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: b}.Allow(&o.tb, now, cost)
 	case store.GCRA:
 		return algorithms.GCRA{MaxBurst: b - 1, Count: l.Requests, Period: w}.Allow(&o.gc, now, cost)
+	case store.Reserve:
+		return algorithms.Reserve{Rate: l.Requests, Period: w, Burst: b, MaxWait: int64(l.MaxWait)}.Allow(&o.rs, now, cost)
 	}
 	return algorithms.Result{}, errors.New("unknown algorithm")
 }
@@ -422,4 +427,52 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestReserveSlots checks that concurrent reservations on one key take
+// distinct slots: every granted wait is a different multiple of the
+// interval, and those beyond max_wait are refused and take nothing.
+func TestReserveSlots(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{})
+	l := store.Limit{Algorithm: store.Reserve, Requests: 10, Window: time.Second, Burst: 5, MaxWait: time.Second}
+	const callers = 40
+	waits := make(chan algorithms.Result, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]algorithms.Result, 1)
+			if err := s.Decide(context.Background(), []store.Check{{Key: "k", Limit: l, Cost: 1}}, out); err != nil {
+				t.Error(err)
+			}
+			waits <- out[0]
+		}()
+	}
+	wg.Wait()
+	close(waits)
+	seen := map[int64]bool{}
+	granted, zero := 0, 0
+	for r := range waits {
+		switch {
+		case !r.Allowed:
+			if r.Wait <= int64(l.MaxWait) {
+				t.Errorf("refused a wait within max_wait: %+v", r)
+			}
+		case r.Wait == 0:
+			zero++
+			granted++
+		default:
+			granted++
+			if seen[r.Wait] || r.Wait%int64(100*time.Millisecond) != 0 {
+				t.Errorf("wait %v shared or off the 100 ms grid", time.Duration(r.Wait))
+			}
+			seen[r.Wait] = true
+		}
+	}
+	// burst 5 + the one that pays later pass at once; then one per 100 ms up to 1 s.
+	if zero != 6 || granted != 16 {
+		t.Errorf("%d passed at once, %d granted; want 6 and 16", zero, granted)
+	}
 }

@@ -42,6 +42,8 @@ func TestAccuracy(t *testing.T) {
 		store.SlidingLog:    {Algorithm: store.SlidingLog, Requests: limit, Window: time.Hour},
 		store.TokenBucket:   {Algorithm: store.TokenBucket, Requests: 1, Window: time.Hour, Burst: limit},
 		store.GCRA:          {Algorithm: store.GCRA, Requests: 1, Window: time.Hour, Burst: limit},
+		// burst limit-1 and the one that pays later (as in Guava); then a wait of an hour.
+		store.Reserve: {Algorithm: store.Reserve, Requests: 1, Window: time.Hour, Burst: limit - 1, MaxWait: 59 * time.Minute},
 	}
 	for _, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {

@@ -91,13 +91,14 @@ func BenchmarkScriptPerCheck(b *testing.B) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	b.Cleanup(func() { client.Close() })
 	ctx := context.Background()
-	base := preludeLua + fixedWindowLua + slidingWindowLua + slidingLogLua + tokenBucketLua + gcraLua
+	base := preludeLua + fixedWindowLua + slidingWindowLua + slidingLogLua + tokenBucketLua + gcraLua + reserveLua
 	calls := map[store.Algorithm]string{
 		store.FixedWindow:   "fixed_window(k, now + i, 1000000, 60000000, 0, 1, '1')",
 		store.SlidingWindow: "sliding_window(k, now + i, 1000000, 60000000, 0, 1, '1')",
 		store.SlidingLog:    "sliding_log(k, now + i, 1000000, 60000000, 0, 1, '1')",
 		store.TokenBucket:   "token_bucket(k, now + i, 1000000, 60000000, 1000000, 1, '1')",
 		store.GCRA:          "gcra(k, now + i, 999999, 1000000, 60000000, 1, '1')",
+		store.Reserve:       "reserve(k, now + i, 1000000, 60000000, 1000000, 1, '1', 0)",
 	}
 	for _, alg := range algs {
 		b.Run(alg.String(), func(b *testing.B) {

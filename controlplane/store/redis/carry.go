@@ -127,6 +127,8 @@ func carryValues(c store.Carry) [5]int64 {
 	switch c.Limit.Algorithm {
 	case store.TokenBucket, store.GCRA:
 		return [5]int64{0, us(c.Base, maxSpan), us(c.Used, maxSpan), 0, 0}
+	case store.Reserve: // start carries max_wait (carry.lua's carry_rs)
+		return [5]int64{int64(c.Limit.MaxWait / 1000), us(c.Base, maxSpan), us(c.Used, maxSpan), 0, 0}
 	}
 	// amounts are counts, capped by the limit (below maxSpan)
 	n := func(v int64) int64 { return min(max(v, 0), maxSpan) }

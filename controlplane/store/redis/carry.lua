@@ -7,8 +7,9 @@
 --   ARGV[1]            "" to read the clock from TIME, or the time in
 --                      microseconds (tests only)
 --   ARGV[2+9(i-1) ..]  key i: algorithm, three limit parameters (as
---                      dispatch.lua takes them), start, base, used,
---                      base_prev, used_prev (see below; microseconds)
+--                      dispatch.lua takes them), start (reserve: its
+--                      max_wait), base, used, base_prev, used_prev (see
+--                      below; microseconds)
 --
 -- Every amount merges alike: the state keeps the larger of its own amount
 -- and the base the replica was seeded with (so a Redis that lost its data
@@ -206,6 +207,50 @@ local function carry_gcra(key, max_burst, count, period, b, u)
   return 1
 end
 
+-- reserve: what the limiter owes, in time (until its free ticket, then
+-- until the store is full: reserve.lua's reset), merges; capped at what a
+-- reserve can owe (two full stores and max_wait). The state built from it
+-- owes no less (memory's reserveFromOwed builds the same).
+local function carry_rs(key, rate, period, burst, max_wait, b, u)
+  local next, missing = 0, 0
+  local v = get(key)
+  if v then
+    local a, x = match(v, '^(%d+):(%d+)$')
+    next, missing = tonumber(a), tonumber(x)
+    if not next or next > MAX or missing > MAX then
+      return BAD
+    end
+  elseif v == false then
+    return BAD
+  end
+  if now > next then
+    local elapsed = now - next
+    if elapsed > floor(missing / rate) then
+      missing = 0
+    else
+      missing = missing - elapsed * rate
+    end
+    next = now
+  end
+  local owed = next - now + ceil_div(missing, rate)
+  local capacity = burst * period
+  local full = ceil_div(capacity, rate)
+  local n = merge(owed, b, u, 2 * full + max_wait)
+  if n == owed then
+    return 0
+  end
+  if n <= floor(capacity / rate) then
+    next, missing = now, n * rate
+  else
+    next, missing = now + n - full, capacity
+    if next < now then
+      next = now
+    end
+  end
+  call('SET', key, fmt('%d:%d', next, missing), 'PX', px(n))
+  return 1
+end
+
 local out = {}
 local j = 2
 for i = 1, #KEYS do
@@ -225,6 +270,8 @@ for i = 1, #KEYS do
     r = carry_tb(k, p1, p2, p3, b, u)
   elseif alg == 5 then
     r = carry_gcra(k, p1, p2, p3, b, u)
+  elseif alg == 6 then
+    r = carry_rs(k, p1, p2, p3, start, b, u)
   end
   out[i] = r
   j = j + 9

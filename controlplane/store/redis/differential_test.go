@@ -45,7 +45,7 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 	// arrival: they agree while the clock does not step back (see
 	// sliding_log.lua), so only the other algorithms see it step back.
 	back := alg != store.SlidingLog
-	var allowed, denied int
+	var allowed, denied, waited int
 	for r := range rounds {
 		clk.add(randomStep(rng, back))
 		if shared {
@@ -94,6 +94,9 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 			}
 			if want.Allowed {
 				allowed++
+				if want.Wait > 0 {
+					waited++
+				}
 			} else {
 				denied++
 			}
@@ -104,7 +107,10 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 	if allowed < steps/10 || denied < steps/10 {
 		t.Fatalf("allowed %d, denied %d of %d: the random steps do not exercise both outcomes", allowed, denied, steps)
 	}
-	t.Logf("%d steps: %d allowed, %d denied", steps, allowed, denied)
+	if alg == store.Reserve && !shared && waited < steps/100 { // shared rounds change the limit too often to queue much
+		t.Fatalf("%d of %d allowed reservations waited: the random steps do not exercise waiting", waited, allowed)
+	}
+	t.Logf("%d steps: %d allowed (%d waited), %d denied", steps, allowed, waited, denied)
 }
 
 // TestDifferential: for every algorithm, 12,000 random (time, cost, limit)
@@ -161,6 +167,11 @@ func roundUpMicro(ns int64) int64 {
 //   - gcra: identical when the period in microseconds is a multiple of
 //     count. Otherwise the emission interval is rounded down to a microsecond
 //     instead of a nanosecond, and the results differ (checked to happen).
+//   - reserve: identical when the period in microseconds is a multiple of
+//     the rate: every state is then a multiple of the rate, so each slot is
+//     a whole number of microseconds. Otherwise slots are rounded up to a
+//     microsecond instead of a nanosecond, and the results differ (checked
+//     to happen).
 func TestRoundingRule(t *testing.T) {
 	_, client := startClient(t)
 	const keys, rounds, maxRequests = 100, 40, 200
@@ -175,7 +186,7 @@ func TestRoundingRule(t *testing.T) {
 			for i := range checks {
 				l := randomLimit(rng, alg, maxRequests, 1)
 				w := int64(l.Window / time.Microsecond)
-				if alg == store.GCRA && i%2 == 0 { // half with period a multiple of count
+				if (alg == store.GCRA || alg == store.Reserve) && i%2 == 0 { // half with period a multiple of count
 					w = max(w/l.Requests, 1) * l.Requests
 					l.Window = micros(w)
 				}
@@ -204,7 +215,7 @@ func TestRoundingRule(t *testing.T) {
 					case store.TokenBucket, store.SlidingWindow:
 						want.RetryAfter = roundUpMicro(want.RetryAfter)
 						want.ResetAfter = roundUpMicro(want.ResetAfter)
-					case store.GCRA:
+					case store.GCRA, store.Reserve:
 						if !divisible[i] {
 							// Different emission intervals: count the
 							// differences, compare nothing else.
@@ -219,8 +230,8 @@ func TestRoundingRule(t *testing.T) {
 					}
 				}
 			}
-			if alg == store.GCRA && differ == 0 {
-				t.Fatal("gcra with period not a multiple of count never differed from Go on nanoseconds: the stated rule is wrong")
+			if (alg == store.GCRA || alg == store.Reserve) && differ == 0 {
+				t.Fatal(alg.String() + " with period not a multiple of count never differed from Go on nanoseconds: the stated rule is wrong")
 			}
 		})
 	}

@@ -5,14 +5,15 @@
 --                          microseconds (tests only: production never sets
 --                          it; expiries then get a day of slack)
 --   ARGV[2]                n, the number of distinct limits in this call
---   ARGV[3 .. 2+4n]        each limit: algorithm (1 fixed_window,
+--   ARGV[3 .. 2+5n]        each limit: algorithm (1 fixed_window,
 --                          2 sliding_window, 3 sliding_log, 4 token_bucket,
---                          5 gcra) and three parameters (see script.go)
---   ARGV[3+4n ...]         each check: its limit's number (1 to n), cost;
+--                          5 gcra, 6 reserve) and four parameters (see
+--                          script.go)
+--   ARGV[3+5n ...]         each check: its limit's number (1 to n), cost;
 --                          or, when every check has the same, that one
 --                          pair alone (with one key the two forms agree)
 --
--- Each algorithm is called as f(key, now, p1, p2, p3, cost, cost_text):
+-- Each algorithm is called as f(key, now, p1, p2, p3, cost, cost_text, p4):
 -- cost_text is the cost as the caller wrote it, for commands that take it
 -- (a Lua number passed to redis.call is formatted with printf's %.14g,
 -- which cost Redis more than the command itself).
@@ -26,7 +27,8 @@
 --                          r < 0 points at the -r'th long answer
 --   [2+#KEYS ...]          the long answers, four integers each: allowed
 --                          (1, 0, or BAD), remaining, retry-after and
---                          reset-after in microseconds
+--                          reset-after in microseconds (reserve: an
+--                          allowed check's wait instead of retry-after)
 --
 -- Under load nearly every check is an allowed one in the current window of
 -- the same fixed window, whose answers differ only in remaining: turning
@@ -50,13 +52,13 @@ else
   now = tonumber(now)
   pad = 86400000
 end
-local decide = { fixed_window, sliding_window, sliding_log, token_bucket, gcra }
-local fs, p1s, p2s, p3s = {}, {}, {}, {}
+local decide = { fixed_window, sliding_window, sliding_log, token_bucket, gcra, reserve }
+local fs, p1s, p2s, p3s, p4s = {}, {}, {}, {}, {}
 local j = 3
 for l = 1, tonumber(ARGV[2]) do
   fs[l] = decide[tonumber(ARGV[j])]
-  p1s[l], p2s[l], p3s[l] = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
-  j = j + 4
+  p1s[l], p2s[l], p3s[l], p4s[l] = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+  j = j + 5
 end
 
 local out, long, nlong, R = { 0 }, {}, 0, nil
@@ -79,7 +81,7 @@ if #ARGV == j + 1 then
   local l = tonumber(ARGV[j])
   local f, cs = fs[l], ARGV[j + 1]
   local cost = tonumber(cs)
-  local p1, p2, p3 = p1s[l], p2s[l], p3s[l]
+  local p1, p2, p3, p4 = p1s[l], p2s[l], p3s[l], p4s[l]
   if f == fixed_window and cost > 0 then
     -- fixed_window's common case inline: the field already held a count of
     -- this window and the request fits (see fixed_window.lua).
@@ -97,7 +99,7 @@ if #ARGV == j + 1 then
   else
     for i = 1, n do
       if f then
-        put(i, f(KEYS[i], now, p1, p2, p3, cost, cs))
+        put(i, f(KEYS[i], now, p1, p2, p3, cost, cs, p4))
       else
         put(i, BAD, 0, 0, 0)
       end
@@ -108,7 +110,7 @@ else
     local l = tonumber(ARGV[j])
     local f = fs[l]
     if f then
-      put(i, f(KEYS[i], now, p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1]))
+      put(i, f(KEYS[i], now, p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1], p4s[l]))
     else
       put(i, BAD, 0, 0, 0)
     end

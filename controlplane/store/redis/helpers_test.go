@@ -19,7 +19,7 @@ import (
 )
 
 // algs lists every algorithm the store decides.
-var algs = []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA}
+var algs = []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA, store.Reserve}
 
 // startClient starts a redis-server for the test and returns a client of it.
 func startClient(t testing.TB) (*redistest.Server, *redis.Client) {
@@ -60,6 +60,7 @@ type oracle struct {
 	sl    *algorithms.SlidingLogState
 	tb    algorithms.TokenBucketState
 	gc    algorithms.GCRAState
+	rs    algorithms.ReserveState
 }
 
 // newOracle returns a fresh oracle for l; maxRequests sizes the sliding log
@@ -87,13 +88,15 @@ func (o *oracle) allow(now, cost int64) (algorithms.Result, error) {
 		return algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}.Allow(&o.tb, now, cost)
 	case store.GCRA:
 		return algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}.Allow(&o.gc, now, cost)
+	case store.Reserve:
+		return algorithms.Reserve{Rate: l.Requests, Period: w, Burst: burst, MaxWait: int64(l.MaxWait / o.scale)}.Allow(&o.rs, now, cost)
 	}
 	return algorithms.Result{}, fmt.Errorf("unknown algorithm %v", l.Algorithm)
 }
 
 // capacity returns the most one request of l may cost.
 func capacity(l store.Limit) int64 {
-	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA) && l.Burst > 0 {
+	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA || l.Algorithm == store.Reserve) && l.Burst > 0 {
 		return l.Burst
 	}
 	return l.Requests
@@ -118,6 +121,14 @@ func randomLimit(rng *rand.Rand, alg store.Algorithm, maxRequests, minWindow int
 	case store.TokenBucket:
 		if rng.Intn(2) == 0 {
 			l.Burst = logUniform(rng, 1, 2*maxRequests)
+		}
+	case store.Reserve:
+		if rng.Intn(2) == 0 {
+			l.Burst = logUniform(rng, 1, 2*maxRequests)
+		}
+		// From no wait at all to several periods' worth of queue.
+		if rng.Intn(8) > 0 {
+			l.MaxWait = micros(logUniform(rng, 1, 4*w))
 		}
 	case store.GCRA:
 		if rng.Intn(2) == 0 {
@@ -162,6 +173,7 @@ func randomStep(rng *rand.Rand, back bool) int64 {
 func sameResult(got, want algorithms.Result) string {
 	want.RetryAfter *= 1000
 	want.ResetAfter *= 1000
+	want.Wait *= 1000
 	if got != want {
 		return fmt.Sprintf("store %+v, Go (us*1000) %+v", got, want)
 	}

@@ -1,5 +1,5 @@
 -- prelude.lua: the helpers every algorithm file uses. script.go joins this
--- file, the five algorithm files and dispatch.lua into one script, so each
+-- file, the algorithm files and dispatch.lua into one script, so each
 -- algorithm is a local function of one chunk; and the same parts into a
 -- Redis 7 function library, whose one function's body is dispatch.lua.
 --

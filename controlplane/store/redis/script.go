@@ -26,6 +26,8 @@ var (
 	tokenBucketLua string
 	//go:embed gcra.lua
 	gcraLua string
+	//go:embed reserve.lua
+	reserveLua string
 	//go:embed dispatch.lua
 	dispatchLua string
 )
@@ -33,7 +35,7 @@ var (
 // scriptSource is the one script every call runs: the parts joined in the
 // order their definitions need.
 var scriptSource = preludeLua + fixedWindowLua + slidingWindowLua + slidingLogLua +
-	tokenBucketLua + gcraLua + dispatchLua
+	tokenBucketLua + gcraLua + reserveLua + dispatchLua
 
 // scriptSHA is scriptSource's SHA-1, the name EVALSHA calls it by.
 var scriptSHA = func() string {
@@ -50,7 +52,7 @@ var libraryName = "sluice_" + scriptSHA[:16]
 // librarySource is the function library: the algorithms as in scriptSource,
 // and dispatch.lua as the body of the function libraryName.
 var librarySource = "#!lua name=" + libraryName + "\n" +
-	preludeLua + fixedWindowLua + slidingWindowLua + slidingLogLua + tokenBucketLua + gcraLua +
+	preludeLua + fixedWindowLua + slidingWindowLua + slidingLogLua + tokenBucketLua + gcraLua + reserveLua +
 	"redis.register_function('" + libraryName + "', function(KEYS, ARGV)\n" + dispatchLua + "end)\n"
 
 // The algorithm numbers dispatch.lua knows.
@@ -60,13 +62,14 @@ const (
 	algSlidingLog    = 3
 	algTokenBucket   = 4
 	algGCRA          = 5
+	algReserve       = 6
 )
 
 // argsPerLimit is how many ARGV entries one distinct limit takes: algorithm
-// and three parameters; argsPerCheck, how many one check takes: its limit's
+// and four parameters; argsPerCheck, how many one check takes: its limit's
 // number and cost.
 const (
-	argsPerLimit = 4
+	argsPerLimit = 5
 	argsPerCheck = 2
 )
 
@@ -97,6 +100,10 @@ var (
 		Problem: "times the window is too large for the Redis store: its Lua arithmetic is exact only below 2^53"}
 	errMicros = &algorithms.LimitError{Field: "window",
 		Problem: "is not a whole number of microseconds (the Redis store's clock unit)"}
+	errLuaMaxWait = &algorithms.LimitError{Field: "max_wait",
+		Problem: "is too long for the Redis store: its Lua arithmetic is exact only below 2^53 microseconds"}
+	errMaxWaitMicros = &algorithms.LimitError{Field: "max_wait",
+		Problem: "is not a whole number of microseconds (the Redis store's clock unit)"}
 	errBurst = &algorithms.LimitError{Field: "burst", Problem: "must not be negative (0 means requests)"}
 	errKey   = &algorithms.LimitError{Field: "key", Problem: "is empty"}
 	errAlg   = &algorithms.LimitError{Field: "algorithm", Problem: "is unknown"}
@@ -112,15 +119,16 @@ type wire struct {
 
 // params is a limit as the script receives it.
 type params struct {
-	alg        int64 // dispatch.lua's algorithm number
-	p1, p2, p3 int64 // the algorithm's parameters, times in microseconds
+	alg            int64 // dispatch.lua's algorithm number
+	p1, p2, p3, p4 int64 // the algorithm's parameters, times in microseconds
 }
 
 // encode validates c and converts it to the script's arguments:
 //
-//	fixed_window, sliding_window, sliding_log: limit, window, 0
-//	token_bucket: rate, period, burst
-//	gcra: max_burst, count, period
+//	fixed_window, sliding_window, sliding_log: limit, window, 0, 0
+//	token_bucket: rate, period, burst, 0
+//	gcra: max_burst, count, period, 0
+//	reserve: rate, period, burst, max_wait
 //
 // It applies the algorithms' own validation (on microseconds, as the script
 // computes) and the bounds the Lua arithmetic needs.
@@ -145,19 +153,29 @@ func encode(c store.Check) (wire, error) {
 	switch l.Algorithm {
 	case store.FixedWindow:
 		err = algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Validate()
-		x.lim, x.limit = params{algFixedWindow, l.Requests, w, 0}, l.Requests
+		x.lim, x.limit = params{algFixedWindow, l.Requests, w, 0, 0}, l.Requests
 	case store.SlidingLog:
 		err = algorithms.SlidingLog{Limit: l.Requests, Window: w}.Validate()
-		x.lim, x.limit = params{algSlidingLog, l.Requests, w, 0}, l.Requests
+		x.lim, x.limit = params{algSlidingLog, l.Requests, w, 0, 0}, l.Requests
 	case store.SlidingWindow:
 		err = algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Validate()
-		x.lim, x.limit = params{algSlidingWindow, l.Requests, w, 0}, l.Requests
+		x.lim, x.limit = params{algSlidingWindow, l.Requests, w, 0, 0}, l.Requests
 	case store.TokenBucket:
 		err = algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}.Validate()
-		x.lim, x.limit = params{algTokenBucket, l.Requests, w, burst}, burst
+		x.lim, x.limit = params{algTokenBucket, l.Requests, w, burst, 0}, burst
 	case store.GCRA:
 		err = algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}.Validate()
-		x.lim, x.limit = params{algGCRA, burst - 1, l.Requests, w}, burst
+		x.lim, x.limit = params{algGCRA, burst - 1, l.Requests, w, 0}, burst
+	case store.Reserve:
+		if l.MaxWait%time.Microsecond != 0 {
+			return wire{}, errMaxWaitMicros
+		}
+		mw := int64(l.MaxWait / time.Microsecond)
+		err = algorithms.Reserve{Rate: l.Requests, Period: w, Burst: burst, MaxWait: mw}.Validate()
+		if err == nil && mw > maxSpan {
+			err = errLuaMaxWait
+		}
+		x.lim, x.limit = params{algReserve, l.Requests, w, burst, mw}, burst
 	default:
 		return wire{}, errAlg
 	}
@@ -198,8 +216,9 @@ func luaBounds(alg store.Algorithm, requests, window, burst int64) error {
 		if requests > maxSpan/1000 {
 			return errLuaLimit
 		}
-	case store.TokenBucket:
-		// used + need <= 2*burst*period; elapsed*rate <= used.
+	case store.TokenBucket, store.Reserve:
+		// used + need <= 2*burst*period; elapsed*rate <= used. reserve:
+		// next <= now + max_wait + burst*period/rate, the same products.
 		if window > maxSpan {
 			return errLuaWindow
 		}

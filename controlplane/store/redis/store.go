@@ -467,7 +467,7 @@ func newScriptCmd(ctx context.Context, refs []ref, now any, functions bool) *scr
 	}
 	args = append(args, now, len(lims))
 	for _, p := range lims {
-		args = append(args, p.alg, p.p1, p.p2, p.p3)
+		args = append(args, p.alg, p.p1, p.p2, p.p3, p.p4)
 	}
 	if uniform(refs, nums) {
 		args = append(args, nums[0], refs[0].c.wires[refs[0].i].cost)
@@ -630,6 +630,14 @@ func decode(sc *scriptCmd) {
 				Remaining:  long[1],
 				RetryAfter: long[2] * int64(time.Microsecond),
 				ResetAfter: long[3] * int64(time.Microsecond),
+			}
+			if w.lim.alg == algReserve { // the third value is an allowed request's wait (reserve.lua)
+				res := &c.out[r.i]
+				if res.Allowed {
+					res.Wait, res.RetryAfter = res.RetryAfter, 0
+				} else {
+					res.Wait = res.RetryAfter + w.lim.p4*int64(time.Microsecond)
+				}
 			}
 		case badState:
 			c.err = fmt.Errorf("redisstore: key %.80q holds a value sluice did not write (wrong type or unparsable state); delete it to reset the limit", w.key)

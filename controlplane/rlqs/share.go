@@ -1,0 +1,133 @@
+package rlqs
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// Shares divides rate (requests per second) among Envoys by max-min fairness
+// (water-filling): an Envoy whose demand is below an equal split of what is
+// left gets all of its demand, and the rest is split equally among the
+// others. demands[i] is Envoy i's demand in requests per second; +Inf means
+// unknown (it takes an equal split). The shares sum to at most rate, and to
+// exactly rate when the demands sum to more. Negative or NaN demands count
+// as 0.
+func Shares(rate float64, demands []float64) []float64 {
+	shares := make([]float64, len(demands))
+	if len(demands) == 0 || !(rate > 0) {
+		return shares
+	}
+	order := make([]int, len(demands))
+	for i := range order {
+		order[i] = i
+	}
+	clean := func(d float64) float64 {
+		if !(d > 0) { // negative or NaN
+			return 0
+		}
+		return d
+	}
+	sort.SliceStable(order, func(a, b int) bool { return clean(demands[order[a]]) < clean(demands[order[b]]) })
+	left := rate
+	for k, i := range order {
+		fair := left / float64(len(order)-k)
+		s := min(clean(demands[i]), fair)
+		shares[i] = s
+		left -= s
+	}
+	return shares
+}
+
+// Want is the demand Assign gives to Shares for an Envoy that reported
+// demand requests per second: the demand plus headroom (a share of it) plus
+// floor requests per second, so that an Envoy below its fair share never
+// runs dry on the noise of its own rate, and an idle Envoy keeps a little
+// quota for its next request. Unknown demand (NaN or +Inf) stays +Inf.
+func Want(demand, headroom, floor float64) float64 {
+	if math.IsNaN(demand) || math.IsInf(demand, 1) {
+		return math.Inf(1)
+	}
+	return max(demand, 0)*(1+headroom) + floor
+}
+
+// TokenBucket is an assignment as Envoy's rate_limit_quota filter reads it:
+// TokensPerFill every FillInterval (whole seconds: Envoy truncates the
+// interval to seconds and divides by it), at most MaxTokens held. Zero
+// TokensPerFill means deny all.
+type TokenBucket struct {
+	MaxTokens     uint32
+	TokensPerFill uint32
+	FillInterval  time.Duration
+}
+
+// Bucket sizing.
+const (
+	// baseFillInterval is the fill interval of shares of 0.1 request per
+	// second and more: the share is rounded down to tenths of a request per
+	// second, so that the sum of the rounded shares stays within the rate.
+	baseFillInterval = 10 * time.Second
+	// maxFillInterval bounds the fill interval of small shares.
+	maxFillInterval = 10000 * time.Second
+	// burstTime is how much of a share a full bucket holds: Envoy starts
+	// every new token bucket full, so each change of assignment can admit
+	// this much above the share.
+	burstTime = 100 * time.Millisecond
+)
+
+// BucketFor returns the token bucket that admits at most share requests per
+// second: the share rounded down at the resolution of its fill interval,
+// and a burst of burstTime of it (at least one token). A share too small to
+// give one token per maxFillInterval denies all.
+func BucketFor(share float64) TokenBucket {
+	if !(share > 0) {
+		return TokenBucket{}
+	}
+	interval := baseFillInterval
+	for share*interval.Seconds() < 1 && interval < maxFillInterval {
+		interval *= 10
+	}
+	tokens := math.Floor(share * interval.Seconds())
+	if tokens < 1 {
+		return TokenBucket{}
+	}
+	tokens = min(tokens, math.MaxUint32)
+	burst := min(max(math.Ceil(share*burstTime.Seconds()), 1), math.MaxUint32)
+	return TokenBucket{MaxTokens: uint32(burst), TokensPerFill: uint32(tokens), FillInterval: interval}
+}
+
+// Rate returns the bucket's rate in requests per second.
+func (b TokenBucket) Rate() float64 {
+	if b.FillInterval <= 0 {
+		return 0
+	}
+	return float64(b.TokensPerFill) / b.FillInterval.Seconds()
+}
+
+// Allot returns envoy's share of rate among the Envoys of a bucket: its
+// max-min fair share of their wants (Shares over Want of each demand), cut
+// to what the others' assignments still in force leave free. So the
+// assignments in force never sum past rate: an Envoy's share grows only as
+// the others' shrink, each at its own next report. Envoys are taken in the
+// order of their ids, so that every replica computes the same shares.
+func Allot(rate float64, all map[string]Envoy, envoy string, headroom, floor float64) float64 {
+	if _, ok := all[envoy]; !ok || !(rate > 0) {
+		return 0
+	}
+	ids := make([]string, 0, len(all))
+	for id := range all {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	wants := make([]float64, len(ids))
+	me, others := 0, 0.0
+	for i, id := range ids {
+		wants[i] = Want(all[id].Demand, headroom, floor)
+		if id == envoy {
+			me = i
+		} else {
+			others += max(all[id].Assigned, 0)
+		}
+	}
+	return max(min(Shares(rate, wants)[me], rate-others), 0)
+}

@@ -1,0 +1,63 @@
+-- reserve.lua: algorithms.Reserve (Guava's reserve with a max wait), line by
+-- line, on microseconds. State at key: the string "next:missing", next the
+-- free ticket (when the next request may proceed) and missing the units
+-- (1/period permit) missing from a full store at next.
+-- A granted reservation writes the state at once, so the next caller, on any
+-- replica, gets the following slot; a refused one writes nothing.
+--
+-- Its answer differs in one place: an allowed request has no retry-after, so
+-- the third value is the wait (microseconds) instead; a refused one answers
+-- its retry-after there, as the other algorithms do (its wait is retry-after
+-- plus max_wait).
+local function reserve(key, now, rate, period, burst, cost, _, max_wait)
+  local next, missing = 0, 0
+  local v = get(key)
+  if v then
+    local a, b = match(v, '^(%d+):(%d+)$')
+    next, missing = tonumber(a), tonumber(b)
+    if not next or next > MAX or missing > MAX then
+      return BAD, 0, 0, 0
+    end
+  elseif v == false then
+    return BAD, 0, 0, 0
+  end
+  local next0, missing0 = next, missing
+  if now > next then -- resync: permits stored while idle
+    local elapsed = now - next
+    if elapsed > floor(missing / rate) then
+      missing = 0
+    else
+      missing = missing - elapsed * rate
+    end
+    next = now
+  end
+  local capacity = burst * period
+  local wait = next - now
+  local allowed, third = 0, 0
+  if wait > max_wait then
+    third = wait - max_wait
+  else
+    allowed = 1
+    third = wait
+    local need = cost * period
+    local spend = capacity - missing
+    if need < spend then
+      spend = need
+    end
+    missing = missing + spend
+    next = next + ceil_div(need - spend, rate) -- the rest is paid by the next caller
+  end
+  local remaining = 0
+  if next <= now and capacity > missing then -- a lowered burst can leave missing > capacity
+    remaining = floor((capacity - missing) / period)
+  end
+  local ahead = next - now
+  if ahead < 0 then
+    ahead = 0
+  end
+  local reset = ahead + ceil_div(missing, rate)
+  if allowed == 1 and (next ~= next0 or missing ~= missing0) then
+    call('SET', key, fmt('%d:%d', next, missing), 'PX', px(reset))
+  end
+  return allowed, remaining, third, reset
+end
