@@ -85,8 +85,10 @@ type Store struct {
 	maxKeys  int
 	now      func() time.Time
 
-	mu   sync.Mutex
-	keys map[string]*entry
+	mu         sync.Mutex
+	keys       map[string]*entry
+	held       map[string]*entry // the entries that may hold units, for Sweep
+	lastForget time.Time
 
 	local, perRequest, calls, granted, returned, expired, shared atomic.Int64
 }
@@ -115,7 +117,7 @@ func New(inner Leaser, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("lease: options must not be negative (%+v)", opts)
 	}
 	s := &Store{inner: inner, policy: opts.Policy, longest: opts.Longest, idle: opts.Idle,
-		replicas: opts.Replicas, maxKeys: opts.MaxKeys, now: opts.Now, keys: map[string]*entry{}}
+		replicas: opts.Replicas, maxKeys: opts.MaxKeys, now: opts.Now, keys: map[string]*entry{}, held: map[string]*entry{}}
 	if s.policy.Target == 0 {
 		s.policy.Target = DefaultTarget
 	}
@@ -303,6 +305,9 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 		s.local.Add(1) // the request that asked spends the first unit
 		if e.limit == checks[a.i].Limit {
 			e.units = g.Granted - 1
+			if e.units > 0 {
+				s.held[checks[a.i].Key] = e
+			}
 			e.expiry = now.Add(g.Valid) // now was read before the call was sent: never later than Redis's end
 			e.end = g.End
 		} else {
@@ -381,13 +386,14 @@ func (s *Store) Share(key string, l store.Limit, minValid time.Duration) (n int6
 
 // Sweep gives back the unspent units of token_bucket and gcra leases that
 // went unused for Idle or would expire within soon (the caller's interval
-// between sweeps), forgets keys unused for a while, and counts what expired.
+// between sweeps), counts what expired, and once a second forgets keys
+// unused for a while. It looks only at the leases held, not at every key.
 // It returns how many units went back.
 func (s *Store) Sweep(ctx context.Context, soon time.Duration) (int64, error) {
 	now := s.now()
 	var rets []redisstore.Returned
 	s.mu.Lock()
-	for key, e := range s.keys {
+	for key, e := range s.held {
 		if e.units > 0 && !now.Before(e.expiry) {
 			s.expired.Add(e.units)
 			e.units = 0
@@ -397,8 +403,16 @@ func (s *Store) Sweep(ctx context.Context, soon time.Duration) (int64, error) {
 			rets = append(rets, redisstore.Returned{Key: key, Limit: e.limit, Units: e.units, End: e.end})
 			e.units = 0
 		}
-		if e.units == 0 && !e.fetching && now.Sub(e.lastUse) > forget {
-			delete(s.keys, key)
+		if e.units == 0 {
+			delete(s.held, key)
+		}
+	}
+	if now.Sub(s.lastForget) >= time.Second {
+		s.lastForget = now
+		for key, e := range s.keys {
+			if e.units == 0 && !e.fetching && now.Sub(e.lastUse) > forget {
+				delete(s.keys, key)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -432,6 +446,9 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// Active reports whether a check of a leased limit has been seen.
+func (s *Store) Active() bool { return s.local.Load()+s.perRequest.Load() > 0 }
+
 // Stats are counts since the Store was made.
 type Stats struct {
 	Local       int64 // requests answered from a lease (no Redis call of their own)
@@ -442,16 +459,14 @@ type Stats struct {
 	Returned    int64 // units given back
 	Expired     int64 // units that expired unspent
 	Outstanding int64 // units held now
-	Active      bool  // a check of a leased limit has been seen
 }
 
 // Stats returns the counts.
 func (s *Store) Stats() Stats {
 	st := Stats{Local: s.local.Load(), PerRequest: s.perRequest.Load(), LeaseCalls: s.calls.Load(),
 		Granted: s.granted.Load(), Shared: s.shared.Load(), Returned: s.returned.Load(), Expired: s.expired.Load()}
-	st.Active = st.Local+st.PerRequest > 0
 	s.mu.Lock()
-	for _, e := range s.keys {
+	for _, e := range s.held {
 		st.Outstanding += e.units
 	}
 	s.mu.Unlock()

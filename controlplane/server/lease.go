@@ -72,7 +72,7 @@ func (s *Server) runLease(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if time.Since(last) >= heartbeatInterval && s.lease.Stats().Active {
+		if time.Since(last) >= heartbeatInterval && s.lease.Active() {
 			s.heartbeat(ctx, id)
 			last = time.Now()
 		}
