@@ -24,7 +24,8 @@
 # SERVER_GOMAXPROCS (GOMAXPROCS for both systems under test, both being Go
 # programs; empty: their default, the number of cores),
 # SYSTEMS (the systems to run: "ratelimit sluice"; sluice-grpc-go
-# is sluice with -grpc-server grpc-go, grpc-go's server on the decision port),
+# is sluice with -grpc-server grpc-go, grpc-go's server on the decision port;
+# sluice-lease is sluice with lease: auto in the policy),
 # CONTROLPLANE (a sluice-controlplane binary to measure instead of building
 # this tree's), BASE (a git revision: adds the system sluice-base, that
 # revision's sluice-controlplane, so that a change is measured against its
@@ -134,6 +135,8 @@ EOF
 	cat "$work/runtime/ratelimit/config/bench.yaml"
 	echo "      algorithm: fixed_window"
 } >"$work/sluice/bench.yaml"
+# sluice-lease: the same policy with lease: auto (controlplane/lease).
+sed 's/^domain: bench$/domain: bench\nlease: auto/' "$work/sluice/bench.yaml" >"$work/sluice/bench-lease.yaml"
 
 free_port redis_port
 redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no \
@@ -206,14 +209,15 @@ start_system() {
 			GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc" \
 			"$work/ratelimit-peer" >"$log" 2>&1 &
 		;;
-	sluice | sluice-grpc-go | sluice-base)
-		local server=unary bin="$work/sluice-controlplane"
+	sluice | sluice-grpc-go | sluice-base | sluice-lease)
+		local server=unary bin="$work/sluice-controlplane" policy="$work/sluice/bench.yaml"
 		[ "$name" = sluice-grpc-go ] && server=grpc-go
+		[ "$name" = sluice-lease ] && policy="$work/sluice/bench-lease.yaml"
 		[ "$name" = sluice-base ] && bin="$work/sluice-base"
 		[ -x "$bin" ] || die "$name needs BASE=<git revision>"
 		env ${procs:+GOMAXPROCS=$procs} "$bin" -grpc-server "$server" -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
 			-policy-addr "127.0.0.1:$debug" -redis-addrs "127.0.0.1:$redis_port" \
-			-policy "$work/sluice/bench.yaml" -log-level warn >"$log" 2>&1 &
+			-policy "$policy" -log-level warn >"$log" 2>&1 &
 		;;
 	esac
 	sys_pid=$!

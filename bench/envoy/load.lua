@@ -1,6 +1,7 @@
 -- load.lua: wrk's script for bench-envoy. BENCH_LOAD picks each request's
 -- x-user header: spread (one of 10,000 keys), flood (90% "hot", the rest
--- spread) or blocked (always "blocked"). When wrk is done it prints one
+-- spread), blocked (always "blocked") or steady (one of 10 keys, each
+-- well under its limit). When wrk is done it prints one
 -- line, "BENCH {json}", that bench-envoy reads.
 local mode = os.getenv("BENCH_LOAD") or "spread"
 local keys = 10000
@@ -15,6 +16,8 @@ function request()
     k = "blocked"
   elseif mode == "flood" and math.random() < 0.9 then
     k = "hot"
+  elseif mode == "steady" then
+    k = "s" .. math.random(10)
   else
     k = "u" .. math.random(keys)
   end

@@ -35,7 +35,7 @@ type result struct {
 	envoyUS, rlsUS, redUS float64
 	non2xx                float64 // share of answers that were not 2xx (429s)
 	rlsCalls              float64 // calls to the rate limit service per request
-	local                 float64 // share of requests the filter's precheck answered
+	local                 float64 // share of requests the filter answered without a call (precheck, quota)
 	rssMB                 float64 // Envoy's RSS after the run
 }
 
@@ -112,10 +112,10 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 		envoyUS:  per(e1 - e0),
 		non2xx:   float64(w.Non2xx) / n,
 		rlsCalls: delta("cluster."+rlsCluster+".upstream_rq_total") / n,
-		local:    delta("wasmcustom.sluice.precheck_rejected") / n,
+		local:    (delta("wasmcustom.sluice.precheck_rejected") + delta("wasmcustom.sluice.quota_allowed")) / n,
 		rssMB:    float64(e.RSS()) / (1 << 20),
 	}
-	if c.setup.rls == rlsPeer || c.setup.rls == rlsSluice {
+	if c.setup.rls == rlsPeer || c.setup.rls == rlsSluice || c.setup.rls == rlsSluiceLease {
 		res.rlsUS, res.redUS = per(r1-r0), per(d1-d0)
 	}
 	if f := delta("wasmcustom.sluice.failure_open") + delta("cluster.ratelimit.error") + delta("cluster.ratelimit.failure_mode_allowed"); f > 0 {

@@ -22,6 +22,7 @@ const (
 	loadSpread  load = "spread"  // 10,000 keys, each well under its limit
 	loadFlood   load = "flood"   // 90% on key "hot" (100/s, at least 10x over), the rest spread
 	loadBlocked load = "blocked" // every request on key "blocked" (1 an hour): over its limit
+	loadSteady  load = "steady"  // 10 keys, each well under its limit (what leases are for)
 )
 
 // rls is the rate limit service a setup calls.
@@ -32,6 +33,7 @@ const (
 	rlsPeer             // envoyproxy/ratelimit on Redis
 	rlsSluice           // sluice-controlplane on Redis
 	rlsSluiceMemory     // sluice-controlplane on its memory store (setup 4: only the first answers matter)
+	rlsSluiceLease      // sluice-controlplane on Redis, the policy with lease: auto
 )
 
 // setup is one row of the table.
@@ -59,6 +61,8 @@ var setups = map[string]setup{
 	"6": {id: "6", name: "Envoy ratelimit filter, sluice-controlplane, Redis", native: true, rls: rlsSluice,
 		filter: nativeFilter},
 	"7": {id: "7", name: "Envoy, sluice filter, sluice-controlplane, Redis", rls: rlsSluice,
+		filter: sluiceFilter},
+	"7L": {id: "7L", name: "Envoy, sluice filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
 		filter: sluiceFilter},
 }
 
@@ -197,14 +201,18 @@ func (b *built) startService(ctx context.Context, dir string, kind rls) (*servic
 			"USE_STATSD=false", "LOG_LEVEL=warn", "HOST=127.0.0.1", "PORT=" + strconv.Itoa(http),
 			"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(other),
 			"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(grpc)}
-	case rlsSluice, rlsSluiceMemory:
+	case rlsSluice, rlsSluiceMemory, rlsSluiceLease:
 		pf := filepath.Join(dir, "bench.yaml")
-		if err := os.WriteFile(pf, []byte(policy), 0o644); err != nil {
+		doc := policy
+		if kind == rlsSluiceLease {
+			doc = strings.Replace(policy, "domain: bench\n", "domain: bench\nlease: auto\n", 1)
+		}
+		if err := os.WriteFile(pf, []byte(doc), 0o644); err != nil {
 			return nil, err
 		}
 		args := []string{"-grpc-addr", addr, "-http-addr", "127.0.0.1:" + strconv.Itoa(http),
 			"-policy-addr", "127.0.0.1:" + strconv.Itoa(other), "-policy", pf, "-log-level", "warn"}
-		if kind == rlsSluice {
+		if kind != rlsSluiceMemory {
 			args = append(args, "-redis-addrs", b.redis.Addr())
 		}
 		cmd = exec.Command(b.controlPlane, args...)

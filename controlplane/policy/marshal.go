@@ -26,6 +26,9 @@ func Marshal(d *Domain) ([]byte, error) {
 	if d.ResponseHeaders {
 		addBool(root, "response_headers", true)
 	}
+	if d.Lease {
+		addStr(root, "lease", string(LeaseAuto))
+	}
 	if len(d.Descriptors) > 0 {
 		addNode(root, "descriptors", descriptorsNode(d.Descriptors))
 	}
@@ -172,7 +175,7 @@ func (d *Domain) Equal(o *Domain) bool {
 	if d == nil || o == nil {
 		return d == o
 	}
-	return d.Name == o.Name && d.FailureMode == o.FailureMode && d.ResponseHeaders == o.ResponseHeaders &&
+	return d.Name == o.Name && d.FailureMode == o.FailureMode && d.ResponseHeaders == o.ResponseHeaders && d.Lease == o.Lease &&
 		descriptorsEqual(d.Descriptors, o.Descriptors)
 }
 
@@ -202,7 +205,7 @@ func descriptorsEqual(a, b []*Descriptor) bool {
 func limitEqual(a, b *Limit) bool {
 	if a.Name != b.Name || a.Algorithm != b.Algorithm || a.Requests != b.Requests || a.Window != b.Window ||
 		a.Unit != b.Unit || a.Burst != b.Burst || a.MaxWait != b.MaxWait || a.Unlimited != b.Unlimited || a.ShadowMode != b.ShadowMode ||
-		a.DetailedMetric != b.DetailedMetric || a.ValueToMetric != b.ValueToMetric || a.FailureMode != b.FailureMode || a.ID != b.ID ||
+		a.DetailedMetric != b.DetailedMetric || a.ValueToMetric != b.ValueToMetric || a.FailureMode != b.FailureMode || a.ID != b.ID || a.Lease != b.Lease ||
 		a.Domain != b.Domain || len(a.Replaces) != len(b.Replaces) || !slices.Equal(a.SharedValues, b.SharedValues) {
 		return false
 	}

@@ -11,7 +11,7 @@ import (
 
 // Field sets of each level.
 var (
-	domainFields     = []string{"domain", "descriptors", "failure_mode", "response_headers"}
+	domainFields     = []string{"domain", "descriptors", "failure_mode", "response_headers", "lease"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "failure_mode", "share_threshold"}
 	limitFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "window", "burst", "max_wait"}
 	replacesFields   = []string{"name"}
@@ -30,6 +30,7 @@ type parser struct {
 	refs     []nameRef          // replaces entries, checked once all names are known
 	limits   []*Limit
 	failMode FailureMode
+	lease    bool // the domain's lease: auto
 }
 
 // nameDef is where a limit name was defined.
@@ -108,6 +109,11 @@ func (p *parser) domainNode(root *yaml.Node) *Domain {
 	if f, ok := fs["response_headers"]; ok {
 		d.ResponseHeaders, _ = p.boolean(f, "response_headers")
 	}
+	if f, ok := fs["lease"]; ok {
+		s, _ := p.choice(f, "lease", "lease", []string{string(LeaseAuto), string(LeaseOff)})
+		d.Lease = LeaseMode(s) == LeaseAuto
+	}
+	p.lease = d.Lease
 	if f, ok := fs["descriptors"]; ok {
 		d.Descriptors = p.descriptorList(f, "descriptors", d.FailureMode, "")
 	}
@@ -272,6 +278,7 @@ func (p *parser) descriptor(raw *yaml.Node, path string, parentMode FailureMode,
 		l.DetailedMetric = d.DetailedMetric
 		l.ValueToMetric = d.ValueToMetric
 		l.FailureMode = mode
+		l.Lease = p.lease
 		l.ID = id + "#" + strconv.Itoa(i)
 		l.Domain = p.domain
 	}

@@ -46,6 +46,15 @@ var algorithmNames = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBu
 // HasBurst reports whether the algorithm takes a burst parameter.
 func (a Algorithm) HasBurst() bool { return a == TokenBucket || a == GCRA || a == Reserve }
 
+// LeaseMode is the policy file's lease setting.
+type LeaseMode string
+
+// The lease settings.
+const (
+	LeaseAuto LeaseMode = "auto" // lease units from Redis in advance (see controlplane/lease)
+	LeaseOff  LeaseMode = "off"  // decide every request in Redis (the default)
+)
+
 // FailureMode says what the data plane does with a request when no decision
 // can be had (control plane unreachable, or neither Redis nor the memory
 // store can answer).
@@ -165,6 +174,8 @@ type Limit struct {
 	// FailureMode is the effective failure mode (descriptor, else its
 	// ancestors', else the domain's).
 	FailureMode FailureMode
+	// Lease is the domain's Lease (`lease: auto`).
+	Lease bool
 	// ID identifies the limit within its domain, stably across edits that
 	// keep its descriptor path: the descriptors' key[=value] path, then "#"
 	// and the limit's index on its descriptor, e.g. "user=alice/path#0".
@@ -229,6 +240,10 @@ type Domain struct {
 	FailureMode FailureMode
 	// ResponseHeaders turns on the IETF RateLimit-Policy / RateLimit headers.
 	ResponseHeaders bool
+	// Lease is the policy's `lease: auto`: the control plane takes the
+	// domain's leasable limits from Redis in leases of several units and
+	// may grant the filter a share (see controlplane/lease). Off by default.
+	Lease bool
 	// Descriptors are the top-level descriptors.
 	Descriptors []*Descriptor
 	// Source is the file (or name) the domain was parsed from.

@@ -82,6 +82,15 @@ func decodeRequestIn(b []byte, r *rlsv3.RateLimitRequest, a *arena) bool {
 			}
 			r.HitsAddend = uint32(v)
 			rest = rest[n:]
+		case num == QuotaField && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(rest)
+			if n < 0 {
+				return false
+			}
+			if v != 0 {
+				r.ProtoReflect().SetUnknown(quotaMarker)
+			}
+			rest = rest[n:]
 		default:
 			return false
 		}
@@ -182,6 +191,9 @@ type arena struct {
 // the arena.
 func (a *arena) request() *rlsv3.RateLimitRequest {
 	a.req.Descriptors = a.dptrs[:0]
+	if len(a.req.ProtoReflect().GetUnknown()) > 0 {
+		a.req.ProtoReflect().SetUnknown(nil) // a previous request's QuotaField
+	}
 	return &a.req
 }
 

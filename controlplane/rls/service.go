@@ -89,6 +89,9 @@ type Options struct {
 	// MaxRuleValues bounds the request values a detailed_metric or
 	// value_to_metric rule labels; 0 means DefaultMaxRuleValues.
 	MaxRuleValues int
+	// Quota, when set, shares leases with the filter in
+	// DescriptorStatus.quota (see addQuotas); nil shares nothing.
+	Quota Sharer
 }
 
 // Service implements rlsv3.RateLimitServiceServer.
@@ -103,6 +106,7 @@ type Service struct {
 	metrics        *Metrics
 	rules          *ruleMetrics
 	lastErrLog     atomic.Int64 // Unix ns of the last store error logged
+	quota          Sharer
 }
 
 // New returns a Service deciding on st with the given policies (nil means
@@ -127,6 +131,7 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 		store:          st,
 		maxDescriptors: opts.MaxDescriptors,
 		maxEntries:     opts.MaxEntries,
+		quota:          opts.Quota,
 		log:            opts.Logger,
 		metrics:        NewMetrics(opts.Registerer),
 		rules:          newRuleMetrics(opts.NearLimitRatio, opts.MaxRuleValues),
@@ -258,7 +263,8 @@ type pending struct {
 	dom   *policy.Domain // nil: a domain without policies
 	label string         // the domain's metrics label
 	dm    *domainMetrics
-	n     int // descriptors
+	n     int  // descriptors
+	quota bool // the caller spends quotas (see QuotaField)
 }
 
 // prepare checks req and lists the store checks it needs. On success the
@@ -370,7 +376,7 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 		}
 	}
 	sc.checks, sc.slots = checks, slots
-	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n}, nil
+	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, quota: acceptsQuota(req)}, nil
 }
 
 // finish builds the response of p from the store's results for its checks
@@ -442,6 +448,7 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 	if dom != nil && dom.ResponseHeaders {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(outs, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
+	s.addQuotas(p, resp, storeErr)
 	resp.DynamicMetadata = limitMetadata(outs)
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		dm.overLimitCode.Inc()
@@ -502,7 +509,7 @@ var storeAlgorithms = map[policy.Algorithm]store.Algorithm{
 
 // storeLimit returns what the store needs to know of l.
 func storeLimit(l *policy.Limit) store.Limit {
-	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst, MaxWait: l.MaxWait}
+	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst, MaxWait: l.MaxWait, Lease: l.Lease}
 }
 
 // capacity returns the most a limit admits at one instant: the largest

@@ -75,6 +75,10 @@ func (s *Server) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); s.memory.RunSweeper(sweepCtx, DefaultSweepInterval) }()
+	if s.lease != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.runLease(sweepCtx) }()
+	}
 
 	errc := make(chan error, 4)
 	s.serveRLQS(errc)

@@ -46,6 +46,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/degrade"
 	"github.com/sluicehq/sluice/controlplane/grpcunary"
+	"github.com/sluicehq/sluice/controlplane/lease"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
 	"github.com/sluicehq/sluice/controlplane/policystore"
@@ -203,6 +204,8 @@ type Server struct {
 
 	memory   *memory.Store
 	degrade  *degrade.Store        // nil in memory mode
+	lease    *lease.Store          // nil in memory mode
+	replicas atomic.Int64          // active replicas, for lease sizes
 	client   redis.UniversalClient // nil in memory mode
 	store    store.Store           // what decisions use
 	service  *rls.Service
@@ -275,6 +278,7 @@ func (s *Server) build() error {
 		MaxRuleValues:  cfg.MaxRuleValues,
 		Logger:         s.log,
 		Registerer:     s.registry,
+		Quota:          s.quota(),
 	})
 	if err != nil {
 		return err

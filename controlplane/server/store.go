@@ -110,7 +110,10 @@ func (s *Server) buildStore() error {
 		}
 		return 0
 	}))
-	s.degrade, err = degrade.New(primary, s.memory, degrade.Options{
+	if s.lease, err = s.buildLease(primary); err != nil {
+		return err
+	}
+	s.degrade, err = degrade.New(s.lease, s.memory, degrade.Options{
 		Probe:         s.ping,
 		Deadline:      deadline,
 		TrustContext:  true, // redisstore.Decide returns when its context ends

@@ -51,6 +51,7 @@ type Limit struct {
 	Window    time.Duration // window or refill period; a whole number of microseconds
 	Burst     int64         // token_bucket, reserve: capacity; gcra: max_burst+1; 0 = Requests
 	MaxWait   time.Duration // reserve: the longest wait granted; a whole number of microseconds
+	Lease     bool          // the policy's lease: auto (see controlplane/lease); stores ignore it
 }
 
 // Check is one limit to decide for one request.

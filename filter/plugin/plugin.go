@@ -167,6 +167,8 @@ type Plugin struct {
 	policies []limitheaders.Policy
 	local    headerList
 	localMap []byte // p.local serialized
+	// quotas are the control plane's grants in advance (see quota.go).
+	quotas quotas
 	// Warnings are logged at most once per logEvery.
 	lastWarn   int64
 	suppressed int
@@ -315,7 +317,7 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 		if !haveNow {
 			now, haveNow = p.host.Now(), true
 		}
-		if v := p.table.Check(s.keys[start:], int64(d.HitsAddend), now); v.Reject {
+		if v := p.table.Check(s.keys[start:], int64(d.HitsAddend), now); v.Reject && !p.quotaCovers(s.keys[start:], d.HitsAddend, now) {
 			p.count(p.metrics.precheckRejected)
 			return p.rejectLocally(s, d.RateLimit, v)
 		}
@@ -325,6 +327,9 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 	}
 	if !haveNow {
 		now = p.host.Now()
+	}
+	if p.spendQuota(s, now) {
+		return ActionContinue
 	}
 	return p.callOut(s, now)
 }
@@ -453,6 +458,7 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 	case rlsproto.CodeOK:
 		s.state = stateDone
 		p.count(p.metrics.allowed)
+		p.recordQuotas(s, now)
 		if s.deleted {
 			return
 		}

@@ -91,10 +91,14 @@ func RequestLen(domain string, descs []descriptors.Descriptor) int {
 	for i := range descs {
 		n += bytesFieldLen(descriptorLen(&descs[i], !uniform && descs[i].HitsAddend != 1))
 	}
-	return n + 1 + uvarintLen(uint64(cost))
+	return n + 1 + uvarintLen(uint64(cost)) + len(quotaMarker)
 }
 
 // AppendRequest appends an encoded RateLimitRequest to dst.
+//
+// It ends with field QuotaField = 1, which is not in rls.proto: it tells
+// sluice's control plane that this caller spends DescriptorStatus.quota
+// (other RLS servers skip it as an unknown field).
 //
 // The cost of a request is hits_addend: when every descriptor has the same
 // cost it is sent once, at the request level (what every RLS implementation
@@ -130,7 +134,8 @@ func AppendRequest(dst []byte, domain string, descs []descriptors.Descriptor) []
 		}
 	}
 	dst = binary.AppendUvarint(dst, tag(3, wireVarint))
-	return binary.AppendUvarint(dst, uint64(cost))
+	dst = binary.AppendUvarint(dst, uint64(cost))
+	return append(dst, quotaMarker...)
 }
 
 // FrameHeaderLen is the size of gRPC's message prefix: a compressed flag and

@@ -67,6 +67,7 @@ type Status struct {
 	LimitRemaining     uint32
 	HasReset           bool  // duration_until_reset was set
 	DurationUntilReset int64 // nanoseconds
+	Quota              Quota // quota (see Quota)
 }
 
 // Window returns the window of current_limit in nanoseconds (unit times
@@ -345,6 +346,14 @@ func decodeStatus(b []byte, s *Status) error {
 				return err
 			}
 			s.HasReset, s.DurationUntilReset = true, d
+		case 5: // quota
+			qb, err := r.bytesField(wire)
+			if err != nil {
+				return err
+			}
+			if err := decodeQuota(qb, &s.Quota); err != nil {
+				return err
+			}
 		default:
 			if err := r.skip(wire); err != nil {
 				return err

@@ -1,0 +1,474 @@
+// Package lease puts leases in front of the Redis store: for limits whose
+// policy says `lease: auto`, a replica debits several units of a key in one
+// script call (redisstore.Store.Lease) and then admits that many requests
+// without asking Redis, until the units are spent or the lease's validity
+// ends. Whatever it admits locally was debited in Redis first, so leases
+// never admit more than the algorithm would (see lease.lua for why that is
+// exact for each algorithm); what they can do is admit less: units leased
+// and not spent are lost to everyone until they expire with their window
+// (fixed_window, sliding_window) or are given back (token_bucket, gcra,
+// return.lua). The bound is stated in the README: at any moment, at most the
+// units outstanding in leases, and for token_bucket and gcra also the refill
+// each lease forgoes during its validity (at most its own size).
+//
+// A lease's size (Policy.Size) follows the key's observed rate and shrinks
+// as the remaining budget gets small, down to 1: then the check goes to the
+// Redis store's per-request path, exactly as without leases. sliding_log is
+// never leased, nor a check of cost other than 1.
+//
+// A replica can also hand part of its lease to a data plane (Share): the
+// filter then spends it without a callout (RLS DescriptorStatus.quota).
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// Defaults for Options.
+const (
+	DefaultTarget  = time.Second
+	DefaultMax     = 1000
+	DefaultLongest = time.Second
+	DefaultMaxKeys = 100_000
+	// forget is how long an entry with nothing leased stays after its last
+	// use (it keeps the key's rate and last remaining).
+	forget = 10 * time.Second
+)
+
+// Leaser is the Redis store as the lease layer uses it.
+type Leaser interface {
+	store.Store
+	DecideWithin(ctx context.Context, timeout time.Duration, checks []store.Check, out []algorithms.Result) error
+	Lease(ctx context.Context, reqs []redisstore.LeaseRequest, out []redisstore.Lease) error
+	Return(ctx context.Context, rets []redisstore.Returned) (int, error)
+	Carry(ctx context.Context, carries []store.Carry) (int, error)
+}
+
+// Options configures a Store.
+type Options struct {
+	// Policy sizes leases; zero fields mean DefaultTarget and DefaultMax.
+	Policy Policy
+	// Longest bounds a lease's validity; 0 means DefaultLongest. Window
+	// leases end with their window in any case.
+	Longest time.Duration
+	// Idle is how long a token_bucket or gcra lease may go unused before
+	// its units are given back; 0 means twice Policy.Target.
+	Idle time.Duration
+	// Replicas returns how many control plane replicas are active (leases
+	// are at most remaining / (2 x Replicas)); nil means 1.
+	Replicas func() int
+	// MaxKeys bounds the keys with lease state; more are decided per
+	// request. 0 means DefaultMaxKeys.
+	MaxKeys int
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is a store.Store that answers leased limits from leases and passes
+// everything else to the Redis store. It is safe for concurrent use.
+type Store struct {
+	inner    Leaser
+	policy   Policy
+	longest  time.Duration
+	idle     time.Duration
+	replicas func() int
+	maxKeys  int
+	now      func() time.Time
+
+	mu         sync.Mutex
+	keys       map[string]*entry
+	held       map[string]*entry // the entries that may hold units, for Sweep
+	lastForget time.Time
+
+	local, perRequest, calls, granted, returned, expired, shared atomic.Int64
+}
+
+// entry is one key's lease state.
+type entry struct {
+	limit     store.Limit
+	units     int64     // unspent
+	expiry    time.Time // the units may be spent before it (local clock)
+	end       int64     // the lease's end on Redis's clock, for Return
+	remaining int64     // Redis's remaining at its last answer; -1 unknown
+	resetAt   time.Time // when the limiter is full again, as of that answer
+	fetching  bool      // a lease call for the key is under way
+	lastUse   time.Time
+	rate      meter
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a lease layer in front of inner.
+func New(inner Leaser, opts Options) (*Store, error) {
+	if inner == nil {
+		return nil, errors.New("lease: inner store is nil")
+	}
+	if opts.Policy.Target < 0 || opts.Policy.Max < 0 || opts.Longest < 0 || opts.Idle < 0 || opts.MaxKeys < 0 {
+		return nil, fmt.Errorf("lease: options must not be negative (%+v)", opts)
+	}
+	s := &Store{inner: inner, policy: opts.Policy, longest: opts.Longest, idle: opts.Idle,
+		replicas: opts.Replicas, maxKeys: opts.MaxKeys, now: opts.Now, keys: map[string]*entry{}, held: map[string]*entry{}}
+	if s.policy.Target == 0 {
+		s.policy.Target = DefaultTarget
+	}
+	if s.policy.Max == 0 {
+		s.policy.Max = DefaultMax
+	}
+	if s.longest == 0 {
+		s.longest = DefaultLongest
+	}
+	if s.idle == 0 {
+		s.idle = 2 * s.policy.Target
+	}
+	if s.replicas == nil {
+		s.replicas = func() int { return 1 }
+	}
+	if s.maxKeys == 0 {
+		s.maxKeys = DefaultMaxKeys
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s, nil
+}
+
+// Name implements store.Store.
+func (s *Store) Name() string { return s.inner.Name() }
+
+// Carry passes the degrade wrapper's carries to the Redis store.
+func (s *Store) Carry(ctx context.Context, carries []store.Carry) (int, error) {
+	return s.inner.Carry(ctx, carries)
+}
+
+// Decide implements store.Store.
+func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorithms.Result) error {
+	return s.decide(ctx, 0, checks, out)
+}
+
+// DecideWithin is Decide bounded by timeout, as the Redis store's (the
+// degrade wrapper calls it).
+func (s *Store) DecideWithin(ctx context.Context, timeout time.Duration, checks []store.Check, out []algorithms.Result) error {
+	if timeout <= 0 {
+		return fmt.Errorf("lease: timeout %v is not positive", timeout)
+	}
+	return s.decide(ctx, timeout, checks, out)
+}
+
+// leasable reports whether c may be answered from a lease.
+func leasable(c *store.Check) bool {
+	return c.Cost == 1 && c.Limit.Lease && redisstore.Leasable(c.Limit.Algorithm)
+}
+
+// ask is one lease to fetch for checks[i].
+type ask struct {
+	i int
+	e *entry
+}
+
+func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []store.Check, out []algorithms.Result) error {
+	if len(out) != len(checks) {
+		return fmt.Errorf("lease: %d results for %d checks", len(out), len(checks))
+	}
+	some := false
+	for i := range checks {
+		if leasable(&checks[i]) {
+			some = true
+			break
+		}
+	}
+	if !some { // no leased limit: the Redis store's path, untouched
+		if timeout > 0 {
+			return s.inner.DecideWithin(ctx, timeout, checks, out)
+		}
+		return s.inner.Decide(ctx, checks, out)
+	}
+	now := s.now()
+	var rest []int
+	var asks []ask
+	var reqs []redisstore.LeaseRequest
+	s.mu.Lock()
+	for i := range checks {
+		c := &checks[i]
+		if !leasable(c) {
+			rest = append(rest, i)
+			continue
+		}
+		e := s.entryLocked(c.Key, c.Limit, now)
+		if e == nil {
+			rest = append(rest, i)
+			continue
+		}
+		e.rate.add(now, 1)
+		e.lastUse = now
+		if e.units > 0 && !now.Before(e.expiry) {
+			s.expired.Add(e.units)
+			e.units = 0
+		}
+		if e.units > 0 {
+			e.units--
+			s.local.Add(1)
+			out[i] = e.result(now)
+			continue
+		}
+		pol, longest := s.policy, s.longest
+		if !redisstore.Returnable(c.Limit.Algorithm) {
+			// A window's lease ends with the window: size it for what is
+			// left of it (on this clock, close enough to Redis's to size).
+			w := c.Limit.Window
+			pol.Target = min(pol.Target, w-time.Duration(now.UnixNano()%int64(w)))
+		} else {
+			// A token bucket's lease holds back refill while it is valid,
+			// so lease.lua keeps it valid for half the capacity's worth of
+			// refill at most: size it to be spent in half that.
+			longest = min(longest, refillTime(c.Limit)/2)
+			pol.Target = min(pol.Target, longest/2)
+		}
+		k := pol.Size(Demand{Rate: e.rate.perSecond(now), Remaining: e.remaining,
+			Replicas: s.replicas(), Capacity: capacity(c.Limit)})
+		if k <= 1 || e.fetching {
+			rest = append(rest, i)
+			continue
+		}
+		e.fetching = true
+		asks = append(asks, ask{i: i, e: e})
+		reqs = append(reqs, redisstore.LeaseRequest{Key: c.Key, Limit: c.Limit, Want: k, Longest: longest})
+	}
+	s.mu.Unlock()
+
+	var leaseErr error
+	grants := make([]redisstore.Lease, len(reqs))
+	var wg sync.WaitGroup
+	if len(reqs) > 0 {
+		s.calls.Add(1)
+		wg.Go(func() {
+			lctx, cancel := ctx, context.CancelFunc(func() {})
+			if timeout > 0 {
+				lctx, cancel = context.WithTimeout(ctx, timeout)
+			}
+			defer cancel()
+			leaseErr = s.inner.Lease(lctx, reqs, grants)
+		})
+	}
+	var restErr error
+	if len(rest) > 0 {
+		s.perRequest.Add(int64(len(rest)))
+		sub := make([]store.Check, len(rest))
+		res := make([]algorithms.Result, len(rest))
+		for j, i := range rest {
+			sub[j] = checks[i]
+		}
+		if timeout > 0 {
+			restErr = s.inner.DecideWithin(ctx, timeout, sub, res)
+		} else {
+			restErr = s.inner.Decide(ctx, sub, res)
+		}
+		if restErr == nil {
+			s.mu.Lock()
+			for j, i := range rest {
+				out[i] = res[j]
+				if e := s.keys[checks[i].Key]; e != nil && e.limit == checks[i].Limit && leasable(&checks[i]) {
+					e.remaining = res[j].Remaining
+					e.resetAt = now.Add(time.Duration(res[j].ResetAfter))
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+	wg.Wait()
+
+	s.mu.Lock()
+	for j, a := range asks {
+		e := a.e
+		e.fetching = false
+		if leaseErr != nil {
+			continue
+		}
+		g := grants[j]
+		e.remaining = g.Remaining
+		e.resetAt = now.Add(g.ResetAfter)
+		capa := capacity(checks[a.i].Limit)
+		if g.Granted == 0 {
+			out[a.i] = algorithms.Result{Limit: capa, RetryAfter: int64(g.RetryAfter), ResetAfter: int64(g.ResetAfter)}
+			continue
+		}
+		s.granted.Add(g.Granted)
+		s.local.Add(1) // the request that asked spends the first unit
+		if e.limit == checks[a.i].Limit {
+			e.units = g.Granted - 1
+			if e.units > 0 {
+				s.held[checks[a.i].Key] = e
+			}
+			e.expiry = now.Add(g.Valid) // now was read before the call was sent: never later than Redis's end
+			e.end = g.End
+		} else {
+			s.expired.Add(g.Granted - 1) // the limit changed meanwhile
+		}
+		out[a.i] = e.result(now)
+		out[a.i].Limit = capa
+	}
+	s.mu.Unlock()
+	return errors.Join(restErr, leaseErr)
+}
+
+// entryLocked returns key's entry, made or reset for l; nil when the table
+// is full.
+func (s *Store) entryLocked(key string, l store.Limit, now time.Time) *entry {
+	e := s.keys[key]
+	if e == nil {
+		if len(s.keys) >= s.maxKeys {
+			return nil
+		}
+		e = &entry{limit: l, remaining: -1}
+		s.keys[key] = e
+	}
+	if e.limit != l {
+		// A policy update changed the limit: the old lease's units are
+		// lost (never spent under a limit they were not debited from).
+		s.expired.Add(e.units)
+		*e = entry{limit: l, remaining: -1, fetching: e.fetching}
+	}
+	return e
+}
+
+// result is an allowed request answered from e's lease.
+func (e *entry) result(now time.Time) algorithms.Result {
+	return algorithms.Result{Allowed: true, Limit: capacity(e.limit), Remaining: max(e.remaining, 0) + e.units,
+		ResetAfter: int64(max(e.resetAt.Sub(now), 0))}
+}
+
+// refillTime is how long a token_bucket or gcra limit l takes to refill
+// from empty.
+func refillTime(l store.Limit) time.Duration {
+	return time.Duration(float64(l.Window) / float64(l.Requests) * float64(capacity(l)))
+}
+
+// capacity is the most a full limiter of l admits at once.
+func capacity(l store.Limit) int64 {
+	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA) && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Requests
+}
+
+// Share hands up to half of this replica's unspent lease on key (of limit
+// l) to a data plane, which may admit that many requests of the key on its
+// own until valid has passed (nothing when less than minValid is left). The units leave this replica's lease at once,
+// so that they are spent once; they were debited in Redis when leased. It
+// returns 0 when there is nothing to share.
+func (s *Store) Share(key string, l store.Limit, minValid time.Duration) (n int64, valid time.Duration) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[key]
+	if e == nil || e.limit != l || e.units < 2 || e.expiry.Sub(now) < minValid {
+		return 0, 0
+	}
+	// Half of what is left, and no more than half of what this replica
+	// expects to use before the lease ends: a share a data plane cannot
+	// spend in time is lost to everyone.
+	valid = e.expiry.Sub(now)
+	n = min(e.units/2, max(1, int64(math.Ceil(e.rate.perSecond(now)*valid.Seconds()/2))))
+	e.units -= n
+	e.rate.add(now, n)
+	s.shared.Add(n)
+	return n, valid
+}
+
+// Sweep gives back the unspent units of token_bucket and gcra leases that
+// went unused for Idle or would expire within soon (the caller's interval
+// between sweeps), counts what expired, and once a second forgets keys
+// unused for a while. It looks only at the leases held, not at every key.
+// It returns how many units went back.
+func (s *Store) Sweep(ctx context.Context, soon time.Duration) (int64, error) {
+	now := s.now()
+	var rets []redisstore.Returned
+	s.mu.Lock()
+	for key, e := range s.held {
+		if e.units > 0 && !now.Before(e.expiry) {
+			s.expired.Add(e.units)
+			e.units = 0
+		}
+		if e.units > 0 && redisstore.Returnable(e.limit.Algorithm) &&
+			(now.Sub(e.lastUse) >= s.idle || e.expiry.Sub(now) <= soon) {
+			rets = append(rets, redisstore.Returned{Key: key, Limit: e.limit, Units: e.units, End: e.end})
+			e.units = 0
+		}
+		if e.units == 0 {
+			delete(s.held, key)
+		}
+	}
+	if now.Sub(s.lastForget) >= time.Second {
+		s.lastForget = now
+		for key, e := range s.keys {
+			if e.units == 0 && !e.fetching && now.Sub(e.lastUse) > forget {
+				delete(s.keys, key)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if len(rets) == 0 {
+		return 0, nil
+	}
+	n, err := s.inner.Return(ctx, rets)
+	var units int64
+	if n == len(rets) {
+		for _, r := range rets {
+			units += r.Units
+		}
+	}
+	s.returned.Add(units)
+	return units, err
+}
+
+// Run sweeps every interval until ctx ends.
+func (s *Store) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			sctx, cancel := context.WithTimeout(ctx, interval)
+			_, _ = s.Sweep(sctx, 2*interval)
+			cancel()
+		}
+	}
+}
+
+// Active reports whether a check of a leased limit has been seen.
+func (s *Store) Active() bool { return s.local.Load()+s.perRequest.Load() > 0 }
+
+// Stats are counts since the Store was made.
+type Stats struct {
+	Local       int64 // requests answered from a lease (no Redis call of their own)
+	PerRequest  int64 // checks passed to the Redis store
+	LeaseCalls  int64 // lease script round trips
+	Granted     int64 // units leased
+	Shared      int64 // units handed to data planes
+	Returned    int64 // units given back
+	Expired     int64 // units that expired unspent
+	Outstanding int64 // units held now
+}
+
+// Stats returns the counts.
+func (s *Store) Stats() Stats {
+	st := Stats{Local: s.local.Load(), PerRequest: s.perRequest.Load(), LeaseCalls: s.calls.Load(),
+		Granted: s.granted.Load(), Shared: s.shared.Load(), Returned: s.returned.Load(), Expired: s.expired.Load()}
+	s.mu.Lock()
+	for _, e := range s.held {
+		st.Outstanding += e.units
+	}
+	s.mu.Unlock()
+	return st
+}

@@ -1,0 +1,227 @@
+package lease
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/controlplane/store"
+	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/shared/algorithms"
+)
+
+// clock is an injected time shared by Redis's scripts and the lease layers.
+type clock struct{ us atomic.Int64 }
+
+func (c *clock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
+
+// replicas returns n lease layers, each on its own Redis store, all on one
+// redis-server and one clock.
+func replicas(t *testing.T, n int, clk *clock, opts Options) []*Store {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	var out []*Store
+	for range n {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { c.Close() })
+		rs, err := redisstore.New(c, redisstore.Options{Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Now = clk.Now
+		opts.Replicas = func() int { return n }
+		s, err := New(rs, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// oracle decides one limit with shared/algorithms on microseconds.
+func oracle(l store.Limit) func(now int64) bool {
+	w := int64(l.Window / time.Microsecond)
+	burst := capacity(l)
+	var fw algorithms.FixedWindowState
+	var sw algorithms.SlidingWindowState
+	var tb algorithms.TokenBucketState
+	var gc algorithms.GCRAState
+	return func(now int64) bool {
+		var r algorithms.Result
+		var err error
+		switch l.Algorithm {
+		case store.FixedWindow:
+			r, err = algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Allow(&fw, now, 1)
+		case store.SlidingWindow:
+			r, err = algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Allow(&sw, now, 1)
+		case store.TokenBucket:
+			r, err = algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}.Allow(&tb, now, 1)
+		case store.GCRA:
+			r, err = algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}.Allow(&gc, now, 1)
+		}
+		return err == nil && r.Allowed
+	}
+}
+
+// TestReplicasExact: three replicas lease one key of each leasable
+// algorithm from one Redis, at half the limit and then at five times it.
+// Every admission, replayed at its time through shared/algorithms, is
+// allowed (no over-admission); most are answered from leases; for the
+// fixed window, each window admits exactly the limit minus the units that
+// expired unspent in leases (the stated under-admission bound).
+func TestReplicasExact(t *testing.T) {
+	limits := []store.Limit{
+		{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true},
+		{Algorithm: store.SlidingWindow, Requests: 1000, Window: time.Second, Lease: true},
+		{Algorithm: store.TokenBucket, Requests: 1000, Window: time.Second, Burst: 200, Lease: true},
+		{Algorithm: store.GCRA, Requests: 1000, Window: time.Second, Burst: 100, Lease: true},
+	}
+	for _, l := range limits {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			clk := &clock{}
+			start := int64(1_700_000_000_000_000)
+			clk.us.Store(start)
+			reps := replicas(t, 3, clk, Options{})
+			ctx := context.Background()
+			key := "k:" + l.Algorithm.String()
+			allow := oracle(l)
+			var admitted, perWindow, windows, under, steady, steadyLocal int64
+			var lastExpired int64
+			res := make([]algorithms.Result, 1)
+			// 4 s: each millisecond every replica gets one request at half
+			// the limit (1 in 6 ms), then 5 per millisecond (five times it).
+			for ms := int64(0); ms < 4000; ms++ {
+				now := start + ms*1000
+				clk.us.Store(now)
+				if ms%10 == 0 && ms%1000 != 0 {
+					for _, r := range reps {
+						r.Sweep(ctx, 20*time.Millisecond) // as Run every 10 ms
+					}
+				}
+				if ms%1000 == 0 {
+					var expired int64
+					for _, r := range reps {
+						r.Sweep(ctx, 0)
+						expired += r.Stats().Expired
+					}
+					if ms >= 3000 && l.Algorithm == store.FixedWindow {
+						// a full window at five times the limit
+						if perWindow > l.Requests || perWindow+(expired-lastExpired) < l.Requests {
+							t.Errorf("window %d: %d admitted, %d expired in leases, limit %d", windows, perWindow, expired-lastExpired, l.Requests)
+						}
+						under += l.Requests - perWindow
+					}
+					lastExpired, perWindow = expired, 0
+					windows++
+				}
+				if ms == 2000 {
+					steady, steadyLocal = admitted, sum(reps).Local
+				}
+				per := int64(5)
+				if ms < 2000 {
+					per = 0
+					if ms%6 == 0 {
+						per = 1
+					}
+				}
+				for _, r := range reps {
+					for range per {
+						if err := r.Decide(ctx, []store.Check{{Key: key, Limit: l, Cost: 1}}, res); err != nil {
+							t.Fatal(err)
+						}
+						if res[0].Allowed {
+							admitted++
+							perWindow++
+							if !allow(now) {
+								t.Fatalf("at %d ms: admitted what the algorithm refuses", ms)
+							}
+						}
+					}
+				}
+			}
+			st := sum(reps)
+			share := float64(steadyLocal) / float64(steady)
+			t.Logf("below the limit: %d admitted, %.0f%% from leases; at 5x: %d admitted, %.0f%% from leases; "+
+				"in all %d checks per request, %d lease calls, %d units returned, %d expired; fixed_window under-admission %d",
+				steady, 100*share, admitted-steady, 100*float64(st.Local-steadyLocal)/float64(admitted-steady),
+				st.PerRequest, st.LeaseCalls, st.Returned, st.Expired, under)
+			if share < 0.8 {
+				t.Errorf("only %.0f%% of admissions below the limit from leases", 100*share)
+			}
+		})
+	}
+}
+
+// sum adds the replicas' stats.
+func sum(reps []*Store) Stats {
+	var st Stats
+	for _, r := range reps {
+		s := r.Stats()
+		st.Local += s.Local
+		st.PerRequest += s.PerRequest
+		st.LeaseCalls += s.LeaseCalls
+		st.Returned += s.Returned
+		st.Expired += s.Expired
+		st.Outstanding += s.Outstanding
+	}
+	return st
+}
+
+// TestReturnIdle: a token bucket lease left unused goes back to Redis, and
+// another replica can then take those units.
+func TestReturnIdle(t *testing.T) {
+	clk := &clock{}
+	clk.us.Store(1_700_000_000_000_000)
+	reps := replicas(t, 2, clk, Options{Idle: 20 * time.Millisecond})
+	l := store.Limit{Algorithm: store.TokenBucket, Requests: 100, Window: time.Second, Burst: 100, Lease: true}
+	ctx := context.Background()
+	res := make([]algorithms.Result, 1)
+	a, b := reps[0], reps[1]
+	// a warms up (rate and remaining known) and takes a lease.
+	for range 40 {
+		clk.us.Add(2000)
+		if err := a.Decide(ctx, []store.Check{{Key: "tb", Limit: l, Cost: 1}}, res); err != nil || !res[0].Allowed {
+			t.Fatalf("%+v %v", res[0], err)
+		}
+	}
+	held := a.Stats().Outstanding
+	if held == 0 {
+		t.Fatal("no lease after 40 requests at 500/s")
+	}
+	// b drains what Redis has.
+	got := 0
+	for range 200 {
+		if err := b.Decide(ctx, []store.Check{{Key: "tb", Limit: l, Cost: 1}}, res); err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Allowed {
+			got++
+		}
+	}
+	// a's lease is idle: it goes back, and b gets exactly those units.
+	clk.us.Add(30_000)
+	n, err := a.Sweep(ctx, 0)
+	if err != nil || n != held {
+		t.Fatalf("returned %d of %d: %v", n, held, err)
+	}
+	more := 0
+	for range int(held) + 5 {
+		if err := b.Decide(ctx, []store.Check{{Key: "tb", Limit: l, Cost: 1}}, res); err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Allowed {
+			more++
+		}
+	}
+	// 30 ms of refill at 100/s is 3 units, forgone while a's lease was
+	// valid at most: b gets the returned units and at most the refill.
+	if int64(more) < held || int64(more) > held+3 {
+		t.Fatalf("after the return b got %d, %d were returned", more, held)
+	}
+	t.Logf("a held %d, b drained %d, then got %d after the return", held, got, more)
+}
