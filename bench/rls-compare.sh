@@ -150,6 +150,12 @@ for _ in $(seq 100); do
 done
 rcli PING >/dev/null 2>&1 || die "redis-server did not start (see $work/redis.log)"
 
+# proc_cpu prints the CPU time (user + system) process $1 has used, in
+# seconds, from /proc/$1/stat (fields 14 and 15, in clock ticks).
+proc_cpu() {
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.6f", ($12 + $13) / hz }' "/proc/$1/stat"
+}
+
 # redis_cpu prints Redis's used_cpu_sys + used_cpu_user, in seconds.
 redis_cpu() {
 	rcli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'
@@ -233,7 +239,7 @@ echo "envoyproxy/ratelimit $peer_version vs sluice; redis-server $(redis-server 
 echo "load: sluice-load ${load_args[*]} -duration $DURATION (after a $WARMUP warm-up); policy: fixed window, $REQUESTS_PER_UNIT per $UNIT per user"
 echo "machine: $(nproc) cores shared by the load tool, the system under test and Redis; GOMAXPROCS of the systems: ${procs:-default}"
 echo
-printf '%-15s %4s %12s %9s %9s %9s %7s %12s %12s\n' system run decisions/s p50_ms p95_ms p99_ms errors redis_cpu_us cmd_usec
+printf '%-15s %4s %12s %9s %9s %9s %7s %13s %12s %12s\n' system run decisions/s p50_ms p95_ms p99_ms errors server_cpu_us redis_cpu_us cmd_usec
 declare -A results
 for run in $(seq "$RUNS"); do
 	# Odd runs go in SYSTEMS' order, even runs in reverse (ABBA): this
@@ -253,10 +259,12 @@ for run in $(seq "$RUNS"); do
 		"$work/sluice-load" -addr "$sys_addr" "${load_args[@]}" -duration "$WARMUP" >/dev/null 2>&1 || true
 		rcli CONFIG RESETSTAT >/dev/null
 		cpu0=$(redis_cpu)
+		srv0=$(proc_cpu "$sys_pid")
 		out="$work/$sys-$run.json"
 		"$work/sluice-load" -addr "$sys_addr" "${load_args[@]}" -duration "$DURATION" -json >"$out" ||
 			die "sluice-load failed against $sys (run $run); see $out and $log"
 		cpu1=$(redis_cpu)
+		srv1=$(proc_cpu "$sys_pid")
 		usec=$(redis_cmd_usec)
 		cmds=$(redis_cmd_names)
 		stop_pid "$sys_pid"
@@ -268,12 +276,14 @@ for run in $(seq "$RUNS"); do
 		errs=$(json_field "$out" errors)
 		cpu_us=$(awk -v a="$cpu0" -v b="$cpu1" -v d="$dec" 'BEGIN { printf "%.2f", (b - a) * 1e6 / d }')
 		cmd_us=$(awk -v u="$usec" -v d="$dec" 'BEGIN { printf "%.2f", u / d }')
-		printf '%-15s %4s %12.0f %9.3f %9.3f %9.3f %7s %12s %12s   %s\n' "$sys" "$run" "$rate" "$p50" "$p95" "$p99" "$errs" "$cpu_us" "$cmd_us" "$cmds"
+		srv_us=$(awk -v a="$srv0" -v b="$srv1" -v d="$dec" 'BEGIN { printf "%.2f", (b - a) * 1e6 / d }')
+		printf '%-15s %4s %12.0f %9.3f %9.3f %9.3f %7s %13s %12s %12s   %s\n' "$sys" "$run" "$rate" "$p50" "$p95" "$p99" "$errs" "$srv_us" "$cpu_us" "$cmd_us" "$cmds"
 		results[$sys,rate]+="$rate "
 		results[$sys,p50]+="$p50 "
 		results[$sys,p95]+="$p95 "
 		results[$sys,p99]+="$p99 "
 		results[$sys,cpu]+="$cpu_us "
+		results[$sys,srv]+="$srv_us "
 		results[$sys,cmd]+="$cmd_us "
 	done
 done
@@ -285,15 +295,15 @@ median() {
 
 echo
 echo "medians of $RUNS runs:"
-printf '%-15s %12s %9s %9s %9s %12s %12s\n' system decisions/s p50_ms p95_ms p99_ms redis_cpu_us cmd_usec
+printf '%-15s %12s %9s %9s %9s %13s %12s %12s\n' system decisions/s p50_ms p95_ms p99_ms server_cpu_us redis_cpu_us cmd_usec
 declare -A med
 for sys in "${systems[@]}"; do
-	for f in rate p50 p95 p99 cpu cmd; do
+	for f in rate p50 p95 p99 srv cpu cmd; do
 		# shellcheck disable=SC2086
 		med[$sys,$f]=$(median ${results[$sys,$f]})
 	done
-	printf '%-15s %12.0f %9.3f %9.3f %9.3f %12.2f %12.2f\n' "$sys" "${med[$sys,rate]}" "${med[$sys,p50]}" \
-		"${med[$sys,p95]}" "${med[$sys,p99]}" "${med[$sys,cpu]}" "${med[$sys,cmd]}"
+	printf '%-15s %12.0f %9.3f %9.3f %9.3f %13.2f %12.2f %12.2f\n' "$sys" "${med[$sys,rate]}" "${med[$sys,p50]}" \
+		"${med[$sys,p95]}" "${med[$sys,p99]}" "${med[$sys,srv]}" "${med[$sys,cpu]}" "${med[$sys,cmd]}"
 done
 [ -n "${med[sluice,rate]:-}" ] && [ -n "${med[ratelimit,rate]:-}" ] && awk -v s="${med[sluice,rate]}" -v r="${med[ratelimit,rate]}" -v sp="${med[sluice,p99]}" -v rp="${med[ratelimit,p99]}" \
 	-v c="${med[sluice,cpu]}" -v cmd="${med[sluice,cmd]}" -v rc="${med[ratelimit,cpu]}" 'BEGIN {
@@ -304,4 +314,4 @@ done
 	-v sp="${med[sluice,p99]}" -v bp="${med[sluice-base,p99]}" -v base="$BASE" 'BEGIN {
 	printf "sluice / sluice-base (%s): %.3fx decisions/s (%+.1f%%), p99 %.3f vs %.3f ms\n", base, s / b, 100 * (s / b - 1), sp, bp
 }'
-echo "(redis_cpu_us: INFO cpu used_cpu_sys+used_cpu_user delta per decision; cmd_usec: INFO commandstats usec of the commands clients sent, per decision)"
+echo "(server_cpu_us: the system's own CPU (user + system, /proc) per decision; redis_cpu_us: INFO cpu used_cpu_sys+used_cpu_user delta per decision; cmd_usec: INFO commandstats usec of the commands clients sent, per decision)"
