@@ -34,11 +34,10 @@ const (
 )
 
 var (
-	errCtrlFlood   = errors.New("grpcunary: the peer does not read its control frames")
-	errHeaderFlood = errors.New("grpcunary: a header block of too many CONTINUATION frames or bytes")
-	errResetFlood  = errors.New("grpcunary: the peer resets most streams before their call starts (rapid reset)")
-	errConnBudget  = errors.New("the connection's request buffer is full")
-	errSrvBudget   = errors.New("the server's request buffer is full")
+	errCtrlFlood  = errors.New("grpcunary: the peer does not read its control frames")
+	errResetFlood = errors.New("grpcunary: the peer resets most streams before their call starts (rapid reset)")
+	errConnBudget = errors.New("the connection's request buffer is full")
+	errSrvBudget  = errors.New("the server's request buffer is full")
 )
 
 // refuseConn turns away a connection over MaxConns: our SETTINGS, a GOAWAY

@@ -22,7 +22,6 @@ type parser struct {
 	file    string
 	domain  string
 	errs    ErrorList
-	nodes   int
 	aborted bool // stop walking: too many errors or nodes
 	tooMany bool // errors were dropped
 

@@ -84,7 +84,7 @@ func TestQuota(t *testing.T) {
 				}
 				shared += int64(q.Requests) - 1
 				until := q.GetValidUntil().AsTime()
-				if !until.After(time.Now()) || until.Sub(time.Now()) > time.Second {
+				if !until.After(time.Now()) || time.Until(until) > time.Second {
 					t.Fatalf("valid until %v, now %v", until, time.Now())
 				}
 			}

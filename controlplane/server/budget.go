@@ -150,7 +150,6 @@ func (b *streamBudget) admit(ctx context.Context, _ *tap.Info) (context.Context,
 func decisionServerOptions(svc *rls.Service, b Bounds, budget *streamBudget) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.SharedWriteBuffer(true),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(int32(min(max(b.MaxConnBufferBytes, streamWindow), 1<<30))),
 		grpc.MaxConcurrentStreams(b.StreamsPerConn),

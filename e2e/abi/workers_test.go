@@ -68,7 +68,6 @@ func TestPerWorkerPrecheck(t *testing.T) {
 		Precheck:   &stack.Precheck{Enabled: true}}
 
 	const limit, requests, clients = 20, 200, 8
-	var runs []flood
 	for _, workers := range []int{1, 2, 4} {
 		e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: dir, Name: fmt.Sprintf("envoy-%d", workers), Concurrency: workers,
 			Bootstrap: stack.Bootstrap(
@@ -122,7 +121,6 @@ func TestPerWorkerPrecheck(t *testing.T) {
 				}
 			}
 		}
-		runs = append(runs, f)
 		t.Logf("%d workers: %d requests -> %d x 200, %d x 429; control plane calls %d (allowed %d, over_limit %d), "+
 			"precheck rejected %d: %.0f%% of the 429s shed locally; errors %d; connections per worker %v",
 			workers, f.sent, f.ok, f.limited, f.allowed+f.overLimit, f.allowed, f.overLimit, f.precheck,

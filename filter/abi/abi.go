@@ -1,7 +1,7 @@
 // Package abi binds the proxy-wasm ABI 0.2.1 for upstream Go (GOOS=wasip1,
-// -buildmode=c-shared): the host functions the filter uses, imported with
-// go:wasmimport, and the callbacks the host calls, exported with
-// go:wasmexport, which it forwards to a Handler.
+// -buildmode=c-shared): the host functions the filter uses, imported with the
+// wasmimport directive, and the callbacks the host calls, exported with the
+// wasmexport directive, which it forwards to a Handler.
 //
 // Memory rules the bindings follow:
 //
@@ -159,10 +159,3 @@ type Handler interface {
 	OnLog(id uint32)
 	OnDelete(id uint32)
 }
-
-// handler is the Handler the exported callbacks forward to.
-var handler Handler
-
-// SetHandler installs the handler of all callbacks. Call it from an init
-// function: the host may call back as soon as _initialize returns.
-func SetHandler(h Handler) { handler = h }

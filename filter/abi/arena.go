@@ -2,10 +2,6 @@ package abi
 
 import "unsafe"
 
-// arenaSize is the scratch memory of one callback. Header values, the
-// plugin configuration and a control-plane reply normally fit.
-const arenaSize = 64 << 10
-
 // arena hands out the memory the host asks for with
 // proxy_on_memory_allocate. It is reset when a top-level callback begins
 // (depth 0): everything handed out during a callback stays referenced, and

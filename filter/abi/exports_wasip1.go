@@ -8,6 +8,17 @@ package abi
 // request). The handler applies the policy's failure mode itself; these
 // recovers are the last line and pick the least harmful answer.
 
+// handler is the Handler the exported callbacks forward to.
+var handler Handler
+
+// SetHandler installs the handler of all callbacks. Call it from an init
+// function: the host may call back as soon as _initialize returns.
+func SetHandler(h Handler) { handler = h }
+
+// arenaSize is the scratch memory of one callback. Header values, the
+// plugin configuration and a control-plane reply normally fit.
+const arenaSize = 64 << 10
+
 // scratch serves proxy_on_memory_allocate.
 var scratch = newArena(arenaSize)
 

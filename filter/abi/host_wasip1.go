@@ -62,6 +62,16 @@ func (h *Host) Now() int64 {
 	return int64(outTime)
 }
 
+// WallNow returns WASI's wall clock in Unix nanoseconds (0 if the host has
+// none). It reads the clock directly: time.Now would link the time zone
+// loading of package time, and with it WASI imports (fd_prestat_*) that the
+// oldest Envoy the README claims does not provide.
+func (h *Host) WallNow() int64 {
+	outTime = 0
+	clockTimeGet(clockRealtime, 1, &outTime)
+	return int64(outTime)
+}
+
 // Log writes a message at a proxy-wasm log level.
 func (h *Host) Log(level uint32, msg string) { proxyLog(level, msg) }
 

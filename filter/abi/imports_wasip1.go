@@ -48,6 +48,9 @@ func proxyIncrementMetric(id uint32, delta int64) uint32
 // clockMonotonic is WASI's monotonic clock id.
 const clockMonotonic = 1
 
+// clockRealtime is WASI's wall clock id.
+const clockRealtime = 0
+
 // The filter reads the clock itself rather than through package time, whose
 // dependency on package syscall adds WASI imports (fd_fdstat_set_flags,
 // fd_prestat_get, ...) that proxies need not provide.

@@ -438,9 +438,7 @@ func (o object) requestHeaders(a *Action) error {
 // validHeaderName accepts an HTTP token, optionally with a leading ':' for
 // the HTTP/2 pseudo-headers (:authority, :path, ...).
 func validHeaderName(s string) bool {
-	if strings.HasPrefix(s, ":") {
-		s = s[1:]
-	}
+	s = strings.TrimPrefix(s, ":")
 	if s == "" {
 		return false
 	}

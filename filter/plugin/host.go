@@ -52,6 +52,9 @@ package plugin
 type Host interface {
 	// Now returns a monotonic time in nanoseconds.
 	Now() int64
+	// WallNow returns the wall clock in Unix nanoseconds: a quota's
+	// valid_until is wall time.
+	WallNow() int64
 	// Log writes a message at a proxy-wasm log level (LogDebug...).
 	Log(level uint32, msg string)
 	// PluginConfiguration returns the plugin configuration (in OnConfigure).

@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"time"
-
 	"github.com/sluicehq/sluice/filter/rlsproto"
 )
 
@@ -31,20 +29,9 @@ type quotas struct {
 	defined bool
 }
 
-// wallClock is a host that also reads the wall clock (Unix nanoseconds),
-// to convert a quota's valid_until to the monotonic clock. Without it the
-// plugin uses time.Now (WASI's realtime clock under Envoy).
-type wallClock interface {
-	WallNow() int64
-}
-
-// wallNow returns the wall clock in Unix nanoseconds.
-func (p *Plugin) wallNow() int64 {
-	if w, ok := p.host.(wallClock); ok {
-		return w.WallNow()
-	}
-	return time.Now().UnixNano()
-}
+// wallNow returns the wall clock in Unix nanoseconds, to convert a quota's
+// valid_until to the monotonic clock.
+func (p *Plugin) wallNow() int64 { return p.host.WallNow() }
 
 // spendQuota admits the request of s from the quotas when every one of its
 // descriptors holds a quota for it (cost 1, still valid): it takes one from

@@ -17,14 +17,10 @@ type replyError string
 
 func (e replyError) Error() string { return "redis: " + string(e) }
 
-// command sends one command to the Redis server at addr on a fresh connection and returns its reply:
-// the text of a simple string, the digits of an integer, or the content of a bulk string. An error
-// reply is returned as a replyError. Arrays are not supported; the helpers here do not need them.
-func command(addr string, timeout time.Duration, args ...string) (string, error) {
-	return commandTLS(addr, nil, timeout, args...)
-}
-
-// commandTLS is command over TLS with the client configuration tc; nil means plaintext.
+// commandTLS sends one command to the Redis server at addr on a fresh connection, over TLS with the
+// client configuration tc (nil: plaintext), and returns its reply: the text of a simple string, the
+// digits of an integer, or the content of a bulk string. An error reply is returned as a replyError.
+// Arrays are not supported; the helpers here do not need them.
 func commandTLS(addr string, tc *tls.Config, timeout time.Duration, args ...string) (string, error) {
 	d := &net.Dialer{Timeout: timeout}
 	var conn net.Conn
