@@ -75,12 +75,15 @@ die() {
 }
 
 # free_port sets the variable named $1 to a TCP port nothing listens on at
-# 127.0.0.1 and that no earlier call chose.
+# 127.0.0.1 and that no earlier call chose. It picks below the kernel's
+# ephemeral range: a port there may be the local end of an outgoing
+# connection, which a connect probe does not see and a listener cannot bind.
 used_ports=" "
+eph_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
 	local p
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % (eph_low - 10000)))
 		case "$used_ports" in *" $p "*) continue ;; esac
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			used_ports+="$p "

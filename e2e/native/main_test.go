@@ -3,12 +3,10 @@ package native
 import (
 	"context"
 	"flag"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -23,29 +21,7 @@ var controlPlane string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(runTests(m))
-}
-
-// runTests builds sluice-controlplane and runs the tests.
-func runTests(m *testing.M) int {
-	if testing.Short() {
-		fmt.Println("e2e/native: skipped in -short mode (each test starts Envoy and a control plane)")
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "sluice-native-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/native:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	controlPlane = filepath.Join(dir, "sluice-controlplane")
-	if err := stack.GoBuild(ctx, "./controlplane/cmd/sluice-controlplane", controlPlane); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/native: build:", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(stack.RunWithControlPlane("e2e/native", testing.Short(), &controlPlane, nil, m.Run))
 }
 
 // domain is the rate limit domain of the filters and of policy.

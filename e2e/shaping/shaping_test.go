@@ -26,37 +26,14 @@ var controlPlane, filterWasm string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	if testing.Short() {
-		fmt.Println("e2e/shaping: skipped in -short mode (starts Envoy and a control plane)")
+	os.Exit(stack.RunWithControlPlane("e2e/shaping", testing.Short(), &controlPlane, &filterWasm, func() int {
+		defer func() {
+			for i := len(stops) - 1; i >= 0; i-- {
+				stops[i]()
+			}
+		}()
 		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "sluice-shaping-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/shaping:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	controlPlane, filterWasm = filepath.Join(dir, "sluice-controlplane"), filepath.Join(dir, "filter.wasm")
-	if err := stack.GoBuild(ctx, "./controlplane/cmd/sluice-controlplane", controlPlane); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/shaping: build:", err)
-		return 1
-	}
-	if err := stack.BuildWasm(ctx, filterWasm); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/shaping: build:", err)
-		return 1
-	}
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
-	return m.Run()
+	}))
 }
 
 const (

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 )
 
 // Programs are the stack's executables and filter.wasm, built by Build.
@@ -108,4 +109,38 @@ func exeSuffix() string {
 		return ".exe"
 	}
 	return ""
+}
+
+// RunWithControlPlane is the body of a TestMain whose tests start
+// sluice-controlplane processes: it builds the binary into a temporary
+// directory and sets *bin to it, and filter.wasm into *wasm when wasm is not
+// nil, then returns run()'s status (a testing.M's Run) and removes the
+// directory. In short mode (short) it builds nothing and runs the tests,
+// which skip themselves. pkg names the package in messages.
+func RunWithControlPlane(pkg string, short bool, bin, wasm *string, run func() int) int {
+	if short {
+		fmt.Println(pkg + ": skipped in -short mode (its tests start control planes and Envoy)")
+		return run()
+	}
+	dir, err := os.MkdirTemp("", "sluice-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, pkg+":", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	*bin = filepath.Join(dir, "sluice-controlplane"+exeSuffix())
+	if err := GoBuild(ctx, "./controlplane/cmd/sluice-controlplane", *bin); err != nil {
+		fmt.Fprintln(os.Stderr, pkg+": build:", err)
+		return 1
+	}
+	if wasm != nil {
+		*wasm = filepath.Join(dir, "filter.wasm")
+		if err := BuildWasm(ctx, *wasm); err != nil {
+			fmt.Fprintln(os.Stderr, pkg+": build:", err)
+			return 1
+		}
+	}
+	return run()
 }
