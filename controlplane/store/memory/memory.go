@@ -56,16 +56,32 @@ const shardCount = 64
 // Sizes used for the byte bound, measured on the Go heap (TestByteAccounting
 // checks them against runtime.MemStats for every algorithm and key length).
 const (
-	// entryOverhead is the entry struct (200 bytes with the seed that
-	// degrade's carry keeps, allocated as 208) and its map slot, about 64
-	// bytes: a 16-byte key header and an 8-byte pointer per slot, at the
-	// load of a Swiss table that has just split (about 7/16), with the
-	// control bytes.
-	entryOverhead = 272
+	// mapSlotBytes is an entry's share of the shard map: a 16-byte key
+	// header and an 8-byte pointer per slot, at the load of a Swiss table
+	// that has just split (about 7/16), with the control bytes.
+	mapSlotBytes = 64
 	// logStateSize is a sliding log's state struct, beside its ring.
 	logStateSize = int64(unsafe.Sizeof(algorithms.SlidingLogState{}))
 	logEntrySize = 16 // one slot of a sliding log's ring
 )
+
+// entryOverhead is the entry struct as allocated (its size rounded up to
+// the Go allocator's size class: 232 bytes make 240) and its map slot. It
+// follows the struct, so a field added to entry or to store.Limit cannot
+// leave the byte bound counting too little.
+var entryOverhead = sizeClass(int64(unsafe.Sizeof(entry{}))) + mapSlotBytes
+
+// sizeClass rounds n up to the size class the Go allocator serves it from,
+// for the sizes an entry can have (up to 512 bytes; above, to 64).
+func sizeClass(n int64) int64 {
+	switch {
+	case n <= 256:
+		return (n + 15) &^ 15
+	case n <= 512:
+		return (n + 31) &^ 31
+	}
+	return (n + 63) &^ 63
+}
 
 // entrySize returns the bytes an entry for key holds, with a sliding log
 // of logCap slots (0: none). The key's bytes are counted as allocated:
