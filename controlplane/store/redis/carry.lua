@@ -156,9 +156,8 @@ local function carry_tb(key, rate, period, burst, b, u)
   local last, used = 0, 0
   local v = get(key)
   if v then
-    local a, x = match(v, '^(%d+):(%d+)$')
-    last, used = tonumber(a), tonumber(x)
-    if not last or last > MAX or used > MAX then
+    last, used = pair(v)
+    if not last then
       return BAD
     end
   elseif v == false then
@@ -215,9 +214,8 @@ local function carry_rs(key, rate, period, burst, max_wait, b, u)
   local next, missing = 0, 0
   local v = get(key)
   if v then
-    local a, x = match(v, '^(%d+):(%d+)$')
-    next, missing = tonumber(a), tonumber(x)
-    if not next or next > MAX or missing > MAX then
+    next, missing = pair(v)
+    if not next then
       return BAD
     end
   elseif v == false then

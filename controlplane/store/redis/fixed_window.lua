@@ -35,9 +35,8 @@ local function fw_state(key, skip)
     if not v then
       return nil -- neither a hash nor a string
     end
-    local a, b = match(v, '^(%d+):(%d+)$')
-    local start, count = tonumber(a), tonumber(b)
-    if not start or start > MAX or count > MAX then
+    local start, count = pair(v)
+    if not start then
       return nil
     end
     return start, count, nil, true

@@ -101,8 +101,7 @@ local function tb_lease(key, now, rate, period, burst, g, v)
   local last, used = 0, 0
   local s = get(key)
   if s then
-    local a, b = match(s, '^(%d+):(%d+)$')
-    last, used = tonumber(a), tonumber(b)
+    last, used = pair(s) -- the peek before it checked the state
   end
   local elapsed = now - last
   if elapsed > 0 then

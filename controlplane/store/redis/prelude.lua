@@ -48,6 +48,17 @@ local function px(reset)
   return fmt('%d', ceil_div(reset, 1000) + 1 + pad)
 end
 
+-- pair parses the "a:b" state that several algorithms keep in a string:
+-- its two numbers, or nil when it is anything else or a number is past MAX.
+local function pair(v)
+  local a, b = match(v, '^(%d+):(%d+)$')
+  a, b = tonumber(a), tonumber(b)
+  if a and a <= MAX and b <= MAX then
+    return a, b
+  end
+  return nil
+end
+
 -- get returns the string at key, nil when the key is missing, or false when
 -- it holds another type.
 local function get(key)

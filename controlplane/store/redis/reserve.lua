@@ -13,9 +13,8 @@ local function reserve(key, now, rate, period, burst, cost, _, max_wait)
   local next, missing = 0, 0
   local v = get(key)
   if v then
-    local a, b = match(v, '^(%d+):(%d+)$')
-    next, missing = tonumber(a), tonumber(b)
-    if not next or next > MAX or missing > MAX then
+    next, missing = pair(v)
+    if not next then
       return BAD, 0, 0, 0
     end
   elseif v == false then

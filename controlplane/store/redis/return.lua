@@ -49,9 +49,8 @@ local function give_back(key, mark, alg, p1, p2, p3, u, e)
     return BAD
   end
   if alg == 4 then
-    local a, b = match(v, '^(%d+):(%d+)$')
-    local last, used = tonumber(a), tonumber(b)
-    if not last or last > MAX or used > MAX then
+    local last, used = pair(v)
+    if not last then
       return BAD
     end
     used = used - u * p2 -- a token is p2 (period) units

@@ -6,9 +6,8 @@ local function token_bucket(key, now, rate, period, burst, cost)
   local last, used = 0, 0
   local v = get(key)
   if v then
-    local a, b = match(v, '^(%d+):(%d+)$')
-    last, used = tonumber(a), tonumber(b)
-    if not last or last > MAX or used > MAX then
+    last, used = pair(v)
+    if not last then
       return BAD, 0, 0, 0
     end
   elseif v == false then
