@@ -56,17 +56,7 @@ func TestHeaders(t *testing.T) {
 	progs, _ := programs(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	cp, err := stack.StartControlPlane(ctx, stack.ControlPlaneConfig{Binary: progs.ControlPlane, Dir: dir,
-		Policies: []string{policyFile(t, dir, headersPolicy)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Stop()
-	up, err := stack.StartUpstream("127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close(ctx)
+	cp, up := backends(t, ctx, progs, dir, headersPolicy)
 
 	headers := &stack.Headers{Draft10: true, RetryAfter: true}
 	viaCP := stack.PluginConfig{Cluster: stack.DefaultCluster, Domain: "abi", Timeout: "2s", FailureMode: "open",

@@ -76,6 +76,24 @@ func policyFile(t *testing.T, dir, text string) string {
 	return p
 }
 
+// backends starts a control plane on the policy text (memory store) and an
+// upstream, both stopped when the test ends.
+func backends(t *testing.T, ctx context.Context, progs stack.Programs, dir, policy string) (*stack.ControlPlane, *stack.Upstream) {
+	t.Helper()
+	cp, err := stack.StartControlPlane(ctx, stack.ControlPlaneConfig{Binary: progs.ControlPlane, Dir: dir,
+		Policies: []string{policyFile(t, dir, policy)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.Stop() })
+	up, err := stack.StartUpstream("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close(context.Background()) })
+	return cp, up
+}
+
 // withRoot gives a Wasm filter its own root_id: plugins of one VM with the
 // same root_id would share a root context.
 func withRoot(f stack.M, rootID string) stack.M {

@@ -52,17 +52,7 @@ func TestPerWorkerPrecheck(t *testing.T) {
 	progs, _ := programs(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	cp, err := stack.StartControlPlane(ctx, stack.ControlPlaneConfig{Binary: progs.ControlPlane, Dir: dir,
-		Policies: []string{policyFile(t, dir, floodPolicy)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Stop()
-	up, err := stack.StartUpstream("127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close(ctx)
+	cp, up := backends(t, ctx, progs, dir, floodPolicy)
 	plugin := stack.PluginConfig{Cluster: stack.DefaultCluster, Domain: "abi", Timeout: "2s", FailureMode: "open",
 		RateLimits: []stack.RateLimit{{Actions: []stack.Action{stack.RequestHeader("x-tenant", "tenant")}}},
 		Precheck:   &stack.Precheck{Enabled: true}}
