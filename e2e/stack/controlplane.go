@@ -2,7 +2,6 @@ package stack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -57,9 +55,7 @@ type ControlPlane struct {
 	cfg     ControlPlaneConfig
 	logPath string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited and been reaped
+	child
 }
 
 // StartControlPlane starts a control plane and returns once it serves HTTP
@@ -142,20 +138,10 @@ func (c *ControlPlane) start(ctx context.Context) error {
 	if c.cfg.Token != "" {
 		cmd.Env = append(cmd.Env, "SLUICE_TOKEN="+c.cfg.Token)
 	}
-	err = startChild(cmd)
+	done, err := c.run(cmd, logf)
 	if err != nil {
-		logf.Close()
 		return fmt.Errorf("control plane: start %s: %w", c.cfg.Binary, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		logf.Close()
-		close(done)
-	}()
-	c.mu.Lock()
-	c.cmd, c.done = cmd, done
-	c.mu.Unlock()
 
 	deadline := time.Now().Add(cpStartTimeout)
 	client := &http.Client{Timeout: time.Second}
@@ -194,26 +180,6 @@ func (c *ControlPlane) HTTPURL() string { return "http://" + c.cfg.HTTPAddr }
 // LogPath returns the file the process logs to.
 func (c *ControlPlane) LogPath() string { return c.logPath }
 
-// PID returns the process ID, or 0 when the process is not running.
-func (c *ControlPlane) PID() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd == nil || c.exited() {
-		return 0
-	}
-	return c.cmd.Process.Pid
-}
-
-// exited reports whether the process has exited; c.mu must be held.
-func (c *ControlPlane) exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // Ready reports whether /readyz answers 200, and its body.
 func (c *ControlPlane) Ready() (bool, string) {
 	status, body := get(&http.Client{Timeout: time.Second}, c.HTTPURL()+"/readyz")
@@ -222,13 +188,8 @@ func (c *ControlPlane) Ready() (bool, string) {
 
 // Signal sends sig to the process, if it runs.
 func (c *ControlPlane) Signal(sig syscall.Signal) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd == nil || c.exited() {
-		return nil
-	}
-	if err := c.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("control plane: signal %v to pid %d: %w", sig, c.cmd.Process.Pid, err)
+	if err := c.signal(sig); err != nil {
+		return fmt.Errorf("control plane: %w", err)
 	}
 	return nil
 }
@@ -283,22 +244,6 @@ func (c *ControlPlane) Restart(ctx context.Context) error {
 		return err
 	}
 	return c.start(ctx)
-}
-
-// wait waits up to d for the process to exit and reports whether it did.
-func (c *ControlPlane) wait(d time.Duration) bool {
-	c.mu.Lock()
-	done := c.done
-	c.mu.Unlock()
-	if done == nil {
-		return true
-	}
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
 }
 
 // FreePort returns a TCP port that is free on 127.0.0.1 and reserved for this

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -75,9 +74,7 @@ type Envoy struct {
 	adminURL  string
 	listeners map[string]string // listener name -> bound address
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	child
 }
 
 // StartEnvoy writes cfg.Bootstrap to a file, starts Envoy on it and returns
@@ -144,15 +141,10 @@ func (e *Envoy) start(ctx context.Context) error {
 	cmd := exec.Command(e.cfg.Binary, append(args, e.cfg.Args...)...)
 	cmd.Dir = e.cfg.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := startChild(cmd); err != nil {
-		logf.Close()
+	done, err := e.run(cmd, logf)
+	if err != nil {
 		return fmt.Errorf("envoy %s: start %s: %w", e.cfg.Name, e.cfg.Binary, err)
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); logf.Close(); close(done) }()
-	e.mu.Lock()
-	e.cmd, e.done = cmd, done
-	e.mu.Unlock()
 
 	deadline := time.Now().Add(envoyStartTimeout)
 	client := &http.Client{Timeout: 2 * time.Second}
@@ -254,25 +246,6 @@ func (e *Envoy) Log() string {
 	return string(b)
 }
 
-// PID returns the process id, 0 when it does not run.
-func (e *Envoy) PID() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.cmd == nil || e.cmd.Process == nil || e.exitedLocked() {
-		return 0
-	}
-	return e.cmd.Process.Pid
-}
-
-func (e *Envoy) exitedLocked() bool {
-	select {
-	case <-e.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // Stats returns Envoy's counters and gauges (admin /stats), by name.
 // Histograms are left out.
 func (e *Envoy) Stats() (map[string]int64, error) {
@@ -318,47 +291,22 @@ func (e *Envoy) RSS() int64 { return procRSS(e.PID()) }
 
 // Stop sends SIGTERM and waits for Envoy to exit, then SIGKILL.
 func (e *Envoy) Stop() error {
-	e.mu.Lock()
-	cmd, done := e.cmd, e.done
-	e.mu.Unlock()
-	if cmd == nil {
+	e.signal(syscall.SIGTERM)
+	if e.wait(envoyStopTimeout) {
 		return nil
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-		return nil
-	case <-time.After(envoyStopTimeout):
-		cmd.Process.Kill()
-		<-done
-		return errors.New("envoy " + e.cfg.Name + ": did not stop on SIGTERM; killed")
-	}
+	e.Kill()
+	return errors.New("envoy " + e.cfg.Name + ": did not stop on SIGTERM; killed")
 }
 
 // Kill ends the process with SIGKILL and waits for it.
 func (e *Envoy) Kill() {
-	e.mu.Lock()
-	cmd, done := e.cmd, e.done
-	e.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Kill()
-	<-done
+	e.signal(syscall.SIGKILL)
+	e.wait(envoyStopTimeout)
 }
 
 // Wait waits up to d for the process to exit and reports whether it did.
-func (e *Envoy) Wait(d time.Duration) bool {
-	e.mu.Lock()
-	done := e.done
-	e.mu.Unlock()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
+func (e *Envoy) Wait(d time.Duration) bool { return e.wait(d) }
 
 // ValidateEnvoy runs `envoy --mode validate` on a bootstrap file and returns
 // Envoy's output with the error when Envoy refuses it.
