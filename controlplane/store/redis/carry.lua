@@ -163,14 +163,7 @@ local function carry_tb(key, rate, period, burst, b, u)
   elseif v == false then
     return BAD
   end
-  local elapsed = now - last
-  if elapsed > 0 then
-    if elapsed > floor(used / rate) then
-      used = 0
-    else
-      used = used - elapsed * rate
-    end
-  end
+  used = refill(used, rate, last, now)
   local n = merge(used, b, u, burst * period)
   if n == used then
     return 0
@@ -222,12 +215,7 @@ local function carry_rs(key, rate, period, burst, max_wait, b, u)
     return BAD
   end
   if now > next then
-    local elapsed = now - next
-    if elapsed > floor(missing / rate) then
-      missing = 0
-    else
-      missing = missing - elapsed * rate
-    end
+    missing = refill(missing, rate, next, now)
     next = now
   end
   local owed = next - now + ceil_div(missing, rate)

@@ -103,14 +103,7 @@ local function tb_lease(key, now, rate, period, burst, g, v)
   if s then
     last, used = pair(s) -- the peek before it checked the state
   end
-  local elapsed = now - last
-  if elapsed > 0 then
-    if elapsed > floor(used / rate) then
-      used = 0
-    else
-      used = used - elapsed * rate
-    end
-  end
+  used = refill(used, rate, last, now)
   if now > last then
     last = now
   end

@@ -59,6 +59,21 @@ local function pair(v)
   return nil
 end
 
+-- refill returns what a bucket misses, in units of 1/period token, given
+-- that it missed missing at time at and refills rate units per microsecond:
+-- the token bucket's usedAt, and reserve's resync. A clock that steps back
+-- (now before at) refills nothing.
+local function refill(missing, rate, at, now)
+  local elapsed = now - at
+  if elapsed <= 0 then
+    return missing
+  end
+  if elapsed > floor(missing / rate) then
+    return 0
+  end
+  return missing - elapsed * rate
+end
+
 -- get returns the string at key, nil when the key is missing, or false when
 -- it holds another type.
 local function get(key)

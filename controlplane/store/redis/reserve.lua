@@ -22,12 +22,7 @@ local function reserve(key, now, rate, period, burst, cost, _, max_wait)
   end
   local next0, missing0 = next, missing
   if now > next then -- resync: permits stored while idle
-    local elapsed = now - next
-    if elapsed > floor(missing / rate) then
-      missing = 0
-    else
-      missing = missing - elapsed * rate
-    end
+    missing = refill(missing, rate, next, now)
     next = now
   end
   local capacity = burst * period

@@ -14,15 +14,7 @@ local function token_bucket(key, now, rate, period, burst, cost)
     return BAD, 0, 0, 0
   end
   local last0, used0 = last, used
-  -- usedAt: refill since last; a clock that steps back refills nothing
-  local elapsed = now - last
-  if elapsed > 0 then
-    if elapsed > floor(used / rate) then
-      used = 0
-    else
-      used = used - elapsed * rate
-    end
-  end
+  used = refill(used, rate, last, now) -- usedAt
   local capacity = burst * period
   local need = cost * period
   local allowed, retry = 0, 0
