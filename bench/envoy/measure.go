@@ -115,6 +115,11 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 		local:    (delta("wasmcustom.sluice.precheck_rejected") + delta("wasmcustom.sluice.quota_allowed")) / n,
 		rssMB:    float64(e.RSS()) / (1 << 20),
 	}
+	if c.load == loadBlocked && res.non2xx < 0.99 {
+		// The blocked setups compare the costs of local 429s: a setup
+		// that let requests through would measure something else.
+		return result{}, fmt.Errorf("setup %s answered %.1f%% of the blocked load with 429, not all of it", c.setup.id, 100*res.non2xx)
+	}
 	if c.setup.rls == rlsPeer || c.setup.rls == rlsSluice || c.setup.rls == rlsSluiceLease {
 		res.rlsUS, res.redUS = per(r1-r0), per(d1-d0)
 	}
@@ -205,6 +210,11 @@ func summarize(m map[string]result, workers int) {
 			fmt.Printf("; %.2fx the empty Go filter's (goal <= 1.5x)", add/(two.envoyUS-one.envoyUS))
 		}
 		fmt.Println()
+		if twoR, ok := get("2r/blocked"); ok {
+			floor := twoR.envoyUS - oneD.envoyUS
+			fmt.Printf("a Go filter making only a rejection's host calls adds %.2f us (2r - 1d); sluice's own work is %.2f us, so sluice costs %.2fx that floor\n",
+				floor, add-floor, add/floor)
+		}
 	}
 	if ok1 && ok4 {
 		fmt.Printf("Envoy RSS after the runs: %.1f MB with the sluice filter against %.1f MB without, at %d workers (see the memory section for per worker)\n",
