@@ -19,7 +19,7 @@ ENVOY_VERSION := 1.40.0
 VENV          := $(CURDIR)/.venv
 
 
-.PHONY: test envoy wrk bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms vet wasm run e2e proto bench-rls
+.PHONY: test envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
@@ -65,6 +65,16 @@ wrk:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
 		command -v wrk >/dev/null 2>&1 || { echo "apt-get did not provide wrk" >&2; exit 1; }; \
 	else echo "wrk is required (Debian/Ubuntu: sudo apt-get install -y wrk)" >&2; exit 1; fi
+
+## h2load: the HTTP/2 load generator bench-rls drives the decision port with when CLIENT=h2load
+## (nghttp2-client, from apt-get).
+h2load:
+	@if command -v h2load >/dev/null 2>&1; then echo "h2load: $$(command -v h2load)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "h2load not found: installing nghttp2-client with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client >/dev/null; \
+		command -v h2load >/dev/null 2>&1 || { echo "apt-get did not provide h2load" >&2; exit 1; }; \
+	else echo "h2load is required (Debian/Ubuntu: sudo apt-get install -y nghttp2-client)" >&2; exit 1; fi
 
 vet:
 	$(GO) vet ./...
@@ -136,9 +146,10 @@ e2e: redis-server envoy
 	$(GO) test -count=1 -v ./e2e/...
 
 ## bench-rls: decisions/s, latency and Redis CPU of sluice against envoyproxy/ratelimit (bench/ratelimit-peer),
-## same Redis, same load, 3 interleaved runs each (RUNS, CALLERS, CONNS, KEYS, DURATION override).
-bench-rls: redis-server
-	$(HOSTENV) bench/rls-compare.sh
+## same Redis, same load, 3 interleaved runs each (RUNS, CALLERS, CONNS, KEYS, DURATION override), once per
+## load client: sluice-load's lean client, grpc-go's client, and h2load (CLIENTS overrides the list).
+bench-rls: redis-server h2load
+	@for c in $${CLIENTS:-lean grpc h2load}; do CLIENT=$$c $(HOSTENV) bench/rls-compare.sh || exit 1; done
 
 ## bench-envoy: sluice in real Envoy against Envoy alone, an empty Go Wasm filter, native
 ## local_ratelimit, and Envoy's ratelimit filter with envoyproxy/ratelimit or sluice (bench/envoy).

@@ -20,10 +20,13 @@
 #
 # Settings (environment): RUNS (3), CALLERS (64), CONNS (4), KEYS (1000),
 # DURATION (10s), WARMUP (2s), UNIT (second), REQUESTS_PER_UNIT (1000000),
-# CLIENT (lean: sluice-load's minimal gRPC client; grpc: grpc-go),
+# CLIENT (lean: sluice-load's minimal gRPC client; grpc: grpc-go; h2load:
+# nghttp2's h2load posting one gRPC-framed ShouldRateLimit body, so every
+# call is on the same key, and reporting a mean latency instead of
+# percentiles, shown in the p50 column),
 # SERVER_GOMAXPROCS (GOMAXPROCS for both systems under test, both being Go
 # programs; empty: their default, the number of cores),
-# SYSTEMS (the systems to run: "ratelimit sluice"; sluice-grpc-go
+# SYSTEMS (the systems to run: "ratelimit sluice sluice-lease"; sluice-grpc-go
 # is sluice with -grpc-server grpc-go, grpc-go's server on the decision port;
 # sluice-lease is sluice with lease: auto in the policy),
 # CONTROLPLANE (a sluice-controlplane binary to measure instead of building
@@ -106,6 +109,10 @@ stop_pid() {
 }
 
 command -v redis-server >/dev/null || die "redis-server is not installed"
+if [ "$CLIENT" = h2load ]; then
+	command -v h2load >/dev/null || die "h2load is not installed (Debian: apt-get install nghttp2-client; make h2load)"
+	command -v curl >/dev/null || die "curl is not installed (CLIENT=h2load checks one call's gRPC status with it)"
+fi
 command -v redis-cli >/dev/null || die "redis-cli is not installed"
 
 echo "building sluice-controlplane, sluice-load and ratelimit-peer (envoyproxy/ratelimit) ..."
@@ -235,11 +242,49 @@ start_system() {
 	wait_ready "$sys_addr" "$sys_pid" "$log"
 }
 
+# h2load posts one body: a gRPC frame (no compression, 4-byte length) of
+# RateLimitRequest{domain: "bench", descriptors: [{entries: [{key: "user",
+# value: "u1"}]}]}, in protobuf's wire format.
+printf '\x00\x00\x00\x00\x15\x0a\x05bench\x12\x0c\x0a\x0a\x0a\x04user\x12\x02u1' >"$work/request.bin"
+
+# drive runs the load against $1 for $2 and writes sluice-load's -json
+# fields to $3 (h2load's output converted: its mean latency as p50_ms, and
+# every call that did not end in a 2xx as an error).
+drive() {
+	local addr=$1 duration=$2 out=$3
+	if [ "$CLIENT" != h2load ]; then
+		"$work/sluice-load" -addr "$addr" "${load_args[@]}" -duration "$duration" -json >"$out"
+		return
+	fi
+	# h2load counts HTTP statuses only; one call through curl checks that
+	# the body gets a gRPC OK (grpc-status 0 in the trailers).
+	curl -s --http2-prior-knowledge --data-binary @"$work/request.bin" -H 'content-type: application/grpc' \
+		-H 'te: trailers' -D - -o /dev/null "http://$addr/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" |
+		tr -d '\r' | grep -qx 'grpc-status: 0' || { echo "$addr: the h2load body does not get grpc-status 0" >&2; return 1; }
+	h2load -t 1 -c "$CONNS" -m $((CALLERS / CONNS)) -D "$duration" -d "$work/request.bin" \
+		-H 'content-type: application/grpc' -H 'te: trailers' \
+		"http://$addr/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" >"$out.h2load" || return 1
+	awk '
+		function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
+		/^finished in/ { sub(/,/, "", $4); rate = $4 }
+		/^requests:/ { done = $8 }
+		/^status codes:/ { ok = $3 }
+		/^time for request:/ { mean = ms($5) }
+		END {
+			if (done == "" || rate == "") exit 1
+			printf "{\"decisions\":%d,\"decisions_per_second\":%s,\"p50_ms\":%.3f,\"errors\":%d}\n", ok, rate, mean, done - ok
+		}' "$out.h2load" >"$out"
+}
+
 load_args=(-callers "$CALLERS" -conns "$CONNS" -keys "$KEYS" -client "$CLIENT" -domain bench -key user)
-read -r -a systems <<<"${SYSTEMS:-ratelimit sluice}"
+read -r -a systems <<<"${SYSTEMS:-ratelimit sluice sluice-lease}"
 echo
 echo "envoyproxy/ratelimit $peer_version vs sluice; redis-server $(redis-server --version | cut -d' ' -f3) on 127.0.0.1:$redis_port"
-echo "load: sluice-load ${load_args[*]} -duration $DURATION (after a $WARMUP warm-up); policy: fixed window, $REQUESTS_PER_UNIT per $UNIT per user"
+if [ "$CLIENT" = h2load ]; then
+	echo "load: h2load -t 1 -c $CONNS -m $((CALLERS / CONNS)) -D $DURATION (after a $WARMUP warm-up), one key (h2load posts one body); p50_ms is h2load's mean, p95/p99 are not measured"
+else
+	echo "load: sluice-load ${load_args[*]} -duration $DURATION (after a $WARMUP warm-up); policy: fixed window, $REQUESTS_PER_UNIT per $UNIT per user"
+fi
 echo "machine: $(nproc) cores shared by the load tool, the system under test and Redis; GOMAXPROCS of the systems: ${procs:-default}"
 echo
 printf '%-15s %4s %12s %9s %9s %9s %7s %13s %12s %12s\n' system run decisions/s p50_ms p95_ms p99_ms errors server_cpu_us redis_cpu_us cmd_usec
@@ -259,13 +304,13 @@ for run in $(seq "$RUNS"); do
 		rcli FLUSHALL >/dev/null
 		log="$work/$sys-$run.log"
 		start_system "$sys" "$log"
-		"$work/sluice-load" -addr "$sys_addr" "${load_args[@]}" -duration "$WARMUP" >/dev/null 2>&1 || true
+		drive "$sys_addr" "$WARMUP" "$work/warmup.json" >/dev/null 2>&1 || true
 		rcli CONFIG RESETSTAT >/dev/null
 		cpu0=$(redis_cpu)
 		srv0=$(proc_cpu "$sys_pid")
 		out="$work/$sys-$run.json"
-		"$work/sluice-load" -addr "$sys_addr" "${load_args[@]}" -duration "$DURATION" -json >"$out" ||
-			die "sluice-load failed against $sys (run $run); see $out and $log"
+		drive "$sys_addr" "$DURATION" "$out" ||
+			die "the load ($CLIENT) failed against $sys (run $run); see $out and $log"
 		cpu1=$(redis_cpu)
 		srv1=$(proc_cpu "$sys_pid")
 		usec=$(redis_cmd_usec)
@@ -276,6 +321,7 @@ for run in $(seq "$RUNS"); do
 		p50=$(json_field "$out" p50_ms)
 		p95=$(json_field "$out" p95_ms)
 		p99=$(json_field "$out" p99_ms)
+		p95=${p95:-nan} p99=${p99:-nan}
 		errs=$(json_field "$out" errors)
 		cpu_us=$(awk -v a="$cpu0" -v b="$cpu1" -v d="$dec" 'BEGIN { printf "%.2f", (b - a) * 1e6 / d }')
 		cmd_us=$(awk -v u="$usec" -v d="$dec" 'BEGIN { printf "%.2f", u / d }')
@@ -312,6 +358,11 @@ done
 	-v c="${med[sluice,cpu]}" -v cmd="${med[sluice,cmd]}" -v rc="${med[ratelimit,cpu]}" 'BEGIN {
 	printf "sluice / envoyproxy/ratelimit: %.2fx decisions/s (goal >= 4x), p99 %.3f vs %.3f ms (goal <=)\n", s / r, sp, rp
 	printf "Redis per decision: %.2f us in sluice'"'"'s script calls (INFO commandstats; goal <= 4); whole Redis CPU %.2f us against %.2f (%.2fx)\n", cmd, c, rc, c / rc
+}'
+[ -n "${med[sluice-lease,rate]:-}" ] && [ -n "${med[ratelimit,rate]:-}" ] && awk -v s="${med[sluice-lease,srv]}" -v sr="${med[sluice-lease,cpu]}" \
+	-v r="${med[ratelimit,srv]}" -v rr="${med[ratelimit,cpu]}" -v sd="${med[sluice-lease,rate]}" -v rd="${med[ratelimit,rate]}" \
+	-v sp="${med[sluice-lease,p99]}" -v rp="${med[ratelimit,p99]}" 'BEGIN {
+	printf "sluice-lease / envoyproxy/ratelimit: CPU per decision (server + Redis) %.2f vs %.2f us = %.3f (goal <= 0.1); %.2fx decisions/s; p99 %.3f vs %.3f ms\n", s + sr, r + rr, (s + sr) / (r + rr), sd / rd, sp, rp
 }'
 [ -n "${med[sluice,rate]:-}" ] && [ -n "${med[sluice-base,rate]:-}" ] && awk -v s="${med[sluice,rate]}" -v b="${med[sluice-base,rate]}" \
 	-v sp="${med[sluice,p99]}" -v bp="${med[sluice-base,p99]}" -v base="$BASE" 'BEGIN {
