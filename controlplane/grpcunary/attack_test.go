@@ -294,6 +294,9 @@ func TestServerBufferBudget(t *testing.T) {
 // holdRequests opens conns connections that each start 256 calls of
 // 60 KiB and send 48 KiB of each; once every connection has sent them, it
 // ends the calls and reads the answers. It returns the refusals by reason.
+// The connections send in turn, so that the first ones fill their own
+// budget before the server's fills: sent at once, they would share the
+// server's budget and none might reach its own.
 func holdRequests(t *testing.T, tb *testbed, conns int) map[string]int {
 	const streams, msg = 256, 60 << 10
 	block := neverIndexed(request("/test.Echo/Echo"))
@@ -304,7 +307,11 @@ func holdRequests(t *testing.T, tb *testbed, conns int) map[string]int {
 	var mu sync.Mutex
 	var wg, held sync.WaitGroup
 	held.Add(conns)
+	turn := make(chan struct{})
+	close(turn)
 	for range conns {
+		mine, next := turn, make(chan struct{})
+		turn = next
 		a := dialAttacker(t, tb.addr, false)
 		a.buf = appendWindowUpdate(a.buf, 0, 1<<30)
 		until := time.Now().Add(attackTime)
@@ -321,6 +328,7 @@ func holdRequests(t *testing.T, tb *testbed, conns int) map[string]int {
 		}()
 		go func() {
 			defer wg.Done()
+			<-mine
 			for i := range streams {
 				id := uint32(2*i + 1)
 				a.buf = appendFrameHeader(a.buf, len(block), http2.FrameHeaders, http2.FlagHeadersEndHeaders, id)
@@ -338,6 +346,7 @@ func holdRequests(t *testing.T, tb *testbed, conns int) map[string]int {
 					break
 				}
 			}
+			close(next)
 			held.Done()
 			held.Wait() // every connection holds what it can
 			// End every request: the ones held are answered (their

@@ -1,10 +1,10 @@
 package grpcunary
 
 import (
-	"context"
 	"encoding/binary"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
@@ -148,16 +148,16 @@ func (c *conn) startCall(st *stream, f *http2.MetaHeadersFrame) {
 		return
 	}
 	st.method = h
+	var d time.Duration
 	if timeout != "" {
-		d, ok := parseTimeout(timeout)
-		if !ok {
+		var ok bool
+		if d, ok = parseTimeout(timeout); !ok {
 			c.answerStatus(st, codes.Internal, "grpcunary: malformed grpc-timeout "+strconv.Quote(timeout))
 			return
 		}
-		st.ctx, st.cancel = context.WithTimeout(c.ctx, d)
-	} else {
-		st.ctx, st.cancel = context.WithCancel(c.ctx)
+		d = max(d, 1) // "0n" is a deadline that has passed, not none
 	}
+	st.ctx, st.cancel = newCallCtx(c.ctx, d)
 	if st.remoteDone.Load() {
 		c.endRequest(st)
 	}
