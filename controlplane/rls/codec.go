@@ -82,6 +82,21 @@ func marshalResponse(r *rlsv3.RateLimitResponse, w *wireCache) ([]byte, error) {
 
 // appendResponse is marshalResponse appending to b.
 func appendResponse(b []byte, r *rlsv3.RateLimitResponse, w *wireCache) ([]byte, error) {
+	if plainResponse(r) {
+		pre, cached := w.structWire(r.DynamicMetadata)
+		md := len(pre)
+		if !cached {
+			md = sizeStruct(r.DynamicMetadata, w)
+		}
+		b = slices.Grow(b, sizePlain(r)+protowire.SizeTag(metadataField)+protowire.SizeBytes(md))
+		b = appendPlain(b, r)
+		b = protowire.AppendTag(b, metadataField, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(md))
+		if cached {
+			return append(b, pre...), nil
+		}
+		return appendStruct(b, r.DynamicMetadata, w), nil
+	}
 	rest := &rlsv3.RateLimitResponse{
 		OverallCode:          r.OverallCode,
 		Statuses:             r.Statuses,
@@ -107,6 +122,107 @@ func appendResponse(b []byte, r *rlsv3.RateLimitResponse, w *wireCache) ([]byte,
 		return append(b, pre...), nil
 	}
 	return appendStruct(b, r.DynamicMetadata, w), nil
+}
+
+// plainResponse reports whether r has only the fields of the common answer
+// (besides dynamic_metadata): an overall code, and statuses with a code, a
+// current limit (without unit_multiplier), a remaining count and a duration
+// until reset. appendPlain encodes those.
+func plainResponse(r *rlsv3.RateLimitResponse) bool {
+	if len(r.ResponseHeadersToAdd) > 0 || len(r.RequestHeadersToAdd) > 0 || len(r.RawBody) > 0 || r.Quota != nil {
+		return false
+	}
+	for _, st := range r.Statuses {
+		if st == nil || st.Quota != nil || (st.CurrentLimit != nil && st.CurrentLimit.UnitMultiplier != nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// appendPlain appends the fields of a plainResponse but dynamic_metadata,
+// byte for byte as protobuf-go does (TestAppendPlainMatchesProto). It spares
+// the copy of the message, proto.Size and MarshalAppend: 8.5% of the
+// server's CPU under grpc-go's client.
+func appendPlain(b []byte, r *rlsv3.RateLimitResponse) []byte {
+	b = appendEnum(b, 1, int32(r.OverallCode))
+	for _, st := range r.Statuses {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeStatus(st)))
+		b = appendEnum(b, 1, int32(st.Code))
+		if l := st.CurrentLimit; l != nil {
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(sizeLimit(l)))
+			b = appendUint(b, 1, uint64(l.RequestsPerUnit))
+			b = appendEnum(b, 2, int32(l.Unit))
+			if l.Name != "" {
+				b = protowire.AppendTag(b, 3, protowire.BytesType)
+				b = protowire.AppendString(b, l.Name)
+			}
+		}
+		b = appendUint(b, 3, uint64(st.LimitRemaining))
+		if d := st.DurationUntilReset; d != nil {
+			b = protowire.AppendTag(b, 4, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(sizeDuration(d.Seconds, d.Nanos)))
+			b = appendUint(b, 1, uint64(d.Seconds))
+			b = appendEnum(b, 2, d.Nanos)
+		}
+	}
+	return b
+}
+
+// appendUint appends varint field num, unless v is 0 (proto3 leaves zero
+// scalars out).
+func appendUint(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+}
+
+// appendEnum appends an int32 or enum field: negative values take ten
+// bytes, as protobuf encodes them sign-extended.
+func appendEnum(b []byte, num protowire.Number, v int32) []byte {
+	return appendUint(b, num, uint64(int64(v)))
+}
+
+func sizeUint(v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeVarint(v)
+}
+
+// sizePlain is the size of appendPlain's encoding of r.
+func sizePlain(r *rlsv3.RateLimitResponse) int {
+	n := sizeUint(uint64(int64(r.OverallCode)))
+	for _, st := range r.Statuses {
+		n += 1 + protowire.SizeBytes(sizeStatus(st))
+	}
+	return n
+}
+
+func sizeStatus(st *rlsv3.RateLimitResponse_DescriptorStatus) int {
+	n := sizeUint(uint64(int64(st.Code))) + sizeUint(uint64(st.LimitRemaining))
+	if l := st.CurrentLimit; l != nil {
+		n += 1 + protowire.SizeBytes(sizeLimit(l))
+	}
+	if d := st.DurationUntilReset; d != nil {
+		n += 1 + protowire.SizeBytes(sizeDuration(d.Seconds, d.Nanos))
+	}
+	return n
+}
+
+func sizeLimit(l *rlsv3.RateLimitResponse_RateLimit) int {
+	n := sizeUint(uint64(l.RequestsPerUnit)) + sizeUint(uint64(int64(l.Unit)))
+	if l.Name != "" {
+		n += 1 + protowire.SizeBytes(len(l.Name))
+	}
+	return n
+}
+
+func sizeDuration(secs int64, nanos int32) int {
+	return sizeUint(uint64(secs)) + sizeUint(uint64(int64(nanos)))
 }
 
 // wireCache holds the encodings (without tag and length) of metadata

@@ -350,3 +350,75 @@ func TestArenaOverflow(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendPlainMatchesProto: the common answer's hand encoding is
+// protobuf-go's, byte for byte, over random values (negative enums and
+// durations, empty and nil parts included).
+func TestAppendPlainMatchesProto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	pick := func(vals ...int64) int64 { return vals[rng.IntN(len(vals))] }
+	for i := range 5000 {
+		r := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_Code(pick(0, 1, 2, -1, math.MaxInt32))}
+		for range rng.IntN(4) {
+			st := &rlsv3.RateLimitResponse_DescriptorStatus{
+				Code:           rlsv3.RateLimitResponse_Code(pick(0, 1, 2, -5)),
+				LimitRemaining: uint32(pick(0, 1, 127, 128, math.MaxUint32)),
+			}
+			if rng.IntN(4) > 0 {
+				st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+					RequestsPerUnit: uint32(pick(0, 1, 300, math.MaxUint32)),
+					Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(pick(0, 1, 4, -2)),
+					Name:            []string{"", "user#0", strings.Repeat("n", 200)}[rng.IntN(3)],
+				}
+			}
+			if rng.IntN(4) > 0 {
+				st.DurationUntilReset = &durationpb.Duration{Seconds: pick(0, 1, -3, math.MaxInt64), Nanos: int32(pick(0, 5e8, -1))}
+			}
+			r.Statuses = append(r.Statuses, st)
+		}
+		if !plainResponse(r) {
+			t.Fatalf("case %d: not plain: %v", i, r)
+		}
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendPlain(nil, r); string(got) != string(want) {
+			t.Fatalf("case %d: appendPlain\n got %x\nwant %x\nfor %v", i, got, want, r)
+		}
+	}
+}
+
+func TestPlainResponse(t *testing.T) {
+	limit := func() *rlsv3.RateLimitResponse_DescriptorStatus {
+		return &rlsv3.RateLimitResponse_DescriptorStatus{CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "a"}}
+	}
+	for name, r := range map[string]*rlsv3.RateLimitResponse{
+		"response headers": {ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "k"}}},
+		"request headers":  {RequestHeadersToAdd: []*corev3.HeaderValue{{Key: "k"}}},
+		"raw body":         {RawBody: []byte("b")},
+		"quota":            {Quota: &rlsv3.RateLimitResponse_Quota{Requests: 1}},
+		"status quota":     {Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Quota: &rlsv3.RateLimitResponse_Quota{}}}},
+		"unit multiplier": {Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{
+			UnitMultiplier: wrapperspb.UInt32(2)}}}},
+		"nil status": {Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{limit(), nil}},
+	} {
+		if plainResponse(r) {
+			t.Errorf("%s: taken for the common answer", name)
+		}
+	}
+	if !plainResponse(&rlsv3.RateLimitResponse{Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{limit()}}) {
+		t.Error("the common answer is not plain")
+	}
+}
+
+func TestSizePlain(t *testing.T) {
+	r := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+		{Code: 2, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "a", RequestsPerUnit: 300, Unit: 1}, LimitRemaining: 9,
+			DurationUntilReset: &durationpb.Duration{Seconds: 1, Nanos: 5}},
+		{},
+	}}
+	if got, want := sizePlain(r), len(appendPlain(nil, r)); got != want {
+		t.Fatalf("sizePlain = %d, encoding has %d bytes", got, want)
+	}
+}
