@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 const (
@@ -42,6 +41,7 @@ type conn struct {
 
 	// The reader's own state.
 	br          *bufio.Reader
+	hdec        *headerDecoder
 	pending     []*stream // complete calls of a batch method, not yet handed over...
 	pendingM    *method   // ...and their method
 	sawSettings bool
@@ -141,8 +141,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.br = bufio.NewReaderSize(nc, readBufferSize)
 	c.fr = http2.NewFramer(nil, c.br)          // writes are ours (writeLoop)
 	c.fr.SetMaxReadFrameSize(defaultFrameSize) // what we allow (RFC 9113, 4.2)
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = s.opts.MaxHeaderListSize
+	c.hdec = newHeaderDecoder(s.opts.MaxHeaderListSize)
 	return c
 }
 
@@ -210,8 +209,8 @@ func (c *conn) readLoop() error {
 		var f http2.Frame
 		switch {
 		case err != nil:
-		case fh.Type == http2.FrameHeaders && !fh.Flags.Has(http2.FlagHeadersEndHeaders):
-			f, err = c.readHeaderBlock(fh)
+		case fh.Type == http2.FrameHeaders:
+			f, err = c.readHeaders(fh)
 		default:
 			f, err = c.fr.ReadFrameForHeader(fh)
 		}

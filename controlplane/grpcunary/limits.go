@@ -177,22 +177,27 @@ func (c *conn) earlyResetLocked() bool {
 	return c.earlyResets > maxEarlyResets
 }
 
-// readHeaderBlock reads a header block of more than one frame: the HEADERS
-// frame with header fh and its CONTINUATION frames, at most
-// maxContinuations of them and twice MaxHeaderListSize bytes (an endless
-// run of empty CONTINUATION frames is a flood). The block is then decoded
-// as one HEADERS frame by a Framer that shares the connection's HPACK
-// decoder, so that it gets the same checks as a block in one frame.
-func (c *conn) readHeaderBlock(fh http2.FrameHeader) (http2.Frame, error) {
-	dec := c.fr.ReadMetaHeaders
-	c.fr.ReadMetaHeaders = nil
-	defer func() { c.fr.ReadMetaHeaders = dec }()
+// readHeaders reads a HEADERS frame with header fh, and its CONTINUATION
+// frames if it has any: at most maxContinuations of them and twice
+// MaxHeaderListSize bytes (an endless run of empty CONTINUATION frames is a
+// flood). It decodes the block and returns the request's headers as a
+// MetaHeadersFrame (valid until the next block).
+func (c *conn) readHeaders(fh http2.FrameHeader) (http2.Frame, error) {
 	f, err := c.fr.ReadFrameForHeader(fh)
 	if err != nil {
 		return nil, err
 	}
 	hf := f.(*http2.HeadersFrame)
-	param := http2.HeadersFrameParam{StreamID: fh.StreamID, EndStream: hf.StreamEnded(), EndHeaders: true, Priority: hf.Priority}
+	d := c.hdec
+	d.begin()
+	if hf.HeadersEnded() {
+		if err := d.fragment(hf.HeaderBlockFragment()); err != nil {
+			return nil, err
+		}
+		return d.end(hf)
+	}
+	// The block is decoded whole, as one frame's would be, so that a block
+	// split over frames gets the same answers.
 	block := bytes.Clone(hf.HeaderBlockFragment())
 	limit := 2 * int(c.srv.opts.MaxHeaderListSize)
 	for n := 0; ; n++ {
@@ -209,16 +214,10 @@ func (c *conn) readHeaderBlock(fh http2.FrameHeader) (http2.Frame, error) {
 			break
 		}
 	}
-	param.BlockFragment = block
-	var buf bytes.Buffer
-	if err := http2.NewFramer(&buf, nil).WriteHeaders(param); err != nil {
+	if err := d.fragment(block); err != nil {
 		return nil, err
 	}
-	one := http2.NewFramer(nil, &buf)
-	one.SetMaxReadFrameSize(uint32(buf.Len()))
-	one.ReadMetaHeaders = dec
-	one.MaxHeaderListSize = c.fr.MaxHeaderListSize
-	return one.ReadFrame()
+	return d.end(hf)
 }
 
 // sweeper runs sweep until the server stops.

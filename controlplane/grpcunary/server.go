@@ -16,7 +16,8 @@
 //   - the connection preface, SETTINGS (applied and acknowledged), PING,
 //     GOAWAY both ways, RST_STREAM both ways, PRIORITY (ignored), unknown
 //     frame types (ignored), HEADERS with CONTINUATION (x/net/http2's Framer
-//     and HPACK decoder), DATA with padding;
+//     and HPACK decoder; the checks of decoded fields are headerDecoder's,
+//     the Framer's own made without its allocations), DATA with padding;
 //   - flow control in both directions: the receive windows are large and
 //     replenished as data is consumed; answers wait for the peer's send
 //     windows and are split at its MAX_FRAME_SIZE;
