@@ -27,13 +27,13 @@ type callCtx struct {
 }
 
 // newCallCtx returns the context of a call whose deadline is timeout from
-// now (none if timeout is 0), under parent, and the function that cancels it.
-func newCallCtx(parent context.Context, timeout time.Duration) (*callCtx, context.CancelFunc) {
+// now (none if timeout is 0), under parent. Its cancel method cancels it.
+func newCallCtx(parent context.Context, timeout time.Duration) *callCtx {
 	c := &callCtx{parent: parent}
 	if timeout > 0 {
 		c.deadline = time.Now().Add(timeout)
 	}
-	return c, c.cancel
+	return c
 }
 
 // Deadline implements context.Context.

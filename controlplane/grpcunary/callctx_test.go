@@ -36,7 +36,8 @@ func TestCallCtx(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			parent, cancelParent := context.WithCancel(context.Background())
 			defer cancelParent()
-			c, cancel := newCallCtx(parent, tt.timeout)
+			c := newCallCtx(parent, tt.timeout)
+			cancel := c.cancel
 			var done <-chan struct{}
 			if tt.early {
 				done = c.Done()
@@ -66,8 +67,8 @@ func TestCallCtx(t *testing.T) {
 // TestCallCtxTimerFires checks the timer the first Done starts: the
 // deadline ends the context with nobody asking Err.
 func TestCallCtxTimerFires(t *testing.T) {
-	c, cancel := newCallCtx(context.Background(), 5*time.Millisecond)
-	defer cancel()
+	c := newCallCtx(context.Background(), 5*time.Millisecond)
+	defer c.cancel()
 	select {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
@@ -85,13 +86,13 @@ func TestCallCtxDeadline(t *testing.T) {
 	if d, ok := (&callCtx{parent: parent}).Deadline(); !ok || !d.Equal(pd) {
 		t.Fatalf("no deadline of its own: %v %v, want the parent's %v", d, ok, pd)
 	}
-	c, stop := newCallCtx(parent, time.Second)
-	defer stop()
+	c := newCallCtx(parent, time.Second)
+	defer c.cancel()
 	if d, ok := c.Deadline(); !ok || !d.Before(pd) {
 		t.Fatalf("Deadline = %v %v, want its own, before the parent's", d, ok)
 	}
-	c2, stop2 := newCallCtx(parent, time.Hour)
-	defer stop2()
+	c2 := newCallCtx(parent, time.Hour)
+	defer c2.cancel()
 	if d, _ := c2.Deadline(); !d.Equal(pd) {
 		t.Fatalf("Deadline = %v, want the parent's, which is earlier", d)
 	}

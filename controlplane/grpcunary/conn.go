@@ -99,9 +99,8 @@ type conn struct {
 type stream struct {
 	id     uint32
 	method *method
-	req    []byte // the request message, once the request is complete
-	ctx    context.Context
-	cancel context.CancelFunc
+	req    []byte   // the request message, once the request is complete
+	ctx    *callCtx // the call's context; nil until the call starts
 
 	// The reader's, until the call is dispatched.
 	body          []byte

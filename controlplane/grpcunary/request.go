@@ -157,7 +157,7 @@ func (c *conn) startCall(st *stream, f *http2.MetaHeadersFrame) {
 		}
 		d = max(d, 1) // "0n" is a deadline that has passed, not none
 	}
-	st.ctx, st.cancel = newCallCtx(c.ctx, d)
+	st.ctx = newCallCtx(c.ctx, d)
 	if st.remoteDone.Load() {
 		c.endRequest(st)
 	}
@@ -326,7 +326,10 @@ func (c *conn) runBatch(sts []*stream, h BatchHandler) {
 	}
 	calls := make([]Call, len(sts))
 	for i, st := range sts {
-		calls[i].Ctx, calls[i].Req = st.ctx, st.req
+		// The answer's message goes right after its gRPC prefix, in
+		// place, when the handler appends it to Resp (see answer).
+		st.msg = make([]byte, 5, respCap)
+		calls[i].Ctx, calls[i].Req, calls[i].Resp = st.ctx, st.req, st.msg[5:]
 	}
 	h(c.ctx, calls)
 	for i, st := range sts {
@@ -349,14 +352,25 @@ func (c *conn) run(st *stream, req []byte) {
 func (c *conn) answer(st *stream, resp []byte, err error) {
 	if err != nil {
 		code, msg := statusOf(err)
-		st.trl = appendTrailersOnly(nil, code, msg)
+		st.trl, st.msg = appendTrailersOnly(nil, code, msg), nil
 		return
 	}
-	msg := make([]byte, 5+len(resp))
+	var msg []byte
+	if b := st.msg; len(resp) > 0 && cap(b) >= 5+len(resp) && &b[:6][5] == &resp[0] {
+		msg = b[:5+len(resp)] // appended after the prefix: no copy
+	} else {
+		msg = make([]byte, 5+len(resp))
+		copy(msg[5:], resp)
+	}
+	msg[0] = 0 // not compressed
 	binary.BigEndian.PutUint32(msg[1:5], uint32(len(resp)))
-	copy(msg[5:], resp)
 	st.ok, st.msg = true, msg
 }
+
+// respCap is the capacity a batch call's Resp comes with (after the 5 bytes
+// of its gRPC prefix): a ShouldRateLimit answer with sluice's metadata is
+// 200-300 bytes.
+const respCap = 512
 
 // queueAll hands answered streams to the writer, in one go.
 func (c *conn) queueAll(sts []*stream) {

@@ -85,7 +85,7 @@ func (c *conn) cancelStream(st *stream) {
 	}
 	st.discard = true
 	c.drop(st)
-	if st.cancel != nil {
-		st.cancel()
+	if st.ctx != nil {
+		st.ctx.cancel()
 	}
 }

@@ -277,7 +277,7 @@ func (s *Server) Handle(name string, h Handler) { s.methods[name] = &method{unar
 type Call struct {
 	Ctx  context.Context // the call's own: its grpc-timeout, ended by a RST_STREAM
 	Req  []byte          // the request message, valid while the handler runs
-	Resp []byte          // the response message: the handler sets it...
+	Resp []byte          // the response message: the handler appends it to the empty Resp it gets (no copy then), or sets it...
 	Err  error           // ...or an error, sent as a gRPC status
 }
 

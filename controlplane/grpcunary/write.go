@@ -186,19 +186,18 @@ func (c *conn) finish(st *stream) bool {
 // released.
 func (c *conn) afterEnd(bw *bufio.Writer, st *stream) {
 	if st.rstAfter {
-		var b [13]byte
-		writeFrame(bw, http2.FrameRSTStream, 0, st.id, binary.BigEndian.AppendUint32(b[:0], uint32(http2.ErrCodeNo)))
+		bw.Write(appendRSTStream(bw.AvailableBuffer(), st.id, http2.ErrCodeNo))
 	}
-	if st.cancel != nil {
-		st.cancel()
+	if st.ctx != nil {
+		st.ctx.cancel()
 	}
 }
 
-// writeFrame writes one frame.
+// writeFrame writes one frame. The header goes through bw.AvailableBuffer:
+// an array of our own passed to bw.Write escapes (bufio may hand it to the
+// socket), one allocation a frame.
 func writeFrame(bw *bufio.Writer, t http2.FrameType, flags http2.Flags, id uint32, payload []byte) {
-	var h [9]byte
-	putFrameHeader(h[:], len(payload), t, flags, id)
-	bw.Write(h[:])
+	bw.Write(appendFrameHeader(bw.AvailableBuffer(), len(payload), t, flags, id))
 	bw.Write(payload)
 }
 

@@ -44,7 +44,7 @@ func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options,
 		wc := wireCalls.Get().(*[]rls.WireCall)
 		ws := (*wc)[:0]
 		for i := range calls {
-			ws = append(ws, rls.WireCall{Req: calls[i].Req})
+			ws = append(ws, rls.WireCall{Req: calls[i].Req, Resp: calls[i].Resp})
 		}
 		svc.ShouldRateLimitBatch(ctx, ws)
 		for i := range calls {
