@@ -26,9 +26,11 @@
 # percentiles, shown in the p50 column),
 # SERVER_GOMAXPROCS (GOMAXPROCS for both systems under test, both being Go
 # programs; empty: their default, the number of cores),
-# SYSTEMS (the systems to run: "ratelimit sluice sluice-lease"; sluice-grpc-go
+# SYSTEMS (the systems to run: "ratelimit sluice sluice-lease floor"; sluice-grpc-go
 # is sluice with -grpc-server grpc-go, grpc-go's server on the decision port;
-# sluice-lease is sluice with lease: auto in the policy),
+# sluice-lease is sluice with lease: auto in the policy; floor is
+# bench/rlsfloor, sluice's decision port answering one fixed answer without
+# deciding: the server CPU of the transport alone under that client),
 # CONTROLPLANE (a sluice-controlplane binary to measure instead of building
 # this tree's), BASE (a git revision: adds the system sluice-base, that
 # revision's sluice-controlplane, so that a change is measured against its
@@ -122,6 +124,7 @@ else
 	(cd "$root" && "$GO" build -o "$work/sluice-controlplane" ./controlplane/cmd/sluice-controlplane)
 fi
 (cd "$root" && "$GO" build -o "$work/sluice-load" ./controlplane/cmd/sluice-load)
+(cd "$root" && "$GO" build -o "$work/rlsfloor" ./bench/rlsfloor)
 if [ -n "${BASE:-}" ]; then
 	git -C "$root" worktree add -q --detach "$work/base" "$BASE"
 	(cd "$work/base" && "$GO" build -o "$work/sluice-base" ./controlplane/cmd/sluice-controlplane)
@@ -225,6 +228,9 @@ start_system() {
 			GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc" \
 			"$work/ratelimit-peer" >"$log" 2>&1 &
 		;;
+	floor)
+		env ${procs:+GOMAXPROCS=$procs} "$work/rlsfloor" -addr "127.0.0.1:$grpc" >"$log" 2>&1 &
+		;;
 	sluice | sluice-grpc-go | sluice-base | sluice-lease)
 		local server=unary bin="$work/sluice-controlplane" policy="$work/sluice/bench.yaml"
 		[ "$name" = sluice-grpc-go ] && server=grpc-go
@@ -277,7 +283,7 @@ drive() {
 }
 
 load_args=(-callers "$CALLERS" -conns "$CONNS" -keys "$KEYS" -client "$CLIENT" -domain bench -key user)
-read -r -a systems <<<"${SYSTEMS:-ratelimit sluice sluice-lease}"
+read -r -a systems <<<"${SYSTEMS:-ratelimit sluice sluice-lease floor}"
 echo
 echo "envoyproxy/ratelimit $peer_version vs sluice; redis-server $(redis-server --version | cut -d' ' -f3) on 127.0.0.1:$redis_port"
 if [ "$CLIENT" = h2load ]; then
@@ -363,6 +369,12 @@ done
 	-v r="${med[ratelimit,srv]}" -v rr="${med[ratelimit,cpu]}" -v sd="${med[sluice-lease,rate]}" -v rd="${med[ratelimit,rate]}" \
 	-v sp="${med[sluice-lease,p99]}" -v rp="${med[ratelimit,p99]}" 'BEGIN {
 	printf "sluice-lease / envoyproxy/ratelimit: CPU per decision (server + Redis) %.2f vs %.2f us = %.3f (goal <= 0.1); %.2fx decisions/s; p99 %.3f vs %.3f ms\n", s + sr, r + rr, (s + sr) / (r + rr), sd / rd, sp, rp
+}'
+[ -n "${med[floor,rate]:-}" ] && [ -n "${med[ratelimit,rate]:-}" ] && awk -v f="${med[floor,srv]}" -v r="${med[ratelimit,srv]}" \
+	-v rr="${med[ratelimit,cpu]}" -v l="${med[sluice-lease,srv]:-0}" -v lr="${med[sluice-lease,cpu]:-0}" 'BEGIN {
+	printf "transport floor (gRPC over HTTP/2 alone, no decision): %.2f us of server CPU per call = %.3f of envoyproxy/ratelimit'"'"'s server and Redis CPU", f, f / (r + rr)
+	if (l > 0) printf "; sluice-lease spends %.2f us above it (server and Redis)", l + lr - f
+	printf "\n"
 }'
 [ -n "${med[sluice,rate]:-}" ] && [ -n "${med[sluice-base,rate]:-}" ] && awk -v s="${med[sluice,rate]}" -v b="${med[sluice-base,rate]}" \
 	-v sp="${med[sluice,p99]}" -v bp="${med[sluice-base,p99]}" -v base="$BASE" 'BEGIN {
