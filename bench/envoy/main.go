@@ -13,7 +13,7 @@
 // and the CPU seconds per request (from /proc, user plus system) of Envoy, of
 // the rate limit service and of Redis.
 //
-//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,3,4,5,6,7]
+//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,3,4,5,6,6f,7]
 //
 // Run it from the repository (it builds what it runs).
 package main
@@ -41,7 +41,7 @@ func main() {
 	flag.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
 	flag.IntVar(&cfg.concurrency, "concurrency", 2, "Envoy worker threads (one Wasm VM each)")
 	flag.IntVar(&cfg.connections, "connections", 32, "wrk connections")
-	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,3,4,5,6,7", "setups to run (see the table in bench/envoy/README.md)")
+	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,3,4,5,6,6f,7", "setups to run (see the table in bench/envoy/README.md)")
 	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7L: spread, flood, steady")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
 	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")
@@ -150,9 +150,9 @@ func numCPU() int {
 
 // built is what a run needs: programs, and the shared Redis.
 type built struct {
-	controlPlane, peer, filterWasm, emptyWasm string
-	envoy, envoyVersion                       string
-	redis                                     *stack.Redis
+	controlPlane, peer, floor, filterWasm, emptyWasm string
+	envoy, envoyVersion                              string
+	redis                                            *stack.Redis
 }
 
 // build compiles what the setups run; envoyproxy/ratelimit only when peer.
@@ -164,11 +164,15 @@ func build(ctx context.Context, dir string, peer bool) (*built, error) {
 	b := &built{
 		controlPlane: filepath.Join(dir, "sluice-controlplane"),
 		peer:         filepath.Join(dir, "ratelimit-peer"),
+		floor:        filepath.Join(dir, "rlsfloor"),
 		filterWasm:   filepath.Join(dir, "filter.wasm"),
 		emptyWasm:    filepath.Join(dir, "empty.wasm"),
 	}
 	fmt.Println("building sluice-controlplane, filter.wasm, the empty Go filter and envoyproxy/ratelimit ...")
 	if err := stack.GoBuild(ctx, "./controlplane/cmd/sluice-controlplane", b.controlPlane); err != nil {
+		return nil, err
+	}
+	if err := stack.GoBuild(ctx, "./bench/rlsfloor", b.floor); err != nil {
 		return nil, err
 	}
 	if err := stack.BuildWasm(ctx, b.filterWasm); err != nil {

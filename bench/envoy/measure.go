@@ -120,7 +120,7 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 		// that let requests through would measure something else.
 		return result{}, fmt.Errorf("setup %s answered %.1f%% of the blocked load with 429, not all of it", c.setup.id, 100*res.non2xx)
 	}
-	if c.setup.rls == rlsPeer || c.setup.rls == rlsSluice || c.setup.rls == rlsSluiceLease {
+	if c.setup.rls == rlsPeer || c.setup.rls == rlsSluice || c.setup.rls == rlsSluiceLease || c.setup.rls == rlsFloor {
 		res.rlsUS, res.redUS = per(r1-r0), per(d1-d0)
 	}
 	if f := delta("wasmcustom.sluice.failure_open") + delta("cluster.ratelimit.error") + delta("cluster.ratelimit.failure_mode_allowed"); f > 0 {
@@ -225,6 +225,16 @@ func summarize(m map[string]result, workers int) {
 			fmt.Printf("drop-in, spread (6 vs 5): service+Redis CPU per decision %.2f vs %.2f us = %.2f (goal <= 0.25); %.2fx req/s (goal >= 2), p99 %.3f vs %.3f ms; Envoy's own CPU %.2f vs %.2f us per request\n",
 				six.rlsUS+six.redUS, five.rlsUS+five.redUS, (six.rlsUS+six.redUS)/(five.rlsUS+five.redUS),
 				six.rps/five.rps, six.p99ms, five.p99ms, six.envoyUS, five.envoyUS)
+		}
+	}
+	if five, ok := get("5/spread"); ok {
+		if floor, ok := get("6f/spread"); ok {
+			fmt.Printf("transport floor under Envoy's gRPC client (6f, no decision, no Redis): %.2f us of service CPU per call = %.2f of envoyproxy/ratelimit's service+Redis",
+				floor.rlsUS, floor.rlsUS/(five.rlsUS+five.redUS))
+			if six, ok := get("6/spread"); ok {
+				fmt.Printf("; sluice (6) spends %.2f us above it, Redis included", six.rlsUS+six.redUS-floor.rlsUS)
+			}
+			fmt.Println()
 		}
 	}
 	if five, ok := get("5/flood"); ok {

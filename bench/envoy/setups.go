@@ -34,6 +34,7 @@ const (
 	rlsSluice           // sluice-controlplane on Redis
 	rlsSluiceMemory     // sluice-controlplane on its memory store (setup 4: only the first answers matter)
 	rlsSluiceLease      // sluice-controlplane on Redis, the policy with lease: auto
+	rlsFloor            // bench/rlsfloor: sluice's decision port answering a fixed answer (no decision, no Redis)
 )
 
 // setup is one row of the table.
@@ -63,6 +64,8 @@ var setups = map[string]setup{
 		filter: nativeFilter},
 	"6": {id: "6", name: "Envoy ratelimit filter, sluice-controlplane, Redis", native: true, rls: rlsSluice,
 		filter: nativeFilter},
+	"6f": {id: "6f", name: "Envoy ratelimit filter, sluice's decision port answering without deciding (transport floor)",
+		native: true, rls: rlsFloor, filter: nativeFilter},
 	"7": {id: "7", name: "Envoy, sluice filter, sluice-controlplane, Redis", rls: rlsSluice,
 		filter: sluiceFilter},
 	"7L": {id: "7L", name: "Envoy, sluice filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
@@ -204,6 +207,8 @@ func (b *built) startService(ctx context.Context, dir string, kind rls) (*servic
 			"USE_STATSD=false", "LOG_LEVEL=warn", "HOST=127.0.0.1", "PORT=" + strconv.Itoa(http),
 			"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(other),
 			"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(grpc)}
+	case rlsFloor:
+		cmd = exec.Command(b.floor, "-addr", addr)
 	case rlsSluice, rlsSluiceMemory, rlsSluiceLease:
 		pf := filepath.Join(dir, "bench.yaml")
 		doc := policy
