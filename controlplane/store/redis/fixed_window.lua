@@ -9,6 +9,8 @@
 --
 -- The common request (the key's field is the current window's) is one
 -- HINCRBY: the field existed, so it is the state, and the new count decides.
+-- The first request of a window on a key that holds nothing else (the
+-- HINCRBY made the field, HLEN finds it alone) needs only its expiry set.
 -- A denied request takes its cost back at once (HINCRBY -cost): the state is
 -- as it was, byte for byte, and keeps its expiry. Anything else (a new
 -- window, a clock that stepped back, a limit whose window changed, a peek,
@@ -151,6 +153,14 @@ local function fw_counted(key, now, limit, window, cost, cost_text, ws, field, n
     if n ~= cost then
       call('HINCRBY', key, field, '-' .. cost_text)
       return BAD, 0, 0, 0
+    end
+    if cost <= limit and call('HLEN', key) == 1 then
+      -- The field is the key's only one: the state is this window's with
+      -- cost in it, exactly what fw_slow would decide on an empty state,
+      -- without reading it back. Most keys of a spread load start here.
+      local e = ws + window
+      call('PEXPIRE', key, px(e - now))
+      return 1, limit - cost, 0, e - now
     end
     return fw_slow(key, now, limit, window, cost, ws, field, true)
   end
