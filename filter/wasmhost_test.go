@@ -60,8 +60,15 @@ type hostAnswer struct {
 
 func newWasmHost(tb testing.TB, wasm []byte, config string) *wasmHost {
 	tb.Helper()
+	return newWasmHostIn(tb, context.Background(), wasm, config)
+}
+
+// newWasmHostIn is newWasmHost whose runtime and calls use ctx (for
+// example one carrying a wazero function listener).
+func newWasmHostIn(tb testing.TB, ctx context.Context, wasm []byte, config string) *wasmHost {
+	tb.Helper()
 	h := &wasmHost{
-		tb: tb, ctx: context.Background(), config: []byte(config), stack: make([]uint64, 16), mstack: make([]uint64, 1),
+		tb: tb, ctx: ctx, config: []byte(config), stack: make([]uint64, 16), mstack: make([]uint64, 1),
 		fn: map[string]api.Function{}, headers: map[uint32]map[string]string{},
 		locals: map[uint32]uint32{}, resumed: map[uint32]int{}, remote: "198.51.100.4:5000",
 	}
