@@ -1,5 +1,7 @@
 //go:build wasip1
 
+//lint:file-ignore U1000 the go:wasmexport functions are called by the host, which staticcheck cannot see
+
 // Command emptyfilter is the smallest proxy-wasm HTTP filter upstream Go can
 // build: every callback returns at once and every request continues. It is
 // setup 2 of `make bench-envoy`, the cost of hosting an upstream-Go module in
