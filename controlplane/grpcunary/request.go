@@ -302,7 +302,9 @@ func (c *conn) flushBatch() {
 	clear(c.pending)
 	c.pending = c.pending[:0]
 	if len(batch) > 0 {
-		c.srv.dispatch(call{c: c, batch: batch, m: c.pendingM})
+		// On the reader: the calls that arrive while it runs wait in the
+		// socket and form the next batch (see RATIONALE.md, "Batches").
+		c.runBatch(batch, c.pendingM.batch)
 	}
 }
 

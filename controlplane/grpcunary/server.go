@@ -211,13 +211,12 @@ type method struct {
 	batch BatchHandler
 }
 
-// call is work for a worker: a request ready for its handler, or a batch.
+// call is work for a worker: a unary call's stream and request message.
+// (Batches run on their connection's reader.)
 type call struct {
-	c     *conn
-	st    *stream   // a unary call...
-	req   []byte    // ...and its request message
-	batch []*stream // or a batch, each stream with its request in req
-	m     *method   // the batch's method
+	c   *conn
+	st  *stream
+	req []byte
 }
 
 // dispatch runs a call on an idle worker, or on a goroutine of its own when
@@ -237,13 +236,7 @@ func (s *Server) dispatch(k call) {
 }
 
 // run does a worker's work.
-func (k call) run() {
-	if k.batch != nil {
-		k.c.runBatch(k.batch, k.m.batch)
-		return
-	}
-	k.c.run(k.st, k.req)
-}
+func (k call) run() { k.c.run(k.st, k.req) }
 
 // work is a worker: it runs calls until the server stops. (Calls that come
 // after, while connections drain, get goroutines of their own.)
@@ -283,10 +276,14 @@ type Call struct {
 
 // BatchHandler answers calls of one method that arrived together on one
 // connection: the requests the server had read when it would next have
-// waited for the network (at most MaxBatch). A batch costs one handoff to
-// a worker instead of one per call, and lets the handler share work between
-// calls (one Redis round trip for all, in the control plane). It must set
-// every call's Resp or Err. ctx ends with the connection.
+// waited for the network (at most MaxBatch). It runs on the connection's
+// reader, which reads nothing more until it returns: the calls that arrive
+// meanwhile wait in the socket and form the next batch. A batch lets the
+// handler share work between calls (one Redis round trip for all, in the
+// control plane) and costs no handoff between goroutines. A handler that
+// may block should bound how long (the control plane's store calls have a
+// deadline). It must set every call's Resp or Err. ctx ends with the
+// connection.
 type BatchHandler func(ctx context.Context, calls []Call)
 
 // MaxBatch bounds the calls of one batch.
