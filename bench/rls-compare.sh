@@ -273,9 +273,9 @@ drive() {
 	awk '
 		function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
 		/^finished in/ { sub(/,/, "", $4); rate = $4 }
-		/^requests:/ { done = $8 }
+		/^requests:/ { done = $6 }
 		/^status codes:/ { ok = $3 }
-		/^time for request:/ { mean = ms($5) }
+		/^time for request:/ { mean = ms($6) }
 		END {
 			if (done == "" || rate == "") exit 1
 			printf "{\"decisions\":%d,\"decisions_per_second\":%s,\"p50_ms\":%.3f,\"errors\":%d}\n", ok, rate, mean, done - ok
