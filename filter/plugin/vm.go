@@ -106,8 +106,8 @@ func (vm *VM) RecoverRequestHeaders(r any) uint32 {
 // response.
 func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) (action uint32) {
 	s := vm.streams.get(id)
-	if s == nil {
-		return ActionContinue
+	if s == nil || len(s.response.spans) == 0 {
+		return ActionContinue // nothing to add (a local reply, most often): no deferred recover either
 	}
 	defer vm.recoverRoot("proxy_on_response_headers")
 	s.plugin.onResponseHeaders(s)
@@ -164,10 +164,12 @@ func (vm *VM) OnLog(id uint32) { vm.dropHeld(id) }
 
 // dropHeld stops holding stream id's request, if it is held.
 func (vm *VM) dropHeld(id uint32) {
-	defer vm.recoverRoot("dropping a held request")
-	if s := vm.streams.get(id); s != nil && s.state == stateHeld {
-		s.plugin.unhold(s)
+	s := vm.streams.get(id)
+	if s == nil || s.state != stateHeld {
+		return // the common case, without a deferred recover
 	}
+	defer vm.recoverRoot("dropping a held request")
+	s.plugin.unhold(s)
 }
 
 // OnDelete forgets a context. A stream whose call is still out is kept
