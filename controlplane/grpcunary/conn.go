@@ -110,7 +110,7 @@ type stream struct {
 	received      int64 // bytes of DATA received (padding aside)
 	discard       bool  // answered early: ignore its data
 	early         bool  // an answer waits for the end of the request (queued then)
-	dispatched    bool  // handed to a worker, with its request buffer
+	dispatched    bool  // handed over to run (a batch, or a worker), with its request buffer
 	charged       int64 // request buffer bytes: the reader's, then the worker's
 	remoteDone    atomic.Bool
 

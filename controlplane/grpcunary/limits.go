@@ -139,7 +139,7 @@ func (c *conn) refusal(err error) string {
 }
 
 // drop releases the request buffer of a stream the reader still owns (not
-// handed to a worker).
+// handed over to run).
 func (c *conn) drop(st *stream) {
 	st.body = nil
 	if !st.dispatched {
@@ -149,14 +149,14 @@ func (c *conn) drop(st *stream) {
 	}
 }
 
-// handOver passes st's request buffer to the worker that runs its call,
-// which releases it (release) once the call is answered.
+// handOver passes st's request buffer to its call (a batch, or a unary
+// call's worker), which releases it (release) once the call is answered.
 func (c *conn) handOver(st *stream) {
 	st.dispatched = true
 	c.held -= st.charged
 }
 
-// release returns the request buffers of calls a worker ran.
+// release returns the request buffers of calls that ran.
 func (c *conn) release(sts ...*stream) {
 	var n int64
 	for _, st := range sts {

@@ -283,7 +283,7 @@ func (c *conn) endRequest(st *stream) {
 	}
 }
 
-// flushBatch hands the pending batch to a worker.
+// flushBatch decides the pending batch, on the reader.
 func (c *conn) flushBatch() {
 	if len(c.pending) == 0 {
 		return
