@@ -80,41 +80,32 @@ func marshalResponse(r *rlsv3.RateLimitResponse, w *wireCache) ([]byte, error) {
 	return appendResponse(nil, r, w)
 }
 
-// appendResponse is marshalResponse appending to b.
+// appendResponse is marshalResponse appending to b. The common answer
+// (plainResponse) is encoded by appendPlain; any other goes through
+// protobuf-go, as a copy without the metadata.
 func appendResponse(b []byte, r *rlsv3.RateLimitResponse, w *wireCache) ([]byte, error) {
-	if plainResponse(r) {
-		pre, cached := w.structWire(r.DynamicMetadata)
-		md := len(pre)
-		if !cached {
-			md = sizeStruct(r.DynamicMetadata, w)
-		}
-		b = slices.Grow(b, sizePlain(r)+protowire.SizeTag(metadataField)+protowire.SizeBytes(md))
-		b = appendPlain(b, r)
-		b = protowire.AppendTag(b, metadataField, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(md))
-		if cached {
-			return append(b, pre...), nil
-		}
-		return appendStruct(b, r.DynamicMetadata, w), nil
-	}
-	rest := &rlsv3.RateLimitResponse{
-		OverallCode:          r.OverallCode,
-		Statuses:             r.Statuses,
-		ResponseHeadersToAdd: r.ResponseHeadersToAdd,
-		RequestHeadersToAdd:  r.RequestHeadersToAdd,
-		RawBody:              r.RawBody,
-		Quota:                r.Quota,
-	}
-	n := proto.Size(rest)
 	pre, cached := w.structWire(r.DynamicMetadata)
 	md := len(pre)
 	if !cached {
 		md = sizeStruct(r.DynamicMetadata, w)
 	}
-	b = slices.Grow(b, n+protowire.SizeTag(metadataField)+protowire.SizeBytes(md))
-	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, rest)
-	if err != nil {
-		return nil, err
+	tail := protowire.SizeTag(metadataField) + protowire.SizeBytes(md)
+	if plainResponse(r) {
+		b = appendPlain(slices.Grow(b, sizePlain(r)+tail), r)
+	} else {
+		rest := &rlsv3.RateLimitResponse{
+			OverallCode:          r.OverallCode,
+			Statuses:             r.Statuses,
+			ResponseHeadersToAdd: r.ResponseHeadersToAdd,
+			RequestHeadersToAdd:  r.RequestHeadersToAdd,
+			RawBody:              r.RawBody,
+			Quota:                r.Quota,
+		}
+		var err error
+		b, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(slices.Grow(b, proto.Size(rest)+tail), rest)
+		if err != nil {
+			return nil, err
+		}
 	}
 	b = protowire.AppendTag(b, metadataField, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(md))
