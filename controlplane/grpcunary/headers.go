@@ -40,32 +40,22 @@ func newHeaderDecoder(max uint32) *headerDecoder {
 	return d
 }
 
-// begin starts a block.
-func (d *headerDecoder) begin() {
+// decode decodes block, the whole header block of HEADERS frame hf: the
+// decoded frame, or a connection error (a block far past what the budget
+// can take, or one that breaks HPACK) or a stream error (a malformed field
+// or pseudo-header set, with the reason as its Cause).
+func (d *headerDecoder) decode(hf *http2.HeadersFrame, block []byte) (*http2.MetaHeadersFrame, error) {
 	clear(d.fields)
 	d.fields = d.fields[:0]
 	d.remain, d.trailers = d.max, d.max
 	d.sawRegular, d.invalid, d.truncated = false, nil, false
 	d.dec.SetEmitEnabled(true)
-}
-
-// fragment decodes the next piece of the block: a connection error if the
-// piece is far past what the budget can take, or follows a malformed field
-// (whose size was not counted), or breaks HPACK.
-func (d *headerDecoder) fragment(frag []byte) error {
-	if int64(len(frag)) > 2*int64(d.remain+d.trailers) || d.invalid != nil {
-		return http2.ConnectionError(http2.ErrCodeProtocol)
+	if int64(len(block)) > 2*int64(d.remain+d.trailers) {
+		return nil, http2.ConnectionError(http2.ErrCodeProtocol)
 	}
-	if _, err := d.dec.Write(frag); err != nil {
-		return http2.ConnectionError(http2.ErrCodeCompression)
+	if _, err := d.dec.Write(block); err != nil {
+		return nil, http2.ConnectionError(http2.ErrCodeCompression)
 	}
-	return nil
-}
-
-// end finishes the block of HEADERS frame hf: the decoded frame, or a
-// connection error (the block ended inside a field) or a stream error (a
-// malformed field or pseudo-header set, with the reason as its Cause).
-func (d *headerDecoder) end(hf *http2.HeadersFrame) (*http2.MetaHeadersFrame, error) {
 	if err := d.dec.Close(); err != nil {
 		return nil, http2.ConnectionError(http2.ErrCodeCompression)
 	}

@@ -77,12 +77,8 @@ func TestHeaderDecoderMatchesFramer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ours.begin()
-			var ourF *http2.MetaHeadersFrame
-			ourErr := ours.fragment(f.(*http2.HeadersFrame).HeaderBlockFragment())
-			if ourErr == nil {
-				ourF, ourErr = ours.end(f.(*http2.HeadersFrame))
-			}
+			hf := f.(*http2.HeadersFrame)
+			ourF, ourErr := ours.decode(hf, hf.HeaderBlockFragment())
 			where := func() string { return "sequence " + strconv.Itoa(seq) + " block " + strconv.Itoa(blk) }
 			seen[kind(theirErr)]++
 			if theirErr == nil && theirF.(*http2.MetaHeadersFrame).Truncated {

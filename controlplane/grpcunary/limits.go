@@ -188,13 +188,8 @@ func (c *conn) readHeaders(fh http2.FrameHeader) (http2.Frame, error) {
 		return nil, err
 	}
 	hf := f.(*http2.HeadersFrame)
-	d := c.hdec
-	d.begin()
 	if hf.HeadersEnded() {
-		if err := d.fragment(hf.HeaderBlockFragment()); err != nil {
-			return nil, err
-		}
-		return d.end(hf)
+		return c.hdec.decode(hf, hf.HeaderBlockFragment())
 	}
 	// The block is decoded whole, as one frame's would be, so that a block
 	// split over frames gets the same answers.
@@ -214,10 +209,7 @@ func (c *conn) readHeaders(fh http2.FrameHeader) (http2.Frame, error) {
 			break
 		}
 	}
-	if err := d.fragment(block); err != nil {
-		return nil, err
-	}
-	return d.end(hf)
+	return c.hdec.decode(hf, block)
 }
 
 // sweeper runs sweep until the server stops.
