@@ -258,6 +258,7 @@ printf '\x00\x00\x00\x00\x15\x0a\x05bench\x12\x0c\x0a\x0a\x0a\x04user\x12\x02u1'
 # every call that did not end in a 2xx as an error).
 drive() {
 	local addr=$1 duration=$2 out=$3
+	local url="http://$addr/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 	if [ "$CLIENT" != h2load ]; then
 		"$work/sluice-load" -addr "$addr" "${load_args[@]}" -duration "$duration" -json >"$out"
 		return
@@ -265,11 +266,10 @@ drive() {
 	# h2load counts HTTP statuses only; one call through curl checks that
 	# the body gets a gRPC OK (grpc-status 0 in the trailers).
 	curl -s --http2-prior-knowledge --data-binary @"$work/request.bin" -H 'content-type: application/grpc' \
-		-H 'te: trailers' -D - -o /dev/null "http://$addr/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" |
+		-H 'te: trailers' -D - -o /dev/null "$url" |
 		tr -d '\r' | grep -qx 'grpc-status: 0' || { echo "$addr: the h2load body does not get grpc-status 0" >&2; return 1; }
 	h2load -t 1 -c "$CONNS" -m $((CALLERS / CONNS)) -D "$duration" -d "$work/request.bin" \
-		-H 'content-type: application/grpc' -H 'te: trailers' \
-		"http://$addr/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" >"$out.h2load" || return 1
+		-H 'content-type: application/grpc' -H 'te: trailers' "$url" >"$out.h2load" || return 1
 	awk '
 		function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
 		/^finished in/ { sub(/,/, "", $4); rate = $4 }
