@@ -19,16 +19,7 @@
 --
 -- The reply holds one integer per key: 1 written, 0 nothing to do (the
 -- window is over, or nothing changes), BAD (a state sluice did not write).
-floor, fmt, match, tonumber, call, rpcall = bind()
-pad = 0
-local now = ARGV[1]
-if now == '' then
-  local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-  pad = 86400000
-end
+local now = start(ARGV[1])
 
 -- merge returns the amount a state holding r keeps after a replica's base
 -- b and used u, with cap a full limiter.

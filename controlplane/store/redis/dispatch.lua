@@ -40,18 +40,9 @@
 -- mostly share them: the numbers are parsed once.
 --
 -- As a library function it keeps the chunk's locals between calls, so the
--- state of one call (pad, fw_fields) is reset here.
-floor, fmt, match, tonumber, call, rpcall = bind()
-pad = 0
+-- state of one call (pad, in start, and fw_fields) is reset here.
+local now = start(ARGV[1])
 fw_fields = {}
-local now = ARGV[1]
-if now == '' then
-  local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-  pad = 86400000
-end
 local decide = { fixed_window, sliding_window, sliding_log, token_bucket, gcra, reserve }
 local fs, p1s, p2s, p3s, p4s = {}, {}, {}, {}, {}
 local j = 3

@@ -44,17 +44,8 @@
 -- debit, retry-after when g is 0, reset-after (until the limiter is full
 -- again), the validity in microseconds, and the lease's end on Redis's
 -- clock (microseconds, for return.lua).
-floor, fmt, match, tonumber, call, rpcall = bind()
-pad = 0
+local now = start(ARGV[1])
 fw_fields = {}
-local now = ARGV[1]
-if now == '' then
-  local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-  pad = 86400000
-end
 
 -- lease_validity is how long a lease of g units may be spent: until the
 -- current window ends (fixed_window, sliding_window); for token_bucket and

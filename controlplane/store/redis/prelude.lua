@@ -27,10 +27,25 @@ local MAX = 9007199254740992
 -- writes nothing.
 local BAD = -1
 
--- pad is added to every expiry, in milliseconds. dispatch.lua raises it when
+-- pad is added to every expiry, in milliseconds. start raises it when
 -- the caller injected the time, so that wall-clock expiry cannot overtake
 -- the injected clock.
 local pad = 0
+
+-- start begins a script call: it binds the library functions (see bind)
+-- and returns the call's clock in microseconds, arg (ARGV[1]) when the
+-- caller injected the time, in which case pad is raised, or Redis TIME
+-- when arg is "". Every script calls it first.
+local function start(arg)
+  floor, fmt, match, tonumber, call, rpcall = bind()
+  pad = 0
+  if arg == '' then
+    local t = call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  pad = 86400000
+  return tonumber(arg)
+end
 
 -- ceil_div returns ceil(a/b) for integers a >= 0, b > 0 (a < 2^53): floor of
 -- a double quotient of such integers is exact.

@@ -24,14 +24,7 @@
 -- The reply holds one integer per key: 1 returned, 0 nothing done (the
 -- lease had ended, nothing to return, or the key is gone), BAD (a state
 -- sluice did not write).
-floor, fmt, match, tonumber, call, rpcall = bind()
-local now = ARGV[1]
-if now == '' then
-  local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(now)
-end
+local now = start(ARGV[1])
 
 -- give_back returns units u of a lease that ends at e to key.
 local function give_back(key, mark, alg, p1, p2, p3, u, e)
