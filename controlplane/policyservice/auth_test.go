@@ -2,20 +2,12 @@ package policyservice
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -28,6 +20,7 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
 	"github.com/sluicehq/sluice/controlplane/policystore"
+	"github.com/sluicehq/sluice/internal/testcerts"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
@@ -176,94 +169,18 @@ func TestAuthConfigErrors(t *testing.T) {
 	}
 }
 
-// testPKI is a CA with certificates it signed, written as PEM files.
-type testPKI struct {
-	dir    string
-	caPool *x509.CertPool
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-}
-
-// newPKI makes a CA named name.
-func newPKI(t testing.TB, name string) *testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	p := &testPKI{dir: t.TempDir(), caPool: x509.NewCertPool(), ca: ca, caKey: key}
-	p.caPool.AddCert(ca)
-	writePEM(t, filepath.Join(p.dir, "ca.pem"), "CERTIFICATE", der)
-	return p
-}
-
-// issue signs a certificate for cn with the given usage and returns the
-// paths of its certificate and key files.
-func (p *testPKI) issue(t testing.TB, cn string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		DNSNames:     []string{cn},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(p.dir, cn+".pem"), filepath.Join(p.dir, cn+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	return certFile, keyFile
-}
-
-// writePEM writes one PEM block.
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestMutualTLS: a client certificate signed by the configured CA is
 // accepted; one from another CA, one not for client authentication, or
 // none at all is refused with Unauthenticated and a reason.
 func TestMutualTLS(t *testing.T) {
-	pki := newPKI(t, "sluice test CA")
-	other := newPKI(t, "some other CA")
-	serverCert, serverKey := pki.issue(t, "localhost", x509.ExtKeyUsageServerAuth)
+	pki := testcerts.NewCA(t)
+	other := testcerts.NewCA(t)
+	serverCert, serverKey := pki.Issue(t, "localhost", true)
 	tlsCfg, err := ServerTLSConfig(serverCert, serverKey, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caPool, err := tlsfiles.CertPool(filepath.Join(pki.dir, "ca.pem"))
+	caPool, err := tlsfiles.CertPool(pki.File)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +190,7 @@ func TestMutualTLS(t *testing.T) {
 	})
 	ctx := context.Background()
 	client := func(certFile, keyFile string) sluicev1.PolicyServiceClient {
-		cfg := &tls.Config{RootCAs: pki.caPool, ServerName: "localhost"}
+		cfg := &tls.Config{RootCAs: pki.Pool, ServerName: "localhost"}
 		if certFile != "" {
 			c, err := tls.LoadX509KeyPair(certFile, keyFile)
 			if err != nil {
@@ -284,16 +201,16 @@ func TestMutualTLS(t *testing.T) {
 		return sluicev1.NewPolicyServiceClient(dial(t, r.addr, credentials.NewTLS(cfg)))
 	}
 
-	okCert, okKey := pki.issue(t, "operator", x509.ExtKeyUsageClientAuth)
+	okCert, okKey := pki.Issue(t, "operator", false)
 	if _, err := client(okCert, okKey).Apply(ctx, &sluicev1.ApplyRequest{Yaml: domainYAML("api", 5)}); err != nil {
 		t.Fatalf("Apply with a good client certificate: %v", err)
 	}
 	_, err = client("", "").List(ctx, &sluicev1.ListRequest{})
 	wantCode(t, "no client certificate", err, codes.Unauthenticated, "requires mTLS")
-	strangerCert, strangerKey := other.issue(t, "stranger", x509.ExtKeyUsageClientAuth)
+	strangerCert, strangerKey := other.Issue(t, "stranger", false)
 	_, err = client(strangerCert, strangerKey).List(ctx, &sluicev1.ListRequest{})
 	wantCode(t, "a certificate from another CA", err, codes.Unauthenticated, "client certificate not accepted")
-	serverUse, serverUseKey := pki.issue(t, "not-a-client", x509.ExtKeyUsageServerAuth)
+	serverUse, serverUseKey := pki.IssueServerOnly(t, "not-a-client")
 	_, err = client(serverUse, serverUseKey).List(ctx, &sluicev1.ListRequest{})
 	wantCode(t, "a certificate not for client authentication", err, codes.Unauthenticated, "client certificate not accepted")
 
@@ -312,18 +229,18 @@ func TestMutualTLS(t *testing.T) {
 
 // TestTokenOrCertificate: with both configured, either credential works.
 func TestTokenOrCertificate(t *testing.T) {
-	pki := newPKI(t, "sluice test CA")
-	serverCert, serverKey := pki.issue(t, "localhost", x509.ExtKeyUsageServerAuth)
+	pki := testcerts.NewCA(t)
+	serverCert, serverKey := pki.Issue(t, "localhost", true)
 	tlsCfg, err := ServerTLSConfig(serverCert, serverKey, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := startReplica(t, newFileBackend(t), replicaConfig{
-		auth:  AuthConfig{ClientCAs: pki.caPool, Tokens: []string{testToken}},
+		auth:  AuthConfig{ClientCAs: pki.Pool, Tokens: []string{testToken}},
 		creds: credentials.NewTLS(tlsCfg),
 	})
 	ctx := context.Background()
-	tlsOnly := credentials.NewTLS(&tls.Config{RootCAs: pki.caPool, ServerName: "localhost"})
+	tlsOnly := credentials.NewTLS(&tls.Config{RootCAs: pki.Pool, ServerName: "localhost"})
 	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(tlsOnly), grpc.WithPerRPCCredentials(bearer(testToken)))
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +251,7 @@ func TestTokenOrCertificate(t *testing.T) {
 	}
 	_, err = sluicev1.NewPolicyServiceClient(dial(t, r.addr, tlsOnly)).List(ctx, &sluicev1.ListRequest{})
 	wantCode(t, "neither", err, codes.Unauthenticated, "or a client certificate")
-	if _, err := ServerTLSConfig(filepath.Join(pki.dir, "missing.pem"), serverKey, false); err == nil || !strings.Contains(err.Error(), "missing.pem") {
+	if _, err := ServerTLSConfig(filepath.Join(t.TempDir(), "missing.pem"), serverKey, false); err == nil || !strings.Contains(err.Error(), "missing.pem") {
 		t.Fatalf("ServerTLSConfig with a missing file: %v", err)
 	}
 	if _, err := tlsfiles.CertPool(serverKey); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {

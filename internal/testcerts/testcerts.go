@@ -105,6 +105,23 @@ func NewCA(t testing.TB) *CA {
 // certificate only for client authentication, with name as its common name.
 func (ca *CA) Issue(t testing.TB, name string, server bool) (certFile, keyFile string) {
 	t.Helper()
+	usages := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	if server {
+		usages = append(usages, x509.ExtKeyUsageServerAuth)
+	}
+	return ca.issue(t, name, server, usages)
+}
+
+// IssueServerOnly is Issue for a server certificate valid for server
+// authentication only: one a client must not be able to authenticate with.
+func (ca *CA) IssueServerOnly(t testing.TB, name string) (certFile, keyFile string) {
+	t.Helper()
+	return ca.issue(t, name, true, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth})
+}
+
+// issue is Issue with the certificate's extended key usages.
+func (ca *CA) issue(t testing.TB, name string, server bool, usages []x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
 	key := newKey(t)
 	now := time.Now()
 	tmpl := &x509.Certificate{
@@ -113,10 +130,9 @@ func (ca *CA) Issue(t testing.TB, name string, server bool) (certFile, keyFile s
 		NotBefore:    now.Add(-time.Minute),
 		NotAfter:     now.Add(Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  usages,
 	}
 	if server {
-		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 		tmpl.DNSNames = ServerNames
 	}
