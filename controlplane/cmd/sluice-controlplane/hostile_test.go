@@ -55,6 +55,18 @@ func dialRaw(addr string) (*rawConn, error) {
 // HEADERS, then the start of a message that announces 16,000 bytes and
 // sends 100.
 func (c *rawConn) openHalf() error {
+	id, err := c.startCall(5 * time.Second)
+	if err != nil {
+		return err
+	}
+	msg := make([]byte, 5+100)
+	be.BigEndian.PutUint32(msg[1:5], 16000)
+	return c.fr.WriteData(id, false, msg)
+}
+
+// startCall sends the HEADERS of a new ShouldRateLimit stream, within
+// timeout, and returns its stream id.
+func (c *rawConn) startCall(timeout time.Duration) (uint32, error) {
 	c.hbuf.Reset()
 	for _, f := range [][2]string{
 		{":method", "POST"}, {":scheme", "http"}, {":authority", "sluice"},
@@ -65,13 +77,8 @@ func (c *rawConn) openHalf() error {
 	}
 	id := c.nextID
 	c.nextID += 2
-	c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
-		return err
-	}
-	msg := make([]byte, 5+100)
-	be.BigEndian.PutUint32(msg[1:5], 16000)
-	return c.fr.WriteData(id, false, msg)
+	c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	return id, c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true})
 }
 
 // drain reads and discards what the server sends until the connection
@@ -318,18 +325,8 @@ func testHostileNeverReads(t *testing.T, mode string) {
 	calls, pings := 0, 0
 	var data [8]byte
 	for time.Now().Before(stop) {
-		c.hbuf.Reset()
-		for _, f := range [][2]string{
-			{":method", "POST"}, {":scheme", "http"}, {":authority", "sluice"},
-			{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
-			{"content-type", "application/grpc"}, {"te", "trailers"},
-		} {
-			c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-		}
-		id := c.nextID
-		c.nextID += 2
-		c.nc.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-		if c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}) != nil {
+		id, err := c.startCall(200 * time.Millisecond)
+		if err != nil {
 			break // the server stopped reading us: what we want
 		}
 		if c.fr.WriteData(id, true, []byte{0, 0, 0, 0, 5, 0x0a, 0x03, 'b', 'i', 'n'}) != nil {
