@@ -6,13 +6,8 @@ import (
 	"testing"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
-
-	"github.com/sluicehq/sluice/filter/rlsproto"
 )
 
 // TestPrecheckRejectionHostCalls counts the host functions filter.wasm calls
@@ -48,7 +43,9 @@ func TestPrecheckRejectionHostCalls(t *testing.T) {
 	}
 	req := map[string]string{":method": "GET", ":path": "/", ":authority": "example.com", "x-user": "blocked"}
 	h.request(2, req)
-	h.deliver(1, overLimitHour(t))
+	h.deliver(1, overLimitAnswer(t, []time.Duration{time.Hour}, []any{
+		map[string]any{"algorithm": "fixed_window", "limit": 1, "window_ms": 3600e3, "retry_after_ms": 3600e3},
+	}))
 	h.finish(2)
 	stream := func(id uint32) {
 		h.headers[id], h.current = req, id
@@ -75,27 +72,5 @@ func TestPrecheckRejectionHostCalls(t *testing.T) {
 	}
 	if !maps.Equal(counts, want) {
 		t.Fatalf("host calls of a precheck rejection: %v, want %v", counts, want)
-	}
-}
-
-// overLimitHour is the control plane's answer that one descriptor's fixed
-// window of 1 an hour is spent.
-func overLimitHour(tb testing.TB) *hostAnswer {
-	meta, err := structpb.NewStruct(map[string]any{rlsproto.MetadataKey: []any{
-		map[string]any{"algorithm": "fixed_window", "limit": 1, "window_ms": 3600e3, "retry_after_ms": 3600e3},
-	}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &hostAnswer{
-		headers:  map[string]string{":status": "200"},
-		trailers: map[string]string{"grpc-status": "0"},
-		body: grpcAnswer(tb, &rlsv3.RateLimitResponse{
-			OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
-			Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-				{Code: rlsv3.RateLimitResponse_OVER_LIMIT, DurationUntilReset: durationpb.New(time.Hour)},
-			},
-			DynamicMetadata: meta,
-		}),
 	}
 }

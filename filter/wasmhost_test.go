@@ -247,26 +247,29 @@ func (h *wasmHost) deliver(callID uint32, a *hostAnswer) {
 }
 
 func hostOverLimit(tb testing.TB, retryAfterMs float64) *hostAnswer {
-	meta, err := structpb.NewStruct(map[string]any{rlsproto.MetadataKey: []any{
+	return overLimitAnswer(tb, []time.Duration{time.Minute, time.Second}, []any{
 		map[string]any{"algorithm": "sliding_window", "limit": 100, "window_ms": 60000, "retry_after_ms": retryAfterMs},
 		map[string]any{"algorithm": "token_bucket", "limit": 10, "window_ms": 1000, "burst": 10, "retry_after_ms": retryAfterMs},
-	}})
+	})
+}
+
+// overLimitAnswer is the control plane's OVER_LIMIT answer for descriptors
+// whose statuses reset after resets, with the sluice metadata limits.
+func overLimitAnswer(tb testing.TB, resets []time.Duration, limits []any) *hostAnswer {
+	meta, err := structpb.NewStruct(map[string]any{rlsproto.MetadataKey: limits})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
-		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, DurationUntilReset: durationpb.New(time.Minute)},
-			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, DurationUntilReset: durationpb.New(time.Second)},
-		},
-		DynamicMetadata: meta,
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, DynamicMetadata: meta}
+	for _, d := range resets {
+		resp.Statuses = append(resp.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{
+			Code: rlsv3.RateLimitResponse_OVER_LIMIT, DurationUntilReset: durationpb.New(d),
+		})
 	}
-	body := grpcAnswer(tb, resp)
 	return &hostAnswer{
 		headers:  map[string]string{":status": "200"},
 		trailers: map[string]string{"grpc-status": "0"},
-		body:     body,
+		body:     grpcAnswer(tb, resp),
 	}
 }
 
