@@ -12,11 +12,16 @@ import (
 	"github.com/sluicehq/sluice/controlplane/store"
 )
 
-// validate checks a report before anything is changed.
+// validate checks a report before anything is changed. domain is the
+// stream's domain ("" before its first report). rlqs.proto says a client
+// should send domain only in its first report (Envoy sends it in every
+// one): a later report may leave it out, but not change it.
 func validate(rep *rlqspb.RateLimitQuotaUsageReports, domain string) error {
 	switch d := rep.GetDomain(); {
+	case d == "" && domain == "":
+		return status.Error(codes.InvalidArgument, "rlqs: domain: must not be empty in a stream's first report")
 	case d == "":
-		return status.Error(codes.InvalidArgument, "rlqs: domain: must not be empty")
+		// a later report without it: the stream's domain
 	case len(d) > MaxDomainLen:
 		return status.Errorf(codes.InvalidArgument, "rlqs: domain: %d bytes, more than %d", len(d), MaxDomainLen)
 	case domain != "" && d != domain:

@@ -266,7 +266,9 @@ func (s *Service) handle(ctx context.Context, st *stream, rep *rlqspb.RateLimitQ
 	if err := validate(rep, st.domain); err != nil {
 		return nil, err
 	}
-	st.domain = rep.GetDomain()
+	if st.domain == "" {
+		st.domain = rep.GetDomain() // a later report may leave it out
+	}
 	s.m.reports.Inc()
 	now := s.opts.Now()
 	resp := &rlqspb.RateLimitQuotaResponse{}

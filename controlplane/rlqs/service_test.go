@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
@@ -247,6 +248,28 @@ func TestEntriesSortedByKey(t *testing.T) {
 	}
 }
 
+// TestDomainOnlyFirst: rlqs.proto says domain "should only be provided in
+// the first report"; a later report without it is answered for the
+// stream's domain (the api limit, not ALLOW_ALL), and counts nothing bad.
+func TestDomainOnlyFirst(t *testing.T) {
+	f := newFixture(t, Options{}, ServerConfig{})
+	s := f.open(t)
+	if got := rateOfAction(t, exchange(t, s, report("api", usage(api, 1, 0, 0))).GetBucketAction()[0]); got != 100 {
+		t.Fatalf("first report: %v/s, want the api limit's 100/s", got)
+	}
+	for i := range 3 {
+		f.clock.Add(ReportInterval)
+		resp := exchange(t, s, report("", usage(api, 50, 0, ReportInterval)))
+		if got := rateOfAction(t, resp.GetBucketAction()[0]); got <= 0 || got > 100 {
+			t.Fatalf("report %d without domain: %v/s, want a share of the api limit", i+2, got)
+		}
+	}
+	var m dto.Metric
+	if err := f.svc.m.badReports.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+		t.Fatalf("bad reports counted: %v (%v)", m.GetCounter().GetValue(), err)
+	}
+}
+
 // TestMalformed: a malformed report ends the stream with InvalidArgument
 // naming the problem, and records nothing.
 func TestMalformed(t *testing.T) {
@@ -260,7 +283,8 @@ func TestMalformed(t *testing.T) {
 		reps []*rlqspb.RateLimitQuotaUsageReports
 		want string
 	}{
-		{"no domain", []*rlqspb.RateLimitQuotaUsageReports{report("", usage(api, 1, 0, 0))}, "domain"},
+		{"no domain", []*rlqspb.RateLimitQuotaUsageReports{report("", usage(api, 1, 0, 0))}, "first report"},
+		{"domain changes after one without", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(api, 1, 0, 0)), report("", usage(api, 1, 0, 0)), report("other", usage(api, 1, 0, 0))}, "one domain"},
 		{"long domain", []*rlqspb.RateLimitQuotaUsageReports{report(strings.Repeat("d", MaxDomainLen+1), usage(api, 1, 0, 0))}, "domain"},
 		{"no bucket id", []*rlqspb.RateLimitQuotaUsageReports{report("api", &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{})}, "bucket_id"},
 		{"empty bucket id", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(map[string]string{}, 1, 0, 0))}, "bucket_id"},
