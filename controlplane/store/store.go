@@ -88,15 +88,21 @@ type Entry struct {
 // recovered fleet does not admit a second budget. Base is what the fallback
 // was seeded with from the primary's last answer (0 if it was not): the
 // primary keeps the larger of its own amount and Base, then adds Used-Base
-// (never more than a full limiter). Times are Unix nanoseconds of the
-// fallback's clock, amounts as of the moment the Carry was taken:
+// (never more than a full limiter). Amounts are as of the moment the Carry
+// was taken, and times are durations from that moment, never instants: the
+// fallback's clock and the primary's need not agree.
 //
-//	fixed_window    Start: the window; Base, Used: its count
-//	sliding_window  Start: the current window; Base, Used: its count;
-//	                BasePrev, UsedPrev: the previous window's count
-//	sliding_log     Start: the newest entry; Base, Used: the log's total
-//	                (carried as one entry at Start: it leaves the window no
-//	                earlier than the entries it stands for)
+//	fixed_window    Left: until the fallback's window ends; Base, Used: its
+//	                count. The primary counts it in its own window whose end
+//	                is nearest (never a later one than its current window)
+//	sliding_window  Left: until the fallback's current window ends (matched
+//	                to the primary's windows as for fixed_window); Base,
+//	                Used: its count; BasePrev, UsedPrev: the previous
+//	                window's count
+//	sliding_log     Left: until the newest entry leaves the window; Base,
+//	                Used: the log's total (carried as one entry as old as
+//	                the newest: it leaves the window no earlier than the
+//	                entries it stands for)
 //	token_bucket    Base, Used: units missing from a full bucket (tokens
 //	                times Window in nanoseconds)
 //	gcra            Base, Used: nanoseconds of TAT beyond now
@@ -105,7 +111,7 @@ type Entry struct {
 type Carry struct {
 	Key                string
 	Limit              Limit
-	Start              int64
+	Left               int64 // nanoseconds; see above
 	Base, Used         int64
 	BasePrev, UsedPrev int64
 }

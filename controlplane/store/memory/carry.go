@@ -56,20 +56,48 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 	l := c.Limit
 	w := int64(l.Window)
 	used := r.Limit - r.Remaining
+	// Only durations cross from the primary: its answer's ResetAfter, taken
+	// from now on this clock (later than the primary's own now by the
+	// answer's trip: the state counts that much longer, never less). The
+	// primary's instants mean nothing here, whatever the skew between the
+	// clocks.
+	e.shift = 0
 	switch l.Algorithm {
 	case store.FixedWindow:
-		// Exact: the count is limit-remaining, the window the one that
-		// ends ResetAfter from now (on a Redis clock a little ahead, the
-		// next one: counted longer, never less).
-		t := now + r.ResetAfter - 1
-		e.fw = algorithms.FixedWindowState{Start: t - t%w, Count: used}
+		// Exact: the count is limit-remaining, in a window that ends
+		// ResetAfter from now. The entry's windows are shifted onto the
+		// primary's, so the next one is whole and starts when the
+		// primary's does.
+		end := now + r.ResetAfter
+		e.shift = phase(end, w)
+		e.fw = algorithms.FixedWindowState{Start: end + e.shift - w, Count: used}
 		e.seed = seedState{a: e.fw.Start, b: used}
 	case store.SlidingWindow:
-		// The used estimate as this window's count: it weighs fully until
-		// the window ends, where the primary's previous-window share
-		// already fades.
-		e.sw = algorithms.SlidingWindowState{Start: now - now%w, Cur: used}
-		e.seed = seedState{a: e.sw.Start, c: used}
+		// The windows shifted onto the primary's: its current window ends
+		// ResetAfter from now, or a window earlier when the current
+		// window holds requests (then ResetAfter is more than a window).
+		// With requests in it, the used estimate counts as this window's:
+		// it weighs fully until the window ends, where the primary's
+		// previous-window share already fades. Without, it all comes from
+		// the previous window: the largest count whose weighted share now
+		// is the estimate, which fades as the primary's does, and the next
+		// window is whole.
+		end := now + r.ResetAfter
+		if r.ResetAfter > w {
+			end -= w
+		}
+		e.shift = phase(end, w)
+		start := end + e.shift - w
+		if r.ResetAfter > w {
+			e.sw = algorithms.SlidingWindowState{Start: start, Cur: used}
+		} else {
+			prev := l.Requests
+			if wt := r.ResetAfter * 1000 / w; wt > 0 { // SlidingWindow's weight, w-ResetAfter into the window
+				prev = min(prev, used*1000/wt)
+			}
+			e.sw = algorithms.SlidingWindowState{Start: start, Prev: prev}
+		}
+		e.seed = seedState{a: e.sw.Start, b: e.sw.Prev, c: e.sw.Cur}
 	case store.SlidingLog:
 		// The whole total as one entry at the newest entry's time: it
 		// leaves the window no earlier than the entries it stands for.
@@ -116,12 +144,15 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 // Unload reports the same again. fn runs without the shard's lock. Unload
 // stops at the first error of fn and returns it.
 func (s *Store) Unload(drain bool, fn func([]store.Carry) error) error {
-	now := s.now().UnixNano()
 	var batch []store.Carry
 	var done []carried
 	for i := range s.shards {
 		sh := &s.shards[i]
 		batch, done = batch[:0], done[:0]
+		// Read per shard: a Carry's durations count from this moment,
+		// and the primary adds them to its own clock when fn's call
+		// reaches it, shortly after.
+		now := s.now().UnixNano()
 		sh.mu.Lock()
 		for e := sh.lru.next; e != &sh.lru; {
 			next := e.next
@@ -167,7 +198,7 @@ func (e *entry) current(now int64) seedState {
 		return seedState{a: e.fw.Start, b: e.fw.Count}
 	case store.SlidingWindow:
 		st := e.sw
-		_, _ = slidingWindow(l).Allow(&st, now, 0) // a peek rolls the state to now
+		_, _ = slidingWindow(l).Allow(&st, now+e.shift, 0) // a peek rolls the state to now
 		return seedState{a: st.Start, b: st.Prev, c: st.Cur}
 	case store.SlidingLog:
 		r, _ := slidingLog(l).Allow(e.log, now, 0) // prunes what left the window
@@ -202,25 +233,26 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		}
 		return v
 	}
+	at := now + e.shift // the clock of fixed_window's and sliding_window's windows
 	switch e.alg {
 	case store.FixedWindow:
-		if cur.b == 0 || cur.a+w <= now {
+		if cur.b == 0 || cur.a+w <= at {
 			return c, false // the window is over: nothing left to count
 		}
 		var s int64
 		if seed.a == cur.a {
 			s = seed.b
 		}
-		c.Start, c.Base = cur.a, base(s)
+		c.Left, c.Base = cur.a+w-at, base(s)
 		c.Used = c.Base + max(0, cur.b-s)
 	case store.SlidingWindow:
 		// the seed rolled to the same window as the state
 		st := algorithms.SlidingWindowState{Start: seed.a, Prev: seed.b, Cur: seed.c}
-		_, _ = slidingWindow(l).Allow(&st, now, 0)
+		_, _ = slidingWindow(l).Allow(&st, at, 0)
 		if st.Start != cur.a {
 			st = algorithms.SlidingWindowState{}
 		}
-		c.Start = cur.a
+		c.Left = cur.a + w - at
 		c.Base, c.BasePrev = base(st.Cur), base(st.Prev)
 		c.Used = c.Base + max(0, cur.c-st.Cur)
 		c.UsedPrev = c.BasePrev + max(0, cur.b-st.Prev)
@@ -235,7 +267,7 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		if seed.a+w > now {
 			s = seed.b // the seeded entry is still in the window
 		}
-		c.Start, c.Base = cur.a, base(s)
+		c.Left, c.Base = cur.a+w-now, base(s)
 		c.Used = c.Base + max(0, cur.b-s)
 	case store.TokenBucket:
 		st := algorithms.TokenBucketState{Last: seed.a, Used: seed.b}
@@ -253,6 +285,13 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		c.Used = c.Base + max(0, reserveOwed(p, algorithms.ReserveState{Next: cur.a, Missing: cur.b}, now)-s)
 	}
 	return c, c.Used > 0
+}
+
+// phase returns the shift in [0, w) that makes end, plus it, a multiple of
+// w: added to the clock, it moves clock-aligned windows of length w so that
+// one ends at end.
+func phase(end, w int64) int64 {
+	return ((-end)%w + w) % w
 }
 
 // reserveOwed returns what a reserve limiter in state st owes at now, in

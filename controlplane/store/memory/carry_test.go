@@ -2,6 +2,7 @@ package memory
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -91,15 +92,15 @@ func TestUnload(t *testing.T) {
 		}
 		return got
 	}
-	start := (c.nanos() + int64(30*time.Minute) - 1) / int64(time.Hour) * int64(time.Hour)
+	left := int64(30 * time.Minute) // the clock stands still: the seeded window ends as the answer said
 	for _, step := range []struct {
 		drain, fail bool
 		want        []store.Carry
 	}{
-		{false, true, []store.Carry{{Key: "k", Limit: l, Start: start, Base: 6, Used: 8}}},
-		{false, false, []store.Carry{{Key: "k", Limit: l, Start: start, Base: 6, Used: 8}}},
+		{false, true, []store.Carry{{Key: "k", Limit: l, Left: left, Base: 6, Used: 8}}},
+		{false, false, []store.Carry{{Key: "k", Limit: l, Left: left, Base: 6, Used: 8}}},
 		{false, false, nil}, // nothing new
-		{true, false, []store.Carry{{Key: "k", Limit: l, Start: start, Base: 0, Used: 1}}}, // after one more
+		{true, false, []store.Carry{{Key: "k", Limit: l, Left: left, Base: 0, Used: 1}}}, // after one more
 		{true, false, nil},
 	} {
 		if step.drain && step.want != nil {
@@ -112,5 +113,80 @@ func TestUnload(t *testing.T) {
 	}
 	if n := s.Stats().Entries; n != 0 {
 		t.Fatalf("%d entries after a draining Unload", n)
+	}
+}
+
+// TestSeedAcrossSkew is the failover of issue 19 on synthetic time: a 10
+// per 10 s key has 6 of its limit used on the primary, whose clock is
+// skewed from this store's (the primary's answers carry durations, never
+// the primary's instants), and the store takes over. Whatever the skew,
+// the store must go on as the primary would have: the rest of the limit
+// admitted in the primary's window, the reset within it, the windows after
+// it whole. Fixed windows, sliding windows and GCRA are seeded exactly
+// here (the primary's sliding window counted nothing before), so they must
+// decide as the primary does, call for call; the others never admit more,
+// and at most one call fewer over three windows.
+func TestSeedAcrossSkew(t *testing.T) {
+	const w = 10 * time.Second
+	tenPer := func(a store.Algorithm) store.Limit {
+		l := store.Limit{Algorithm: a, Requests: 10, Window: w}
+		if a == store.Reserve {
+			l.MaxWait = 0
+		}
+		return l
+	}
+	algs := []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA, store.Reserve}
+	skews := []time.Duration{0, time.Nanosecond, -time.Nanosecond, time.Millisecond, -time.Millisecond,
+		3 * time.Second, -3 * time.Second, 7 * time.Second, -7 * time.Second, 90 * time.Minute}
+	for _, a := range algs {
+		for _, skew := range skews {
+			t.Run(fmt.Sprintf("%s/skew=%v", a, skew), func(t *testing.T) {
+				l := tenPer(a)
+				check := store.Check{Key: "k", Limit: l, Cost: 1}
+				// the primary's clock: 3.2 s into one of its windows
+				p := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano() + int64(3200*time.Millisecond)
+				c := &clock{}
+				s := newStore(c, Options{})
+				primary := &oracle{}
+				var last algorithms.Result
+				for i := range 6 {
+					last, _ = primary.allow(l, p+int64(i)*int64(100*time.Millisecond), 1)
+				}
+				p += int64(500 * time.Millisecond) // seeded as the last answer arrives
+				c.ns.Store(p + int64(skew))
+				s.Seed([]store.Check{check}, []algorithms.Result{last})
+				var mine, theirs int
+				var firstReset bool
+				for step := range 60 { // three windows, a call every 500 ms
+					got := decide(t, s, check)
+					want, _ := primary.allow(l, p, 1)
+					if !firstReset {
+						firstReset = true
+						if got.ResetAfter > want.ResetAfter {
+							t.Errorf("first answer after the seed: reset after %v, the primary's %v", time.Duration(got.ResetAfter), time.Duration(want.ResetAfter))
+						}
+					}
+					if got.Allowed {
+						mine++
+					}
+					if want.Allowed {
+						theirs++
+					}
+					exact := a == store.FixedWindow || a == store.SlidingWindow || a == store.GCRA
+					if exact && (got.Allowed != want.Allowed || got.Remaining != want.Remaining) {
+						t.Fatalf("call %d: answered allowed=%v remaining=%d reset=%v, the primary allowed=%v remaining=%d reset=%v", step,
+							got.Allowed, got.Remaining, time.Duration(got.ResetAfter), want.Allowed, want.Remaining, time.Duration(want.ResetAfter))
+					}
+					if mine > theirs {
+						t.Fatalf("call %d: %d admitted, the primary %d", step, mine, theirs)
+					}
+					p += int64(500 * time.Millisecond)
+					c.Advance(500 * time.Millisecond)
+				}
+				if mine < theirs-1 {
+					t.Fatalf("%d admitted over three windows, the primary %d", mine, theirs)
+				}
+			})
+		}
 	}
 }

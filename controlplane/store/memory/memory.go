@@ -137,6 +137,7 @@ type entry struct {
 	size    int64 // approximate bytes, for the shard's total
 	limit   store.Limit
 
+	shift   int64     // fixed_window, sliding_window: added to the clock, so that a seeded entry's windows are the primary's (carry.go)
 	seed    seedState // as seeded by the primary, or as last carried to it (carry.go)
 	carried bool      // seed was carried: the primary has it
 
@@ -359,9 +360,9 @@ func (e *entry) apply(c *store.Check, now int64) (algorithms.Result, error) {
 	var err error
 	switch c.Limit.Algorithm {
 	case store.FixedWindow:
-		r, err = fixedWindow(c.Limit).Allow(&e.fw, now, c.Cost)
+		r, err = fixedWindow(c.Limit).Allow(&e.fw, now+e.shift, c.Cost)
 	case store.SlidingWindow:
-		r, err = slidingWindow(c.Limit).Allow(&e.sw, now, c.Cost)
+		r, err = slidingWindow(c.Limit).Allow(&e.sw, now+e.shift, c.Cost)
 	case store.SlidingLog:
 		r, err = slidingLog(c.Limit).Allow(e.log, now, c.Cost)
 	case store.TokenBucket:

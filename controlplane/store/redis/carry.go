@@ -121,7 +121,7 @@ func (s *Store) Carry(ctx context.Context, carries []store.Carry) (int, error) {
 
 // carryValues converts c's amounts to carry.lua's (microseconds where they
 // are times, rounded up where a rounding could lose what was admitted):
-// start, base, used, base_prev, used_prev.
+// left, base, used, base_prev, used_prev.
 func carryValues(c store.Carry) [5]int64 {
 	us := func(ns, most int64) int64 { return min(ceilDiv(max(ns, 0), 1000), most) }
 	switch c.Limit.Algorithm {
@@ -132,7 +132,7 @@ func carryValues(c store.Carry) [5]int64 {
 	}
 	// amounts are counts, capped by the limit (below maxSpan)
 	n := func(v int64) int64 { return min(max(v, 0), maxSpan) }
-	return [5]int64{us(c.Start, maxNow-1), n(c.Base), n(c.Used), n(c.BasePrev), n(c.UsedPrev)}
+	return [5]int64{us(c.Left, maxSpan), n(c.Base), n(c.Used), n(c.BasePrev), n(c.UsedPrev)}
 }
 
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0.

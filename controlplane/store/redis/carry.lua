@@ -7,9 +7,16 @@
 --   ARGV[1]            "" to read the clock from TIME, or the time in
 --                      microseconds (tests only)
 --   ARGV[2+9(i-1) ..]  key i: algorithm, three limit parameters (as
---                      dispatch.lua takes them), start (reserve: its
+--                      dispatch.lua takes them), left (reserve: its
 --                      max_wait), base, used, base_prev, used_prev (see
 --                      below; microseconds)
+--
+-- The replica's clock is not this one (it may be skewed by any amount), so
+-- it sends durations from the moment it took the carry, never instants:
+-- left is how long until its window ends (fixed_window, sliding_window) or
+-- until its newest entry leaves the window (sliding_log); this script adds
+-- it to its own now. The replica took the carry a little before this runs:
+-- a state counted from then lasts that much longer, never less.
 --
 -- Every amount merges alike: the state keeps the larger of its own amount
 -- and the base the replica was seeded with (so a Redis that lost its data
@@ -38,8 +45,26 @@ local function merge(r, b, u, cap)
   return m
 end
 
--- fixed_window: start is the window; the count of that window merges.
-local function carry_fw(key, limit, window, start, b, u)
+-- window_of returns the start of the window here that a replica's window
+-- ending left from now stands for: the one whose end is nearest, but never
+-- a window after the current one (what the replica admitted lies in the
+-- past). A replica seeded from this store's answers shifted its windows
+-- onto these (memory's Seed), so its window ends at this current window's
+-- end, or just after the previous one's when the seed came a trip late:
+-- both are matched. Others match when the clocks are less than half a
+-- window apart.
+local function window_of(window, left)
+  local ws = now - now % window
+  if 2 * (now + left - ws) >= window then
+    return ws
+  end
+  return ws - window
+end
+
+-- fixed_window: the count of the replica's window merges into the window
+-- it stands for, if that is the current one.
+local function carry_fw(key, limit, window, left, b, u)
+  local start = window_of(window, left)
   if start + window <= now then
     return 0
   end
@@ -64,8 +89,10 @@ local function carry_fw(key, limit, window, start, b, u)
 end
 
 -- sliding_window: both windows' counts merge, once the replica's and the
--- state here are rolled to the same window.
-local function carry_sw(key, limit, window, start, b, u, bp, up)
+-- state here are rolled to the same window (the replica's current window
+-- stands for one here as for fixed_window).
+local function carry_sw(key, limit, window, left, b, u, bp, up)
+  local start = window_of(window, left)
   local ws = now - now % window
   if ws == start + window then
     b, u, bp, up, start = 0, 0, b, u, ws
@@ -104,10 +131,12 @@ local function carry_sw(key, limit, window, start, b, u, bp, up)
   return 1
 end
 
--- sliding_log: the replica's entries arrive as one entry at its newest
--- entry's time; the log's total merges.
-local function carry_sl(key, limit, window, at, b, u)
-  if at + window <= now then
+-- sliding_log: the replica's entries arrive as one entry as old as its
+-- newest entry (which leaves the window left from now); the log's total
+-- merges.
+local function carry_sl(key, limit, window, left, b, u)
+  local at = now + left - window
+  if left <= 0 or at < 0 then
     return 0
   end
   -- a peek prunes what left the window and checks the state
@@ -233,22 +262,22 @@ local j = 2
 for i = 1, #KEYS do
   local alg = tonumber(ARGV[j])
   local p1, p2, p3 = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
-  local start, b, u = tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6])
+  local left, b, u = tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6])
   local bp, up = tonumber(ARGV[j + 7]), tonumber(ARGV[j + 8])
   local k = KEYS[i]
   local r = BAD
   if alg == 1 then
-    r = carry_fw(k, p1, p2, start, b, u)
+    r = carry_fw(k, p1, p2, left, b, u)
   elseif alg == 2 then
-    r = carry_sw(k, p1, p2, start, b, u, bp, up)
+    r = carry_sw(k, p1, p2, left, b, u, bp, up)
   elseif alg == 3 then
-    r = carry_sl(k, p1, p2, start, b, u)
+    r = carry_sl(k, p1, p2, left, b, u)
   elseif alg == 4 then
     r = carry_tb(k, p1, p2, p3, b, u)
   elseif alg == 5 then
     r = carry_gcra(k, p1, p2, p3, b, u)
   elseif alg == 6 then
-    r = carry_rs(k, p1, p2, p3, start, b, u)
+    r = carry_rs(k, p1, p2, p3, left, b, u)
   end
   out[i] = r
   j = j + 9

@@ -19,7 +19,10 @@ import (
 // without persistence), and the replicas carry what they admitted back.
 // From then on Redis must decide as one Go limiter that saw every
 // admission: Redis's own unless Redis lost them and no replica was seeded
-// with them, and every replica's. Every algorithm, every combination.
+// with them, and every replica's. Every algorithm, every combination, and
+// replicas whose clocks are skewed from Redis's (the first ahead by skew,
+// the second behind): seeded replicas by any amount, the others by a
+// little (see carry.lua's window_of).
 func TestCarryDifferential(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
@@ -33,12 +36,24 @@ func TestCarryDifferential(t *testing.T) {
 	// Like the token bucket, a reserve limiter's carry refills each
 	// replica's part on its own: exact when refill is negligible.
 	limits[store.Reserve] = store.Limit{Algorithm: store.Reserve, Requests: 1, Window: time.Hour, Burst: 10, MaxWait: 3 * time.Hour}
+	type scenario struct {
+		seed, flush bool
+		replicas    int
+		skew        time.Duration
+	}
+	var scenarios []scenario
+	for _, skew := range []time.Duration{0, time.Millisecond, 400 * time.Millisecond, 2*time.Hour + 700*time.Millisecond} {
+		for _, sc := range []scenario{{false, false, 1, 0}, {true, false, 1, 0}, {true, true, 1, 0}, {false, true, 1, 0},
+			{false, false, 2, 0}, {true, false, 2, 0}, {true, true, 2, 0}} {
+			if sc.seed || skew <= time.Millisecond {
+				sc.skew = skew
+				scenarios = append(scenarios, sc)
+			}
+		}
+	}
 	for _, alg := range algs {
-		for _, sc := range []struct {
-			seed, flush bool
-			replicas    int
-		}{{false, false, 1}, {true, false, 1}, {true, true, 1}, {false, true, 1}, {false, false, 2}, {true, false, 2}, {true, true, 2}} {
-			name := fmt.Sprintf("%s/seed=%v/flush=%v/replicas=%d", alg, sc.seed, sc.flush, sc.replicas)
+		for _, sc := range scenarios {
+			name := fmt.Sprintf("%s/seed=%v/flush=%v/replicas=%d/skew=%v", alg, sc.seed, sc.flush, sc.replicas, sc.skew)
 			t.Run(name, func(t *testing.T) {
 				l := limits[alg]
 				key := "carry:" + name
@@ -57,8 +72,9 @@ func TestCarryDifferential(t *testing.T) {
 				}
 				last := out[0]
 				var mems []*memory.Store
-				for range sc.replicas {
-					m := memory.New(memory.Options{Now: clk.Now})
+				for r := range sc.replicas {
+					skew := sc.skew * time.Duration(1-2*r) // the first ahead of Redis, the second behind
+					m := memory.New(memory.Options{Now: func() time.Time { return clk.Now().Add(skew) }})
 					if sc.seed { // as the answer arrives, before Redis goes away
 						m.Seed(check, []algorithms.Result{last})
 					}
@@ -117,24 +133,26 @@ func TestCarryDifferential(t *testing.T) {
 	}
 }
 
-// TestCarryEdges checks what Carry leaves alone: a window that closed, a
-// key holding something sluice did not write (named in the error, the
-// other keys still carried), a limit the scripts refuse.
+// TestCarryEdges checks what Carry leaves alone: a replica's window that
+// stands for a window here that closed, a key holding something sluice did
+// not write (named in the error, the other keys still carried), a limit the
+// scripts refuse.
 func TestCarryEdges(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
 	const t0 = int64(1_800_000_000_000_000) // us, a whole second
-	clk := newClock(t0 + 1_500_000)         // 1.5 s: the window [t0, t0+1s) has closed
+	clk := newClock(t0 + 1_100_000)         // 1.1 s: the window [t0, t0+1s) has closed
 	rs := newStore(t, client, Options{Now: clk.Now})
 	fw := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Second}
 	if err := client.Set(ctx, "carry:alien", "not sluice's", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	n, err := rs.Carry(ctx, []store.Carry{
-		{Key: "carry:closed", Limit: fw, Start: t0 * 1000, Used: 5},
-		{Key: "carry:alien", Limit: fw, Start: (t0 + 1_000_000) * 1000, Used: 5},
+		// ends 100 ms from now: it stands for [t0, t0+1s), whose end is nearest
+		{Key: "carry:closed", Limit: fw, Left: int64(100 * time.Millisecond), Used: 5},
+		{Key: "carry:alien", Limit: fw, Left: int64(900 * time.Millisecond), Used: 5},
 		{Key: "carry:bad-limit", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 0, Window: time.Second}, Used: 5},
-		{Key: "carry:open", Limit: fw, Start: (t0 + 1_000_000) * 1000, Used: 5},
+		{Key: "carry:open", Limit: fw, Left: int64(900 * time.Millisecond), Used: 5},
 	})
 	if n != 1 || err == nil || !strings.Contains(err.Error(), "2 keys skipped") {
 		t.Fatalf("Carry = %d, %v; want 1 key carried and 2 skipped", n, err)
