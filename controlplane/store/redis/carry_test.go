@@ -111,8 +111,14 @@ func TestCarryDifferential(t *testing.T) {
 				if sc.flush && !sc.seed {
 					want = lost
 				}
-				for i := range int64(12) {
-					clk.set(t0 + 120_000 + i*1000)
+				for i := range int64(24) {
+					// 12 requests in Redis's window, then 12 in the next
+					// one (it starts at t0+900 ms), which must be whole
+					at := t0 + 120_000 + i*1000
+					if i >= 12 {
+						at = t0 + 910_000 + (i-12)*1000
+					}
+					clk.set(at)
 					if err := rs.Decide(ctx, check, out); err != nil {
 						t.Fatal(err)
 					}
@@ -123,9 +129,11 @@ func TestCarryDifferential(t *testing.T) {
 					// (100 ms) per replica.
 					waitOff := (out[0].Wait - w.Wait*1000) * -1
 					if out[0].Allowed != w.Allowed || out[0].Remaining != w.Remaining ||
+						(alg == store.FixedWindow && out[0].ResetAfter != w.ResetAfter*1000) ||
 						waitOff < 0 || waitOff > int64(sc.replicas)*int64(100*time.Millisecond) {
-						t.Fatalf("request %d after the carry: Redis allowed=%v remaining=%d wait=%v, Go allowed=%v remaining=%d wait=%dus",
-							i, out[0].Allowed, out[0].Remaining, time.Duration(out[0].Wait), w.Allowed, w.Remaining, w.Wait)
+						t.Fatalf("request %d after the carry: Redis allowed=%v remaining=%d reset=%v wait=%v, Go allowed=%v remaining=%d reset=%dus wait=%dus",
+							i, out[0].Allowed, out[0].Remaining, time.Duration(out[0].ResetAfter), time.Duration(out[0].Wait),
+							w.Allowed, w.Remaining, w.ResetAfter, w.Wait)
 					}
 				}
 			})
