@@ -125,7 +125,9 @@ func TestUnload(t *testing.T) {
 // it whole. Fixed windows, sliding windows and GCRA are seeded exactly
 // here (the primary's sliding window counted nothing before), so they must
 // decide as the primary does, call for call; the others never admit more,
-// and at most one call fewer over three windows.
+// and at most one call fewer over three windows. A sliding window seeded in
+// the next window (from a peek: all its estimate from the previous window)
+// is exact too.
 func TestSeedAcrossSkew(t *testing.T) {
 	const w = 10 * time.Second
 	tenPer := func(a store.Algorithm) store.Limit {
@@ -138,9 +140,19 @@ func TestSeedAcrossSkew(t *testing.T) {
 	algs := []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA, store.Reserve}
 	skews := []time.Duration{0, time.Nanosecond, -time.Nanosecond, time.Millisecond, -time.Millisecond,
 		3 * time.Second, -3 * time.Second, 7 * time.Second, -7 * time.Second, 90 * time.Minute}
+	type scenario struct {
+		alg  store.Algorithm
+		peek bool
+	}
+	var scenarios []scenario
 	for _, a := range algs {
+		scenarios = append(scenarios, scenario{a, false})
+	}
+	scenarios = append(scenarios, scenario{store.SlidingWindow, true})
+	for _, sc := range scenarios {
+		a, peek := sc.alg, sc.peek
 		for _, skew := range skews {
-			t.Run(fmt.Sprintf("%s/skew=%v", a, skew), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/peek=%v/skew=%v", a, peek, skew), func(t *testing.T) {
 				l := tenPer(a)
 				check := store.Check{Key: "k", Limit: l, Cost: 1}
 				// the primary's clock: 3.2 s into one of its windows
@@ -153,6 +165,12 @@ func TestSeedAcrossSkew(t *testing.T) {
 					last, _ = primary.allow(l, p+int64(i)*int64(100*time.Millisecond), 1)
 				}
 				p += int64(500 * time.Millisecond) // seeded as the last answer arrives
+				if peek {
+					// seeded from a peek 2 s into the next window, where
+					// the used estimate is all the previous window's
+					p += int64(w) - int64(1700*time.Millisecond)
+					last, _ = primary.allow(l, p, 0)
+				}
 				c.ns.Store(p + int64(skew))
 				s.Seed([]store.Check{check}, []algorithms.Result{last})
 				var mine, theirs int
