@@ -21,6 +21,7 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, demand floa
 	limits, shadow := counted(dom, b.entries)
 	if len(limits) == 0 {
 		b.hadLimit = false
+		b.sent = TokenBucket{}
 		s.m.actions.WithLabelValues("allow_all").Inc()
 		return s.blanket(b, typev3.RateLimitStrategy_ALLOW_ALL)
 	}
@@ -53,12 +54,16 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, demand floa
 		"share", share, "tokens_per_fill", tb.TokensPerFill, "fill_interval", tb.FillInterval.String(), "budget_spent", spent)
 	switch {
 	case shadow:
+		b.sent = TokenBucket{}
 		s.m.actions.WithLabelValues("allow_all").Inc()
 		return s.blanket(b, typev3.RateLimitStrategy_ALLOW_ALL)
 	case tb.TokensPerFill == 0:
+		b.sent = TokenBucket{}
 		s.m.actions.WithLabelValues("deny_all").Inc()
 		return s.blanket(b, typev3.RateLimitStrategy_DENY_ALL)
 	}
+	tb = tb.distinctFrom(b.sent)
+	b.sent = tb
 	s.m.actions.WithLabelValues("token_bucket").Inc()
 	return s.quota(b, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 		MaxTokens:     tb.MaxTokens,

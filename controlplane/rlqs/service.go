@@ -22,7 +22,9 @@
 // the seconds of assignment_time_to_live and of token_bucket.fill_interval,
 // and ignores requests_per_time_unit: assignments are token buckets or
 // blanket rules with whole-second intervals and time-to-live values of
-// several report intervals (Options.TTL).
+// several report intervals (Options.TTL). A token bucket means the same rate
+// to Envoy and to a client that reads token_bucket.proto literally (see
+// TokenBucket). Only a stream's first report must carry its domain.
 package rlqs
 
 import (
@@ -179,6 +181,7 @@ type bucket struct {
 	last      time.Time     // last report (zero before the first)
 	demandKey string        // where its demand lives; "" without a limit
 	hadLimit  bool          // a limit applied at the last report
+	sent      TokenBucket   // the token bucket last assigned; zero after a blanket rule
 }
 
 func (st *stream) send(r *rlqspb.RateLimitQuotaResponse) error {

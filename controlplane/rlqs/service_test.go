@@ -158,8 +158,8 @@ func rateOfAction(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction) f
 	switch s := q.GetRateLimitStrategy(); {
 	case s.GetTokenBucket() != nil:
 		tb := s.GetTokenBucket()
-		if tb.GetFillInterval().GetNanos() != 0 || tb.GetFillInterval().GetSeconds() < 1 || tb.GetMaxTokens() < 1 {
-			t.Errorf("token bucket %v: want a whole-second fill interval and max_tokens", tb)
+		if tb.GetFillInterval().GetNanos() != 0 || tb.GetFillInterval().GetSeconds() < 1 || tb.GetMaxTokens() < tb.GetTokensPerFill().GetValue() {
+			t.Errorf("token bucket %v: want a whole-second fill interval and max_tokens of at least tokens_per_fill (both readings)", tb)
 		}
 		return float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
 	case s.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL:

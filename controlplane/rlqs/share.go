@@ -3,7 +3,6 @@ package rlqs
 import (
 	"math"
 	"sort"
-	"time"
 )
 
 // Shares divides rate (requests per second) among Envoys by max-min fairness
@@ -49,59 +48,6 @@ func Want(demand, headroom, floor float64) float64 {
 		return math.Inf(1)
 	}
 	return max(demand, 0)*(1+headroom) + floor
-}
-
-// TokenBucket is an assignment as Envoy's rate_limit_quota filter reads it:
-// TokensPerFill every FillInterval (whole seconds: Envoy truncates the
-// interval to seconds and divides by it), at most MaxTokens held. Zero
-// TokensPerFill means deny all.
-type TokenBucket struct {
-	MaxTokens     uint32
-	TokensPerFill uint32
-	FillInterval  time.Duration
-}
-
-// Bucket sizing.
-const (
-	// baseFillInterval is the fill interval of shares of 0.1 request per
-	// second and more: the share is rounded down to tenths of a request per
-	// second, so that the sum of the rounded shares stays within the rate.
-	baseFillInterval = 10 * time.Second
-	// maxFillInterval bounds the fill interval of small shares.
-	maxFillInterval = 10000 * time.Second
-	// burstTime is how much of a share a full bucket holds: Envoy starts
-	// every new token bucket full, so each change of assignment can admit
-	// this much above the share.
-	burstTime = 100 * time.Millisecond
-)
-
-// BucketFor returns the token bucket that admits at most share requests per
-// second: the share rounded down at the resolution of its fill interval,
-// and a burst of burstTime of it (at least one token). A share too small to
-// give one token per maxFillInterval denies all.
-func BucketFor(share float64) TokenBucket {
-	if !(share > 0) {
-		return TokenBucket{}
-	}
-	interval := baseFillInterval
-	for share*interval.Seconds() < 1 && interval < maxFillInterval {
-		interval *= 10
-	}
-	tokens := math.Floor(share * interval.Seconds())
-	if tokens < 1 {
-		return TokenBucket{}
-	}
-	tokens = min(tokens, math.MaxUint32)
-	burst := min(max(math.Ceil(share*burstTime.Seconds()), 1), math.MaxUint32)
-	return TokenBucket{MaxTokens: uint32(burst), TokensPerFill: uint32(tokens), FillInterval: interval}
-}
-
-// Rate returns the bucket's rate in requests per second.
-func (b TokenBucket) Rate() float64 {
-	if b.FillInterval <= 0 {
-		return 0
-	}
-	return float64(b.TokensPerFill) / b.FillInterval.Seconds()
 }
 
 // Allot returns envoy's share of rate among the Envoys of a bucket: its

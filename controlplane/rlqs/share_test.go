@@ -3,7 +3,6 @@ package rlqs
 import (
 	"math"
 	"testing"
-	"time"
 )
 
 var inf = math.Inf(1)
@@ -91,36 +90,6 @@ func TestWant(t *testing.T) {
 	for _, tt := range tests {
 		if got := Want(tt.demand, tt.headroom, tt.floor); got != tt.want {
 			t.Errorf("Want(%v, %v, %v) = %v, want %v", tt.demand, tt.headroom, tt.floor, got, tt.want)
-		}
-	}
-}
-
-func TestBucketFor(t *testing.T) {
-	tests := []struct {
-		share float64
-		want  TokenBucket
-	}{
-		{0, TokenBucket{}},
-		{-1, TokenBucket{}},
-		{math.NaN(), TokenBucket{}},
-		{39.105, TokenBucket{MaxTokens: 4, TokensPerFill: 391, FillInterval: 10 * time.Second}},
-		{22, TokenBucket{MaxTokens: 3, TokensPerFill: 220, FillInterval: 10 * time.Second}},
-		{0.5, TokenBucket{MaxTokens: 1, TokensPerFill: 5, FillInterval: 10 * time.Second}},
-		{0.05, TokenBucket{MaxTokens: 1, TokensPerFill: 5, FillInterval: 100 * time.Second}},
-		{0.0015, TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillInterval: 1000 * time.Second}},
-		{1e-5, TokenBucket{}}, // below one token per maxFillInterval: deny all
-		{1e12, TokenBucket{MaxTokens: math.MaxUint32, TokensPerFill: math.MaxUint32, FillInterval: 10 * time.Second}},
-	}
-	for _, tt := range tests {
-		got := BucketFor(tt.share)
-		if got != tt.want {
-			t.Errorf("BucketFor(%v) = %+v, want %+v", tt.share, got, tt.want)
-		}
-		if got.FillInterval%time.Second != 0 {
-			t.Errorf("BucketFor(%v): fill interval %v is not whole seconds (Envoy truncates it)", tt.share, got.FillInterval)
-		}
-		if tt.share > 0 && tt.share < 1e9 && got.Rate() > tt.share {
-			t.Errorf("BucketFor(%v) admits %v/s, more than the share", tt.share, got.Rate())
 		}
 	}
 }

@@ -1,0 +1,115 @@
+package rlqs
+
+import (
+	"math"
+	"time"
+)
+
+// TokenBucket is an assignment's token bucket: TokensPerFill every
+// FillInterval, at most MaxTokens held. Zero TokensPerFill means deny all.
+//
+// token_bucket.proto can be read two ways, and BucketFor's buckets mean the
+// same rate under both. Envoy's rate_limit_quota filter refills
+// continuously at TokensPerFill/FillInterval (the interval truncated to
+// whole seconds) up to MaxTokens. A client that reads the proto literally
+// adds TokensPerFill once per FillInterval and never holds more than
+// MaxTokens: unless TokensPerFill <= MaxTokens, the excess is lost and it
+// admits less. So: whole-second intervals, TokensPerFill <= MaxTokens.
+type TokenBucket struct {
+	MaxTokens     uint32
+	TokensPerFill uint32
+	FillInterval  time.Duration
+}
+
+// Bucket sizing.
+const (
+	// maxShortfall is how far below the share a bucket's rate may be: the
+	// rate is TokensPerFill whole tokens per whole seconds, at most the
+	// share, and the smallest such bucket within maxShortfall of it is
+	// taken (the smallest burst: a new bucket starts full).
+	maxShortfall = 0.02
+	// maxFillInterval bounds the fill interval of small shares: a share
+	// below one token per maxFillInterval denies all.
+	maxFillInterval = 10000 * time.Second
+)
+
+// BucketFor returns the token bucket that admits at most share requests per
+// second, under either reading of token_bucket.proto (see TokenBucket):
+// whole seconds of fill interval, TokensPerFill tokens per interval, and
+// MaxTokens = TokensPerFill. Of the intervals whose whole tokens come
+// within maxShortfall of the share it takes the one with the fewest tokens
+// per fill (the smallest burst: fewer than 1/maxShortfall tokens plus one
+// second of the share). One always does for a share of a token per
+// maxFillInterval or more (the closest is kept should none). A share too
+// small to give one token per maxFillInterval denies all.
+func BucketFor(share float64) TokenBucket {
+	maxSec := maxFillInterval.Seconds()
+	if !(share > 0) || share*maxSec < 1 {
+		return TokenBucket{}
+	}
+	if share >= math.MaxUint32 {
+		return TokenBucket{MaxTokens: math.MaxUint32, TokensPerFill: math.MaxUint32, FillInterval: time.Second}
+	}
+	best, bestRate := TokenBucket{}, 0.0
+	// try returns whether tokens per interval seconds (at most the share)
+	// is close enough, keeping the closest seen.
+	try := func(tokens, interval float64) bool {
+		if tokens < 1 || interval > maxSec || tokens/interval > share {
+			return false
+		}
+		if r := tokens / interval; r > bestRate {
+			best = TokenBucket{MaxTokens: uint32(tokens), TokensPerFill: uint32(tokens), FillInterval: time.Duration(interval) * time.Second}
+			bestRate = r
+		}
+		return tokens/interval >= share*(1-maxShortfall)
+	}
+	if share >= 1 {
+		// Whole tokens per interval: the shortfall is under a token per
+		// interval, under maxShortfall once share*interval >= 1/maxShortfall.
+		for interval := 1.0; interval <= math.Ceil(1/maxShortfall); interval++ {
+			if try(math.Floor(share*interval), interval) {
+				break
+			}
+		}
+		return best
+	}
+	// Below a token a second: for each count of tokens, the shortest
+	// whole-second interval that keeps it at most the share. The shortfall
+	// is under share/(tokens+share), under maxShortfall once tokens >=
+	// 1/maxShortfall.
+	for tokens := 1.0; tokens <= math.Ceil(1/maxShortfall); tokens++ {
+		interval := math.Ceil(tokens / share)
+		if tokens/interval > share { // rounding of tokens/share
+			interval++
+		}
+		if interval > maxSec {
+			break
+		}
+		if try(tokens, interval) {
+			break
+		}
+	}
+	return best
+}
+
+// Rate returns the bucket's rate in requests per second.
+func (b TokenBucket) Rate() float64 {
+	if b.FillInterval <= 0 {
+		return 0
+	}
+	return float64(b.TokensPerFill) / b.FillInterval.Seconds()
+}
+
+// distinctFrom returns b, made distinguishable by Envoy from prev, the
+// bucket last sent for the same bucket id. Envoy 1.40 keeps its token
+// bucket when a new assignment has the same max_tokens, tokens_per_fill and
+// fill_interval nanos (it does not compare the seconds): a bucket that
+// differs from prev only in its interval gets one token more of MaxTokens,
+// which changes neither reading's rate.
+func (b TokenBucket) distinctFrom(prev TokenBucket) TokenBucket {
+	if b.TokensPerFill > 0 && b.MaxTokens == prev.MaxTokens && b.TokensPerFill == prev.TokensPerFill &&
+		b.FillInterval != prev.FillInterval && b.MaxTokens < math.MaxUint32 {
+		b.MaxTokens++
+	}
+	return b
+}
