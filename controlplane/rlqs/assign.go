@@ -41,6 +41,12 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, demand floa
 		tb, share = TokenBucket{}, 0
 		if !shadow && !spent {
 			share = Allot(rateOf(bind), all, st.id, s.opts.Headroom, s.opts.Floor)
+			if b.sent.TokensPerFill == 0 {
+				// Envoy starts it full: until the next report it
+				// admits up to the share, burst included
+				tb = StartBucketFor(share, ReportInterval)
+				return share
+			}
 			tb = BucketFor(share)
 		}
 		return tb.Rate()

@@ -26,8 +26,10 @@ const (
 	// maxShortfall is how far below the share a bucket's rate may be: the
 	// rate is TokensPerFill whole tokens per whole seconds, at most the
 	// share, and the smallest such bucket within maxShortfall of it is
-	// taken (the smallest burst: a new bucket starts full).
-	maxShortfall = 0.02
+	// taken (the smallest burst: a new bucket starts full). At 5%, shares
+	// of 20/s and more get 1 s intervals, so that the interval does not
+	// flap between reports of a steady share.
+	maxShortfall = 0.05
 	// maxFillInterval bounds the fill interval of small shares: a share
 	// below one token per maxFillInterval denies all.
 	maxFillInterval = 10000 * time.Second
@@ -90,6 +92,39 @@ func BucketFor(share float64) TokenBucket {
 		}
 	}
 	return best
+}
+
+// StartBucketFor returns the bucket for a share that the client will start
+// full: Envoy does for a bucket id whose assignment in force is not a token
+// bucket (none yet, a blanket rule, an expired one), and a literal reader
+// always does. Its burst and its rate together admit at most the share over
+// interval, the time until the next report (whose assignment Envoy applies
+// keeping the bucket's fill ratio, without a burst): BucketFor of the
+// largest fraction of the share that keeps them so, in steps of 3%. When
+// even one token is more than the share over interval, it is
+// BucketFor(share).
+func StartBucketFor(share float64, interval time.Duration) TokenBucket {
+	want := share * interval.Seconds()
+	fits := func(tb TokenBucket) bool {
+		return float64(tb.MaxTokens)+tb.Rate()*interval.Seconds() <= want
+	}
+	if !(want >= 1) {
+		return BucketFor(share)
+	}
+	tb := BucketFor(share)
+	if fits(tb) {
+		return tb
+	}
+	// rate*(FillInterval+interval) <= share*interval, if the fill interval
+	// stays; then down in small steps, as BucketFor's interval may change
+	f := interval.Seconds() / (interval + tb.FillInterval).Seconds()
+	for range 200 { // 0.97^200 < 0.3%: a token over interval fits long before
+		if tb = BucketFor(share * f); tb.TokensPerFill == 0 || fits(tb) {
+			return tb
+		}
+		f *= 0.97
+	}
+	return BucketFor(share)
 }
 
 // Rate returns the bucket's rate in requests per second.
