@@ -26,10 +26,13 @@ const (
 	// maxShortfall is how far below the share a bucket's rate may be: the
 	// rate is TokensPerFill whole tokens per whole seconds, at most the
 	// share, and the smallest such bucket within maxShortfall of it is
-	// taken (the smallest burst: a new bucket starts full). At 5%, shares
-	// of 20/s and more get 1 s intervals, so that the interval does not
-	// flap between reports of a steady share.
-	maxShortfall = 0.05
+	// taken (the smallest burst). Shares of 50/s and more get 1 s
+	// intervals. The interval of a share near a whole number of tokens a
+	// second may change from one report to the next (39/1s, then 77/2s):
+	// Envoy applies a changed bucket keeping its fill ratio, so that costs
+	// no burst, where a shortfall of 5% cost the three-Envoy test 2 to 5%
+	// of its limit (shares of 38.99/s sent as 38/s).
+	maxShortfall = 0.02
 	// maxFillInterval bounds the fill interval of small shares: a share
 	// below one token per maxFillInterval denies all.
 	maxFillInterval = 10000 * time.Second
@@ -99,32 +102,38 @@ func BucketFor(share float64) TokenBucket {
 // bucket (none yet, a blanket rule, an expired one), and a literal reader
 // always does. Its burst and its rate together admit at most the share over
 // interval, the time until the next report (whose assignment Envoy applies
-// keeping the bucket's fill ratio, without a burst): BucketFor of the
-// largest fraction of the share that keeps them so, in steps of 3%. When
-// even one token is more than the share over interval, it is
-// BucketFor(share).
+// keeping the bucket's fill ratio, without a burst): of the whole-second
+// fill intervals, the shortest whose largest such bucket comes within
+// maxShortfall of the share over interval, else the closest. When even one
+// token is more than the share over interval, it is BucketFor(share).
 func StartBucketFor(share float64, interval time.Duration) TokenBucket {
-	want := share * interval.Seconds()
-	fits := func(tb TokenBucket) bool {
-		return float64(tb.MaxTokens)+tb.Rate()*interval.Seconds() <= want
-	}
+	r := interval.Seconds()
+	want := share * r
 	if !(want >= 1) {
 		return BucketFor(share)
 	}
-	tb := BucketFor(share)
-	if fits(tb) {
-		return tb
-	}
-	// rate*(FillInterval+interval) <= share*interval, if the fill interval
-	// stays; then down in small steps, as BucketFor's interval may change
-	f := interval.Seconds() / (interval + tb.FillInterval).Seconds()
-	for range 200 { // 0.97^200 < 0.3%: a token over interval fits long before
-		if tb = BucketFor(share * f); tb.TokensPerFill == 0 || fits(tb) {
-			return tb
+	best, bestAdmitted := TokenBucket{}, 0.0
+	for i := 1.0; i <= maxFillInterval.Seconds(); i++ {
+		// tokens t, a burst of t and t/i a second: t*(i+r)/i <= want
+		t := math.Floor(want * i / (i + r))
+		if t < 1 {
+			continue
 		}
-		f *= 0.97
+		if t*(i+r)/i > want { // rounding of the quotient
+			t--
+		}
+		t = min(t, math.MaxUint32)
+		if a := t * (i + r) / i; t >= 1 && a > bestAdmitted {
+			best, bestAdmitted = TokenBucket{MaxTokens: uint32(t), TokensPerFill: uint32(t), FillInterval: time.Duration(i) * time.Second}, a
+			if a >= want*(1-maxShortfall) {
+				break
+			}
+		}
 	}
-	return BucketFor(share)
+	if best.TokensPerFill == 0 {
+		return BucketFor(share)
+	}
+	return best
 }
 
 // Rate returns the bucket's rate in requests per second.

@@ -17,12 +17,13 @@ func TestBucketFor(t *testing.T) {
 		{100, TokenBucket{MaxTokens: 100, TokensPerFill: 100, FillInterval: time.Second}},
 		{39.105, TokenBucket{MaxTokens: 39, TokensPerFill: 39, FillInterval: time.Second}},
 		{22, TokenBucket{MaxTokens: 22, TokensPerFill: 22, FillInterval: time.Second}},
-		{22.5, TokenBucket{MaxTokens: 22, TokensPerFill: 22, FillInterval: time.Second}},    // 2.2% short
-		{1.9, TokenBucket{MaxTokens: 11, TokensPerFill: 11, FillInterval: 6 * time.Second}}, // the first interval within 5%
+		{22.5, TokenBucket{MaxTokens: 45, TokensPerFill: 45, FillInterval: 2 * time.Second}},  // 22 would be 2.2% short
+		{38.99, TokenBucket{MaxTokens: 77, TokensPerFill: 77, FillInterval: 2 * time.Second}}, // 38 would be 2.5% short
+		{1.9, TokenBucket{MaxTokens: 15, TokensPerFill: 15, FillInterval: 8 * time.Second}},   // the first interval within 2%
 		{1.5, TokenBucket{MaxTokens: 3, TokensPerFill: 3, FillInterval: 2 * time.Second}},
 		{0.5, TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillInterval: 2 * time.Second}},
 		{1.0 / 60, TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillInterval: time.Minute}}, // 1 a minute
-		{0.3, TokenBucket{MaxTokens: 2, TokensPerFill: 2, FillInterval: 7 * time.Second}},  // 0.2857/s
+		{0.3, TokenBucket{MaxTokens: 3, TokensPerFill: 3, FillInterval: 10 * time.Second}},
 		{0.0015, TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillInterval: 667 * time.Second}},
 		{1e-4, TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillInterval: maxFillInterval}},
 		{1e-5, TokenBucket{}}, // below one token per maxFillInterval: deny all
@@ -116,8 +117,7 @@ func TestBucketDistinctFrom(t *testing.T) {
 // TestStartBucketBothReadings: a bucket the client starts full (Envoy's
 // first of a bucket id, or after a blanket rule; a literal reader's every
 // one) admits over the report interval, burst included, at most the share
-// under both readings, and for shares of 20/s and more (whole tokens a
-// second within 5%) at least 90% of it.
+// under both readings, and for shares of 20/s and more at least 90% of it.
 func TestStartBucketBothReadings(t *testing.T) {
 	r := ReportInterval.Seconds()
 	for e := -0.69; e <= 6; e += 0.001 { // from 0.2/s: a token over the interval
@@ -136,6 +136,17 @@ func TestStartBucketBothReadings(t *testing.T) {
 			if x.admitted > share*r*(1+1e-12) || (x.reading == "Envoy's" && share >= 20 && x.admitted < 0.9*share*r) {
 				t.Fatalf("StartBucketFor(%v) = %+v: %s reading admits %v over %v, the share %v", share, b, x.reading, x.admitted, ReportInterval, share*r)
 			}
+		}
+	}
+	for _, tt := range []struct {
+		share float64
+		want  TokenBucket
+	}{
+		{100, TokenBucket{MaxTokens: 83, TokensPerFill: 83, FillInterval: time.Second}}, // 83 + 5*83 = 498 of 500
+		{39, TokenBucket{MaxTokens: 32, TokensPerFill: 32, FillInterval: time.Second}},  // 192 of 195
+	} {
+		if got := StartBucketFor(tt.share, ReportInterval); got != tt.want {
+			t.Errorf("StartBucketFor(%v) = %+v, want %+v", tt.share, got, tt.want)
 		}
 	}
 	// Below one token over the interval: BucketFor's.

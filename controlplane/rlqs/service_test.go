@@ -184,8 +184,8 @@ func startRateOfAction(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketActi
 	return r
 }
 
-// near reports whether got is want or at most 5% (BucketFor's whole
-// tokens) below it.
+// near reports whether got is want or at most 5% below it (BucketFor's
+// whole tokens, StartBucketFor's burst).
 func near(got, want float64) bool { return got <= want && got >= 0.95*want }
 
 var api = map[string]string{"name": "api"}
