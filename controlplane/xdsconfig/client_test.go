@@ -140,7 +140,9 @@ func TestClientFollowsServer(t *testing.T) {
 	if limitOf(set, "default/eg/http") != 5 || limitOf(set, "default/shared") != 7 {
 		t.Fatalf("second snapshot not applied whole: %v", domainsOf(set))
 	}
-	request(t, srv, func(r *discoveryv3.DiscoveryRequest) bool { return r.GetVersionInfo() == v2 && r.GetErrorDetail() == nil })
+	request(t, srv, func(r *discoveryv3.DiscoveryRequest) bool {
+		return r.GetVersionInfo() == v2 && r.GetErrorDetail() == nil
+	})
 
 	bad := cfg("default/eg/http", 9)
 	bad.Descriptors[0].Descriptors[0].RateLimit.Unit = rlsconfv3.RateLimitUnit_UNKNOWN
