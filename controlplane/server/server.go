@@ -194,6 +194,21 @@ type Config struct {
 	RLQSAddr   string
 	RLQS       rlqs.Options
 	RLQSServer rlqs.ServerConfig
+	// OverlayOwner, when set, names what owns the domains given to
+	// SetOverlay (e.g. "the xDS server localhost:18001"): those domains
+	// are served from the overlay whatever the policy store holds, and the
+	// policy store refuses to apply or delete them, naming the owner.
+	OverlayOwner string
+	// ExtraHTTP are more HTTP listeners, bounded and shut down as the
+	// metrics listener is (envoyproxy/ratelimit's health and debug ports).
+	ExtraHTTP []HTTPEndpoint
+}
+
+// HTTPEndpoint is one more HTTP listener: its name (for the connection
+// metrics), address and handler.
+type HTTPEndpoint struct {
+	Name, Addr string
+	Handler    http.Handler
 }
 
 // Server is one control-plane process.
@@ -223,6 +238,8 @@ type Server struct {
 	runOnce  sync.Once
 	shutdown time.Duration
 	rlqs     *rlqsPart // nil unless RLQSAddr is set
+	extra    []extraHTTP
+	policySet
 }
 
 // New builds a Server and opens its listeners; Run serves them. On error
@@ -271,6 +288,7 @@ func (s *Server) build() error {
 	if err := s.buildPolicies(); err != nil {
 		return err
 	}
+	s.storeSet = s.policies.Current().Set
 	var err error
 	s.service, err = rls.New(s.store, s.policies.Current().Set, rls.Options{
 		MaxDescriptors: cfg.MaxDescriptors,
@@ -325,6 +343,9 @@ func (s *Server) build() error {
 		return fmt.Errorf("server: HTTP address %s: %w", cfg.HTTPAddr, err)
 	}
 	s.httpLn = s.limit(s.httpLn, "http", httpMaxConns)
+	if err := s.buildExtraHTTP(); err != nil {
+		return err
+	}
 	if err := s.buildRLQS(); err != nil {
 		return err
 	}
@@ -355,7 +376,11 @@ func (s *Server) buildPolicies() error {
 	if err != nil {
 		return err
 	}
-	s.policies, err = policystore.New(context.Background(), backend, policystore.Options{Seed: s.cfg.Policies, Logger: s.log})
+	opts := policystore.Options{Seed: s.cfg.Policies, Logger: s.log}
+	if s.cfg.OverlayOwner != "" {
+		opts.Owner = s.overlayOwner
+	}
+	s.policies, err = policystore.New(context.Background(), backend, opts)
 	return err
 }
 
