@@ -158,8 +158,8 @@ func bootstrap(upstream, ratelimit string, pki *pkiFiles) M {
 	rl["transport_socket"] = M{"name": "envoy.transport_sockets.tls", "typed_config": M{
 		"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
 		"common_tls_context": M{
-			"tls_params":       M{"tls_maximum_protocol_version": "TLSv1_3"},
-			"tls_certificates": []M{{"certificate_chain": M{"filename": pki.envoyCert}, "private_key": M{"filename": pki.envoyKey}}},
+			"tls_params":         M{"tls_maximum_protocol_version": "TLSv1_3"},
+			"tls_certificates":   []M{{"certificate_chain": M{"filename": pki.envoyCert}, "private_key": M{"filename": pki.envoyKey}}},
 			"validation_context": M{"trusted_ca": M{"filename": pki.ca}},
 		},
 	}}
