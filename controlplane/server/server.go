@@ -55,6 +55,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
+	"github.com/sluicehq/sluice/controlplane/tracing"
 )
 
 // Redis modes.
@@ -199,6 +200,9 @@ type Config struct {
 	// are served from the overlay whatever the policy store holds, and the
 	// policy store refuses to apply or delete them, naming the owner.
 	OverlayOwner string
+	// Tracer, when set, traces ShouldRateLimit calls (package tracing);
+	// nil traces nothing and costs nothing.
+	Tracer *tracing.Tracer
 	// ExtraHTTP are more HTTP listeners, bounded and shut down as the
 	// metrics listener is (envoyproxy/ratelimit's health and debug ports).
 	ExtraHTTP []HTTPEndpoint
@@ -310,12 +314,15 @@ func (s *Server) build() error {
 		if cfg.GRPCTLS != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
 		}
+		if cfg.Tracer != nil {
+			opts = append(opts, grpc.ChainUnaryInterceptor(traceInterceptor(cfg.Tracer)))
+		}
 		gs := grpc.NewServer(opts...)
 		s.service.Register(gs)
 		healthpb.RegisterHealthServer(gs, s.health)
 		s.grpc = gs
 	} else {
-		s.grpc = newUnaryServer(s.service, s.health, cfg.Unary, s.log)
+		s.grpc = newUnaryServer(s.service, s.health, cfg.Unary, s.log, cfg.Tracer)
 	}
 	s.setHealth()
 

@@ -349,8 +349,19 @@ func runScenarios(t *testing.T, s service, res map[string]string) {
 }
 
 // shadowCounted reports whether the service's Prometheus metrics count the
-// shadow-mode requests over the limit.
+// shadow-mode requests over the limit, within 30 s (envoyproxy/ratelimit
+// flushes its statistics every STATS_FLUSH_INTERVAL, 10 s).
 func shadowCounted(t *testing.T, hc *http.Client, port int) string {
+	var got string
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(250 * time.Millisecond) {
+		if got = shadowCountedNow(t, hc, port); got == "counted" {
+			break
+		}
+	}
+	return got
+}
+
+func shadowCountedNow(t *testing.T, hc *http.Client, port int) string {
 	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 	if err != nil {
 		return "no metrics: " + err.Error()
