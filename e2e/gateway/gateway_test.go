@@ -115,12 +115,19 @@ func freePort(t *testing.T) int {
 // start runs bin with the environment e until the test ends.
 func start(t *testing.T, bin string, e env, logPath string) {
 	t.Helper()
+	startEnv(t, bin, e.list(), logPath)
+}
+
+// startEnv runs bin with the environment vars (and PATH, HOME) until the
+// test ends, its output in logPath.
+func startEnv(t *testing.T, bin string, vars []string, logPath string) {
+	t.Helper()
 	log, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, e.list()...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, vars...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -368,7 +375,7 @@ func shadowCountedNow(t *testing.T, hc *http.Client, port int) string {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	re := regexp.MustCompile(`(?m)^(\S*shadow\S*)(\{[^}]*\})? ([0-9.e+]+)$`)
+	re := regexp.MustCompile(`(?m)^([a-zA-Z_:]*shadow[a-zA-Z_:]*)(\{[^}]*\})? ([0-9.e+]+)$`)
 	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 		if v, _ := strconv.ParseFloat(m[3], 64); v >= 2 {
 			t.Logf("shadow metric: %s%s %s", m[1], m[2], m[3])

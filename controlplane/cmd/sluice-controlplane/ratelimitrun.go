@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/rlqs"
 	"github.com/sluicehq/sluice/controlplane/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
+	"github.com/sluicehq/sluice/controlplane/tracing"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/controlplane/xdsconfig"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
@@ -74,6 +75,25 @@ func runRatelimit(getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Policies = seed
+	if e.tracing.enabled {
+		tr, err := tracing.New(context.Background(), tracing.Config{Protocol: e.tracing.protocol,
+			ServiceName: e.tracing.serviceName, ServiceNamespace: e.tracing.namespace, InstanceID: e.tracing.inst,
+			SamplingRate: e.tracing.samplingRate})
+		if err != nil {
+			log.Error("tracing", "error", err.Error())
+			return 2
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tr.Shutdown(sctx); err != nil {
+				log.Warn("tracing: spans not exported at shutdown", "error", err.Error())
+			}
+		}()
+		cfg.Tracer = tr
+		log.Info("tracing ShouldRateLimit with OpenTelemetry", "protocol", e.tracing.protocol, "endpoint", e.tracing.endpoint,
+			"sampling_rate", e.tracing.samplingRate, "service", e.tracing.serviceName)
+	}
 	var loaded func() bool // for HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 	var srv *server.Server
 	cfg.ExtraHTTP = []server.HTTPEndpoint{
