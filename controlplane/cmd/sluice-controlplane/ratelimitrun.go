@@ -18,8 +18,8 @@ import (
 	"github.com/sluicehq/sluice/controlplane/rlqs"
 	"github.com/sluicehq/sluice/controlplane/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
-	"github.com/sluicehq/sluice/controlplane/tracing"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
+	"github.com/sluicehq/sluice/controlplane/tracing"
 	"github.com/sluicehq/sluice/controlplane/xdsconfig"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
