@@ -3,6 +3,7 @@ package xdsconfig
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -198,4 +199,50 @@ func domainsOf(set *policy.Set) []string {
 		out = append(out, d.Name)
 	}
 	return out
+}
+
+// TestClientBoundsResponses: a response over MaxMsgSize is refused before it
+// is read (the stream fails and is reopened), and the last good set keeps
+// serving.
+func TestClientBoundsResponses(t *testing.T) {
+	srv := xdstest.Start(t, "127.0.0.1:0", "n", nil)
+	srv.Set(t, cfg("d", 3))
+	got := newSets()
+	c, err := New(Options{ServerURL: srv.Addr, NodeID: "n", Apply: got.apply, MaxMsgSize: 64 << 10,
+		Backoff: Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if limitOf(got.next(t), "d") != 3 {
+		t.Fatal("first snapshot not applied")
+	}
+	big := cfg("d", 5)
+	for i := range 4000 {
+		big.Descriptors = append(big.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: fmt.Sprintf("padding-key-%06d", i),
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 1}})
+	}
+	reqs, _ := srv.Requests()
+	srv.Set(t, big)
+	// The stream breaks and is reopened: two more subscriptions (requests
+	// without a nonce) arrive.
+	request(t, srv, func(*discoveryv3.DiscoveryRequest) bool {
+		now, _ := srv.Requests()
+		subs := 0
+		for _, r := range now[len(reqs):] {
+			if r.GetResponseNonce() == "" {
+				subs++
+			}
+		}
+		return subs >= 2
+	})
+	got.mu.Lock()
+	applied := len(got.got)
+	got.mu.Unlock()
+	if n := limitOf(got.last(), "d"); n != 3 || applied != 1 {
+		t.Fatalf("after an oversized response: %d sets applied, limit %d; want the first kept", applied, n)
+	}
 }

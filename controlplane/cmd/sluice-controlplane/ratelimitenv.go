@@ -77,60 +77,62 @@ type tracingEnv struct {
 }
 
 // unsupported lists envoyproxy/ratelimit's variables sluice does not honour,
-// each with why; any of them set is logged once at start-up.
-var unsupported = []struct{ name, why string }{
-	{"GRPC_UDS", "a Unix socket for the decision port is not supported: use GRPC_HOST and GRPC_PORT"},
-	{"GRPC_MAX_CONNECTION_AGE", "connections are not aged out; idle ones close after 5 minutes (SLUICE_IDLE_TIMEOUT)"},
-	{"GRPC_MAX_CONNECTION_AGE_GRACE", "connections are not aged out"},
-	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "reconnection follows XDS_CLIENT_BACKOFF_* alone"},
-	{"XDS_CLIENT_BACKOFF_JITTER", "the backoff always spreads its waits by XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
-	{"USE_STATSD", "no statsd: the statistics are Prometheus metrics on PROMETHEUS_ADDR (or SLUICE_HTTP_ADDR)"},
-	{"STATSD_HOST", "no statsd"},
-	{"STATSD_PORT", "no statsd"},
-	{"USE_DOG_STATSD", "no statsd"},
-	{"USE_DOG_STATSD_MOGRIFIERS", "no statsd"},
-	{"EXTRA_TAGS", "no statsd tags; Prometheus labels are fixed"},
-	{"STATS_FLUSH_INTERVAL", "Prometheus is scraped, not flushed"},
-	{"DISABLE_STATS", "the metrics are always kept (they cost a few atomic adds)"},
-	{"PROMETHEUS_MAPPER_YAML", "sluice exports its own metric names (the README's Metrics table maps the statsd names); no mapper is applied"},
-	{"RUNTIME_IGNOREDOTFILES", "names that start with a dot are always skipped"},
-	{"EXPIRATION_JITTER_MAX_SECONDS", "keys expire with their window (PEXPIRE); nothing expires in bulk"},
-	{"LOCAL_CACHE_SIZE_IN_BYTES", "over-limit keys are remembered by sluice's Wasm filter, in Envoy; the memory store is the rescue limiter"},
-	{"CACHE_KEY_PREFIX", "keys are sluice:{...}; use another Redis database to keep deployments apart"},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "always on: sluice never counts a refused request"},
-	{"LIMIT_RESPONSE_HEADERS_ENABLED", "sluice's headers are the IETF RateLimit ones, per policy (response_headers: true)"},
-	{"LIMIT_LIMIT_HEADER", "see LIMIT_RESPONSE_HEADERS_ENABLED"},
-	{"LIMIT_REMAINING_HEADER", "see LIMIT_RESPONSE_HEADERS_ENABLED"},
-	{"LIMIT_RESET_HEADER", "see LIMIT_RESPONSE_HEADERS_ENABLED"},
-	{"REDIS_POOL_SIZE", "go-redis sizes its pool; concurrent checks share script round trips"},
-	{"REDIS_PIPELINE_WINDOW", "sluice batches concurrent checks into one round trip on its own"},
-	{"REDIS_PIPELINE_LIMIT", "sluice batches concurrent checks into one round trip on its own"},
-	{"REDIS_TIMEOUT", "a decision waits SLUICE_DEADLINE (20ms) for Redis, then the memory store answers"},
-	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "go-redis waits for a connection within the decision deadline"},
-	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "a degraded replica probes Redis every SLUICE_PROBE_INTERVAL and reports it in /readyz and gRPC health"},
-	{"REDIS_SENTINEL_AUTH", "the sentinels are reached with REDIS_AUTH's credentials"},
-	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "skipping verification would accept any server: set SLUICE_REDIS_TLS_SERVER_NAME to the name in its certificate"},
-	{"REDIS_PERSECOND", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_URL", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_TYPE", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_SOCKET_TYPE", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_AUTH", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_TLS", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_POOL_SIZE", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_SENTINEL_AUTH", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_PIPELINE_WINDOW", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_PIPELINE_LIMIT", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_TIMEOUT", "one Redis holds every limit"},
-	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "one Redis holds every limit"},
-	{"MEMCACHE_HOST_PORT", "no memcache backend: Redis or the memory store"},
-	{"MEMCACHE_SRV", "no memcache backend"},
-	{"MEMCACHE_MAX_IDLE_CONNS", "no memcache backend"},
-	{"MEMCACHE_SRV_REFRESH", "no memcache backend"},
-	{"MEMCACHE_TLS", "no memcache backend"},
-	{"SHADOW_MODE", "no process-wide shadow mode: set shadow_mode on the descriptors"},
-	{"QUOTA_MODE", "not supported by this build: see the README's differences"},
-	{"RESPONSE_DYNAMIC_METADATA", "sluice always returns its per-descriptor limits in dynamic_metadata"},
-	{"MERGE_DOMAIN_CONFIG", "two configurations of one domain are refused, naming both"},
+// each with why, and for a switch the value that asks for what sluice does
+// anyway (USE_STATSD=false, which Envoy Gateway sets); any of them set to
+// another value is logged once at start-up.
+var unsupported = []struct{ name, why, same string }{
+	{"GRPC_UDS", "a Unix socket for the decision port is not supported: use GRPC_HOST and GRPC_PORT", ""},
+	{"GRPC_MAX_CONNECTION_AGE", "connections are not aged out; idle ones close after 5 minutes (SLUICE_IDLE_TIMEOUT)", ""},
+	{"GRPC_MAX_CONNECTION_AGE_GRACE", "connections are not aged out", ""},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "reconnection follows XDS_CLIENT_BACKOFF_* alone", ""},
+	{"XDS_CLIENT_BACKOFF_JITTER", "the backoff always spreads its waits by XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "true"},
+	{"USE_STATSD", "no statsd: the statistics are Prometheus metrics, served on PROMETHEUS_ADDR with USE_PROMETHEUS=true", "false"},
+	{"STATSD_HOST", "no statsd", ""},
+	{"STATSD_PORT", "no statsd", ""},
+	{"USE_DOG_STATSD", "no statsd", "false"},
+	{"USE_DOG_STATSD_MOGRIFIERS", "no statsd", ""},
+	{"EXTRA_TAGS", "no statsd tags; Prometheus labels are fixed", ""},
+	{"STATS_FLUSH_INTERVAL", "Prometheus is scraped, not flushed", ""},
+	{"DISABLE_STATS", "the metrics are always kept (they cost a few atomic adds)", "false"},
+	{"PROMETHEUS_MAPPER_YAML", "sluice exports its own metric names (the README's Metrics table maps the statsd names); no mapper is applied", ""},
+	{"RUNTIME_IGNOREDOTFILES", "names that start with a dot are always skipped", "true"},
+	{"EXPIRATION_JITTER_MAX_SECONDS", "keys expire with their window (PEXPIRE); nothing expires in bulk", ""},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", "over-limit keys are remembered by sluice's Wasm filter, in Envoy; the memory store is the rescue limiter", ""},
+	{"CACHE_KEY_PREFIX", "keys are sluice:{...}; use another Redis database to keep deployments apart", ""},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "always on: sluice never counts a refused request", "true"},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "sluice's headers are the IETF RateLimit ones, per policy (response_headers: true)", "false"},
+	{"LIMIT_LIMIT_HEADER", "see LIMIT_RESPONSE_HEADERS_ENABLED", ""},
+	{"LIMIT_REMAINING_HEADER", "see LIMIT_RESPONSE_HEADERS_ENABLED", ""},
+	{"LIMIT_RESET_HEADER", "see LIMIT_RESPONSE_HEADERS_ENABLED", ""},
+	{"REDIS_POOL_SIZE", "go-redis sizes its pool; concurrent checks share script round trips", ""},
+	{"REDIS_PIPELINE_WINDOW", "sluice batches concurrent checks into one round trip on its own", ""},
+	{"REDIS_PIPELINE_LIMIT", "sluice batches concurrent checks into one round trip on its own", ""},
+	{"REDIS_TIMEOUT", "a decision waits SLUICE_DEADLINE (20ms) for Redis, then the memory store answers", ""},
+	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "go-redis waits for a connection within the decision deadline", ""},
+	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "a degraded replica probes Redis every SLUICE_PROBE_INTERVAL and reports it in /readyz and gRPC health", "false"},
+	{"REDIS_SENTINEL_AUTH", "the sentinels are reached with REDIS_AUTH's credentials", ""},
+	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "skipping verification would accept any server: set SLUICE_REDIS_TLS_SERVER_NAME to the name in its certificate", "false"},
+	{"REDIS_PERSECOND", "one Redis holds every limit", "false"},
+	{"REDIS_PERSECOND_URL", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_TYPE", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_SOCKET_TYPE", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_AUTH", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_TLS", "one Redis holds every limit", "false"},
+	{"REDIS_PERSECOND_POOL_SIZE", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_SENTINEL_AUTH", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_PIPELINE_WINDOW", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_PIPELINE_LIMIT", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_TIMEOUT", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "one Redis holds every limit", ""},
+	{"MEMCACHE_HOST_PORT", "no memcache backend: Redis or the memory store", ""},
+	{"MEMCACHE_SRV", "no memcache backend", ""},
+	{"MEMCACHE_MAX_IDLE_CONNS", "no memcache backend", ""},
+	{"MEMCACHE_SRV_REFRESH", "no memcache backend", ""},
+	{"MEMCACHE_TLS", "no memcache backend", "false"},
+	{"SHADOW_MODE", "no process-wide shadow mode: set shadow_mode on the descriptors", "false"},
+	{"QUOTA_MODE", "not supported by this build: see the README's differences", "false"},
+	{"RESPONSE_DYNAMIC_METADATA", "sluice always returns its per-descriptor limits in dynamic_metadata", "true"},
+	{"MERGE_DOMAIN_CONFIG", "two configurations of one domain are refused, naming both", "false"},
 }
 
 // unsupportedSet returns the unsupported variables that are set, each with
@@ -138,11 +140,21 @@ var unsupported = []struct{ name, why string }{
 func unsupportedSet(getenv func(string) string) []string {
 	var out []string
 	for _, u := range unsupported {
-		if v := getenv(u.name); v != "" {
+		if v := getenv(u.name); v != "" && !sameBool(v, u.same) {
 			out = append(out, u.name+"="+v+": "+u.why)
 		}
 	}
 	return out
+}
+
+// sameBool reports whether v is the boolean same ("" never is).
+func sameBool(v, same string) bool {
+	if same == "" {
+		return false
+	}
+	a, err1 := strconv.ParseBool(v)
+	b, err2 := strconv.ParseBool(same)
+	return err1 == nil && err2 == nil && a == b
 }
 
 // envReader reads typed variables, collecting errors.
