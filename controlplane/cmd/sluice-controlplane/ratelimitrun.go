@@ -62,10 +62,18 @@ func runRatelimit(getenv func(string) string, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	seed, _ := policy.NewSet()
+	// The policy files: the runtime directory (FILE), or with xDS only
+	// $SLUICE_POLICY's, for domains beside the xDS-owned ones.
+	var files listFlag
 	if e.configType == configTypeFile {
-		if seed, err = policy.Load(e.runtimeDir()); err != nil {
-			log.Error("invalid rate limit configuration in the runtime directory: fix the files named below", "dir", e.runtimeDir(), "error", err.Error())
+		files.Set(e.runtimeDir())
+	} else if v := getenv("SLUICE_POLICY"); v != "" {
+		files.Set(v)
+	}
+	seed, _ := policy.NewSet()
+	if len(files) > 0 {
+		if seed, err = policy.Load(files...); err != nil {
+			log.Error("invalid rate limit configuration: fix the files named below", "policy", files.String(), "error", err.Error())
 			return 2
 		}
 	}
@@ -141,15 +149,16 @@ func runRatelimit(getenv func(string) string, stderr io.Writer) int {
 		} else {
 			log.Info("serving before the first xDS configuration (FORCE_START_WITHOUT_INITIAL_CONFIG=true): until it comes every domain is unknown, and requests for unknown domains are answered OK")
 		}
-	} else {
-		changed := make(chan struct{}, 1)
-		if e.runtimeWatch {
-			t := time.NewTicker(runtimeWatchInterval)
-			defer t.Stop()
-			go watchPolicies(ctx, t.C, []string{e.runtimeDir()}, changed)
-		}
-		go reloadOnHangup(ctx, hup, changed, log, []string{e.runtimeDir()}, srv.Policies())
 	}
+	// The policy files are re-applied on SIGHUP, and when they change if
+	// RUNTIME_WATCH_ROOT is true; an xDS-owned domain in them is refused.
+	changed := make(chan struct{}, 1)
+	if e.runtimeWatch && len(files) > 0 {
+		t := time.NewTicker(runtimeWatchInterval)
+		defer t.Stop()
+		go watchPolicies(ctx, t.C, files, changed)
+	}
+	go reloadOnHangup(ctx, hup, changed, log, files, srv.Policies())
 	log.Info("running as envoyproxy/ratelimit (CONFIG_TYPE="+e.configType+")",
 		"grpc", srv.GRPCAddr(), "healthcheck", srv.ExtraHTTPAddr("healthcheck"), "debug", srv.ExtraHTTPAddr("debug"), "metrics", srv.HTTPAddr())
 	if err := srv.Run(ctx); err != nil {
