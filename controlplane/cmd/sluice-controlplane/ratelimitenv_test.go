@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -114,5 +115,26 @@ func TestRatelimitEnvErrors(t *testing.T) {
 	got := unsupportedSet(envOf("SHADOW_MODE", "true", "USE_STATSD", "false", "STATSD_PORT", "9125", "RUNTIME_IGNOREDOTFILES", "1", "PORT", "1"))
 	if len(got) != 2 || !strings.HasPrefix(got[0], "STATSD_PORT=9125: ") || !strings.HasPrefix(got[1], "SHADOW_MODE=true: ") {
 		t.Errorf("unsupported: %q", got)
+	}
+}
+
+// TestHealthcheck: 200 "OK" while ready, 500 with the reason otherwise
+// (starting, draining), as envoyproxy/ratelimit's /healthcheck.
+func TestHealthcheck(t *testing.T) {
+	for _, tc := range []struct {
+		ok   bool
+		why  string
+		code int
+		body string
+	}{
+		{true, "ready", 200, "OK"},
+		{false, "not serving (starting or draining)", 500, "not serving (starting or draining)\n"},
+	} {
+		h := healthHandler(func() (bool, string) { return tc.ok, tc.why })
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthcheck", nil))
+		if rec.Code != tc.code || rec.Body.String() != tc.body {
+			t.Errorf("ready %v: %d %q, want %d %q", tc.ok, rec.Code, rec.Body.String(), tc.code, tc.body)
+		}
 	}
 }
