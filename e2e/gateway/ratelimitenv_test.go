@@ -4,94 +4,23 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	rlscommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/internal/otlptest"
 )
-
-// receiver is an OTLP trace receiver (HTTP or gRPC) in the test process.
-type receiver struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu    sync.Mutex
-	spans []*tracepb.Span
-	addr  string
-}
-
-func (r *receiver) add(req *coltracepb.ExportTraceServiceRequest) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rs := range req.GetResourceSpans() {
-		for _, ss := range rs.GetScopeSpans() {
-			r.spans = append(r.spans, ss.GetSpans()...)
-		}
-	}
-}
-
-// Export is the gRPC receiver's method.
-func (r *receiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	r.add(req)
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-// ServeHTTP is the HTTP receiver: POST /v1/traces, protobuf.
-func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	b, err := io.ReadAll(io.LimitReader(req.Body, 4<<20))
-	var in coltracepb.ExportTraceServiceRequest
-	if err != nil || req.URL.Path != "/v1/traces" || proto.Unmarshal(b, &in) != nil {
-		http.Error(w, "bad export", http.StatusBadRequest)
-		return
-	}
-	r.add(&in)
-	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	w.Write(out)
-}
-
-func startReceiver(t *testing.T, protocol string) *receiver {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &receiver{addr: ln.Addr().String()}
-	if protocol == "grpc" {
-		gs := grpc.NewServer()
-		coltracepb.RegisterTraceServiceServer(gs, r)
-		go gs.Serve(ln)
-		t.Cleanup(gs.Stop)
-	} else {
-		hs := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
-		go hs.Serve(ln)
-		t.Cleanup(func() { hs.Close() })
-	}
-	return r
-}
-
-// span returns the ShouldRateLimit span of trace id, or nil.
-func (r *receiver) span(trace []byte) *tracepb.Span {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range r.spans {
-		if s.GetName() == "ShouldRateLimit" && string(s.GetTraceId()) == string(trace) {
-			return s
-		}
-	}
-	return nil
-}
 
 // TestRatelimitFileModeAndTracing runs sluice as `ratelimit` with
 // CONFIG_TYPE=FILE (the runtime directory) and TRACING_ENABLED, once per
@@ -108,7 +37,7 @@ func TestRatelimitFileModeAndTracing(t *testing.T) {
 			conf := filepath.Join(dir, "data", "ratelimit", "config")
 			os.MkdirAll(conf, 0o755)
 			os.WriteFile(filepath.Join(conf, "api.yaml"), []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o644)
-			rcv := startReceiver(t, protocol)
+			rcv := otlptest.Start(t, protocol)
 			port, grpcPort, debugPort := freePort(t), freePort(t), freePort(t)
 			e := []string{
 				"RUNTIME_ROOT=" + filepath.Join(dir, "data"), "RUNTIME_SUBDIRECTORY=ratelimit", "CONFIG_TYPE=FILE",
@@ -116,7 +45,7 @@ func TestRatelimitFileModeAndTracing(t *testing.T) {
 				"GRPC_PORT=" + strconv.Itoa(grpcPort), "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(debugPort),
 				"TRACING_ENABLED=true", "TRACING_SERVICE_NAME=envoy-ratelimit", "TRACING_SERVICE_NAMESPACE=envoy-gateway-system",
 				"TRACING_SAMPLING_RATE=1.0", "TRACING_EXPORTER_PROTOCOL=" + protocol,
-				"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + rcv.addr, "OTEL_BSP_SCHEDULE_DELAY=100",
+				"OTEL_EXPORTER_OTLP_ENDPOINT=" + rcv.Endpoint, "OTEL_BSP_SCHEDULE_DELAY=100",
 				"SHADOW_MODE=true",
 			}
 			logPath := filepath.Join(dir, "ratelimit.log")
@@ -151,8 +80,8 @@ func TestRatelimitFileModeAndTracing(t *testing.T) {
 			if got := strings.Join(codes, ","); got != "OK,OVER_LIMIT" {
 				t.Errorf("decisions from the runtime directory: %s, want OK,OVER_LIMIT", got)
 			}
-			waitFor(t, "span exported", 30*time.Second, func() bool { return rcv.span(traceID) != nil })
-			s := rcv.span(traceID)
+			waitFor(t, "span exported", 30*time.Second, func() bool { return rcv.Span("ShouldRateLimit", traceID) != nil })
+			s := rcv.Span("ShouldRateLimit", traceID)
 			if string(s.GetParentSpanId()) != string(parent) || s.GetKind() != tracepb.Span_SPAN_KIND_SERVER {
 				t.Errorf("span parent %x kind %v, want parent %x, server", s.GetParentSpanId(), s.GetKind(), parent)
 			}
