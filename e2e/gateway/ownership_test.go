@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,12 +50,17 @@ func TestRatelimitXDSOwnership(t *testing.T) {
 
 	health := fmt.Sprintf("http://127.0.0.1:%d/healthcheck", port)
 	short := &http.Client{Timeout: time.Second}
-	// Listening (or about to) but not serving: no 200 before the first
-	// configuration.
-	for range 3 {
-		if code, body := httpGet(short, health); code == 200 {
-			t.Fatalf("healthcheck before the first xDS configuration: %d %q", code, body)
+	// Listening (the port is bound at start) but not serving: no answer
+	// before the first configuration.
+	waitFor(t, "the health port bound", time.Minute, func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
 		}
+		return err == nil
+	})
+	if code, body := httpGet(short, health); code != 0 {
+		t.Fatalf("healthcheck before the first xDS configuration: %d %q, want no answer", code, body)
 	}
 	xds.Set(t, xdstest.Config(listenerName, xdstest.RouteDescriptor("r", xdstest.Rule{Requests: 3, Unit: hour})))
 	hc := &http.Client{Timeout: 10 * time.Second}
