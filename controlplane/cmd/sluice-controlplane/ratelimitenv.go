@@ -63,7 +63,6 @@ type xdsEnv struct {
 	useTLS             bool
 	cert, key, ca, san string
 	backoff            xdsconfig.Backoff
-	jitter             bool
 	maxMsgSize         int
 }
 
