@@ -318,8 +318,8 @@ func runScenarios(t *testing.T, s service, res map[string]string) {
 		return code == 429
 	})
 	t.Logf("%s: a new snapshot was in force %v after it was published", s.name, took.Round(time.Millisecond))
-	if took > 3*time.Second {
-		t.Errorf("new snapshot: in force after %v, want within about 1 s (3 s allowed on a busy machine)", took)
+	if took > 5*time.Second {
+		t.Errorf("new snapshot: in force after %v, want within about 1 s (5 s allowed on a busy machine)", took)
 	}
 	check("before and after a snapshot", before+" then 429", "200,200 then 429")
 	waitFor(t, "second snapshot ACKed", 30*time.Second, func() bool { return acked(xds, v2) })
