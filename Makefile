@@ -19,7 +19,7 @@ ENVOY_VERSION := 1.40.0
 VENV          := $(CURDIR)/.venv
 
 
-.PHONY: test envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms vet wasm run e2e proto bench-rls
+.PHONY: e2e-gateway test envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
@@ -144,6 +144,21 @@ run: envoy wasm
 ## e2e: the end-to-end scenarios alone (real redis-server, 2 control planes, 2 real Envoys).
 e2e: redis-server envoy
 	$(GO) test -count=1 -v ./e2e/...
+
+## e2e-gateway: the real Envoy Gateway (EG_VERSION) in standalone mode, sluice as its rate limit service
+## (e2e/gateway/standalone_test.go; not part of `make test`). The envoy-gateway binary is cached in EG_BIN
+## and built from its Go module when missing (~17 min on 2 cores). Envoy Gateway holds fixed ports:
+## 8081, 18000-18002, 19000-19003.
+EG_VERSION := v1.9.0
+EG_BIN     ?= $(HOME)/.cache/sluice/envoy-gateway-$(EG_VERSION)/envoy-gateway
+e2e-gateway: redis-server envoy
+	@if [ ! -x "$(EG_BIN)" ]; then \
+		echo "envoy-gateway $(EG_VERSION) not in $(EG_BIN): building it (about 17 min on 2 cores)"; \
+		mkdir -p "$(dir $(EG_BIN))" && \
+		GOBIN="$(dir $(EG_BIN))" CGO_ENABLED=0 $(HOSTENV) $(GO) install github.com/envoyproxy/gateway/cmd/envoy-gateway@$(EG_VERSION) || exit 1; \
+	else echo "envoy-gateway: $(EG_BIN)"; fi
+	EG_BIN="$(EG_BIN)" ENVOY_BIN="$${ENVOY_BIN:-$(VENV)/bin/envoy}" $(GO) test -count=1 -v -tags egstandalone \
+		-run TestRealEnvoyGateway -timeout 30m ./e2e/gateway/
 
 ## bench-rls: decisions/s, latency and Redis CPU of sluice against envoyproxy/ratelimit (bench/ratelimit-peer),
 ## same Redis, same load, 3 interleaved runs each (RUNS, CALLERS, CONNS, KEYS, DURATION override), once per

@@ -101,6 +101,7 @@ type stream struct {
 	method *method
 	req    []byte   // the request message, once the request is complete
 	ctx    *callCtx // the call's context; nil until the call starts
+	hdrs   []Header // the headers Options.KeepHeaders names
 
 	// The reader's, until the call is dispatched.
 	body          []byte

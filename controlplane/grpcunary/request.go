@@ -2,6 +2,7 @@ package grpcunary
 
 import (
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -123,6 +124,9 @@ func (c *conn) startCall(st *stream, f *http2.MetaHeadersFrame) {
 			if strings.HasPrefix(hf.Name, ":") {
 				c.resetStream(st.id, http2.ErrCodeProtocol) // a response pseudo-header in a request
 				return
+			}
+			if len(c.srv.opts.KeepHeaders) > 0 && slices.Contains(c.srv.opts.KeepHeaders, hf.Name) {
+				st.hdrs = append(st.hdrs, Header{Name: hf.Name, Value: hf.Value})
 			}
 		}
 	}
@@ -331,11 +335,11 @@ func (c *conn) runBatch(sts []*stream, h BatchHandler) {
 		// The answer's message goes right after its gRPC prefix, in
 		// place, when the handler appends it to Resp (see answer).
 		st.msg = make([]byte, 5, respCap)
-		calls[i].Ctx, calls[i].Req, calls[i].Resp = st.ctx, st.req, st.msg[5:]
+		calls[i].Ctx, calls[i].Req, calls[i].Resp, calls[i].Headers = st.ctx, st.req, st.msg[5:], st.hdrs
 	}
 	h(c.ctx, calls)
 	for i, st := range sts {
-		st.req = nil
+		st.req, st.hdrs = nil, nil
 		c.answer(st, calls[i].Resp, calls[i].Err)
 	}
 	c.release(sts...)

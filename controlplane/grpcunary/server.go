@@ -106,6 +106,11 @@ const (
 
 // Options tune a Server. The zero value gives the defaults.
 type Options struct {
+	// KeepHeaders names request headers (lower case) that batch handlers
+	// get in Call.Headers, e.g. the trace context ("traceparent"). Empty,
+	// the default, keeps none and costs nothing. What is kept is bounded
+	// by MaxHeaderListSize.
+	KeepHeaders []string
 	// MaxConcurrentStreams is the SETTINGS_MAX_CONCURRENT_STREAMS advertised
 	// and enforced per connection (REFUSED_STREAM beyond it).
 	MaxConcurrentStreams uint32
@@ -272,7 +277,13 @@ type Call struct {
 	Req  []byte          // the request message, valid while the handler runs
 	Resp []byte          // the response message: the handler appends it to the empty Resp it gets (no copy then), or sets it...
 	Err  error           // ...or an error, sent as a gRPC status
+	// Headers are the request headers Options.KeepHeaders names, in the
+	// order they came; nil when it names none.
+	Headers []Header
 }
+
+// Header is one request header field.
+type Header struct{ Name, Value string }
 
 // BatchHandler answers calls of one method that arrived together on one
 // connection: the requests the server had read when it would next have

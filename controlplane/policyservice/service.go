@@ -183,6 +183,8 @@ func statusOf(err error) error {
 		return status.Error(codes.InvalidArgument, "policy rejected, nothing was changed:\n"+list.Error())
 	case errors.As(err, &conflict):
 		return status.Error(codes.FailedPrecondition, conflict.Error())
+	case errors.Is(err, policystore.ErrOwned):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, policystore.ErrNotFound):
 		return status.Errorf(codes.NotFound, "%v (list shows the domains there are)", err)
 	case errors.Is(err, policystore.ErrClosed):

@@ -21,6 +21,7 @@ package policystore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,37 @@ type Options struct {
 	Timeout time.Duration
 	// Logger receives the store's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Owner, when set, names the owner of a domain that something else
+	// than this store configures (the xDS server), or returns "": Apply
+	// and Delete refuse an owned domain with an *OwnedError.
+	Owner func(domain string) string
+}
+
+// ErrOwned is what an *OwnedError wraps.
+var ErrOwned = errors.New("domain owned by another configuration source")
+
+// OwnedError refuses a change to a domain Options.Owner names an owner for.
+type OwnedError struct {
+	Domain, Owner string
+}
+
+// Error says who owns the domain and where to change it.
+func (e *OwnedError) Error() string {
+	return fmt.Sprintf("domain %q is configured by %s, which owns it: change it there (nothing was changed here)", e.Domain, e.Owner)
+}
+
+// Unwrap returns ErrOwned.
+func (e *OwnedError) Unwrap() error { return ErrOwned }
+
+// owned returns the *OwnedError for domain, or nil.
+func (s *Store) owned(domain string) error {
+	if s.owner == nil {
+		return nil
+	}
+	if o := s.owner(domain); o != "" {
+		return &OwnedError{Domain: domain, Owner: o}
+	}
+	return nil
 }
 
 // Store is the policy set of one replica, kept in step with a Backend.
@@ -63,6 +95,7 @@ type Store struct {
 	log     *slog.Logger
 	poll    time.Duration
 	timeout time.Duration
+	owner   func(string) string
 
 	refreshMu sync.Mutex  // serializes refresh
 	loaded    atomic.Bool // the backend has been read at least once
@@ -101,6 +134,7 @@ func New(ctx context.Context, b Backend, opts Options) (*Store, error) {
 		log:     opts.Logger,
 		poll:    opts.PollInterval,
 		timeout: opts.Timeout,
+		owner:   opts.Owner,
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -215,6 +249,9 @@ func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) 
 	if err != nil {
 		return ApplyResult{}, err
 	}
+	if err := s.owned(d.Name); err != nil {
+		return ApplyResult{}, err
+	}
 	v, unchanged, err := s.b.Put(ctx, d.Name, data, g)
 	if errors.Is(err, ErrUninitialized) {
 		// The store is new or was lost: write back what this replica
@@ -238,6 +275,9 @@ func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) 
 func (s *Store) Delete(ctx context.Context, domain string, g Guard) (uint64, error) {
 	if s.closed() {
 		return 0, ErrClosed
+	}
+	if err := s.owned(domain); err != nil {
+		return 0, err
 	}
 	v, err := s.b.Delete(ctx, domain, g)
 	if err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -118,10 +119,17 @@ func req(user string) *rlsv3.RateLimitRequest {
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}}}
 }
 
-// TestHTTPBounds: the HTTP listener closes connections over its cap at
-// once, and refuses oversized headers.
+// TestHTTPBounds: the HTTP listener, and an extra one (envoyproxy/ratelimit's
+// health and debug ports), close connections over their cap at once, and
+// refuse oversized headers.
 func TestHTTPBounds(t *testing.T) {
-	srv := start(t, Config{Policies: policies(t)})
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	srv := start(t, Config{Policies: policies(t), ExtraHTTP: []HTTPEndpoint{{Name: "healthcheck", Addr: "127.0.0.1:0", Handler: ok}}})
+	testHTTPBounds(t, srv, "http", srv.HTTPAddr(), srv.httpLn.(*limitListener), "/healthz")
+	testHTTPBounds(t, srv, "healthcheck", srv.ExtraHTTPAddr("healthcheck"), srv.extra[0].ln.(*limitListener), "/")
+}
+
+func testHTTPBounds(t *testing.T, srv *Server, name, addr string, ln *limitListener, path string) {
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -129,25 +137,25 @@ func TestHTTPBounds(t *testing.T) {
 		}
 	}()
 	for range httpMaxConns + 20 {
-		c, err := net.Dial("tcp", srv.HTTPAddr())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
 	}
 	var refused atomic.Int64
-	waitUntil(t, "20 connections refused", 5*time.Second, func() bool {
-		refused.Store(int64(counter(t, srv, `sluice_connections_refused_total`, "http")))
+	waitUntil(t, name+": 20 connections refused", 5*time.Second, func() bool {
+		refused.Store(int64(counter(t, srv, `sluice_connections_refused_total`, name)))
 		return refused.Load() >= 20
 	})
 	for _, c := range conns {
 		c.Close()
 	}
 	conns = nil
-	waitUntil(t, "connections closed", 5*time.Second, func() bool {
-		return srv.httpLn.(*limitListener).Open() == 0
+	waitUntil(t, name+": connections closed", 5*time.Second, func() bool {
+		return ln.Open() == 0
 	})
-	r, _ := http.NewRequest("GET", "http://"+srv.HTTPAddr()+"/healthz", nil)
+	r, _ := http.NewRequest("GET", "http://"+addr+path, nil)
 	r.Header.Set("X-Big", strings.Repeat("x", 64<<10))
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
@@ -155,10 +163,10 @@ func TestHTTPBounds(t *testing.T) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("64 KiB header: %d, want 431", resp.StatusCode)
+		t.Errorf("%s: 64 KiB header: %d, want 431", name, resp.StatusCode)
 	}
-	if code, _ := get(t, "http://"+srv.HTTPAddr()+"/healthz"); code != 200 {
-		t.Errorf("/healthz after: %d", code)
+	if code, _ := get(t, "http://"+addr+path); code != 200 {
+		t.Errorf("%s: %s after: %d", name, path, code)
 	}
 }
 

@@ -7,14 +7,17 @@ import (
 	"sync"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/controlplane/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/rls"
+	"github.com/sluicehq/sluice/controlplane/tracing"
 )
 
 // decisionServer is what Run needs of the decision port's server; both
@@ -37,10 +40,20 @@ var wireCalls = sync.Pool{New: func() any { return new([]rls.WireCall) }}
 // newUnaryServer returns the decision port's grpcunary server, bounded by
 // opts: the RLS decision, in batches (the calls one connection delivered
 // together share one store call), and the health check.
-func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options, log *slog.Logger) *unaryServer {
+func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options, log *slog.Logger, tr *tracing.Tracer) *unaryServer {
 	opts.Logger = log
+	if tr != nil {
+		opts.KeepHeaders = tr.Headers()
+	}
 	u := &unaryServer{grpcunary.New(opts)}
 	u.HandleBatch(shouldRateLimitMethod, func(ctx context.Context, calls []grpcunary.Call) {
+		var spans []*tracing.Span
+		if tr != nil {
+			spans = make([]*tracing.Span, len(calls))
+			for i := range calls {
+				_, spans[i] = tr.Start(ctx, headerCarrier(calls[i].Headers), calls[i].Req)
+			}
+		}
 		wc := wireCalls.Get().(*[]rls.WireCall)
 		ws := (*wc)[:0]
 		for i := range calls {
@@ -49,6 +62,9 @@ func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options,
 		svc.ShouldRateLimitBatch(ctx, ws)
 		for i := range calls {
 			calls[i].Resp, calls[i].Err = ws[i].Resp, ws[i].Err
+		}
+		for i, sp := range spans {
+			sp.End(calls[i].Resp, calls[i].Err)
 		}
 		clear(ws)
 		*wc = ws[:0]
@@ -66,6 +82,50 @@ func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options,
 		return proto.Marshal(out)
 	})
 	return u
+}
+
+// headerCarrier reads the headers grpcunary kept for tracing.
+type headerCarrier []grpcunary.Header
+
+func (h headerCarrier) Get(name string) string {
+	for _, f := range h {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// mdCarrier reads grpc-go's incoming metadata for tracing.
+type mdCarrier metadata.MD
+
+func (m mdCarrier) Get(name string) string {
+	if v := metadata.MD(m).Get(name); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// traceInterceptor traces ShouldRateLimit on the grpc-go decision server.
+func traceInterceptor(tr *tracing.Tracer) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod != shouldRateLimitMethod {
+			return handler(ctx, req)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		var in []byte
+		if m, ok := req.(proto.Message); ok {
+			in, _ = proto.Marshal(m)
+		}
+		ctx, span := tr.Start(ctx, mdCarrier(md), in)
+		resp, err := handler(ctx, req)
+		var out []byte
+		if m, ok := resp.(proto.Message); ok && err == nil {
+			out, _ = proto.Marshal(m)
+		}
+		span.End(out, err)
+		return resp, err
+	}
 }
 
 // unaryServer adapts *grpcunary.Server to decisionServer: Serve's

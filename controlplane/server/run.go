@@ -80,7 +80,7 @@ func (s *Server) run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.runLease(sweepCtx) }()
 	}
 
-	errc := make(chan error, 4)
+	errc := make(chan error, 4+len(s.extra))
 	s.serveRLQS(errc)
 	go func() {
 		if err := s.grpc.Serve(s.grpcLn); err != nil {
@@ -99,11 +99,7 @@ func (s *Server) run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		s.policies.Watch(sweepCtx, func(snap *policystore.Snapshot) {
-			s.service.SetPolicies(snap.Set)
-			if s.rlqs != nil {
-				s.rlqs.svc.SetPolicies(snap.Set)
-			}
-			s.log.Info("policies in force", "version", snap.Version, "domains", strings.Join(domainNames(snap.Set), ","))
+			s.setStoreSet(snap.Set, fmt.Sprintf("policy store version %d", snap.Version))
 		})
 	}()
 	go func() {
@@ -111,6 +107,7 @@ func (s *Server) run(ctx context.Context) error {
 			errc <- fmt.Errorf("server: HTTP: %w", err)
 		}
 	}()
+	s.serveExtraHTTP(errc)
 	if s.client != nil {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		if err := s.ping(pctx); err != nil {
@@ -164,6 +161,9 @@ func (s *Server) run(ctx context.Context) error {
 	if err := s.http.Shutdown(hctx); err != nil && runErr == nil {
 		runErr = fmt.Errorf("server: HTTP shutdown: %w", err)
 	}
+	for _, e := range s.extra {
+		e.srv.Shutdown(hctx)
+	}
 	cancel()
 	stopSweep()
 	wg.Wait()
@@ -194,5 +194,8 @@ func (s *Server) closeResources() {
 		if ln != nil {
 			ln.Close()
 		}
+	}
+	for _, e := range s.extra {
+		e.ln.Close()
 	}
 }

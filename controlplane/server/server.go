@@ -55,6 +55,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
+	"github.com/sluicehq/sluice/controlplane/tracing"
 )
 
 // Redis modes.
@@ -194,6 +195,24 @@ type Config struct {
 	RLQSAddr   string
 	RLQS       rlqs.Options
 	RLQSServer rlqs.ServerConfig
+	// OverlayOwner, when set, names what owns the domains given to
+	// SetOverlay (e.g. "the xDS server localhost:18001"): those domains
+	// are served from the overlay whatever the policy store holds, and the
+	// policy store refuses to apply or delete them, naming the owner.
+	OverlayOwner string
+	// Tracer, when set, traces ShouldRateLimit calls (package tracing);
+	// nil traces nothing and costs nothing.
+	Tracer *tracing.Tracer
+	// ExtraHTTP are more HTTP listeners, bounded and shut down as the
+	// metrics listener is (envoyproxy/ratelimit's health and debug ports).
+	ExtraHTTP []HTTPEndpoint
+}
+
+// HTTPEndpoint is one more HTTP listener: its name (for the connection
+// metrics), address and handler.
+type HTTPEndpoint struct {
+	Name, Addr string
+	Handler    http.Handler
 }
 
 // Server is one control-plane process.
@@ -223,6 +242,8 @@ type Server struct {
 	runOnce  sync.Once
 	shutdown time.Duration
 	rlqs     *rlqsPart // nil unless RLQSAddr is set
+	extra    []extraHTTP
+	policySet
 }
 
 // New builds a Server and opens its listeners; Run serves them. On error
@@ -271,6 +292,7 @@ func (s *Server) build() error {
 	if err := s.buildPolicies(); err != nil {
 		return err
 	}
+	s.storeSet = s.policies.Current().Set
 	var err error
 	s.service, err = rls.New(s.store, s.policies.Current().Set, rls.Options{
 		MaxDescriptors: cfg.MaxDescriptors,
@@ -292,12 +314,15 @@ func (s *Server) build() error {
 		if cfg.GRPCTLS != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
 		}
+		if cfg.Tracer != nil {
+			opts = append(opts, grpc.ChainUnaryInterceptor(traceInterceptor(cfg.Tracer)))
+		}
 		gs := grpc.NewServer(opts...)
 		s.service.Register(gs)
 		healthpb.RegisterHealthServer(gs, s.health)
 		s.grpc = gs
 	} else {
-		s.grpc = newUnaryServer(s.service, s.health, cfg.Unary, s.log)
+		s.grpc = newUnaryServer(s.service, s.health, cfg.Unary, s.log, cfg.Tracer)
 	}
 	s.setHealth()
 
@@ -325,6 +350,9 @@ func (s *Server) build() error {
 		return fmt.Errorf("server: HTTP address %s: %w", cfg.HTTPAddr, err)
 	}
 	s.httpLn = s.limit(s.httpLn, "http", httpMaxConns)
+	if err := s.buildExtraHTTP(); err != nil {
+		return err
+	}
 	if err := s.buildRLQS(); err != nil {
 		return err
 	}
@@ -355,7 +383,11 @@ func (s *Server) buildPolicies() error {
 	if err != nil {
 		return err
 	}
-	s.policies, err = policystore.New(context.Background(), backend, policystore.Options{Seed: s.cfg.Policies, Logger: s.log})
+	opts := policystore.Options{Seed: s.cfg.Policies, Logger: s.log}
+	if s.cfg.OverlayOwner != "" {
+		opts.Owner = s.overlayOwner
+	}
+	s.policies, err = policystore.New(context.Background(), backend, opts)
 	return err
 }
 

@@ -97,6 +97,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -116,6 +117,9 @@ import (
 )
 
 func main() {
+	if filepath.Base(os.Args[0]) == RatelimitName {
+		os.Exit(runRatelimit(os.Getenv, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
 

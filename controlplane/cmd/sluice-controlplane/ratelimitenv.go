@@ -1,0 +1,387 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/controlplane/xdsconfig"
+)
+
+// RatelimitName is the name under which the binary reads envoyproxy/ratelimit's
+// environment instead of sluice's flags: Envoy Gateway's ratelimit
+// Deployment runs /bin/ratelimit.
+const RatelimitName = "ratelimit"
+
+// The values of CONFIG_TYPE.
+const (
+	configTypeFile = "FILE"
+	configTypeXDS  = "GRPC_XDS_SOTW"
+)
+
+// rlEnv is envoyproxy/ratelimit's environment, as sluice uses it. Defaults
+// are theirs (src/settings/settings.go).
+type rlEnv struct {
+	host, debugHost, grpcHost string
+	port, debugPort, grpcPort int
+
+	grpcTLS                    bool
+	grpcCert, grpcKey          string
+	grpcClientCA, grpcSAN      string
+	grpcServerCA               string // GRPC_SERVER_TLS_CA_CERT (Envoy Gateway's)
+	ignoreServerCA             bool   // SLUICE_IGNORE_GRPC_SERVER_TLS_CA_CERT
+	logLevel, logFormat        string
+	configType                 string
+	forceStart                 bool
+	healthyWithConfig          bool
+	xds                        xdsEnv
+	usePrometheus              bool
+	prometheusAddr, promPath   string
+	runtimeRoot, runtimeSub    string
+	runtimeApp                 string
+	runtimeWatch               bool
+	nearLimitRatio             float64
+	backendType                string
+	redisSocket, redisType     string
+	redisURL                   string
+	redisAuth                  string
+	redisTLS                   bool
+	redisCert, redisKey, redCA string
+
+	tracing tracingEnv
+}
+
+// xdsEnv is CONFIG_GRPC_XDS_* and XDS_CLIENT_*.
+type xdsEnv struct {
+	nodeID, serverURL  string
+	nodeMetadata       map[string]string
+	headers            map[string]string
+	useTLS             bool
+	cert, key, ca, san string
+	backoff            xdsconfig.Backoff
+	maxMsgSize         int
+}
+
+// tracingEnv is TRACING_* and OTEL_EXPORTER_OTLP_ENDPOINT.
+type tracingEnv struct {
+	enabled                      bool
+	serviceName, namespace, inst string
+	protocol                     string // http or grpc
+	samplingRate                 float64
+	endpoint                     string
+}
+
+// unsupported lists envoyproxy/ratelimit's variables sluice does not honour,
+// each with why, and for a switch the value that asks for what sluice does
+// anyway (USE_STATSD=false, which Envoy Gateway sets); any of them set to
+// another value is logged once at start-up.
+var unsupported = []struct{ name, why, same string }{
+	{"GRPC_UDS", "a Unix socket for the decision port is not supported: use GRPC_HOST and GRPC_PORT", ""},
+	{"GRPC_MAX_CONNECTION_AGE", "connections are not aged out; idle ones close after 5 minutes (SLUICE_IDLE_TIMEOUT)", ""},
+	{"GRPC_MAX_CONNECTION_AGE_GRACE", "connections are not aged out", ""},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "reconnection follows XDS_CLIENT_BACKOFF_* alone", ""},
+	{"XDS_CLIENT_BACKOFF_JITTER", "the backoff always spreads its waits by XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "true"},
+	{"USE_STATSD", "no statsd: the statistics are Prometheus metrics, served on PROMETHEUS_ADDR with USE_PROMETHEUS=true", "false"},
+	{"STATSD_HOST", "no statsd", ""},
+	{"STATSD_PORT", "no statsd", ""},
+	{"USE_DOG_STATSD", "no statsd", "false"},
+	{"USE_DOG_STATSD_MOGRIFIERS", "no statsd", ""},
+	{"EXTRA_TAGS", "no statsd tags; Prometheus labels are fixed", ""},
+	{"STATS_FLUSH_INTERVAL", "Prometheus is scraped, not flushed", ""},
+	{"DISABLE_STATS", "the metrics are always kept (they cost a few atomic adds)", "false"},
+	{"PROMETHEUS_MAPPER_YAML", "sluice exports its own metric names (the README's Metrics table maps the statsd names); no mapper is applied", ""},
+	{"RUNTIME_IGNOREDOTFILES", "names that start with a dot are always skipped", "true"},
+	{"EXPIRATION_JITTER_MAX_SECONDS", "keys expire with their window (PEXPIRE); nothing expires in bulk", ""},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", "over-limit keys are remembered by sluice's Wasm filter, in Envoy; the memory store is the rescue limiter", ""},
+	{"CACHE_KEY_PREFIX", "keys are sluice:{...}; use another Redis database to keep deployments apart", ""},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "always on: sluice never counts a refused request", "true"},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "sluice's headers are the IETF RateLimit ones, per policy (response_headers: true)", "false"},
+	{"LIMIT_LIMIT_HEADER", "see LIMIT_RESPONSE_HEADERS_ENABLED", ""},
+	{"LIMIT_REMAINING_HEADER", "see LIMIT_RESPONSE_HEADERS_ENABLED", ""},
+	{"LIMIT_RESET_HEADER", "see LIMIT_RESPONSE_HEADERS_ENABLED", ""},
+	{"REDIS_POOL_SIZE", "go-redis sizes its pool; concurrent checks share script round trips", ""},
+	{"REDIS_PIPELINE_WINDOW", "sluice batches concurrent checks into one round trip on its own", ""},
+	{"REDIS_PIPELINE_LIMIT", "sluice batches concurrent checks into one round trip on its own", ""},
+	{"REDIS_TIMEOUT", "a decision waits SLUICE_DEADLINE (20ms) for Redis, then the memory store answers", ""},
+	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "go-redis waits for a connection within the decision deadline", ""},
+	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "a degraded replica probes Redis every SLUICE_PROBE_INTERVAL and reports it in /readyz and gRPC health", "false"},
+	{"REDIS_SENTINEL_AUTH", "the sentinels are reached with REDIS_AUTH's credentials", ""},
+	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "skipping verification would accept any server: set SLUICE_REDIS_TLS_SERVER_NAME to the name in its certificate", "false"},
+	{"REDIS_PERSECOND", "one Redis holds every limit", "false"},
+	{"REDIS_PERSECOND_URL", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_TYPE", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_SOCKET_TYPE", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_AUTH", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_TLS", "one Redis holds every limit", "false"},
+	{"REDIS_PERSECOND_POOL_SIZE", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_SENTINEL_AUTH", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_PIPELINE_WINDOW", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_PIPELINE_LIMIT", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_TIMEOUT", "one Redis holds every limit", ""},
+	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "one Redis holds every limit", ""},
+	{"MEMCACHE_HOST_PORT", "no memcache backend: Redis or the memory store", ""},
+	{"MEMCACHE_SRV", "no memcache backend", ""},
+	{"MEMCACHE_MAX_IDLE_CONNS", "no memcache backend", ""},
+	{"MEMCACHE_SRV_REFRESH", "no memcache backend", ""},
+	{"MEMCACHE_TLS", "no memcache backend", "false"},
+	{"SHADOW_MODE", "no process-wide shadow mode: set shadow_mode on the descriptors", "false"},
+	{"QUOTA_MODE", "not supported by this build: see the README's differences", "false"},
+	{"RESPONSE_DYNAMIC_METADATA", "sluice always returns its per-descriptor limits in dynamic_metadata", "true"},
+	{"MERGE_DOMAIN_CONFIG", "two configurations of one domain are refused, naming both", "false"},
+}
+
+// unsupportedSet returns the unsupported variables that are set, each with
+// why ("name=value: why").
+func unsupportedSet(getenv func(string) string) []string {
+	var out []string
+	for _, u := range unsupported {
+		if v := getenv(u.name); v != "" && !sameBool(v, u.same) {
+			out = append(out, u.name+"="+v+": "+u.why)
+		}
+	}
+	return out
+}
+
+// sameBool reports whether v is the boolean same ("" never is).
+func sameBool(v, same string) bool {
+	if same == "" {
+		return false
+	}
+	a, err1 := strconv.ParseBool(v)
+	b, err2 := strconv.ParseBool(same)
+	return err1 == nil && err2 == nil && a == b
+}
+
+// envReader reads typed variables, collecting errors.
+type envReader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (r *envReader) str(name, def string) string {
+	if v := r.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *envReader) num(name string, def int) int {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not an integer", name, v))
+	}
+	return n
+}
+
+func (r *envReader) boolean(name string, def bool) bool {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not a boolean (true or false)", name, v))
+	}
+	return b
+}
+
+func (r *envReader) float(name string, def float64) float64 {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not a number", name, v))
+	}
+	return f
+}
+
+func (r *envReader) duration(name string, def time.Duration) time.Duration {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not a duration (e.g. 10s)", name, v))
+	}
+	return d
+}
+
+// pairs reads "k1:v1,k2=v2" (envconfig's map syntax is k:v; the ratelimit
+// README also shows k=v).
+func (r *envReader) pairs(name string) map[string]string {
+	v := r.getenv(name)
+	if v == "" {
+		return nil
+	}
+	m := map[string]string{}
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		i := strings.IndexAny(p, ":=")
+		if i <= 0 {
+			r.errs = append(r.errs, fmt.Errorf("$%s: %q is not key:value", name, p))
+			continue
+		}
+		m[p[:i]] = p[i+1:]
+	}
+	return m
+}
+
+// readRatelimitEnv reads envoyproxy/ratelimit's environment.
+func readRatelimitEnv(getenv func(string) string) (*rlEnv, error) {
+	r := &envReader{getenv: getenv}
+	e := &rlEnv{
+		host: r.str("HOST", "0.0.0.0"), port: r.num("PORT", 8080),
+		debugHost: r.str("DEBUG_HOST", "0.0.0.0"), debugPort: r.num("DEBUG_PORT", 6070),
+		grpcHost: r.str("GRPC_HOST", "0.0.0.0"), grpcPort: r.num("GRPC_PORT", 8081),
+		grpcTLS:  r.boolean("GRPC_SERVER_USE_TLS", false),
+		grpcCert: r.str("GRPC_SERVER_TLS_CERT", ""), grpcKey: r.str("GRPC_SERVER_TLS_KEY", ""),
+		grpcClientCA: r.str("GRPC_CLIENT_TLS_CACERT", ""), grpcSAN: r.str("GRPC_CLIENT_TLS_SAN", ""),
+		grpcServerCA:      r.str("GRPC_SERVER_TLS_CA_CERT", ""),
+		ignoreServerCA:    r.boolean("SLUICE_IGNORE_GRPC_SERVER_TLS_CA_CERT", false),
+		logLevel:          strings.ToLower(r.str("LOG_LEVEL", "WARN")),
+		logFormat:         strings.ToLower(r.str("LOG_FORMAT", "text")),
+		configType:        strings.ToUpper(r.str("CONFIG_TYPE", configTypeFile)),
+		forceStart:        r.boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
+		healthyWithConfig: r.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+		usePrometheus:     r.boolean("USE_PROMETHEUS", false),
+		prometheusAddr:    r.str("PROMETHEUS_ADDR", ":9090"),
+		promPath:          r.str("PROMETHEUS_PATH", "/metrics"),
+		runtimeRoot:       r.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
+		runtimeSub:        r.str("RUNTIME_SUBDIRECTORY", ""),
+		runtimeApp:        r.str("RUNTIME_APPDIRECTORY", "config"),
+		runtimeWatch:      r.boolean("RUNTIME_WATCH_ROOT", true),
+		nearLimitRatio:    r.float("NEAR_LIMIT_RATIO", 0.8),
+		backendType:       strings.ToLower(r.str("BACKEND_TYPE", "redis")),
+		redisSocket:       strings.ToLower(r.str("REDIS_SOCKET_TYPE", "unix")),
+		redisType:         strings.ToUpper(r.str("REDIS_TYPE", "SINGLE")),
+		redisURL:          r.getenv("REDIS_URL"),
+		redisAuth:         r.getenv("REDIS_AUTH"),
+		redisTLS:          r.boolean("REDIS_TLS", false),
+		redisCert:         r.str("REDIS_TLS_CLIENT_CERT", ""), redisKey: r.str("REDIS_TLS_CLIENT_KEY", ""),
+		redCA: r.str("REDIS_TLS_CACERT", ""),
+	}
+	e.xds = xdsEnv{
+		nodeID:       r.str("CONFIG_GRPC_XDS_NODE_ID", "default"),
+		serverURL:    r.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
+		nodeMetadata: r.pairs("CONFIG_GRPC_XDS_NODE_METADATA"),
+		headers:      r.pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"),
+		useTLS:       r.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false),
+		cert:         r.str("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""), key: r.str("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""),
+		ca: r.str("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""), san: r.str("CONFIG_GRPC_XDS_SERVER_TLS_SAN", ""),
+		backoff: xdsconfig.Backoff{
+			Initial:      r.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", xdsconfig.DefaultBackoffInitial),
+			Max:          r.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", xdsconfig.DefaultBackoffMax),
+			RandomFactor: r.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", xdsconfig.DefaultBackoffRandomFactor),
+		},
+		maxMsgSize: r.num("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", xdsconfig.DefaultMaxMsgSize),
+	}
+	e.tracing = tracingEnv{
+		enabled:      r.boolean("TRACING_ENABLED", false),
+		serviceName:  r.str("TRACING_SERVICE_NAME", "RateLimit"),
+		namespace:    r.str("TRACING_SERVICE_NAMESPACE", ""),
+		inst:         r.str("TRACING_SERVICE_INSTANCE_ID", ""),
+		protocol:     strings.ToLower(r.str("TRACING_EXPORTER_PROTOCOL", "http")),
+		samplingRate: r.float("TRACING_SAMPLING_RATE", 1),
+		endpoint:     r.str("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+	}
+	errs := r.errs
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(e.configType != configTypeFile && e.configType != configTypeXDS, "$CONFIG_TYPE=%q: use FILE or GRPC_XDS_SOTW", e.configType)
+	check(e.backendType != "redis", "$BACKEND_TYPE=%q: sluice keeps its counters in Redis (or, without REDIS_URL, in memory); memcache is not supported", e.backendType)
+	check(e.redisURL != "" && e.redisSocket != "tcp", "$REDIS_SOCKET_TYPE=%q: only tcp is supported (set REDIS_SOCKET_TYPE=tcp)", e.redisSocket)
+	check(e.redisType != "SINGLE" && e.redisType != "SENTINEL" && e.redisType != "CLUSTER", "$REDIS_TYPE=%q: use SINGLE, SENTINEL or CLUSTER", e.redisType)
+	check(e.grpcTLS && (e.grpcCert == "" || e.grpcKey == ""), "$GRPC_SERVER_USE_TLS=true needs $GRPC_SERVER_TLS_CERT and $GRPC_SERVER_TLS_KEY")
+	check(e.xds.useTLS && (e.xds.cert == "") != (e.xds.key == ""), "$CONFIG_GRPC_XDS_CLIENT_TLS_CERT and $CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together")
+	check(e.tracing.protocol != "http" && e.tracing.protocol != "grpc", "$TRACING_EXPORTER_PROTOCOL=%q: use http or grpc", e.tracing.protocol)
+	check(e.tracing.samplingRate < 0 || e.tracing.samplingRate > 1, "$TRACING_SAMPLING_RATE=%v: use a number from 0 to 1", e.tracing.samplingRate)
+	check(e.nearLimitRatio <= 0 || e.nearLimitRatio > 1, "$NEAR_LIMIT_RATIO=%v: use a number above 0, at most 1", e.nearLimitRatio)
+	for _, p := range []struct {
+		name string
+		n    int
+	}{{"PORT", e.port}, {"DEBUG_PORT", e.debugPort}, {"GRPC_PORT", e.grpcPort}} {
+		check(p.n < 0 || p.n > 65535, "$%s=%d: not a port", p.name, p.n)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return e, nil
+}
+
+// addr joins a host and a port.
+func addr(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// runtimeDir is where envoyproxy/ratelimit reads its files:
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+func (e *rlEnv) runtimeDir() string { return filepath.Join(e.runtimeRoot, e.runtimeSub, e.runtimeApp) }
+
+// redis maps REDIS_TYPE and REDIS_URL to sluice's mode and addresses: a
+// comma-separated list, as theirs; for SENTINEL its first element is the
+// master's name. "redis://host:port" is read as host:port.
+func (e *rlEnv) redis() (mode string, addrs []string, master string, err error) {
+	if e.redisURL == "" {
+		return "memory", nil, "", nil
+	}
+	for _, a := range strings.Split(e.redisURL, ",") {
+		a = strings.TrimSpace(a)
+		for _, p := range []string{"redis://", "rediss://"} {
+			a = strings.TrimPrefix(a, p)
+		}
+		if a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	switch e.redisType {
+	case "SENTINEL":
+		if len(addrs) < 2 {
+			return "", nil, "", fmt.Errorf("$REDIS_URL=%q: with REDIS_TYPE=SENTINEL give master-name,sentinel:port[,...]", e.redisURL)
+		}
+		return "sentinel", addrs[1:], addrs[0], nil
+	case "CLUSTER":
+		return "cluster", addrs, "", nil
+	}
+	if len(addrs) != 1 {
+		return "", nil, "", fmt.Errorf("$REDIS_URL=%q: REDIS_TYPE=SINGLE takes one host:port", e.redisURL)
+	}
+	return "standalone", addrs, "", nil
+}
+
+// redisUser splits REDIS_AUTH ("user:password" or "password").
+func (e *rlEnv) redisUser() (user, password string) {
+	if i := strings.IndexByte(e.redisAuth, ':'); i >= 0 {
+		return e.redisAuth[:i], e.redisAuth[i+1:]
+	}
+	return "", e.redisAuth
+}
+
+// clientCA returns the CA the decision port checks client certificates
+// with: GRPC_CLIENT_TLS_CACERT (envoyproxy/ratelimit's), else
+// GRPC_SERVER_TLS_CA_CERT (which Envoy Gateway sets and envoyproxy/ratelimit
+// does not read) unless SLUICE_IGNORE_GRPC_SERVER_TLS_CA_CERT=true.
+func (e *rlEnv) clientCA() string {
+	switch {
+	case !e.grpcTLS:
+		return ""
+	case e.grpcClientCA != "":
+		return e.grpcClientCA
+	case e.ignoreServerCA:
+		return ""
+	}
+	return e.grpcServerCA
+}
