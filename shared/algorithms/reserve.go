@@ -100,8 +100,9 @@ func (l Reserve) decide(s *ReserveState, now, cost int64, charge bool) Result {
 		}
 		s.Next, s.Missing = next, missing
 	}
-	if !r.Allowed {
-		r.RetryAfter = next - now - l.MaxWait
+	if !r.Allowed { // a charge may have moved the free ticket
+		r.Wait = next - now
+		r.RetryAfter = r.Wait - l.MaxWait
 	}
 	if next <= now {
 		r.Remaining = nonNegative(capacity-missing) / l.Period // a lowered burst can leave missing > capacity

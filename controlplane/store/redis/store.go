@@ -631,7 +631,7 @@ func decode(sc *scriptCmd) {
 				RetryAfter: long[2] * int64(time.Microsecond),
 				ResetAfter: long[3] * int64(time.Microsecond),
 			}
-			if w.lim.alg == algReserve { // the third value is an allowed request's wait (reserve.lua)
+			if w.lim.alg%modeScale == algReserve { // the third value is an allowed request's wait (reserve.lua)
 				res := &c.out[r.i]
 				if res.Allowed {
 					res.Wait, res.RetryAfter = res.RetryAfter, 0
