@@ -69,6 +69,7 @@ type pending struct {
 	dm    *domainMetrics
 	n     int  // descriptors
 	quota bool // the caller spends quotas (see QuotaField)
+	req   *rlsv3.RateLimitRequest
 }
 
 // prepare checks req and lists the store checks it needs. On success the
@@ -167,11 +168,8 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 				keyed = true
 			}
 			info := ver.infoOf(l)
-			cost, tooLarge := costs[i], costs[i] > info.capacity
-			if tooLarge {
-				cost = 0 // peek, to report the limit's state
-			}
-			checks = append(checks, store.Check{Key: store.Key(dom.Name, sc.entries, l.ID, info.store.Algorithm), Limit: info.store, Cost: cost})
+			cost, mode, tooLarge := s.checkCost(l, info, costs[i])
+			checks = append(checks, store.Check{Key: store.Key(dom.Name, sc.entries, l.ID, info.store.Algorithm), Limit: info.store, Cost: cost, Mode: mode})
 			rule := info.rule
 			if rule != nil && perValue(l) {
 				rule = s.rules.forValue(l, descs[i].GetEntries())
@@ -180,7 +178,30 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 		}
 	}
 	sc.checks, sc.slots = checks, slots
-	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, quota: acceptsQuota(req)}, nil
+	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, quota: acceptsQuota(req), req: req}, nil
+}
+
+// checkCost returns what the store is asked for one limit of a descriptor
+// whose cost (hits_addend) is cost (see docs/usage-based.md):
+//
+//   - cost 0 probes: nothing is taken, and the request is refused when
+//     nothing remains (not even 1);
+//   - on a charge_past_limit limit (or every limit, with
+//     Options.ChargePastLimit) a cost is charged: taken even past the limit,
+//     because the usage already happened;
+//   - otherwise the cost is taken if it fits; a cost above the limit's
+//     capacity, which could never fit, only peeks (tooLarge: the answer is
+//     over limit).
+func (s *Service) checkCost(l *policy.Limit, info *limitInfo, cost int64) (c int64, mode store.Mode, tooLarge bool) {
+	switch {
+	case cost == 0:
+		return 0, store.Probe, false
+	case l.ChargePastLimit || s.chargePastLimit:
+		return cost, store.Charge, false
+	case cost > info.capacity:
+		return 0, store.Take, true
+	}
+	return cost, store.Take, false
 }
 
 // finish builds the response of p from the store's results for its checks
@@ -229,10 +250,16 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 	}
 
 	resp := newResponse(n)
+	var quotas, quotasOver int // quota-mode descriptors, and those over limit
+	rateOver := false          // a descriptor not in quota mode is over limit
 	for i := range outs {
 		o := &outs[i]
 		st := resp.Statuses[i]
 		st.Code = rlsv3.RateLimitResponse_OK
+		quota := !unlimited[i] && (s.quotaMode || (o.lim != nil && o.lim.QuotaMode))
+		if quota {
+			quotas++
+		}
 		switch {
 		case o.lim != nil:
 			st.CurrentLimit = o.info.current
@@ -240,7 +267,11 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 			setSeconds(st.DurationUntilReset, o.reset())
 			if o.over() {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+				if quota {
+					quotasOver++
+				} else {
+					rateOver = true
+				}
 			}
 		case unlimited[i]:
 			st.DurationUntilReset = nil
@@ -249,11 +280,19 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 			st.DurationUntilReset = nil
 		}
 	}
+	// As envoyproxy/ratelimit: over limit when a descriptor not in quota
+	// mode is, or when every quota-mode descriptor is.
+	if rateOver || (quotas > 0 && quotasOver == quotas) {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
 	if dom != nil && dom.ResponseHeaders {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(outs, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
 	s.addQuotas(p, resp, storeErr)
 	resp.DynamicMetadata = limitMetadata(outs)
+	if s.responseMetadata {
+		resp.DynamicMetadata = responseMetadata(p.req, outs, unlimited, resp.DynamicMetadata)
+	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		dm.overLimitCode.Inc()
 	} else {

@@ -88,6 +88,18 @@ type Options struct {
 	// Quota, when set, shares leases with the filter in
 	// DescriptorStatus.quota (see addQuotas); nil shares nothing.
 	Quota Sharer
+	// ChargePastLimit makes every limit charge a request's cost even when
+	// it does not fit, as a descriptor's charge_past_limit does for its
+	// own limits: for configurations that cannot carry the policy field
+	// (Envoy Gateway's over xDS). Refused requests then count, as
+	// envoyproxy/ratelimit counts every hit. See docs/usage-based.md.
+	ChargePastLimit bool
+	// QuotaMode puts every descriptor in quota mode (envoyproxy/ratelimit's
+	// QUOTA_MODE): a request is over limit only when all of them are.
+	QuotaMode bool
+	// ResponseMetadata adds envoyproxy/ratelimit's dynamic metadata to
+	// every answer (its RESPONSE_DYNAMIC_METADATA; see responseMetadata).
+	ResponseMetadata bool
 }
 
 // Service implements rlsv3.RateLimitServiceServer.
@@ -103,6 +115,10 @@ type Service struct {
 	rules          *ruleMetrics
 	lastErrLog     atomic.Int64 // Unix ns of the last store error logged
 	quota          Sharer
+
+	chargePastLimit  bool // Options.ChargePastLimit
+	quotaMode        bool // Options.QuotaMode
+	responseMetadata bool // Options.ResponseMetadata
 }
 
 // New returns a Service deciding on st with the given policies (nil means
@@ -128,9 +144,13 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 		maxDescriptors: opts.MaxDescriptors,
 		maxEntries:     opts.MaxEntries,
 		quota:          opts.Quota,
-		log:            opts.Logger,
-		metrics:        NewMetrics(opts.Registerer),
-		rules:          newRuleMetrics(opts.NearLimitRatio, opts.MaxRuleValues),
+
+		chargePastLimit:  opts.ChargePastLimit,
+		quotaMode:        opts.QuotaMode,
+		responseMetadata: opts.ResponseMetadata,
+		log:              opts.Logger,
+		metrics:          NewMetrics(opts.Registerer),
+		rules:            newRuleMetrics(opts.NearLimitRatio, opts.MaxRuleValues),
 	}
 	if opts.Registerer != nil {
 		for _, c := range s.rules.collectors() {
