@@ -107,11 +107,19 @@ func startPeer(t *testing.T, dir, redisAddr, policy string) string {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building envoyproxy/ratelimit (bench/ratelimit-peer): %v\n%s", err, out)
 	}
+	return startPeerBinary(t, bin, dir, redisAddr, policy)
+}
+
+// startPeerBinary runs the envoyproxy/ratelimit binary bin on Redis with
+// policy (its domain's file under dir/runtime) and the extra environment,
+// and returns its gRPC address once it is healthy.
+func startPeerBinary(t *testing.T, bin, dir, redisAddr, policy string, extra ...string) string {
+	t.Helper()
 	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
 	if err := os.MkdirAll(conf, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(conf, "llm.yaml"), []byte(policy), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(conf, "policy.yaml"), []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var ports [3]int
@@ -133,6 +141,7 @@ func startPeer(t *testing.T, dir, redisAddr, policy string) string {
 		"USE_STATSD=false", "LOG_LEVEL=warn",
 		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(ports[0]), "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ports[1]),
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + strconv.Itoa(ports[2])}
+	cmd.Env = append(cmd.Env, extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
