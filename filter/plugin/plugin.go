@@ -568,7 +568,10 @@ func (p *Plugin) record(s *stream, now int64) {
 		lim, hasLimit := descriptorLimit(resp, i)
 		o := precheck.Outcome{Cost: s.costs[i], Limit: lim, HasLimit: hasLimit, Admitted: admitted, SentAt: s.sentAt,
 			Name: limitName(resp, i), FailureMode: descriptorFailureMode(resp, i)}
-		if resp.Statuses[i].Code == rlsproto.CodeOverLimit {
+		// An over-limit descriptor in an answer that admits the request is
+		// in quota mode (over, but not every quota descriptor is): the same
+		// request would be admitted again, so it must not block.
+		if resp.Statuses[i].Code == rlsproto.CodeOverLimit && !admitted {
 			o.OverLimit, o.RetryAfter = true, descriptorRetryAfter(resp, i)
 		}
 		p.table.Record(s.key(i), o, now)
