@@ -167,7 +167,9 @@ func (e *entry) current(now int64) seedState {
 		return seedState{a: e.fw.Start, b: e.fw.Count}
 	case store.SlidingWindow:
 		st := e.sw
-		_, _ = slidingWindow(l).Allow(&st, now, 0) // a peek rolls the state to now
+		// A charge of 0 rolls the state to now, in debt too (where a
+		// peek, refused, would leave it as it was).
+		_, _ = slidingWindow(l).Charge(&st, now, 0)
 		return seedState{a: st.Start, b: st.Prev, c: st.Cur}
 	case store.SlidingLog:
 		r, _ := slidingLog(l).Allow(e.log, now, 0) // prunes what left the window
@@ -177,7 +179,7 @@ func (e *entry) current(now int64) seedState {
 		return seedState{a: now + r.ResetAfter - int64(l.Window), b: e.log.Total()}
 	case store.TokenBucket:
 		st := e.tb
-		_, _ = tokenBucket(l).Allow(&st, now, 0)
+		_, _ = tokenBucket(l).Charge(&st, now, 0) // refills to now, in debt too
 		return seedState{a: now, b: st.Used}
 	case store.GCRA:
 		return seedState{a: e.gc.TAT}
@@ -252,7 +254,7 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		c.Base = base(s)
 		c.Used = c.Base + max(0, reserveOwed(p, algorithms.ReserveState{Next: cur.a, Missing: cur.b}, now)-s)
 	}
-	return c, c.Used > 0
+	return c, c.Used > 0 || c.UsedPrev > 0 // UsedPrev: sliding_window's previous window
 }
 
 // reserveOwed returns what a reserve limiter in state st owes at now, in
