@@ -188,7 +188,7 @@ end
 local function fixed_window(key, now, limit, window, _, cost, cost_text, _, mode)
   local ws = now - now % window
   local field = fw_field(window, ws)
-  if cost == 0 or mode ~= 0 then
+  if cost == 0 or (mode and mode ~= 0) then -- lease.lua calls without a mode
     return fw_slow(key, now, limit, window, cost, ws, field, false, mode)
   end
   return fw_counted(key, now, limit, window, cost, cost_text, ws, field, rpcall('HINCRBY', key, field, cost_text))
