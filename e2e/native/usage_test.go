@@ -171,6 +171,23 @@ func startPeerBinary(t *testing.T, bin, dir, redisAddr, policy string, extra ...
 	return fmt.Sprintf("127.0.0.1:%d", ports[2])
 }
 
+// startSluice runs sluice-controlplane on Redis with policy and args, and
+// returns its gRPC address.
+func startSluice(t *testing.T, dir, redisAddr, policy string, args ...string) string {
+	t.Helper()
+	pol := filepath.Join(dir, "llm.yaml")
+	if err := os.WriteFile(pol, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := stack.StartControlPlane(context.Background(), stack.ControlPlaneConfig{Binary: controlPlane, Dir: dir,
+		Policies: []string{pol}, RedisAddr: redisAddr, Args: append([]string{"-deadline", "500ms"}, args...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.Stop() })
+	return cp.GRPCAddr()
+}
+
 // usageStep is one request of the scenario and what it saw.
 type usageStep struct {
 	tokens    int    // the usage the upstream reports for it
@@ -216,13 +233,19 @@ func runUsage(t *testing.T, e *stack.Envoy, user string, tokens []int, settle []
 
 // TestResponseCostEnvoy runs Envoy Gateway's response-cost configuration
 // through real Envoy against sluice and against envoyproxy/ratelimit (Redis
-// for both, one policy file): 100 tokens a day, requests that use 40, 40,
-// 20, 30 and 10 tokens. sluice: x-ratelimit-remaining falls 100, 60, 20 as
-// the stream-end calls charge the tokens, the request that finds 0
-// remaining is refused, and so is everything after. envoyproxy/ratelimit
-// reports the same remaining but lets the request at exactly 0 remaining
-// through (it refuses only past the limit), so its overshoot is that
-// request's usage too.
+// for each, one policy file): 100 tokens a day, two users.
+//
+//   - "exact": requests that use 40, 40, 20, 30, 10 tokens.
+//     x-ratelimit-remaining falls 100, 60, 20 as the stream-end calls charge
+//     the tokens, on both. At exactly 0 remaining sluice refuses;
+//     envoyproxy/ratelimit refuses only past the limit, so it admits one
+//     more request, whose usage is overshoot too.
+//   - "past": 40, 40, 30, 10. The third request starts with 20 remaining
+//     and uses 30: sluice charges it past the limit (with charge_past_limit
+//     or -charge-past-limit) and refuses the fourth, as envoyproxy/ratelimit
+//     does. Without either, sluice refuses the charge (a cost above what
+//     remains takes nothing), so the fourth passes: the case the policy
+//     field is for.
 func TestResponseCostEnvoy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Envoy, redis-server, sluice and envoyproxy/ratelimit")
@@ -230,64 +253,86 @@ func TestResponseCostEnvoy(t *testing.T) {
 	if untilNext(time.Now(), 24*time.Hour) < time.Minute {
 		t.Skip("within a minute of UTC midnight: the day window would reset mid-test")
 	}
-	tokens := []int{40, 40, 20, 30, 10}
-	user := fmt.Sprintf("u%d", time.Now().UnixNano())
 	type want struct {
 		code      int
-		remaining string
+		remaining string // on the answer
+		settled   string // once the request's tokens are charged
 	}
-	cases := []struct {
+	seqs := []struct {
 		name   string
-		start  func(t *testing.T, dir, redisAddr string) string
-		settle []string // the remaining each request's charge leads to
-		want   []want
-	}{
-		{"sluice", func(t *testing.T, dir, redisAddr string) string {
-			pol := filepath.Join(dir, "llm.yaml")
-			if err := os.WriteFile(pol, []byte(usagePolicy), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cp, err := stack.StartControlPlane(context.Background(), stack.ControlPlaneConfig{Binary: controlPlane, Dir: dir,
-				Policies: []string{pol}, RedisAddr: redisAddr, Args: []string{"-charge-past-limit", "-deadline", "500ms"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cp.Stop() })
-			return cp.GRPCAddr()
-		}, []string{"60", "20", "0", "0", "0"}, []want{{200, "100"}, {200, "60"}, {200, "20"}, {429, "0"}, {429, "0"}}},
-		{"envoyproxy-ratelimit", func(t *testing.T, dir, redisAddr string) string {
-			return startPeer(t, dir, redisAddr, usagePolicy)
-		}, []string{"60", "20", "0", "0", "0"}, []want{{200, "100"}, {200, "60"}, {200, "20"}, {200, "0"}, {429, "0"}}},
+		tokens []int
+	}{{"exact", []int{40, 40, 20, 30, 10}}, {"past", []int{40, 40, 30, 10}}}
+	charging := map[string][]want{
+		"exact": {{200, "100", "60"}, {200, "60", "20"}, {200, "20", "0"}, {429, "0", "0"}, {429, "0", "0"}},
+		"past":  {{200, "100", "60"}, {200, "60", "20"}, {200, "20", "0"}, {429, "0", "0"}},
 	}
-	results := map[string][]usageStep{}
+	withField := strings.Replace(usagePolicy, "  - key: user\n", "  - key: user\n    charge_past_limit: true\n", 1)
+	cases := []struct {
+		name  string
+		start func(t *testing.T, dir, redisAddr string) string
+		want  map[string][]want
+	}{
+		{"sluice -charge-past-limit", func(t *testing.T, dir, redisAddr string) string {
+			return startSluice(t, dir, redisAddr, usagePolicy, "-charge-past-limit")
+		}, charging},
+		{"sluice charge_past_limit", func(t *testing.T, dir, redisAddr string) string {
+			return startSluice(t, dir, redisAddr, withField)
+		}, charging},
+		{"sluice neither", func(t *testing.T, dir, redisAddr string) string {
+			return startSluice(t, dir, redisAddr, usagePolicy)
+		}, map[string][]want{
+			"exact": charging["exact"],
+			"past":  {{200, "100", "60"}, {200, "60", "20"}, {200, "20", "20"}, {200, "20", "10"}},
+		}},
+		{"envoyproxy/ratelimit", func(t *testing.T, dir, redisAddr string) string {
+			return startPeer(t, dir, redisAddr, usagePolicy)
+		}, map[string][]want{
+			"exact": {{200, "100", "60"}, {200, "60", "20"}, {200, "20", "0"}, {200, "0", "0"}, {429, "0", "0"}},
+			"past":  charging["past"],
+		}},
+	}
+	run := fmt.Sprintf("%d", time.Now().UnixNano())
+	results := map[string][]usageStep{} // by case and sequence
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			rls := c.start(t, dir, redistest.StartServer(t).Addr())
 			e := usageEnvoy(t, dir, rls, tokensUpstream(t))
-			steps := runUsage(t, e, user, tokens, c.settle)
-			results[c.name] = steps
-			for i, s := range steps {
-				if s.code != c.want[i].code || s.remaining != c.want[i].remaining {
-					t.Errorf("request %d (%d tokens): %d with x-ratelimit-remaining %q, want %d %q", i+1, s.tokens, s.code, s.remaining, c.want[i].code, c.want[i].remaining)
+			for _, seq := range seqs {
+				w := c.want[seq.name]
+				settle := make([]string, len(w))
+				for i := range w {
+					settle[i] = w[i].settled
 				}
-				if s.settled != c.settle[i] {
-					t.Errorf("request %d (%d tokens): its charge never brought x-ratelimit-remaining to %q", i+1, s.tokens, c.settle[i])
+				steps := runUsage(t, e, seq.name+run, seq.tokens, settle)
+				results[c.name+"/"+seq.name] = steps
+				for i, s := range steps {
+					if s.code != w[i].code || s.remaining != w[i].remaining || s.settled != w[i].settled {
+						t.Errorf("%s, request %d (%d tokens): %d, x-ratelimit-remaining %q, then %q; want %d %q, then %q",
+							seq.name, i+1, s.tokens, s.code, s.remaining, s.settled, w[i].code, w[i].remaining, w[i].settled)
+					}
 				}
 			}
 		})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-8s %-6s %-22s %-22s\n", "request", "tokens", "sluice", "envoyproxy/ratelimit")
-	for i, n := range tokens {
-		cell := func(name string) string {
-			if i >= len(results[name]) {
-				return "-"
-			}
-			s := results[name][i]
-			return fmt.Sprintf("%d rem=%s -> %s", s.code, s.remaining, s.settled)
+	for _, seq := range seqs {
+		fmt.Fprintf(&b, "%s:\n%-8s %-6s", seq.name, "request", "tokens")
+		for _, c := range cases {
+			fmt.Fprintf(&b, " %-26s", c.name)
 		}
-		fmt.Fprintf(&b, "%-8d %-6d %-22s %-22s\n", i+1, n, cell("sluice"), cell("envoyproxy-ratelimit"))
+		b.WriteString("\n")
+		for i, n := range seq.tokens {
+			fmt.Fprintf(&b, "%-8d %-6d", i+1, n)
+			for _, c := range cases {
+				cell := "-"
+				if r := results[c.name+"/"+seq.name]; i < len(r) {
+					cell = fmt.Sprintf("%d rem=%s -> %s", r[i].code, r[i].remaining, r[i].settled)
+				}
+				fmt.Fprintf(&b, " %-26s", cell)
+			}
+			b.WriteString("\n")
+		}
 	}
 	t.Logf("status, x-ratelimit-remaining, and the remaining once its tokens are charged:\n%s", b.String())
 }
