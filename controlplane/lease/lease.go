@@ -166,7 +166,7 @@ func (s *Store) DecideWithin(ctx context.Context, timeout time.Duration, checks 
 
 // leasable reports whether c may be answered from a lease.
 func leasable(c *store.Check) bool {
-	return c.Cost == 1 && c.Limit.Lease && redisstore.Leasable(c.Limit.Algorithm)
+	return c.Cost == 1 && c.Mode == store.Take && c.Limit.Lease && redisstore.Leasable(c.Limit.Algorithm)
 }
 
 // ask is one lease to fetch for checks[i].

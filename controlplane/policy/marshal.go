@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // Marshal writes d back as YAML in canonical form: fields in a fixed order,
@@ -67,6 +68,18 @@ func descriptorsNode(ds []*Descriptor) *yaml.Node {
 		}
 		if d.ShareThreshold {
 			addBool(m, "share_threshold", true)
+		}
+		if d.QuotaMode {
+			addBool(m, "quota_mode", true)
+		}
+		if d.ChargePastLimit {
+			addBool(m, "charge_past_limit", true)
+		}
+		if d.Metadata != nil {
+			var md yaml.Node
+			if err := md.Encode(d.Metadata.AsMap()); err == nil {
+				addNode(m, "metadata", &md)
+			}
 		}
 		switch len(d.Limits) {
 		case 0:
@@ -188,7 +201,8 @@ func descriptorsEqual(a, b []*Descriptor) bool {
 		x, y := a[i], b[i]
 		if x.Key != y.Key || x.Value != y.Value || x.ShadowMode != y.ShadowMode ||
 			x.DetailedMetric != y.DetailedMetric || x.ValueToMetric != y.ValueToMetric || x.FailureMode != y.FailureMode ||
-			x.ShareThreshold != y.ShareThreshold ||
+			x.ShareThreshold != y.ShareThreshold || x.QuotaMode != y.QuotaMode || x.ChargePastLimit != y.ChargePastLimit ||
+			!proto.Equal(x.Metadata, y.Metadata) ||
 			len(x.Limits) != len(y.Limits) || !descriptorsEqual(x.Descriptors, y.Descriptors) {
 			return false
 		}
@@ -205,7 +219,7 @@ func descriptorsEqual(a, b []*Descriptor) bool {
 func limitEqual(a, b *Limit) bool {
 	if a.Name != b.Name || a.Algorithm != b.Algorithm || a.Requests != b.Requests || a.Window != b.Window ||
 		a.Unit != b.Unit || a.Burst != b.Burst || a.MaxWait != b.MaxWait || a.Unlimited != b.Unlimited || a.ShadowMode != b.ShadowMode ||
-		a.DetailedMetric != b.DetailedMetric || a.ValueToMetric != b.ValueToMetric || a.FailureMode != b.FailureMode || a.ID != b.ID || a.Lease != b.Lease ||
+		a.DetailedMetric != b.DetailedMetric || a.ValueToMetric != b.ValueToMetric || a.QuotaMode != b.QuotaMode || a.ChargePastLimit != b.ChargePastLimit || a.FailureMode != b.FailureMode || a.ID != b.ID || a.Lease != b.Lease ||
 		a.Domain != b.Domain || len(a.Replaces) != len(b.Replaces) || !slices.Equal(a.SharedValues, b.SharedValues) {
 		return false
 	}

@@ -5,14 +5,37 @@ import "strings"
 // level is one level of the match index: the descriptors of one list.
 type level struct {
 	exact map[Entry]*node  // key and exact value
-	wild  []wildcard       // key and value prefix, in file order
+	wild  []wildcard       // key and value pattern, in file order
 	byKey map[string]*node // key only (no value)
 }
 
-// wildcard is a descriptor whose value ends in "*".
+// wildcard is a descriptor whose value has a "*" in it.
 type wildcard struct {
-	key, prefix string
-	node        *node
+	key   string
+	parts []string // the value split at each "*": parts[0] the prefix, the last the suffix
+	node  *node
+}
+
+// match reports whether value matches the pattern of parts, each "*" (a
+// boundary between parts) matching any run of characters, as
+// envoyproxy/ratelimit's wildcardMatch: the value starts with the first
+// part and ends with the last, and holds the others in order, without
+// overlap, between them. The leftmost occurrence of each middle part is
+// taken, which finds a match whenever there is one. It allocates nothing.
+func match(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // node is one descriptor in the index.
@@ -84,8 +107,8 @@ func buildLevel(ds []*Descriptor) *level {
 				lv.byKey = map[string]*node{}
 			}
 			lv.byKey[d.Key] = n
-		case strings.HasSuffix(d.Value, "*"):
-			lv.wild = append(lv.wild, wildcard{key: d.Key, prefix: d.Value[:len(d.Value)-1], node: n})
+		case strings.Contains(d.Value, "*"):
+			lv.wild = append(lv.wild, wildcard{key: d.Key, parts: strings.Split(d.Value, "*"), node: n})
 		default:
 			if lv.exact == nil {
 				lv.exact = map[Entry]*node{}
@@ -98,15 +121,15 @@ func buildLevel(ds []*Descriptor) *level {
 
 // find returns the descriptor of lv that entry e selects: the exact key and
 // value first, then the first wildcard (in file order) whose key is e's and
-// whose prefix starts e's value, then the descriptor with e's key and no
-// value.
+// whose pattern matches e's value (see match), then the descriptor with e's
+// key and no value.
 func (lv *level) find(e Entry) *node {
 	if n := lv.exact[e]; n != nil {
 		return n
 	}
 	for i := range lv.wild {
 		w := &lv.wild[i]
-		if w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
+		if w.key == e.Key && match(w.parts, e.Value) {
 			return w.node
 		}
 	}

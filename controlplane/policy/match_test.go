@@ -26,6 +26,27 @@ func ids(ls []*Limit) string {
 	return strings.Join(s, ",")
 }
 
+// TestWildcardMatch is match's table: a "*" anywhere, several of them,
+// empty runs, and no overlap between the prefix and the suffix.
+func TestWildcardMatch(t *testing.T) {
+	for _, c := range []struct {
+		pattern, value string
+		want           bool
+	}{
+		{"foo*", "foobar", true}, {"foo*", "foo", true}, {"foo*", "fo", false},
+		{"*bar", "foobar", true}, {"*bar", "barx", false},
+		{"a*b*c", "abc", true}, {"a*b*c", "aXbYc", true}, {"a*b*c", "acb", false}, {"a*b*c", "aXcYb", false},
+		{"ab*ba", "aba", false}, {"ab*ba", "abba", true},
+		{"*", "", true}, {"**", "x", true}, {"a**b", "ab", true},
+		{"/api/*/users/*", "/api/v1/users/7", true}, {"/api/*/users/*", "/api/v1/groups/7", false},
+		{"x*y*y", "xyy", true}, {"x*y*y", "xy", false},
+	} {
+		if got := match(strings.Split(c.pattern, "*"), c.value); got != c.want {
+			t.Errorf("match(%q, %q) = %v, want %v", c.pattern, c.value, got, c.want)
+		}
+	}
+}
+
 func TestMatch(t *testing.T) {
 	noBacktrack := mustParse(t, `
 domain: nb
@@ -81,8 +102,14 @@ descriptors:
 		{"exact beats wildcard", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("wild=foobar"), "wild=foobar#0"},
 		{"prefix itself matches", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("wild=foo"), "wild=foo*#0"},
 		{"wildcard miss falls to key-only", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("wild=bar"), "wild#0"},
-		{"star inside a value is literal", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("midwild=barab"), ""},
-		{"literal star value", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("midwild=bar*b"), "midwild=bar*b#0"},
+		// A star anywhere in a value matches any run (envoyproxy/ratelimit #1085).
+		{"star inside a value matches a run", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("midwild=barab"), "midwild=bar*b#0"},
+		{"star inside a value matches nothing", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("midwild=barb"), "midwild=bar*b#0"},
+		{"star inside a value matches a star", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("midwild=bar*b"), "midwild=bar*b#0"},
+		{"star inside a value, wrong suffix", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("midwild=barbx"), ""},
+		{"star inside a value, overlap", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("midwild=bab"), ""},
+		{"two stars", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("multi=/v1/acme/users/42/orders"), "multi=%2Fv1%2F*%2Fusers%2F*%2Forders#0"},
+		{"two stars, parts out of order", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("multi=/v1/orders/users/x"), ""},
 		{"lone star matches anything", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("any=zz"), "any=*#0"},
 		{"lone star matches empty", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("any"), "any=*#0"},
 		{"nested under wildcard", mustParseFile(t, "ratelimit_wildcard.yaml"), entries("path=/api/v1", "method=POST"), "path=%2Fapi%2F*/method=POST#0"},

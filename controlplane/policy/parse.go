@@ -7,12 +7,13 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Field sets of each level.
 var (
 	domainFields     = []string{"domain", "descriptors", "failure_mode", "response_headers", "lease"}
-	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "failure_mode", "share_threshold"}
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "failure_mode", "share_threshold", "quota_mode", "metadata", "charge_past_limit"}
 	limitFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "window", "burst", "max_wait"}
 	replacesFields   = []string{"name"}
 )
@@ -221,10 +222,19 @@ func (p *parser) descriptor(raw *yaml.Node, path string, parentMode FailureMode,
 		d.ValueToMetric, _ = p.boolean(f, join(path, "value_to_metric"))
 	}
 	if f, ok := fs["share_threshold"]; ok {
-		if d.ShareThreshold, _ = p.boolean(f, join(path, "share_threshold")); d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+		if d.ShareThreshold, _ = p.boolean(f, join(path, "share_threshold")); d.ShareThreshold && !strings.Contains(d.Value, "*") {
 			p.errorf(f.key.Line, join(path, "share_threshold"),
-				"needs a wildcard value (ending in *): every value the wildcard matches then shares one counter (value is %s)", quote(d.Value))
+				"needs a wildcard value (containing *): every value the wildcard matches then shares one counter (value is %s)", quote(d.Value))
 		}
+	}
+	if f, ok := fs["quota_mode"]; ok {
+		d.QuotaMode, _ = p.boolean(f, join(path, "quota_mode"))
+	}
+	if f, ok := fs["charge_past_limit"]; ok {
+		d.ChargePastLimit, _ = p.boolean(f, join(path, "charge_past_limit"))
+	}
+	if f, ok := fs["metadata"]; ok {
+		d.Metadata = p.metadata(f, join(path, "metadata"))
 	}
 	mode := parentMode
 	if f, ok := fs["failure_mode"]; ok {
@@ -274,6 +284,9 @@ func (p *parser) descriptor(raw *yaml.Node, path string, parentMode FailureMode,
 	}
 	for i, l := range d.Limits {
 		l.ShadowMode = d.ShadowMode
+		l.QuotaMode = d.QuotaMode
+		l.ChargePastLimit = d.ChargePastLimit
+		l.Metadata = d.Metadata
 		l.DetailedMetric = d.DetailedMetric
 		l.ValueToMetric = d.ValueToMetric
 		l.FailureMode = mode
@@ -288,6 +301,30 @@ func (p *parser) descriptor(raw *yaml.Node, path string, parentMode FailureMode,
 		return nil
 	}
 	return d
+}
+
+// metadata parses a descriptor's metadata: any mapping, kept as a protobuf
+// Struct (numbers become doubles), as envoyproxy/ratelimit keeps it.
+func (p *parser) metadata(f field, path string) *structpb.Struct {
+	n := resolve(f.val)
+	if n == nil || n.Kind != yaml.MappingNode {
+		p.errorf(line(f.val), path, "must be a mapping, got %s", describe(n))
+		return nil
+	}
+	var m map[string]any
+	if err := n.Decode(&m); err != nil {
+		p.errorf(line(f.val), path, "%v", err)
+		return nil
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		p.errorf(line(f.val), path, "cannot be dynamic metadata: %v (keys must be strings; values strings, numbers, booleans, null, lists or mappings)", err)
+		return nil
+	}
+	return st
 }
 
 // replaces parses a replaces list into l.Replaces and records the names for

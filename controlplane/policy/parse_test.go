@@ -105,7 +105,7 @@ func TestParseRatelimitFormats(t *testing.T) {
 			{id: "region=eu/zone=eu-west#0", algo: FixedWindow, requests: 40000, window: 30 * 24 * time.Hour, unit: UnitMonth, fail: FailOpen},
 			{id: "region=eu/zone=eu-north#0", algo: FixedWindow, requests: 900000, window: 365 * 24 * time.Hour, unit: UnitYear, fail: FailOpen},
 		}},
-		{"ratelimit_wildcard.yaml", "wild", 7, []want{
+		{"ratelimit_wildcard.yaml", "wild", 8, []want{
 			{id: "wild=foo*#0", algo: FixedWindow, requests: 20, window: time.Minute, unit: UnitMinute, fail: FailOpen},
 			{id: "any=*#0", algo: FixedWindow, requests: 25, window: time.Minute, unit: UnitMinute, fail: FailOpen},
 			{id: "path=%2Fapi%2F*/method=POST#0", algo: FixedWindow, requests: 26, window: time.Second, unit: UnitSecond, fail: FailOpen},

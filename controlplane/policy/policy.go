@@ -25,6 +25,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Algorithm names a rate-limiting algorithm from shared/algorithms.
@@ -165,6 +167,19 @@ type Limit struct {
 	Unlimited bool
 	// ShadowMode means evaluate and count, but always answer OK.
 	ShadowMode bool
+	// QuotaMode is envoyproxy/ratelimit's quota_mode: the limit's
+	// descriptor answers OVER_LIMIT on its own, but the request is refused
+	// for it only when every quota-mode descriptor of the request is over.
+	QuotaMode bool
+	// ChargePastLimit makes a request with a cost (hits_addend > 0) take its
+	// cost even when it does not fit: usage that already happened, such as
+	// the token count Envoy reports at the end of a stream
+	// (apply_on_stream_done). See docs/usage-based.md.
+	ChargePastLimit bool
+	// Metadata is the descriptor's metadata, returned in the answer's
+	// dynamic metadata when the request passes it (envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA); nil when none. Shared, never modified.
+	Metadata *structpb.Struct
 	// DetailedMetric is ratelimit's detailed_metric: report metrics per
 	// request value rather than per configured descriptor.
 	DetailedMetric bool
@@ -206,8 +221,9 @@ type Limit struct {
 type Descriptor struct {
 	// Key is the descriptor key; never empty.
 	Key string
-	// Value is "" to match any value, a value ending in "*" to match values
-	// with that prefix, or an exact value.
+	// Value is "" to match any value, a value with "*" in it to match the
+	// values of that pattern (each "*" matches any run of characters), or an
+	// exact value.
 	Value string
 	// Limits are the descriptor's limits (rate_limit or rate_limits); all
 	// must pass.
@@ -223,6 +239,13 @@ type Descriptor struct {
 	// wildcard Value matches counts against one counter (only with a
 	// wildcard).
 	ShareThreshold bool
+	// QuotaMode is quota_mode as written (its limits' QuotaMode).
+	QuotaMode bool
+	// ChargePastLimit is charge_past_limit as written (its limits'
+	// ChargePastLimit).
+	ChargePastLimit bool
+	// Metadata is metadata as written (its limits' Metadata); nil when none.
+	Metadata *structpb.Struct
 	// FailureMode is failure_mode as written; "" inherits the parent's.
 	FailureMode FailureMode
 	// Descriptors are the nested descriptors.

@@ -79,7 +79,7 @@ func TestValidationErrors(t *testing.T) {
 		{"misspelled rate_limit", "domain: api\ndescriptors:\n  - key: k\n    rate_limt: {unit: second}\n", []string{
 			`v.yaml:4: domain "api": descriptors[0].rate_limt: unknown field (did you mean "rate_limit"?)`}},
 		{"share_threshold without a wildcard", "domain: api\ndescriptors:\n  - key: k\n    value: a\n    share_threshold: true\n", []string{
-			`v.yaml:5: domain "api": descriptors[0].share_threshold: needs a wildcard value (ending in *): every value the wildcard matches then shares one counter (value is "a")`}},
+			`v.yaml:5: domain "api": descriptors[0].share_threshold: needs a wildcard value (containing *): every value the wildcard matches then shares one counter (value is "a")`}},
 		{"shadow_mode not a boolean", "domain: api\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n", []string{
 			`v.yaml:4: domain "api": descriptors[0].shadow_mode: must be true or false, got "maybe"`}},
 		{"bad descriptor failure_mode", "domain: api\ndescriptors:\n  - key: k\n    failure_mode: half\n", []string{

@@ -71,7 +71,7 @@ func (s *Service) addQuotas(p *pending, resp *rlsv3.RateLimitResponse, storeErr 
 	var now time.Time
 	for k := range slots {
 		sl := &slots[k]
-		if !sl.lim.Lease || sl.lim.ShadowMode || sl.cost != 1 || sl.tooLarge || !checks[k].Limit.Lease ||
+		if !sl.lim.Lease || sl.lim.ShadowMode || sl.cost != 1 || sl.tooLarge || !checks[k].Limit.Lease || checks[k].Mode != store.Take ||
 			(k > 0 && slots[k-1].desc == sl.desc) || (k+1 < len(slots) && slots[k+1].desc == sl.desc) {
 			continue // one leased limit on the descriptor, or none is shared
 		}

@@ -166,6 +166,10 @@ type Config struct {
 	// (see rls.Options); 0 means their defaults.
 	NearLimitRatio float64
 	MaxRuleValues  int
+	// ChargePastLimit, QuotaMode and ResponseMetadata are rls.Options'.
+	ChargePastLimit  bool
+	QuotaMode        bool
+	ResponseMetadata bool
 	// MemoryMaxEntries and MemoryMaxBytes bound the memory store; 0 means
 	// its defaults.
 	MemoryMaxEntries int
@@ -295,12 +299,15 @@ func (s *Server) build() error {
 	s.storeSet = s.policies.Current().Set
 	var err error
 	s.service, err = rls.New(s.store, s.policies.Current().Set, rls.Options{
-		MaxDescriptors: cfg.MaxDescriptors,
-		NearLimitRatio: cfg.NearLimitRatio,
-		MaxRuleValues:  cfg.MaxRuleValues,
-		Logger:         s.log,
-		Registerer:     s.registry,
-		Quota:          s.quota(),
+		MaxDescriptors:   cfg.MaxDescriptors,
+		NearLimitRatio:   cfg.NearLimitRatio,
+		MaxRuleValues:    cfg.MaxRuleValues,
+		Logger:           s.log,
+		ChargePastLimit:  cfg.ChargePastLimit,
+		QuotaMode:        cfg.QuotaMode,
+		ResponseMetadata: cfg.ResponseMetadata,
+		Registerer:       s.registry,
+		Quota:            s.quota(),
 	})
 	if err != nil {
 		return err

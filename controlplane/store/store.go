@@ -54,11 +54,44 @@ type Limit struct {
 	Lease     bool          // the policy's lease: auto (see controlplane/lease); stores ignore it
 }
 
+// Mode says what a check does with its cost (see shared/algorithms usage.go).
+type Mode uint8
+
+// The modes of a check.
+const (
+	// Take admits the request and takes its cost if it fits, else refuses it
+	// and takes nothing (Allow). A cost of 0 peeks: allowed unless the
+	// limiter is past its limit.
+	Take Mode = iota
+	// Probe asks whether a request of cost 1 would be admitted and takes
+	// nothing (Probe): the request-time check of usage charged later. Its
+	// Cost must be 0.
+	Probe
+	// Charge takes the cost even past the limit (Charge): usage that already
+	// happened. Cost may exceed the capacity; the debt is bounded at twice
+	// the capacity.
+	Charge
+)
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	switch m {
+	case Take:
+		return "take"
+	case Probe:
+		return "probe"
+	case Charge:
+		return "charge"
+	}
+	return "unknown"
+}
+
 // Check is one limit to decide for one request.
 type Check struct {
 	Key   string // from Key: identifies the limit's state
 	Limit Limit
-	Cost  int64 // hits_addend; 0 peeks
+	Cost  int64 // hits_addend; 0 peeks (Take)
+	Mode  Mode  // Take (the zero value), Probe or Charge
 }
 
 // Store decides checks against shared state.

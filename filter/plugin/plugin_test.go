@@ -500,3 +500,32 @@ func TestPrecheckStopsAtTheRejectingDescriptor(t *testing.T) {
 		t.Fatalf("another client: action %d, %d calls", action, len(b.host.calls))
 	}
 }
+
+// TestQuotaModeOverDoesNotBlock: in quota mode (envoyproxy/ratelimit's
+// quota_mode) a descriptor can answer OVER_LIMIT in an answer that admits
+// the request (not every quota descriptor is over); the precheck must not
+// then reject that descriptor locally, since the control plane would admit
+// the same request again.
+func TestQuotaModeOverDoesNotBlock(t *testing.T) {
+	b := newTestbed(t, testConfig)
+	id, _ := b.request(apiRequest, "10.0.0.9:4242")
+	b.deliver(grpcOK(t, &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 50, DurationUntilReset: durationpb.New(10 * time.Second)},
+			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "quota"},
+				DurationUntilReset: durationpb.New(60 * time.Second)},
+		},
+		DynamicMetadata: metadata(t,
+			map[string]any{"algorithm": "sliding_log", "limit": 100, "window_ms": 60000},
+			map[string]any{"algorithm": "gcra", "limit": 10, "window_ms": 60000, "burst": 4, "retry_after_ms": 6000},
+		),
+	}))
+	if b.host.resumed[id] != 1 {
+		t.Fatalf("the admitted request was not resumed: %+v", b.host.local[id])
+	}
+	b.host.now += int64(time.Second)
+	if _, action := b.request(apiRequest, "10.0.0.10:1"); action != ActionPause || len(b.host.calls) != 2 {
+		t.Fatalf("the quota descriptor was blocked locally: calls %d", len(b.host.calls))
+	}
+}

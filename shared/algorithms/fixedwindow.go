@@ -33,6 +33,33 @@ func (l FixedWindow) Allow(s *FixedWindowState, now, cost int64) (Result, error)
 	if err := checkCost(cost, l.Limit); err != nil {
 		return Result{}, err
 	}
+	return l.decide(s, now, cost, cost, false), nil
+}
+
+// Probe reports whether a request of cost 1 would be allowed at now, taking
+// nothing (see usage.go).
+func (l FixedWindow) Probe(s *FixedWindowState, now int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, 1, 0, false), nil
+}
+
+// Charge takes cost at now even past the limit (see usage.go).
+func (l FixedWindow) Charge(s *FixedWindowState, now, cost int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	cost, err := chargeCost(cost, l.Limit)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, cost, cost, true), nil
+}
+
+// decide is Allow, Probe and Charge: the request is allowed if need fits; an
+// allowed request, or any charge, takes take.
+func (l FixedWindow) decide(s *FixedWindowState, now, need, take int64, charge bool) Result {
 	start, count := s.Start, s.Count
 	if l.Aligned {
 		if ws := windowStart(now, l.Window); ws > start || count == 0 {
@@ -42,17 +69,17 @@ func (l FixedWindow) Allow(s *FixedWindowState, now, cost int64) (Result, error)
 		start, count = now, 0
 	}
 	end := start + l.Window
-	r := Result{Limit: l.Limit}
-	if count+cost <= l.Limit {
-		count += cost
-		r.Allowed = true
+	r := Result{Limit: l.Limit, Allowed: count+need <= l.Limit}
+	if r.Allowed || charge {
+		count = capped(count, take, 2*l.Limit)
 		s.Start, s.Count = start, count
-	} else {
+	}
+	if !r.Allowed {
 		r.RetryAfter = end - now
 	}
 	r.Remaining = nonNegative(l.Limit - count)
 	if count > 0 {
 		r.ResetAfter = end - now
 	}
-	return r, nil
+	return r
 }

@@ -53,33 +53,61 @@ func (l GCRA) Allow(s *GCRAState, now, cost int64) (Result, error) {
 	if err := l.Validate(); err != nil {
 		return Result{}, err
 	}
-	limit := l.MaxBurst + 1
-	if err := checkCost(cost, limit); err != nil {
+	if err := checkCost(cost, l.MaxBurst+1); err != nil {
 		return Result{}, err
 	}
+	return l.decide(s, now, cost, cost, false), nil
+}
+
+// Probe reports whether a request of cost 1 would be allowed at now, taking
+// nothing (see usage.go).
+func (l GCRA) Probe(s *GCRAState, now int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, 1, 0, false), nil
+}
+
+// Charge takes cost at now even past the limit, moving the theoretical
+// arrival time past now+DVT (see usage.go).
+func (l GCRA) Charge(s *GCRAState, now, cost int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	cost, err := chargeCost(cost, l.MaxBurst+1)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, cost, cost, true), nil
+}
+
+// decide is Allow, Probe and Charge: the request is allowed if need fits; an
+// allowed request, or any charge, takes take.
+func (l GCRA) decide(s *GCRAState, now, need, take int64, charge bool) Result {
+	limit := l.MaxBurst + 1
 	t := l.Interval()
 	dvt := t * limit
 	tat := s.TAT
 	if tat < now {
 		tat = now
 	}
-	newTAT := tat + t*cost
-	diff := now - (newTAT - dvt) // how far past the allowed time we are
-	r := Result{Limit: limit}
-	var ttl int64 // time until the limiter is full again
-	if diff < 0 {
-		r.RetryAfter = -diff
-		ttl = tat - now
-	} else {
-		r.Allowed = true
-		s.TAT = newTAT
-		ttl = newTAT - now
+	r := Result{Limit: limit, Allowed: tat+t*need-dvt <= now}
+	if r.Allowed || charge {
+		tat = now + capped(tat-now, t*take, 2*dvt)
+		s.TAT = tat
+	}
+	ttl := tat - now // time until the limiter is full again
+	if !r.Allowed {
+		if charge {
+			need = 1 // the charge is taken: when would the next request pass
+		}
+		r.RetryAfter = tat + t*need - dvt - now
 	}
 	if next := dvt - ttl; next > 0 {
 		r.Remaining = next / t
 	}
 	r.ResetAfter = ttl
-	return r, nil
+	return r
 }
 
 // CellReply converts a GCRA result to redis-cell's CL.THROTTLE reply:

@@ -45,6 +45,36 @@ func (l Reserve) Allow(s *ReserveState, now, cost int64) (Result, error) {
 	if err := checkCost(cost, l.Burst); err != nil {
 		return Result{}, err
 	}
+	return l.decide(s, now, cost, false), nil
+}
+
+// Probe reports whether a request would be granted at now (its wait within
+// MaxWait), taking nothing: Allow with cost 0, as a reservation's grant does
+// not depend on its cost (see usage.go).
+func (l Reserve) Probe(s *ReserveState, now int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, 0, false), nil
+}
+
+// Charge takes cost at now whatever the wait: the stored permits are spent
+// and the free ticket moves forward, at most Burst/Rate periods ahead of now
+// (see usage.go).
+func (l Reserve) Charge(s *ReserveState, now, cost int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	cost, err := chargeCost(cost, l.Burst)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, cost, true), nil
+}
+
+// decide is Allow, Probe and Charge: the request is granted if its wait is
+// within MaxWait; a granted request, or any charge, takes cost.
+func (l Reserve) decide(s *ReserveState, now, cost int64, charge bool) Result {
 	next, missing := s.Next, s.Missing
 	if now > next { // resync: permits stored while idle
 		elapsed := now - next
@@ -57,20 +87,26 @@ func (l Reserve) Allow(s *ReserveState, now, cost int64) (Result, error) {
 	}
 	capacity := l.Burst * l.Period
 	r := Result{Limit: l.Burst, Wait: next - now}
-	if r.Wait > l.MaxWait {
-		r.RetryAfter = r.Wait - l.MaxWait
-	} else {
-		r.Allowed = true
+	r.Allowed = r.Wait <= l.MaxWait
+	if r.Allowed || charge {
 		need := cost * l.Period
 		stored := capacity - missing
 		spend := min(need, stored)
 		missing += spend
+		ahead := next
 		next += ceilDiv(need-spend, l.Rate) // the rest is paid by the next caller
+		if charge {
+			next = min(next, max(ahead, now+ceilDiv(capacity, l.Rate))) // the debt ceiling
+		}
 		s.Next, s.Missing = next, missing
+	}
+	if !r.Allowed { // a charge may have moved the free ticket
+		r.Wait = next - now
+		r.RetryAfter = r.Wait - l.MaxWait
 	}
 	if next <= now {
 		r.Remaining = nonNegative(capacity-missing) / l.Period // a lowered burst can leave missing > capacity
 	}
 	r.ResetAfter = max(next-now, 0) + ceilDiv(missing, l.Rate)
-	return r, nil
+	return r
 }

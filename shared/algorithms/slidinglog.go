@@ -42,15 +42,51 @@ func (l SlidingLog) Validate() error { return validateWindow(l.Limit, l.Window) 
 
 // Allow decides a request of the given cost at now.
 func (l SlidingLog) Allow(s *SlidingLogState, now, cost int64) (Result, error) {
-	if err := l.Validate(); err != nil {
+	if err := l.check(s); err != nil {
 		return Result{}, err
 	}
 	if err := checkCost(cost, l.Limit); err != nil {
 		return Result{}, err
 	}
-	if int64(len(s.ring)) < l.Limit {
-		return Result{}, ErrStateCapacity
+	return l.decide(s, now, cost, cost, false), nil
+}
+
+// Probe reports whether a request of cost 1 would be allowed at now, taking
+// nothing (it does drop the entries that left the window; see usage.go).
+func (l SlidingLog) Probe(s *SlidingLogState, now int64) (Result, error) {
+	if err := l.check(s); err != nil {
+		return Result{}, err
 	}
+	return l.decide(s, now, 1, 0, false), nil
+}
+
+// Charge takes cost at now even past the limit: it is logged like any entry
+// and leaves the window Window later (see usage.go).
+func (l SlidingLog) Charge(s *SlidingLogState, now, cost int64) (Result, error) {
+	if err := l.check(s); err != nil {
+		return Result{}, err
+	}
+	cost, err := chargeCost(cost, l.Limit)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, cost, cost, true), nil
+}
+
+// check validates l and that s was made for it.
+func (l SlidingLog) check(s *SlidingLogState) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if int64(len(s.ring)) < l.Limit {
+		return ErrStateCapacity
+	}
+	return nil
+}
+
+// decide is Allow, Probe and Charge: the request is allowed if need fits; an
+// allowed request, or any charge, logs take.
+func (l SlidingLog) decide(s *SlidingLogState, now, need, take int64, charge bool) Result {
 	// Entries at or before now-Window have left the window.
 	edge := now - l.Window
 	for s.n > 0 && s.ring[s.head].at <= edge {
@@ -58,34 +94,41 @@ func (l SlidingLog) Allow(s *SlidingLogState, now, cost int64) (Result, error) {
 		s.head = (s.head + 1) % len(s.ring)
 		s.n--
 	}
-	r := Result{Limit: l.Limit}
-	if s.total+cost <= l.Limit {
-		r.Allowed = true
-		if cost > 0 {
-			s.push(now, cost)
+	r := Result{Limit: l.Limit, Allowed: s.total+need <= l.Limit}
+	if r.Allowed || charge {
+		if add := capped(s.total, take, 2*l.Limit) - s.total; add > 0 {
+			s.push(now, add, int64(s.n) >= l.Limit)
 		}
-	} else {
-		r.RetryAfter = s.freedAt(s.total+cost-l.Limit) + l.Window - now
+	}
+	if !r.Allowed {
+		if charge {
+			need = 1 // the charge is taken: when would the next request pass
+		}
+		r.RetryAfter = s.freedAt(s.total+need-l.Limit) + l.Window - now
 	}
 	r.Remaining = nonNegative(l.Limit - s.total)
 	if s.n > 0 {
 		r.ResetAfter = s.ring[(s.head+s.n-1)%len(s.ring)].at + l.Window - now
 	}
-	return r, nil
+	return r
 }
 
 // push appends cost at t, merging it into the newest entry when that entry
-// has the same time.
-func (s *SlidingLogState) push(t, cost int64) {
+// has the same time or when full (the log holds Limit entries: only a charge
+// past the limit finds it so); a merged entry takes the later of the two
+// times, so it leaves the window no earlier than the cost it stands for.
+func (s *SlidingLogState) push(t, cost int64, full bool) {
 	s.total += cost
 	if s.n > 0 {
 		last := &s.ring[(s.head+s.n-1)%len(s.ring)]
-		if last.at == t {
+		if last.at == t || full {
 			last.cost += cost
+			last.at = max(last.at, t)
 			return
 		}
 	}
-	// The ring has room: every entry holds at least 1 and total <= len(ring).
+	// The ring has room: it holds at least Limit entries, and there are
+	// fewer (each holds at least 1, and a full log merges).
 	s.ring[(s.head+s.n)%len(s.ring)] = logEntry{at: t, cost: cost}
 	s.n++
 }
@@ -101,6 +144,6 @@ func (s *SlidingLogState) freedAt(need int64) int64 {
 			return e.at
 		}
 	}
-	// Unreachable while cost <= Limit; answer the newest entry to stay safe.
+	// Unreachable: need is at most the total; answer the newest entry to stay safe.
 	return s.ring[(s.head+s.n-1)%len(s.ring)].at
 }

@@ -57,17 +57,49 @@ func (l SlidingWindow) Allow(s *SlidingWindowState, now, cost int64) (Result, er
 	if err := checkCost(cost, l.Limit); err != nil {
 		return Result{}, err
 	}
+	return l.decide(s, now, cost, cost, false), nil
+}
+
+// Probe reports whether a request of cost 1 would be allowed at now, taking
+// nothing (see usage.go).
+func (l SlidingWindow) Probe(s *SlidingWindowState, now int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, 1, 0, false), nil
+}
+
+// Charge takes cost at now even past the limit: the current window's count
+// passes Limit and weighs on the next window (see usage.go).
+func (l SlidingWindow) Charge(s *SlidingWindowState, now, cost int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	cost, err := chargeCost(cost, l.Limit)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, cost, cost, true), nil
+}
+
+// decide is Allow, Probe and Charge: the request is allowed if need fits the
+// estimate; an allowed request, or any charge, takes take.
+func (l SlidingWindow) decide(s *SlidingWindowState, now, need, take int64, charge bool) Result {
 	start, prev, cur := l.roll(*s, now)
 	e := now - start
 	scaled := prev*l.weight(e) + cur*weightScale // estimate * weightScale
-	r := Result{Limit: l.Limit}
-	if scaled+cost*weightScale <= l.Limit*weightScale {
-		r.Allowed = true
-		cur += cost
-		scaled += cost * weightScale
+	r := Result{Limit: l.Limit, Allowed: scaled+need*weightScale <= l.Limit*weightScale}
+	if r.Allowed || charge {
+		c := capped(cur, take, 2*l.Limit)
+		scaled += (c - cur) * weightScale
+		cur = c
 		s.Start, s.Prev, s.Cur = start, prev, cur
-	} else {
-		r.RetryAfter = l.retryAfter(prev, cur, cost, e)
+	}
+	if !r.Allowed {
+		if charge {
+			need = 1 // the charge is taken: when would the next request pass
+		}
+		r.RetryAfter = l.retryAfter(prev, cur, need, e)
 	}
 	r.Remaining = nonNegative(l.Limit - ceilDiv(scaled, weightScale))
 	switch {
@@ -76,7 +108,7 @@ func (l SlidingWindow) Allow(s *SlidingWindowState, now, cost int64) (Result, er
 	case prev > 0:
 		r.ResetAfter = start + l.Window - now
 	}
-	return r, nil
+	return r
 }
 
 // roll moves the state to the window that contains now.

@@ -32,23 +32,53 @@ func (l TokenBucket) Allow(s *TokenBucketState, now, cost int64) (Result, error)
 	if err := checkCost(cost, l.Burst); err != nil {
 		return Result{}, err
 	}
+	return l.decide(s, now, cost, cost, false), nil
+}
+
+// Probe reports whether a request of cost 1 would be allowed at now, taking
+// nothing (see usage.go).
+func (l TokenBucket) Probe(s *TokenBucketState, now int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, 1, 0, false), nil
+}
+
+// Charge takes cost tokens at now even past the limit, leaving the bucket in
+// debt (see usage.go).
+func (l TokenBucket) Charge(s *TokenBucketState, now, cost int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	cost, err := chargeCost(cost, l.Burst)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.decide(s, now, cost, cost, true), nil
+}
+
+// decide is Allow, Probe and Charge: the request is allowed if need tokens
+// are there; an allowed request, or any charge, takes take.
+func (l TokenBucket) decide(s *TokenBucketState, now, need, take int64, charge bool) Result {
 	used := l.usedAt(*s, now)
 	capacity := l.Burst * l.Period
-	need := cost * l.Period
-	r := Result{Limit: l.Burst}
-	if used+need <= capacity {
-		r.Allowed = true
-		used += need
+	r := Result{Limit: l.Burst, Allowed: used+need*l.Period <= capacity}
+	if r.Allowed || charge {
+		used = capped(used, take*l.Period, 2*capacity)
 		s.Used = used
 		if now > s.Last {
 			s.Last = now
 		}
-	} else {
-		r.RetryAfter = ceilDiv(used+need-capacity, l.Rate)
+	}
+	if !r.Allowed {
+		if charge {
+			need = 1 // the charge is taken: when would the next request pass
+		}
+		r.RetryAfter = ceilDiv(used+need*l.Period-capacity, l.Rate)
 	}
 	r.Remaining = nonNegative(capacity-used) / l.Period // a lowered limit can leave used > capacity
 	r.ResetAfter = ceilDiv(used, l.Rate)
-	return r, nil
+	return r
 }
 
 // usedAt returns the units missing at now, after refilling since s.Last.

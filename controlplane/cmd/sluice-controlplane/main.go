@@ -65,6 +65,13 @@
 //	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary decision server: largest request message (65536;
 //	                                                grpc-go mode: 16 KiB)
 //	                     The -max-* and -idle-timeout flags bound the decision port in both server modes.
+//	-charge-past-limit   SLUICE_CHARGE_PAST_LIMIT   every limit charges a request's cost even past the
+//	                                                limit, as charge_past_limit does (false; see
+//	                                                docs/usage-based.md)
+//	-quota-mode          SLUICE_QUOTA_MODE          every descriptor in quota_mode, as envoyproxy/
+//	                                                ratelimit's QUOTA_MODE (false)
+//	-response-dynamic-metadata SLUICE_RESPONSE_DYNAMIC_METADATA  add envoyproxy/ratelimit's
+//	                                                dynamic metadata (RESPONSE_DYNAMIC_METADATA) (false)
 //	-log-level           SLUICE_LOG_LEVEL           debug | info | warn | error (info)
 //	-log-format          SLUICE_LOG_FORMAT          json | text (json)
 //	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
@@ -187,6 +194,9 @@ type config struct {
 	shutdown            time.Duration
 	logLevel, logFormat string
 	pprof               bool
+	chargePastLimit     bool
+	quotaMode           bool
+	responseMetadata    bool
 	gcPercent           int
 	gcPercentSet        bool // given by flag or $SLUICE_GC_PERCENT
 	rlqsAddr            string
@@ -287,6 +297,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	envOf["redis-no-functions"] = "SLUICE_REDIS_NO_FUNCTIONS"
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP address ($SLUICE_PPROF)")
 	envOf["pprof"] = "SLUICE_PPROF"
+	fs.BoolVar(&c.chargePastLimit, "charge-past-limit", false, "every limit charges a request's cost even past the limit (usage that already happened), as a descriptor's charge_past_limit; refused requests then count, as in envoyproxy/ratelimit ($SLUICE_CHARGE_PAST_LIMIT)")
+	envOf["charge-past-limit"] = "SLUICE_CHARGE_PAST_LIMIT"
+	fs.BoolVar(&c.quotaMode, "quota-mode", false, "every descriptor in quota_mode: a request is over limit only when all its quota descriptors are (envoyproxy/ratelimit's QUOTA_MODE) ($SLUICE_QUOTA_MODE)")
+	envOf["quota-mode"] = "SLUICE_QUOTA_MODE"
+	fs.BoolVar(&c.responseMetadata, "response-dynamic-metadata", false, "add envoyproxy/ratelimit's dynamic metadata to every answer: domain, descriptors, hitsAddend and the passed descriptors' metadata (its RESPONSE_DYNAMIC_METADATA) ($SLUICE_RESPONSE_DYNAMIC_METADATA)")
+	envOf["response-dynamic-metadata"] = "SLUICE_RESPONSE_DYNAMIC_METADATA"
 	str(&c.rlqsAddr, "rlqs-addr", "SLUICE_RLQS_ADDR", "", "Envoy's Rate Limit Quota Service (RLQS) listen address (default: off)")
 	dur(&c.rlqsTTL, "rlqs-ttl", "SLUICE_RLQS_TTL", rlqs.DefaultTTL, "RLQS assignment time to live, whole seconds (3 of Envoy's 5 s reports)")
 	num(&c.rlqsMaxBuckets, "rlqs-max-buckets", "SLUICE_RLQS_MAX_BUCKETS", rlqs.DefaultMaxBuckets, "RLQS buckets one Envoy stream may have")
@@ -483,6 +499,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		MaxDescriptors:   c.maxDescriptors,
 		NearLimitRatio:   c.nearLimitRatio,
 		MaxRuleValues:    c.ruleValues,
+		ChargePastLimit:  c.chargePastLimit,
+		QuotaMode:        c.quotaMode,
+		ResponseMetadata: c.responseMetadata,
 		MemoryMaxEntries: c.memEntries,
 		MemoryMaxBytes:   c.memBytes,
 		ShutdownTimeout:  c.shutdown,

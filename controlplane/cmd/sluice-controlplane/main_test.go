@@ -52,6 +52,14 @@ func TestParseFlags(t *testing.T) {
 		c.rlqsAddr != "127.0.0.1:4444" || c.rlqsTTL != 15*time.Second || c.rlqsMaxBuckets != 1024 {
 		t.Fatalf("$SLUICE_RLQS_ADDR: %+v, %v", c, err)
 	}
+	if c, err := parseFlags([]string{"-quota-mode"}, func(k string) string {
+		return map[string]string{"SLUICE_CHARGE_PAST_LIMIT": "true", "SLUICE_RESPONSE_DYNAMIC_METADATA": "1"}[k]
+	}, io.Discard); err != nil || !c.chargePastLimit || !c.quotaMode || !c.responseMetadata {
+		t.Fatalf("envoyproxy/ratelimit switches: %+v, %v", c, err)
+	}
+	if c, err := parseFlags(nil, func(string) string { return "" }, io.Discard); err != nil || c.chargePastLimit || c.quotaMode || c.responseMetadata {
+		t.Fatalf("envoyproxy/ratelimit switches default on: %+v, %v", c, err)
+	}
 	bounds := map[string]string{"SLUICE_MAX_CONNS": "10", "SLUICE_MAX_STREAMS_PER_CONN": "20", "SLUICE_MAX_CONN_BUFFER_BYTES": "30",
 		"SLUICE_MAX_BUFFER_BYTES": "40", "SLUICE_IDLE_TIMEOUT": "50s"}
 	if c, err := parseFlags([]string{"-max-conns", "11"}, func(k string) string { return bounds[k] }, io.Discard); err != nil ||

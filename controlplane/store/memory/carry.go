@@ -198,7 +198,9 @@ func (e *entry) current(now int64) seedState {
 		return seedState{a: e.fw.Start, b: e.fw.Count}
 	case store.SlidingWindow:
 		st := e.sw
-		_, _ = slidingWindow(l).Allow(&st, now+e.shift, 0) // a peek rolls the state to now
+		// A charge of 0 rolls the state to now, in debt too (where a
+		// peek, refused, would leave it as it was).
+		_, _ = slidingWindow(l).Charge(&st, now+e.shift, 0)
 		return seedState{a: st.Start, b: st.Prev, c: st.Cur}
 	case store.SlidingLog:
 		r, _ := slidingLog(l).Allow(e.log, now, 0) // prunes what left the window
@@ -208,7 +210,7 @@ func (e *entry) current(now int64) seedState {
 		return seedState{a: now + r.ResetAfter - int64(l.Window), b: e.log.Total()}
 	case store.TokenBucket:
 		st := e.tb
-		_, _ = tokenBucket(l).Allow(&st, now, 0)
+		_, _ = tokenBucket(l).Charge(&st, now, 0) // refills to now, in debt too
 		return seedState{a: now, b: st.Used}
 	case store.GCRA:
 		return seedState{a: e.gc.TAT}
@@ -248,7 +250,7 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 	case store.SlidingWindow:
 		// the seed rolled to the same window as the state
 		st := algorithms.SlidingWindowState{Start: seed.a, Prev: seed.b, Cur: seed.c}
-		_, _ = slidingWindow(l).Allow(&st, at, 0)
+		_, _ = slidingWindow(l).Charge(&st, at, 0) // rolls in debt too
 		if st.Start != cur.a {
 			st = algorithms.SlidingWindowState{}
 		}
@@ -271,7 +273,7 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		c.Used = c.Base + max(0, cur.b-s)
 	case store.TokenBucket:
 		st := algorithms.TokenBucketState{Last: seed.a, Used: seed.b}
-		_, _ = tokenBucket(l).Allow(&st, now, 0)
+		_, _ = tokenBucket(l).Charge(&st, now, 0) // refills in debt too
 		c.Base = base(st.Used)
 		c.Used = c.Base + max(0, cur.b-st.Used)
 	case store.GCRA:
@@ -284,7 +286,7 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		c.Base = base(s)
 		c.Used = c.Base + max(0, reserveOwed(p, algorithms.ReserveState{Next: cur.a, Missing: cur.b}, now)-s)
 	}
-	return c, c.Used > 0
+	return c, c.Used > 0 || c.UsedPrev > 0 // UsedPrev: sliding_window's previous window
 }
 
 // phase returns the shift in [0, w) that makes end, plus it, a multiple of

@@ -208,3 +208,33 @@ func TestSeedAcrossSkew(t *testing.T) {
 		}
 	}
 }
+
+// TestUnloadInDebt: a sliding window charged past its limit (debt) and a
+// token bucket below zero are carried as of now: the window rolled to the
+// current one (the debt is then the previous window's count), the bucket
+// refilled, as for any other state.
+func TestUnloadInDebt(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{})
+	sw := store.Limit{Algorithm: store.SlidingWindow, Requests: 10, Window: time.Hour}
+	tb := store.Limit{Algorithm: store.TokenBucket, Requests: 10, Window: time.Hour}
+	decide(t, s, store.Check{Key: "sw", Limit: sw, Cost: 15, Mode: store.Charge})
+	decide(t, s, store.Check{Key: "tb", Limit: tb, Cost: 15, Mode: store.Charge})
+	c.Advance(time.Hour)
+	got := map[string]store.Carry{}
+	if err := s.Unload(false, func(cs []store.Carry) error {
+		for _, x := range cs {
+			got[x.Key] = x
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	window := c.nanos() - c.nanos()%int64(time.Hour)
+	if x := got["sw"]; x.Left != window+int64(time.Hour)-c.nanos() || x.Used != 0 || x.UsedPrev != 15 {
+		t.Errorf("sliding window in debt, an hour on: %+v (want the window at %d, 15 in the previous one)", x, window)
+	}
+	if x := got["tb"]; x.Used != 5*int64(time.Hour) {
+		t.Errorf("token bucket in debt, an hour on: used %d units, want 5 tokens' (%d)", x.Used, 5*int64(time.Hour))
+	}
+}

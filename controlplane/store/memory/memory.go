@@ -25,6 +25,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -280,7 +281,7 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 	}
 	if e == nil {
 		if c.Cost == 0 {
-			return freshPeek(c.Limit), nil // nothing to store
+			return freshPeek(c.Limit), nil // nothing to store (a probe of a fresh limiter answers the same)
 		}
 		e = &entry{key: c.Key, alg: c.Limit.Algorithm}
 		if e.alg == store.SlidingLog {
@@ -356,24 +357,74 @@ func (sh *shard) remove(e *entry) {
 // sized the log, so the algorithms do not refuse it; should they, the state
 // is unchanged and the error is returned.
 func (e *entry) apply(c *store.Check, now int64) (algorithms.Result, error) {
-	var r algorithms.Result
-	var err error
-	switch c.Limit.Algorithm {
-	case store.FixedWindow:
-		r, err = fixedWindow(c.Limit).Allow(&e.fw, now+e.shift, c.Cost)
-	case store.SlidingWindow:
-		r, err = slidingWindow(c.Limit).Allow(&e.sw, now+e.shift, c.Cost)
-	case store.SlidingLog:
-		r, err = slidingLog(c.Limit).Allow(e.log, now, c.Cost)
-	case store.TokenBucket:
-		r, err = tokenBucket(c.Limit).Allow(&e.tb, now, c.Cost)
-	case store.GCRA:
-		r, err = gcra(c.Limit).Allow(&e.gc, now, c.Cost)
-	case store.Reserve:
-		r, err = reserve(c.Limit).Allow(&e.rs, now, c.Cost)
+	switch c.Mode {
+	case store.Probe:
+		return e.probe(c.Limit, now)
+	case store.Charge:
+		return e.charge(c.Limit, now, c.Cost)
 	}
-	return r, err
+	return e.allow(c.Limit, now, c.Cost)
 }
+
+// allow is Allow on e's state.
+func (e *entry) allow(l store.Limit, now, cost int64) (algorithms.Result, error) {
+	switch l.Algorithm {
+	case store.FixedWindow:
+		return fixedWindow(l).Allow(&e.fw, now+e.shift, cost)
+	case store.SlidingWindow:
+		return slidingWindow(l).Allow(&e.sw, now+e.shift, cost)
+	case store.SlidingLog:
+		return slidingLog(l).Allow(e.log, now, cost)
+	case store.TokenBucket:
+		return tokenBucket(l).Allow(&e.tb, now, cost)
+	case store.GCRA:
+		return gcra(l).Allow(&e.gc, now, cost)
+	case store.Reserve:
+		return reserve(l).Allow(&e.rs, now, cost)
+	}
+	return algorithms.Result{}, errUnknown
+}
+
+// probe is Probe on e's state.
+func (e *entry) probe(l store.Limit, now int64) (algorithms.Result, error) {
+	switch l.Algorithm {
+	case store.FixedWindow:
+		return fixedWindow(l).Probe(&e.fw, now+e.shift)
+	case store.SlidingWindow:
+		return slidingWindow(l).Probe(&e.sw, now+e.shift)
+	case store.SlidingLog:
+		return slidingLog(l).Probe(e.log, now)
+	case store.TokenBucket:
+		return tokenBucket(l).Probe(&e.tb, now)
+	case store.GCRA:
+		return gcra(l).Probe(&e.gc, now)
+	case store.Reserve:
+		return reserve(l).Probe(&e.rs, now)
+	}
+	return algorithms.Result{}, errUnknown
+}
+
+// charge is Charge on e's state.
+func (e *entry) charge(l store.Limit, now, cost int64) (algorithms.Result, error) {
+	switch l.Algorithm {
+	case store.FixedWindow:
+		return fixedWindow(l).Charge(&e.fw, now+e.shift, cost)
+	case store.SlidingWindow:
+		return slidingWindow(l).Charge(&e.sw, now+e.shift, cost)
+	case store.SlidingLog:
+		return slidingLog(l).Charge(e.log, now, cost)
+	case store.TokenBucket:
+		return tokenBucket(l).Charge(&e.tb, now, cost)
+	case store.GCRA:
+		return gcra(l).Charge(&e.gc, now, cost)
+	case store.Reserve:
+		return reserve(l).Charge(&e.rs, now, cost)
+	}
+	return algorithms.Result{}, errUnknown
+}
+
+// errUnknown is returned for an algorithm validate would have refused.
+var errUnknown = errors.New("memory: unknown algorithm")
 
 // freshPeek returns what a cost-0 check answers against a fresh limiter.
 func freshPeek(l store.Limit) algorithms.Result {
@@ -429,7 +480,11 @@ func validate(c *store.Check) error {
 		return err
 	case c.Cost < 0:
 		return algorithms.ErrCostNegative
-	case c.Cost > capacity:
+	case c.Mode > store.Charge:
+		return fmt.Errorf("mode %d is unknown", c.Mode)
+	case c.Mode == store.Probe && c.Cost != 0:
+		return fmt.Errorf("a probe's cost must be 0 (got %d)", c.Cost)
+	case c.Cost > capacity && c.Mode != store.Charge:
 		return algorithms.ErrCostTooLarge
 	}
 	return nil

@@ -30,7 +30,7 @@ func TestCluster(t *testing.T) {
 
 	for i, alg := range algs {
 		t.Run("differential/"+alg.String(), func(t *testing.T) {
-			differential(t, client, alg, 200, 60, false, false, int64(400+i))
+			differential(t, client, alg, 200, 60, false, false, false, int64(400+i))
 		})
 	}
 

@@ -22,7 +22,9 @@ import (
 // same limit and each round the same cost, as under a load of one descriptor
 // (the script's inline path for fixed_window, see dispatch.lua); each round
 // then decides a random half of the keys, so that their states differ.
-func differential(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits, shared bool, seed int64) {
+//
+// With modes, checks are also probes and charges (see randomMode).
+func differential(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits, shared, modes bool, seed int64) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	clk := newClock(1_700_000_000_000_000 + rng.Int63n(1_000_000_000_000))
@@ -52,9 +54,12 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 			if changeLimits && rng.Intn(8) == 0 {
 				l = randomLimit(rng, alg, maxRequests, 1)
 			}
-			cost := randomCost(rng, l)
+			mode, cost := store.Take, randomCost(rng, l)
+			if modes {
+				mode, cost = randomMode(rng, l)
+			}
 			for i := range checks {
-				checks[i].Limit, checks[i].Cost = l, cost
+				checks[i].Limit, checks[i].Cost, checks[i].Mode = l, cost, mode
 				oracles[i].l = l
 			}
 		} else {
@@ -64,6 +69,9 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 					oracles[i].l = checks[i].Limit
 				}
 				checks[i].Cost = randomCost(rng, checks[i].Limit)
+				if modes {
+					checks[i].Mode, checks[i].Cost = randomMode(rng, checks[i].Limit)
+				}
 			}
 		}
 		round, idx = round[:0], idx[:0]
@@ -80,7 +88,7 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 		}
 		for k, c := range round {
 			i := idx[k]
-			want, err := oracles[i].allow(clk.get(), c.Cost)
+			want, err := oracles[i].decide(clk.get(), c.Cost, c.Mode)
 			if err != nil {
 				t.Fatalf("round %d key %d: Go: %v", r, i, err)
 			}
@@ -90,7 +98,7 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 					r, i, c.Limit, clk.get(), c.Cost, want.Remaining, alg)
 			}
 			if diff := sameResult(out[k], want); diff != "" {
-				t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d:\n%s", r, i, c.Limit, clk.get(), c.Cost, diff)
+				t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d, mode %v:\n%s", r, i, c.Limit, clk.get(), c.Cost, c.Mode, diff)
 			}
 			if want.Allowed {
 				allowed++
@@ -120,7 +128,7 @@ func TestDifferential(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {
-			differential(t, client, alg, 200, 60, false, false, int64(100+i))
+			differential(t, client, alg, 200, 60, false, false, false, int64(100+i))
 		})
 	}
 }
@@ -131,7 +139,7 @@ func TestDifferentialLimitChanges(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {
-			differential(t, client, alg, 200, 50, true, false, int64(200+i))
+			differential(t, client, alg, 200, 50, true, false, false, int64(200+i))
 		})
 	}
 }
@@ -144,7 +152,23 @@ func TestDifferentialShared(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {
-			differential(t, client, alg, 200, 120, true, true, int64(500+i))
+			differential(t, client, alg, 200, 120, true, true, false, int64(500+i))
+		})
+	}
+}
+
+// TestDifferentialUsage is TestDifferential and TestDifferentialShared with
+// probes and charges among the checks (charges past the limit and past the
+// debt ceiling included), and limits that change under existing state: the
+// scripts and shared/algorithms agree on what each algorithm does in debt.
+func TestDifferentialUsage(t *testing.T) {
+	_, client := startClient(t)
+	for i, alg := range algs {
+		t.Run(alg.String(), func(t *testing.T) {
+			differential(t, client, alg, 200, 60, true, false, true, int64(700+i))
+		})
+		t.Run(alg.String()+"/shared", func(t *testing.T) {
+			differential(t, client, alg, 200, 120, true, true, true, int64(800+i))
 		})
 	}
 }

@@ -7,13 +7,15 @@
 --   ARGV[2]                n, the number of distinct limits in this call
 --   ARGV[3 .. 2+5n]        each limit: algorithm (1 fixed_window,
 --                          2 sliding_window, 3 sliding_log, 4 token_bucket,
---                          5 gcra, 6 reserve) and four parameters (see
---                          script.go)
+--                          5 gcra, 6 reserve) plus 10 times the mode of its
+--                          checks (0 allow, 1 probe, 2 charge), and four
+--                          parameters (see script.go)
 --   ARGV[3+5n ...]         each check: its limit's number (1 to n), cost;
 --                          or, when every check has the same, that one
 --                          pair alone (with one key the two forms agree)
 --
--- Each algorithm is called as f(key, now, p1, p2, p3, cost, cost_text, p4):
+-- Each algorithm is called as f(key, now, p1, p2, p3, cost, cost_text, p4,
+-- mode):
 -- cost_text is the cost as the caller wrote it, for commands that take it
 -- (a Lua number passed to redis.call is formatted with printf's %.14g,
 -- which cost Redis more than the command itself).
@@ -44,10 +46,11 @@
 local now = start(ARGV[1])
 fw_fields = {}
 local decide = { fixed_window, sliding_window, sliding_log, token_bucket, gcra, reserve }
-local fs, p1s, p2s, p3s, p4s = {}, {}, {}, {}, {}
+local fs, p1s, p2s, p3s, p4s, ms = {}, {}, {}, {}, {}, {}
 local j = 3
 for l = 1, tonumber(ARGV[2]) do
-  fs[l] = decide[tonumber(ARGV[j])]
+  local a = tonumber(ARGV[j])
+  fs[l], ms[l] = decide[a % 10], floor(a / 10)
   p1s[l], p2s[l], p3s[l], p4s[l] = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
   j = j + 5
 end
@@ -72,8 +75,8 @@ if #ARGV == j + 1 then
   local l = tonumber(ARGV[j])
   local f, cs = fs[l], ARGV[j + 1]
   local cost = tonumber(cs)
-  local p1, p2, p3, p4 = p1s[l], p2s[l], p3s[l], p4s[l]
-  if f == fixed_window and cost > 0 then
+  local p1, p2, p3, p4, mode = p1s[l], p2s[l], p3s[l], p4s[l], ms[l]
+  if f == fixed_window and cost > 0 and mode == 0 then
     -- fixed_window's common case inline: the field already held a count of
     -- this window and the request fits (see fixed_window.lua).
     local ws = now - now % p2
@@ -90,7 +93,7 @@ if #ARGV == j + 1 then
   else
     for i = 1, n do
       if f then
-        put(i, f(KEYS[i], now, p1, p2, p3, cost, cs, p4))
+        put(i, f(KEYS[i], now, p1, p2, p3, cost, cs, p4, mode))
       else
         put(i, BAD, 0, 0, 0)
       end
@@ -101,7 +104,7 @@ else
     local l = tonumber(ARGV[j])
     local f = fs[l]
     if f then
-      put(i, f(KEYS[i], now, p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1], p4s[l]))
+      put(i, f(KEYS[i], now, p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1], p4s[l], ms[l]))
     else
       put(i, BAD, 0, 0, 0)
     end

@@ -64,7 +64,7 @@ end
 -- fw_slow decides on the state read whole. added says the caller's HINCRBY
 -- just made field (the current window's) with cost in it: fw_slow takes it
 -- back unless the new state is exactly that.
-local function fw_slow(key, now, limit, window, cost, ws, field, added)
+local function fw_slow(key, now, limit, window, cost, ws, field, added, mode)
   local skip = nil
   if added then
     skip = field
@@ -82,10 +82,17 @@ local function fw_slow(key, now, limit, window, cost, ws, field, added)
   end
   local e = start + window
   local allowed, retry, reset = 0, 0, 0
-  if count + cost <= limit then
-    count = count + cost
+  local need = cost
+  if mode == 1 then
+    need = 1 -- a probe: would the smallest request fit
+  end
+  if count + need <= limit then
     allowed = 1
-  else
+  end
+  if allowed == 1 or mode == 2 then
+    count = capped(count, cost, 2 * limit)
+  end
+  if allowed == 0 then
     retry = e - now
   end
   local remaining = limit - count
@@ -95,8 +102,9 @@ local function fw_slow(key, now, limit, window, cost, ws, field, added)
   if count > 0 then
     reset = e - now
   end
-  if allowed == 0 or (start == start0 and count == count0) then
-    -- nothing changes (a denial, or a peek in the same window)
+  if (allowed == 0 and mode ~= 2) or (start == start0 and count == count0) then
+    -- nothing changes (a denial, a peek or probe in the same window, or a
+    -- charge at the debt ceiling)
     if added then
       call('HDEL', key, field)
     end
@@ -146,7 +154,7 @@ local function fw_counted(key, now, limit, window, cost, cost_text, ws, field, n
   if type(n) ~= 'number' then
     -- not a hash (the old string state, or something else), or the field
     -- is not an integer: nothing was written
-    return fw_slow(key, now, limit, window, cost, ws, field, false)
+    return fw_slow(key, now, limit, window, cost, ws, field, false, 0)
   end
   if n <= cost or n > MAX then
     -- a new field (or one holding nonsense): decide on the whole state
@@ -162,7 +170,7 @@ local function fw_counted(key, now, limit, window, cost, cost_text, ws, field, n
       call('PEXPIRE', key, px(e - now))
       return 1, limit - cost, 0, e - now
     end
-    return fw_slow(key, now, limit, window, cost, ws, field, true)
+    return fw_slow(key, now, limit, window, cost, ws, field, true, 0)
   end
   -- The field held n - cost > 0: it is the state, this window's.
   local e = ws + window
@@ -177,11 +185,11 @@ local function fw_counted(key, now, limit, window, cost, cost_text, ws, field, n
   return 0, remaining, e - now, e - now
 end
 
-local function fixed_window(key, now, limit, window, _, cost, cost_text)
+local function fixed_window(key, now, limit, window, _, cost, cost_text, _, mode)
   local ws = now - now % window
   local field = fw_field(window, ws)
-  if cost == 0 then
-    return fw_slow(key, now, limit, window, 0, ws, field, false)
+  if cost == 0 or (mode and mode ~= 0) then -- lease.lua calls without a mode
+    return fw_slow(key, now, limit, window, cost, ws, field, false, mode)
   end
   return fw_counted(key, now, limit, window, cost, cost_text, ws, field, rpcall('HINCRBY', key, field, cost_text))
 end

@@ -1,8 +1,8 @@
 -- gcra.lua: algorithms.GCRA (redis-cell's CL.THROTTLE semantics), line by
 -- line, on microseconds. State at key: the theoretical arrival time "tat".
--- Like the Go function, an allowed request writes the state (unless nothing
--- changed); a denied one writes nothing.
-local function gcra(key, now, max_burst, count, period, cost)
+-- Like the Go function, an allowed request or a charge writes the state
+-- (unless nothing changed); a denied one writes nothing.
+local function gcra(key, now, max_burst, count, period, cost, _, _, mode)
   local tat0 = 0
   local v = get(key)
   if v then
@@ -20,23 +20,31 @@ local function gcra(key, now, max_burst, count, period, cost)
   if tat < now then
     tat = now
   end
-  local new_tat = tat + t * cost
-  local diff = now - (new_tat - dvt)
-  local allowed, retry, ttl = 0, 0, 0
-  if diff < 0 then
-    retry = -diff
-    ttl = tat - now
-  else
+  local need = cost
+  if mode == 1 then
+    need = 1 -- a probe: would the smallest request fit
+  end
+  local allowed, retry = 0, 0
+  if tat + t * need - dvt <= now then
     allowed = 1
-    ttl = new_tat - now
+  end
+  if allowed == 1 or mode == 2 then
+    tat = now + capped(tat - now, t * cost, 2 * dvt)
+  end
+  local ttl = tat - now
+  if allowed == 0 then
+    if mode == 2 then
+      need = 1 -- the charge is taken: when would the next request pass
+    end
+    retry = tat + t * need - dvt - now
   end
   local remaining = 0
   local spare = dvt - ttl
   if spare > 0 then
     remaining = floor(spare / t)
   end
-  if allowed == 1 and new_tat ~= tat0 then
-    call('SET', key, fmt('%d', new_tat), 'PX', px(ttl))
+  if (allowed == 1 or mode == 2) and tat ~= tat0 then
+    call('SET', key, fmt('%d', tat), 'PX', px(ttl))
   end
   return allowed, remaining, retry, ttl
 end

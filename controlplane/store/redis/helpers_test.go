@@ -71,6 +71,12 @@ func newOracle(l store.Limit, scale time.Duration, maxRequests int64) *oracle {
 
 // allow decides one request at now (in the oracle's unit).
 func (o *oracle) allow(now, cost int64) (algorithms.Result, error) {
+	return o.decide(now, cost, store.Take)
+}
+
+// decide decides one check of the given cost and mode at now (in the
+// oracle's unit).
+func (o *oracle) decide(now, cost int64, mode store.Mode) (algorithms.Result, error) {
 	l := o.l
 	w := int64(l.Window / o.scale)
 	burst := l.Burst
@@ -79,19 +85,61 @@ func (o *oracle) allow(now, cost int64) (algorithms.Result, error) {
 	}
 	switch l.Algorithm {
 	case store.FixedWindow:
-		return algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Allow(&o.fw, now, cost)
+		a := algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}
+		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.fw, now, cost) },
+			func() (algorithms.Result, error) { return a.Probe(&o.fw, now) },
+			func() (algorithms.Result, error) { return a.Charge(&o.fw, now, cost) })
 	case store.SlidingWindow:
-		return algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Allow(&o.sw, now, cost)
+		a := algorithms.SlidingWindow{Limit: l.Requests, Window: w}
+		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.sw, now, cost) },
+			func() (algorithms.Result, error) { return a.Probe(&o.sw, now) },
+			func() (algorithms.Result, error) { return a.Charge(&o.sw, now, cost) })
 	case store.SlidingLog:
-		return algorithms.SlidingLog{Limit: l.Requests, Window: w}.Allow(o.sl, now, cost)
+		a := algorithms.SlidingLog{Limit: l.Requests, Window: w}
+		return pick(mode, func() (algorithms.Result, error) { return a.Allow(o.sl, now, cost) },
+			func() (algorithms.Result, error) { return a.Probe(o.sl, now) },
+			func() (algorithms.Result, error) { return a.Charge(o.sl, now, cost) })
 	case store.TokenBucket:
-		return algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}.Allow(&o.tb, now, cost)
+		a := algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}
+		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.tb, now, cost) },
+			func() (algorithms.Result, error) { return a.Probe(&o.tb, now) },
+			func() (algorithms.Result, error) { return a.Charge(&o.tb, now, cost) })
 	case store.GCRA:
-		return algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}.Allow(&o.gc, now, cost)
+		a := algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}
+		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.gc, now, cost) },
+			func() (algorithms.Result, error) { return a.Probe(&o.gc, now) },
+			func() (algorithms.Result, error) { return a.Charge(&o.gc, now, cost) })
 	case store.Reserve:
-		return algorithms.Reserve{Rate: l.Requests, Period: w, Burst: burst, MaxWait: int64(l.MaxWait / o.scale)}.Allow(&o.rs, now, cost)
+		a := algorithms.Reserve{Rate: l.Requests, Period: w, Burst: burst, MaxWait: int64(l.MaxWait / o.scale)}
+		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.rs, now, cost) },
+			func() (algorithms.Result, error) { return a.Probe(&o.rs, now) },
+			func() (algorithms.Result, error) { return a.Charge(&o.rs, now, cost) })
 	}
 	return algorithms.Result{}, fmt.Errorf("unknown algorithm %v", l.Algorithm)
+}
+
+// pick runs the function of mode.
+func pick(mode store.Mode, allow, probe, charge func() (algorithms.Result, error)) (algorithms.Result, error) {
+	switch mode {
+	case store.Probe:
+		return probe()
+	case store.Charge:
+		return charge()
+	}
+	return allow()
+}
+
+// randomMode returns a mode and its cost for l: mostly Take (with
+// randomCost), a probe (cost 0) or a charge of up to three capacities (past
+// the debt ceiling at times).
+func randomMode(rng *rand.Rand, l store.Limit) (store.Mode, int64) {
+	switch r := rng.Intn(100); {
+	case r < 20:
+		return store.Probe, 0
+	case r < 45:
+		return store.Charge, 1 + rng.Int63n(3*capacity(l))
+	}
+	return store.Take, randomCost(rng, l)
 }
 
 // capacity returns the most one request of l may cost.

@@ -57,6 +57,21 @@ local function ceil_div(a, b)
   return q
 end
 
+-- capped is algorithms.capped: v+add, or, past ceiling, the larger of v and
+-- ceiling (a charge fills up to the debt ceiling, never lowers a state above
+-- it). mode, in every algorithm below, is 0 for Allow, 1 for Probe (cost is
+-- 0; the request must fit 1) and 2 for Charge (see shared/algorithms
+-- usage.go).
+local function capped(v, add, ceiling)
+  if v + add <= ceiling then
+    return v + add
+  end
+  if v > ceiling then
+    return v
+  end
+  return ceiling
+end
+
 -- px returns the expiry for a key whose state is back to "fresh" after reset
 -- microseconds: ceil(reset) in milliseconds, plus one, plus pad.
 local function px(reset)

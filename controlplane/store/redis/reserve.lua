@@ -9,7 +9,7 @@
 -- the third value is the wait (microseconds) instead; a refused one answers
 -- its retry-after there, as the other algorithms do (its wait is retry-after
 -- plus max_wait).
-local function reserve(key, now, rate, period, burst, cost, _, max_wait)
+local function reserve(key, now, rate, period, burst, cost, _, max_wait, mode)
   local next, missing = 0, 0
   local v = get(key)
   if v then
@@ -28,18 +28,33 @@ local function reserve(key, now, rate, period, burst, cost, _, max_wait)
   local capacity = burst * period
   local wait = next - now
   local allowed, third = 0, 0
-  if wait > max_wait then
-    third = wait - max_wait
-  else
+  if wait <= max_wait then
     allowed = 1
-    third = wait
+  end
+  if allowed == 1 or mode == 2 then
     local need = cost * period
     local spend = capacity - missing
     if need < spend then
       spend = need
     end
     missing = missing + spend
+    local ahead = next
     next = next + ceil_div(need - spend, rate) -- the rest is paid by the next caller
+    if mode == 2 then
+      -- the debt ceiling: at most burst/rate periods ahead of now
+      local ceiling = now + ceil_div(capacity, rate)
+      if ahead > ceiling then
+        ceiling = ahead
+      end
+      if next > ceiling then
+        next = ceiling
+      end
+    end
+  end
+  if allowed == 1 then
+    third = wait
+  else
+    third = next - now - max_wait -- a charge may have moved the free ticket
   end
   local remaining = 0
   if next <= now and capacity > missing then -- a lowered burst can leave missing > capacity
@@ -50,7 +65,7 @@ local function reserve(key, now, rate, period, burst, cost, _, max_wait)
     ahead = 0
   end
   local reset = ahead + ceil_div(missing, rate)
-  if allowed == 1 and (next ~= next0 or missing ~= missing0) then
+  if (allowed == 1 or mode == 2) and (next ~= next0 or missing ~= missing0) then
     call('SET', key, fmt('%d:%d', next, missing), 'PX', px(reset))
   end
   return allowed, remaining, third, reset

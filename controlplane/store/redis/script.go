@@ -65,6 +65,12 @@ const (
 	algReserve       = 6
 )
 
+// modeScale encodes a check's mode in its limit's algorithm number:
+// algorithm + modeScale*mode (dispatch.lua splits them), so that a call's
+// distinct limits stay distinct per mode and each check still sends two
+// arguments.
+const modeScale = 10
+
 // argsPerLimit is how many ARGV entries one distinct limit takes: algorithm
 // and four parameters; argsPerCheck, how many one check takes: its limit's
 // number and cost.
@@ -104,9 +110,11 @@ var (
 		Problem: "is too long for the Redis store: its Lua arithmetic is exact only below 2^53 microseconds"}
 	errMaxWaitMicros = &algorithms.LimitError{Field: "max_wait",
 		Problem: "is not a whole number of microseconds (the Redis store's clock unit)"}
-	errBurst = &algorithms.LimitError{Field: "burst", Problem: "must not be negative (0 means requests)"}
-	errKey   = &algorithms.LimitError{Field: "key", Problem: "is empty"}
-	errAlg   = &algorithms.LimitError{Field: "algorithm", Problem: "is unknown"}
+	errBurst     = &algorithms.LimitError{Field: "burst", Problem: "must not be negative (0 means requests)"}
+	errKey       = &algorithms.LimitError{Field: "key", Problem: "is empty"}
+	errAlg       = &algorithms.LimitError{Field: "algorithm", Problem: "is unknown"}
+	errMode      = &algorithms.LimitError{Field: "mode", Problem: "is unknown"}
+	errProbeCost = &algorithms.LimitError{Field: "cost", Problem: "must be 0 for a probe"}
 )
 
 // wire is one check as the script receives it.
@@ -185,12 +193,21 @@ func encode(c store.Check) (wire, error) {
 	if err := luaBounds(l.Algorithm, l.Requests, w, burst); err != nil {
 		return wire{}, err
 	}
-	if c.Cost < 0 {
+	switch {
+	case c.Cost < 0:
 		return wire{}, algorithms.ErrCostNegative
-	}
-	if c.Cost > x.limit {
+	case c.Mode > store.Charge:
+		return wire{}, errMode
+	case c.Mode == store.Probe && c.Cost != 0:
+		return wire{}, errProbeCost
+	case c.Mode == store.Charge:
+		// The algorithms clamp a charge at twice the capacity (the debt
+		// ceiling); clamping here keeps the script's numbers small.
+		x.cost = min(c.Cost, 2*x.limit)
+	case c.Cost > x.limit:
 		return wire{}, algorithms.ErrCostTooLarge
 	}
+	x.lim.alg += modeScale * int64(c.Mode)
 	return x, nil
 }
 

@@ -27,7 +27,7 @@ local function sl_entry(member)
   return tonumber(at), tonumber(c)
 end
 
-local function sliding_log(key, now, limit, window, _, cost)
+local function sliding_log(key, now, limit, window, _, cost, _, _, mode)
   local head = rpcall('ZRANGE', key, 0, 1, 'WITHSCORES')
   if head.err then
     return BAD, 0, 0, 0
@@ -44,7 +44,7 @@ local function sliding_log(key, now, limit, window, _, cost)
   end
   -- Entries at or before now-window have left the window.
   local edge = now - window
-  local pruned = false
+  local pruned, npruned = false, 0
   if oldest and oldest <= edge then
     local gone = call('ZRANGEBYSCORE', key, 0, fmt('%d', edge))
     for i = 1, #gone do
@@ -54,59 +54,90 @@ local function sliding_log(key, now, limit, window, _, cost)
       end
       total = total - c
     end
-    pruned = true
+    pruned, npruned = true, #gone
   end
   if not (total >= 0 and total <= MAX) then
     return BAD, 0, 0, 0
   end
   local allowed, retry, reset = 0, 0, 0
-  local newest, add, same, merged
-  if total + cost <= limit then
+  local newest, add, same, merged, put_at
+  local need = cost
+  if mode == 1 then
+    need = 1 -- a probe: would the smallest request fit
+  end
+  if total + need <= limit then
     allowed = 1
-    if cost > 0 then
-      -- push: the new entry, merged with an entry of the same instant
-      add, newest, merged = true, now, cost
-      local tail = call('ZRANGE', key, -1, -1)[1]
-      if tail and tail ~= '#' then
-        local at = sl_entry(tail)
-        if not at then
-          return BAD, 0, 0, 0
-        end
-        if at == now then
-          same = tail
-        elseif at > now then
-          newest = at
-          same = call('ZRANGEBYSCORE', key, fmt('%d', now), fmt('%d', now))[1]
-        end
+  end
+  local take = 0
+  if allowed == 1 or mode == 2 then
+    take = capped(total, cost, 2 * limit) - total
+  end
+  if take > 0 then
+    -- push: the new entry, merged with an entry of the same instant, or,
+    -- when the log holds limit entries (only a charge past the limit finds
+    -- it so), with the newest entry, at the later of the two times
+    local full = false
+    if mode == 2 and total >= limit then
+      local n = call('ZCARD', key) - 1
+      if pruned then
+        n = n - npruned
       end
-      if same then
-        local _, c = sl_entry(same)
-        if not c then
-          return BAD, 0, 0, 0
-        end
-        merged = merged + c
-      end
-      total = total + cost
+      full = n >= limit
     end
-  else
-    -- freedAt: the arrival of the entry whose expiry frees enough
-    local need = total + cost - limit
+    add, newest, merged, put_at = true, now, take, now
+    local tail = call('ZRANGE', key, -1, -1)[1]
+    if tail and tail ~= '#' then
+      local at = sl_entry(tail)
+      if not at then
+        return BAD, 0, 0, 0
+      end
+      if at == now or full then
+        same = tail
+        if at > now then
+          newest, put_at = at, at
+        end
+      elseif at > now then
+        newest = at
+        same = call('ZRANGEBYSCORE', key, fmt('%d', now), fmt('%d', now))[1]
+      end
+    end
+    if same then
+      local _, c = sl_entry(same)
+      if not c then
+        return BAD, 0, 0, 0
+      end
+      merged = merged + c
+    end
+    total = total + take
+  end
+  if allowed == 0 then
+    -- freedAt: the arrival of the entry whose expiry frees enough, the
+    -- entry being pushed (the newest; same is merged into it) included
+    if mode == 2 then
+      need = 1 -- the charge is taken: when would the next request pass
+    end
+    local want = total + need - limit
     local lo = '0'
     if edge >= 0 then
       lo = '(' .. fmt('%d', edge)
     end
-    local live = call('ZRANGEBYSCORE', key, lo, '+inf', 'LIMIT', 0, fmt('%d', need))
+    local live = call('ZRANGEBYSCORE', key, lo, '+inf', 'LIMIT', 0, fmt('%d', want + 1))
     local freed, at = 0, nil
     for i = 1, #live do
-      local t, c = sl_entry(live[i])
-      if not c then
-        return BAD, 0, 0, 0
+      if live[i] ~= same then
+        local t, c = sl_entry(live[i])
+        if not c then
+          return BAD, 0, 0, 0
+        end
+        freed = freed + c
+        if freed >= want then
+          at = t
+          break
+        end
       end
-      freed = freed + c
-      if freed >= need then
-        at = t
-        break
-      end
+    end
+    if not at and add then
+      at = newest
     end
     if not at then
       return BAD, 0, 0, 0 -- the set holds less than its total says
@@ -139,7 +170,7 @@ local function sliding_log(key, now, limit, window, _, cost)
     if same then
       call('ZREM', key, same)
     end
-    call('ZADD', key, fmt('%d', now), fmt('%d:%d', now, merged), fmt('%d', -1 - total), '#')
+    call('ZADD', key, fmt('%d', put_at), fmt('%d:%d', put_at, merged), fmt('%d', -1 - total), '#')
     call('PEXPIRE', key, px(reset))
   elseif pruned and total > 0 then
     -- the newest entry, hence the expiry, is unchanged

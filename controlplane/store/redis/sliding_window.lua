@@ -1,7 +1,7 @@
 -- sliding_window.lua: algorithms.SlidingWindow, line by line, on
 -- microseconds. State at key: the string "start:prev:cur".
--- Like the Go function, an allowed request writes the state (unless nothing
--- changed); a denied one writes nothing. A state with both counts 0 behaves
+-- Like the Go function, an allowed request or a charge writes the state
+-- (unless nothing changed); a denied one writes nothing. A state with both counts 0 behaves
 -- exactly like a missing key, so it is deleted rather than written.
 
 -- sw_weight is SlidingWindow.weight: the previous window's weight in
@@ -49,7 +49,7 @@ local function sw_retry_after(limit, window, prev, cur, cost, e)
   return 2 * window - e
 end
 
-local function sliding_window(key, now, limit, window, _, cost)
+local function sliding_window(key, now, limit, window, _, cost, _, _, mode)
   local start, prev, cur = 0, 0, 0
   local v = get(key)
   if v then
@@ -74,12 +74,23 @@ local function sliding_window(key, now, limit, window, _, cost)
   local e = now - start
   local scaled = prev * sw_weight(window, e) + cur * 1000
   local allowed, retry, reset = 0, 0, 0
-  if scaled + cost * 1000 <= limit * 1000 then
+  local need = cost
+  if mode == 1 then
+    need = 1 -- a probe: would the smallest request fit
+  end
+  if scaled + need * 1000 <= limit * 1000 then
     allowed = 1
-    cur = cur + cost
-    scaled = scaled + cost * 1000
-  else
-    retry = sw_retry_after(limit, window, prev, cur, cost, e)
+  end
+  if allowed == 1 or mode == 2 then
+    local c = capped(cur, cost, 2 * limit)
+    scaled = scaled + (c - cur) * 1000
+    cur = c
+  end
+  if allowed == 0 then
+    if mode == 2 then
+      need = 1 -- the charge is taken: when would the next request pass
+    end
+    retry = sw_retry_after(limit, window, prev, cur, need, e)
   end
   local remaining = limit - ceil_div(scaled, 1000)
   if remaining < 0 then
@@ -90,7 +101,7 @@ local function sliding_window(key, now, limit, window, _, cost)
   elseif prev > 0 then
     reset = start + window - now
   end
-  if allowed == 1 and (start ~= start0 or prev ~= prev0 or cur ~= cur0) then
+  if (allowed == 1 or mode == 2) and (start ~= start0 or prev ~= prev0 or cur ~= cur0) then
     if prev > 0 or cur > 0 then
       call('SET', key, fmt('%d:%d:%d', start, prev, cur), 'PX', px(reset))
     elseif prev0 > 0 or cur0 > 0 then

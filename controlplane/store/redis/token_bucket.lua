@@ -1,8 +1,8 @@
 -- token_bucket.lua: algorithms.TokenBucket, line by line, on microseconds.
 -- State at key: the string "last:used", used in units of 1/period token.
--- Like the Go function, an allowed request writes the state (unless nothing
--- changed); a denied one writes nothing.
-local function token_bucket(key, now, rate, period, burst, cost)
+-- Like the Go function, an allowed request or a charge writes the state
+-- (unless nothing changed); a denied one writes nothing.
+local function token_bucket(key, now, rate, period, burst, cost, _, _, mode)
   local last, used = 0, 0
   local v = get(key)
   if v then
@@ -16,16 +16,25 @@ local function token_bucket(key, now, rate, period, burst, cost)
   local last0, used0 = last, used
   used = refill(used, rate, last, now) -- usedAt
   local capacity = burst * period
-  local need = cost * period
+  local need = cost
+  if mode == 1 then
+    need = 1 -- a probe: would the smallest request fit
+  end
   local allowed, retry = 0, 0
-  if used + need <= capacity then
+  if used + need * period <= capacity then
     allowed = 1
-    used = used + need
+  end
+  if allowed == 1 or mode == 2 then
+    used = capped(used, cost * period, 2 * capacity)
     if now > last then
       last = now
     end
-  else
-    retry = ceil_div(used + need - capacity, rate)
+  end
+  if allowed == 0 then
+    if mode == 2 then
+      need = 1 -- the charge is taken: when would the next request pass
+    end
+    retry = ceil_div(used + need * period - capacity, rate)
   end
   -- A burst lowered under existing state can leave used above capacity:
   -- remaining is then 0, never negative.
@@ -34,7 +43,7 @@ local function token_bucket(key, now, rate, period, burst, cost)
     remaining = floor((capacity - used) / period)
   end
   local reset = ceil_div(used, rate)
-  if allowed == 1 and (used ~= used0 or last ~= last0) then
+  if (allowed == 1 or mode == 2) and (used ~= used0 or last ~= last0) then
     call('SET', key, fmt('%d:%d', last, used), 'PX', px(reset))
   end
   return allowed, remaining, retry, reset
