@@ -22,8 +22,10 @@
 //     replenished as data is consumed; answers wait for the peer's send
 //     windows and are split at its MAX_FRAME_SIZE;
 //   - MAX_CONCURRENT_STREAMS is advertised and enforced (REFUSED_STREAM);
-//   - bounds on what a client can make the server hold: connections,
-//     request bytes per connection and in all, idle connections, the
+//   - bounds on what a client can make the server hold: connections (at
+//     the cap the idlest makes room), request bytes per connection and in
+//     all (shared fairly), request bodies that do not end, idle
+//     connections (sooner for those that never completed a call), the
 //     handshake, control frames queued for a peer that does not read,
 //     CONTINUATION frames, and streams reset before their call starts
 //     (Options, and RATIONALE.md's "Bounds");
@@ -161,7 +163,7 @@ type Options struct {
 	// MaxBufferBytes is the same bound for all connections together. It is
 	// raised to MaxConnBufferBytes if lower. When it is full, a connection
 	// that holds nothing, or no more than its fair share (MaxBufferBytes
-	// over the open connections), takes room from the connection holding
+	// over the open connections and one), takes room from the connection holding
 	// most beyond its share: that one's unfinished requests are reset
 	// (RST_STREAM REFUSED_STREAM).
 	MaxBufferBytes int64
@@ -217,6 +219,7 @@ func (o *Options) fill() {
 
 // Stats are counts since the server started.
 type Stats struct {
+	ConnsOpen       int    // connections open now (those closing to make room too)
 	ConnsRefused    uint64 // connections closed at once at MaxConns: none could make room
 	ConnsEvicted    uint64 // idle connections closed to make room for a new one at MaxConns
 	StreamsTimedOut uint64 // requests reset because their body was not complete after RequestBodyTimeout
@@ -225,7 +228,11 @@ type Stats struct {
 
 // Stats returns the server's counts.
 func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	open := len(s.conns)
+	s.mu.Unlock()
 	return Stats{
+		ConnsOpen:    open,
 		ConnsRefused: s.refused.Load(), ConnsEvicted: s.evicted.Load(),
 		StreamsTimedOut: s.timedOut.Load(), StreamsShed: s.shed.Load(),
 	}
