@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -373,5 +374,62 @@ func TestFirstCallTimeout(t *testing.T) {
 	used.call(3, "/test.Echo/Echo", echoBody(t, []byte("y")))
 	if a := used.readAnswer(3); a.status() != "0" {
 		t.Fatalf("the used connection: %v", a.status())
+	}
+}
+
+// TestIdlest: at MaxConns, the connection closed to make room is the one
+// whose idle timeout comes first: FirstCallTimeout after it opened for one
+// that has completed no call, IdleTimeout after its last new stream for
+// the others; never one with a call in progress or already ending.
+func TestIdlest(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	type spec struct {
+		born     time.Duration // after t0
+		answered uint64
+		idle     time.Duration // idleSince, after t0
+		calling  bool          // a complete request in progress
+		ending   bool
+	}
+	for _, tc := range []struct {
+		name  string
+		conns []spec
+		want  int // index, -1: none
+	}{
+		{"unused, oldest first", []spec{{born: 2 * time.Second}, {born: time.Second}, {born: 3 * time.Second}}, 1},
+		{"unused before used", []spec{{answered: 5, idle: 0}, {born: time.Minute}}, 1},
+		{"used nearly at its idle timeout before a new unused one", []spec{{answered: 5, idle: 0}, {born: 4*time.Minute + 55*time.Second}}, 0},
+		{"used, idle longest", []spec{{answered: 1, idle: 3 * time.Second}, {answered: 9, idle: time.Second}}, 1},
+		{"not one in a call", []spec{{calling: true}, {born: time.Second}}, 1},
+		{"not one ending", []spec{{ending: true}, {answered: 1}}, 1},
+		{"none", []spec{{calling: true}, {ending: true}}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Options{FirstCallTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute})
+			var cs []*conn
+			for _, sp := range tc.conns {
+				nc, peer := net.Pipe()
+				defer nc.Close()
+				defer peer.Close()
+				c := newConn(s, nc)
+				c.born, c.answered, c.idleSince, c.fatal = t0.Add(sp.born), sp.answered, t0.Add(sp.idle), sp.ending
+				if sp.calling {
+					st := &stream{id: 1}
+					st.remoteDone.Store(true)
+					c.streams[1] = st
+				}
+				s.conns[c] = struct{}{}
+				cs = append(cs, c)
+			}
+			s.mu.Lock()
+			got := s.idlestLocked(t0.Add(5 * time.Minute))
+			s.mu.Unlock()
+			want := (*conn)(nil)
+			if tc.want >= 0 {
+				want = cs[tc.want]
+			}
+			if got != want {
+				t.Errorf("idlest is connection %d, want %d", slices.Index(cs, got), tc.want)
+			}
+		})
 	}
 }
