@@ -46,7 +46,13 @@ type conn struct {
 	pendingM    *method   // ...and their method
 	sawSettings bool
 	recvConn    int64 // what the peer may still send on the connection
-	held        int64 // request buffer charged to streams the reader owns
+
+	// The request buffer of streams the reader owns (budget.go): bmu
+	// guards it, and the streams' charged, dispatched and expired, against
+	// the sweeper and other connections, which may free it.
+	bmu     sync.Mutex
+	held    atomic.Int64 // charged to streams the reader owns (read without bmu to pick whom to shed)
+	bufDone bool         // the connection ended: nothing more is charged or freed
 
 	wake        chan struct{} // capacity 1: there is something to write
 	writerDone  chan struct{}
@@ -93,6 +99,13 @@ type conn struct {
 	idleSince  time.Time
 	lastOpened uint64
 	endBy      time.Time
+	// Calls answered (queued for the writer): a connection that has
+	// answered none is closed after FirstCallTimeout, and is among the
+	// first to make room at MaxConns.
+	answered uint64
+
+	evicted  bool        // guarded by Server.mu: closed to make room (Server.closing counts it)
+	evicting atomic.Bool // the same, for the writer
 }
 
 // stream is one call.
@@ -111,9 +124,12 @@ type stream struct {
 	received      int64 // bytes of DATA received (padding aside)
 	discard       bool  // answered early: ignore its data
 	early         bool  // an answer waits for the end of the request (queued then)
-	dispatched    bool  // handed over to run (a batch, or a worker), with its request buffer
-	charged       int64 // request buffer bytes: the reader's, then the worker's
-	remoteDone    atomic.Bool
+	dispatched    bool  // handed over to run (a batch, or a worker), with its request buffer (conn.bmu)
+	charged       int64 // request buffer bytes: the reader's (conn.bmu), then the worker's
+	expired       bool  // reset by the sweeper or shed before it was complete (conn.bmu)
+	// The sweeps': when one first saw the request unfinished.
+	unfinishedSince time.Time
+	remoteDone      atomic.Bool
 
 	// Guarded by conn.mu.
 	sendWin int64
@@ -151,8 +167,7 @@ func (c *conn) serve() {
 	defer c.srv.forget(c)
 	go c.writeLoop()
 	err := c.readLoop()
-	c.uncharge(c.held) // requests still being received, or not handed over
-	c.held = 0
+	c.releaseHeld() // requests still being received, or not handed over
 	clear(c.pending)
 	c.mu.Lock()
 	fatal := c.fatal

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
-	"strconv"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -64,108 +63,6 @@ func (c *conn) ctrlQueuedLocked() {
 	}
 }
 
-// charge takes n bytes of request buffer from the connection's budget and
-// the server's, or reports which is full.
-func (c *conn) charge(n int64) error {
-	o := &c.srv.opts
-	if c.buffered.Load()+n > o.MaxConnBufferBytes {
-		return errConnBudget
-	}
-	if c.srv.buffered.Add(n) > o.MaxBufferBytes {
-		c.srv.buffered.Add(-n)
-		return errSrvBudget
-	}
-	c.buffered.Add(n)
-	return nil
-}
-
-// uncharge returns n bytes to both budgets.
-func (c *conn) uncharge(n int64) {
-	if n != 0 {
-		c.buffered.Add(-n)
-		c.srv.buffered.Add(-n)
-	}
-}
-
-// buffer appends data to st's request body, within the budgets, which are
-// charged what the body allocates. A body that comes in one frame is
-// allocated once; one that comes in pieces grows to at most twice what came,
-// and never past what its message prefix announces. A prefix announcing
-// more than MaxRecvMsgSize fails at once.
-func (c *conn) buffer(st *stream, data []byte) error {
-	need := len(st.body) + len(data)
-	if need > cap(st.body) {
-		size := need
-		if need >= 5 {
-			var p [5]byte
-			copy(p[copy(p[:], st.body):], data)
-			announced := 5 + int(binary.BigEndian.Uint32(p[1:]))
-			if announced > c.srv.opts.MaxRecvMsgSize+5 {
-				return errTooLarge
-			}
-			// At most twice what came, so that a prefix that lies costs
-			// its sender half of what it reserves.
-			size = max(size, min(announced, 2*cap(st.body)))
-		}
-		if size > c.srv.opts.MaxRecvMsgSize+5 {
-			return errTooLarge
-		}
-		grow := int64(size - cap(st.body))
-		if err := c.charge(grow); err != nil {
-			return err
-		}
-		st.charged += grow
-		c.held += grow
-		body := make([]byte, len(st.body), size)
-		copy(body, st.body)
-		st.body = body
-	}
-	st.body = append(st.body, data...)
-	return nil
-}
-
-var errTooLarge = errors.New("too large")
-
-// refusal is the RESOURCE_EXHAUSTED message for buffer's error.
-func (c *conn) refusal(err error) string {
-	o := &c.srv.opts
-	switch err {
-	case errConnBudget:
-		return "grpcunary: " + err.Error() + " (" + strconv.FormatInt(o.MaxConnBufferBytes, 10) + " bytes): retry later"
-	case errSrvBudget:
-		return "grpcunary: " + err.Error() + " (" + strconv.FormatInt(o.MaxBufferBytes, 10) + " bytes): retry later"
-	}
-	return "grpcunary: request larger than " + strconv.Itoa(o.MaxRecvMsgSize) + " bytes"
-}
-
-// drop releases the request buffer of a stream the reader still owns (not
-// handed over to run).
-func (c *conn) drop(st *stream) {
-	st.body = nil
-	if !st.dispatched {
-		c.held -= st.charged
-		c.uncharge(st.charged)
-		st.charged = 0
-	}
-}
-
-// handOver passes st's request buffer to its call (a batch, or a unary
-// call's worker), which releases it (release) once the call is answered.
-func (c *conn) handOver(st *stream) {
-	st.dispatched = true
-	c.held -= st.charged
-}
-
-// release returns the request buffers of calls that ran.
-func (c *conn) release(sts ...*stream) {
-	var n int64
-	for _, st := range sts {
-		n += st.charged
-		st.charged = 0
-	}
-	c.uncharge(n)
-}
-
 // earlyResetLocked counts a client's reset of a stream whose call had not
 // started; it reports whether the connection is past maxEarlyResets in its
 // window. c.mu is held.
@@ -214,7 +111,9 @@ func (c *conn) readHeaders(fh http2.FrameHeader) (http2.Frame, error) {
 
 // sweeper runs sweep until the server stops.
 func (s *Server) sweeper() {
-	t := time.NewTicker(min(max(min(s.opts.HandshakeTimeout, s.opts.IdleTimeout)/4, 10*time.Millisecond), time.Second))
+	o := &s.opts
+	shortest := min(o.HandshakeTimeout, o.IdleTimeout, o.FirstCallTimeout, o.RequestBodyTimeout)
+	t := time.NewTicker(min(max(shortest/4, 10*time.Millisecond), time.Second))
 	defer t.Stop()
 	for {
 		select {
@@ -228,8 +127,10 @@ func (s *Server) sweeper() {
 
 // sweep ends the connections that are past a deadline at now: the
 // handshake's (HandshakeTimeout from the accept to the first SETTINGS),
+// the first call's (FirstCallTimeout from the accept to the first answer),
 // the idle one (IdleTimeout without a new stream), and the one by which a
-// connection told to end must have ended.
+// connection told to end must have ended; and it resets the requests
+// whose body is late (RequestBodyTimeout).
 func (s *Server) sweep(now time.Time) {
 	s.mu.Lock()
 	cs := make([]*conn, 0, len(s.conns))
@@ -246,12 +147,15 @@ func (s *Server) sweep(now time.Time) {
 // lastOpened and endBy are the sweep's own.
 func (c *conn) sweep(now time.Time) {
 	o := &c.srv.opts
+	c.expireBodies(now)
 	c.mu.Lock()
 	var end, kill bool
 	switch {
 	case !c.endBy.IsZero():
 		kill = now.After(c.endBy)
 	case !c.handshook && now.Sub(c.born) >= o.HandshakeTimeout:
+		end = true
+	case c.answered == 0 && now.Sub(c.born) >= o.FirstCallTimeout:
 		end = true
 	case c.opened != c.lastOpened:
 		c.idleSince, c.lastOpened = now, c.opened // a stream opened since the last sweep

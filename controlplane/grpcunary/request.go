@@ -272,8 +272,9 @@ func (c *conn) endRequest(st *stream) {
 	}
 	st.body = nil
 	if st.method.batch == nil {
-		c.handOver(st)
-		c.srv.dispatch(call{c: c, st: st, req: body[5:]})
+		if c.handOver(st) {
+			c.srv.dispatch(call{c: c, st: st, req: body[5:]})
+		}
 		return
 	}
 	if len(c.pending) > 0 && c.pendingM != st.method {
@@ -300,8 +301,9 @@ func (c *conn) flushBatch() {
 			c.drop(st)
 			continue
 		}
-		c.handOver(st)
-		batch = append(batch, st)
+		if c.handOver(st) {
+			batch = append(batch, st)
+		}
 	}
 	clear(c.pending)
 	c.pending = c.pending[:0]
@@ -392,6 +394,7 @@ func (c *conn) queueAll(sts []*stream) {
 		}
 	}
 	queued := len(c.ready) > n
+	c.answered += uint64(len(c.ready) - n)
 	c.mu.Unlock()
 	if queued {
 		c.signal()

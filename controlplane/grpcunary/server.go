@@ -22,8 +22,10 @@
 //     replenished as data is consumed; answers wait for the peer's send
 //     windows and are split at its MAX_FRAME_SIZE;
 //   - MAX_CONCURRENT_STREAMS is advertised and enforced (REFUSED_STREAM);
-//   - bounds on what a client can make the server hold: connections,
-//     request bytes per connection and in all, idle connections, the
+//   - bounds on what a client can make the server hold: connections (at
+//     the cap the idlest makes room), request bytes per connection and in
+//     all (shared fairly), request bodies that do not end, idle
+//     connections (sooner for those that never completed a call), the
 //     handshake, control frames queued for a peer that does not read,
 //     CONTINUATION frames, and streams reset before their call starts
 //     (Options, and RATIONALE.md's "Bounds");
@@ -102,6 +104,19 @@ const (
 	// busy; a connection idle for five minutes is a client that went away
 	// without closing, or one that holds a slot for nothing.
 	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultFirstCallTimeout closes a connection that has completed no
+	// call for that long since it opened. A client connects to make a
+	// call (Envoy on its first rate-limited request, grpc-go on its
+	// first RPC) and completes it within milliseconds; a connection that
+	// has answered nothing after 10 s (the handshake's own bound) holds a
+	// slot for nothing, and its client, if real, reconnects at no cost.
+	DefaultFirstCallTimeout = 10 * time.Second
+	// DefaultRequestBodyTimeout resets a request whose body is not
+	// complete that long after its headers. A decision request is a few
+	// hundred bytes, sent with its headers in one write; Envoy gives up
+	// on a decision after 20 ms by default. 2 s is a hundred times that,
+	// and lets the largest message (64 KiB) arrive at 256 kbit/s.
+	DefaultRequestBodyTimeout = 2 * time.Second
 )
 
 // Options tune a Server. The zero value gives the defaults.
@@ -129,8 +144,20 @@ type Options struct {
 	// no stream for that long. Streams still open then (requests that never
 	// end) are cut two seconds after the GOAWAY.
 	IdleTimeout time.Duration
-	// MaxConns bounds the open connections. A connection accepted beyond
-	// it is sent GOAWAY ENHANCE_YOUR_CALM and closed at once.
+	// FirstCallTimeout closes (GOAWAY NO_ERROR) a connection that has
+	// completed no call for that long since it opened.
+	FirstCallTimeout time.Duration
+	// RequestBodyTimeout resets (RST_STREAM CANCEL) a request whose body
+	// is not complete that long after its headers, and frees its buffer
+	// (checked by the sweeps: at most a quarter more).
+	RequestBodyTimeout time.Duration
+	// MaxConns bounds the open connections. A connection accepted at the
+	// cap makes room: the open connection nearest its idle timeout
+	// (FirstCallTimeout for those that have completed no call, IdleTimeout
+	// for the others) among those with no call in progress is sent GOAWAY
+	// NO_ERROR and closed. When none is (or as many as MaxConns are
+	// already closing), the new one is sent GOAWAY ENHANCE_YOUR_CALM and
+	// closed at once.
 	MaxConns int
 	// MaxConnBufferBytes bounds the request bytes buffered for one
 	// connection: requests being received, and received ones not yet
@@ -139,7 +166,11 @@ type Options struct {
 	// MaxRecvMsgSize+5 if lower.
 	MaxConnBufferBytes int64
 	// MaxBufferBytes is the same bound for all connections together. It is
-	// raised to MaxConnBufferBytes if lower.
+	// raised to MaxConnBufferBytes if lower. When it is full, a connection
+	// that holds nothing, or no more than its fair share (MaxBufferBytes
+	// over the open connections and one), takes room from the connection holding
+	// most beyond its share: that one's unfinished requests are reset
+	// (RST_STREAM REFUSED_STREAM).
 	MaxBufferBytes int64
 	// Workers is how many goroutines the server keeps to run calls. A
 	// call that finds them all busy gets a goroutine of its own. Workers
@@ -166,6 +197,12 @@ func (o *Options) fill() {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
+	if o.FirstCallTimeout <= 0 {
+		o.FirstCallTimeout = DefaultFirstCallTimeout
+	}
+	if o.RequestBodyTimeout <= 0 {
+		o.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultMaxConns
 	}
@@ -185,6 +222,27 @@ func (o *Options) fill() {
 	}
 }
 
+// Stats are counts since the server started.
+type Stats struct {
+	ConnsOpen       int    // connections open now (those closing to make room too)
+	ConnsRefused    uint64 // connections closed at once at MaxConns: none could make room
+	ConnsEvicted    uint64 // idle connections closed to make room for a new one at MaxConns
+	StreamsTimedOut uint64 // requests reset because their body was not complete after RequestBodyTimeout
+	StreamsShed     uint64 // unfinished requests reset to give room to a connection within its fair share
+}
+
+// Stats returns the server's counts.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	open := len(s.conns)
+	s.mu.Unlock()
+	return Stats{
+		ConnsOpen:    open,
+		ConnsRefused: s.refused.Load(), ConnsEvicted: s.evicted.Load(),
+		StreamsTimedOut: s.timedOut.Load(), StreamsShed: s.shed.Load(),
+	}
+}
+
 // ErrServerStopped is returned by Serve after GracefulStop or Stop.
 var ErrServerStopped = errors.New("grpcunary: server stopped")
 
@@ -197,12 +255,15 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	closing   int // connections in conns closed to make room, not yet ended
 	stopping  bool
 	connsDone *sync.Cond // signalled when a connection ends
 
 	buffered  atomic.Int64     // request bytes held, all connections (Options.MaxBufferBytes)
 	now       func() time.Time // the clock of the sweeps (tests set it)
 	sweepOnce sync.Once
+
+	refused, evicted, timedOut, shed atomic.Uint64 // Stats
 
 	workersOnce sync.Once
 	calls       chan call     // to the workers
@@ -348,14 +409,24 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			return ErrServerStopped
 		}
-		if len(s.conns) >= s.opts.MaxConns {
-			s.mu.Unlock()
-			refuseConn(nc)
-			continue
+		var victim *conn
+		if len(s.conns)-s.closing >= s.opts.MaxConns {
+			if victim = s.idlestLocked(s.now()); victim == nil || s.closing >= s.opts.MaxConns {
+				s.mu.Unlock()
+				s.refused.Add(1)
+				refuseConn(nc)
+				continue
+			}
+			victim.evicted = true
+			s.closing++
 		}
 		c := newConn(s, nc)
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
+		if victim != nil {
+			s.evicted.Add(1)
+			victim.evict()
+		}
 		go c.serve()
 	}
 }
@@ -364,6 +435,9 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	if c.evicted {
+		s.closing--
+	}
 	s.connsDone.Broadcast()
 	s.mu.Unlock()
 }

@@ -66,14 +66,19 @@ func (c *conn) writeLoop() {
 // closeWrite ends the connection's sending side once its last frame is
 // written (a GOAWAY, or a draining connection's last answer) with a FIN,
 // which the peer reads after those frames, and gives the peer closeGrace to
-// close its side (the reader, or linger, reads until then).
+// close its side (the reader, or linger, reads until then); evictGrace for
+// a connection closed to make room, whose slot the new one waits for.
 func (c *conn) closeWrite() {
 	cw, ok := c.nc.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
 		c.closeWith(nil)
 		return
 	}
-	c.nc.SetReadDeadline(time.Now().Add(closeGrace))
+	grace := closeGrace
+	if c.evicting.Load() {
+		grace = evictGrace
+	}
+	c.nc.SetReadDeadline(time.Now().Add(grace))
 }
 
 // take appends the queued control frames and answers to ctrl and ready and

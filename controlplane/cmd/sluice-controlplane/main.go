@@ -62,6 +62,10 @@
 //	                                                connection (4194304)
 //	-max-buffer-bytes    SLUICE_MAX_BUFFER_BYTES    decision port: buffered request bytes in all (67108864)
 //	-idle-timeout        SLUICE_IDLE_TIMEOUT        close connections without calls after this long (5m)
+//	-first-call-timeout  SLUICE_FIRST_CALL_TIMEOUT  unary decision server: close a connection that has
+//	                                                completed no call this long after it opened (10s)
+//	-request-body-timeout SLUICE_REQUEST_BODY_TIMEOUT unary decision server: reset a request whose body
+//	                                                is not complete this long after its headers (2s)
 //	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary decision server: largest request message (65536;
 //	                                                grpc-go mode: 16 KiB)
 //	                     The -max-* and -idle-timeout flags bound the decision port in both server modes.
@@ -207,6 +211,8 @@ type config struct {
 	maxConnBufferBytes  int64
 	maxBufferBytes      int64
 	idleTimeout         time.Duration
+	firstCallTimeout    time.Duration
+	requestBodyTimeout  time.Duration
 	maxMsgBytes         int64
 
 	unary grpcunary.Options // the unary decision server's bounds, from the flags above
@@ -311,6 +317,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
 	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", server.DefaultMaxBufferBytes, "decision port: request bytes all connections together may have buffered")
 	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", server.DefaultIdleTimeout, "close connections (decision, policy, HTTP) without calls after this long")
+	dur(&c.firstCallTimeout, "first-call-timeout", "SLUICE_FIRST_CALL_TIMEOUT", grpcunary.DefaultFirstCallTimeout, "unary decision server: close a connection that has completed no call this long after it opened (at -max-conns, such connections are the first closed to make room)")
+	dur(&c.requestBodyTimeout, "request-body-timeout", "SLUICE_REQUEST_BODY_TIMEOUT", grpcunary.DefaultRequestBodyTimeout, "unary decision server: reset a request whose body is not complete this long after its headers, and free its buffer")
 	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 
@@ -353,6 +361,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-max-descriptors must be positive (got %d)", c.maxDescriptors))
 	case c.maxConns <= 0 || c.maxStreamsPerConn <= 0 || c.maxConnBufferBytes <= 0 || c.maxBufferBytes <= 0 || c.idleTimeout <= 0 || c.maxMsgBytes <= 0:
 		errs = append(errs, errors.New("-max-conns, -max-streams-per-conn, -max-msg-bytes, -max-conn-buffer-bytes, -max-buffer-bytes and -idle-timeout must be positive"))
+	case c.firstCallTimeout <= 0 || c.requestBodyTimeout <= 0:
+		errs = append(errs, fmt.Errorf("-first-call-timeout and -request-body-timeout must be positive (got %v, %v)", c.firstCallTimeout, c.requestBodyTimeout))
 	case c.maxStreamsPerConn > math.MaxInt32:
 		errs = append(errs, fmt.Errorf("-max-streams-per-conn must be at most %d (HTTP/2 stream ids)", math.MaxInt32))
 	case c.maxMsgBytes > math.MaxInt32:
@@ -384,6 +394,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	c.unary = grpcunary.Options{
 		MaxConns: c.maxConns, MaxConcurrentStreams: uint32(c.maxStreamsPerConn), MaxRecvMsgSize: int(c.maxMsgBytes),
 		MaxConnBufferBytes: c.maxConnBufferBytes, MaxBufferBytes: c.maxBufferBytes, IdleTimeout: c.idleTimeout,
+		FirstCallTimeout: c.firstCallTimeout, RequestBodyTimeout: c.requestBodyTimeout,
 	}
 	return c, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +24,8 @@ import (
 // TestBinaryDecisionPortAttacks runs the built binary with the unary
 // decision server and attacks its decision port (issue 12): a client that
 // floods PINGs and never reads, and more connections than -max-conns
-// (given as $SLUICE_MAX_CONNS). The process's RSS must stay within budget,
+// (given as $SLUICE_MAX_CONNS), which are turned away (issue 19: by
+// closing the idlest to make room, or refused while those close). The process's RSS must stay within budget,
 // a ShouldRateLimit call on an established connection must succeed during
 // each attack and after it, and the goroutines must come back to their
 // baseline.
@@ -119,34 +121,42 @@ func TestBinaryDecisionPortAttacks(t *testing.T) {
 	})
 
 	attack("connections over -max-conns", func() {
+		// Each connection past the cap makes room by closing the idlest
+		// (GOAWAY NO_ERROR), or is refused (GOAWAY ENHANCE_YOUR_CALM)
+		// while as many as the cap are still closing; cc's connection,
+		// which is in use, stays. Every other connection is turned away.
 		var ncs []net.Conn
-		refused := 0
 		for range 10 * maxConns {
 			ncs = append(ncs, dialH2(t, grpcAddr))
 		}
+		var turned atomic.Int32
+		var wg sync.WaitGroup
+		until := time.Now().Add(5 * time.Second)
 		for _, nc := range ncs {
-			nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-			fr := http2.NewFramer(nil, nc)
-			for {
-				f, err := fr.ReadFrame()
-				if err != nil {
-					break
+			wg.Add(1)
+			go func() { // until its GOAWAY, or until
+				defer wg.Done()
+				nc.SetReadDeadline(until)
+				fr := http2.NewFramer(nil, nc)
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					if _, ok := f.(*http2.GoAwayFrame); ok {
+						turned.Add(1)
+						return
+					}
 				}
-				if g, ok := f.(*http2.GoAwayFrame); ok && g.ErrCode == http2.ErrCodeEnhanceYourCalm {
-					refused++
-					break
-				}
-				if _, ok := f.(*http2.WindowUpdateFrame); ok {
-					break // accepted
-				}
-			}
+			}()
 		}
+		wg.Wait()
 		for _, nc := range ncs {
 			nc.Close()
 		}
 		// One connection is cc's.
-		if want := 10*maxConns - (maxConns - 1); refused < want {
-			t.Errorf("%d connections refused, want at least %d", refused, want)
+		if want := 10*maxConns - (maxConns - 1); int(turned.Load()) < want {
+			t.Errorf("%d connections turned away, want at least %d", turned.Load(), want)
 		}
 	})
 
