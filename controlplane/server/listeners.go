@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sluicehq/sluice/controlplane/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/policystore"
 )
 
@@ -73,6 +74,35 @@ func (s *Server) limit(ln net.Listener, name string, max int) net.Listener {
 		Help: "Connections open on the listener.",
 	}, func() float64 { return float64(l.Open()) }))
 	return l
+}
+
+// registerUnaryStats exposes the unary decision server's connection counts
+// under the names the limit listener gives grpc-go mode's (the unary
+// server enforces -max-conns itself).
+func (s *Server) registerUnaryStats(u *grpcunary.Server) {
+	l := prometheus.Labels{"listener": "decision"}
+	s.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_connections_refused_total", ConstLabels: l,
+			Help: "Connections closed at once because the listener had its maximum open.",
+		}, func() float64 { return float64(u.Stats().ConnsRefused) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_connections_evicted_total", ConstLabels: l,
+			Help: "Idle connections closed to make room for a new one at the listener's maximum (unary decision server).",
+		}, func() float64 { return float64(u.Stats().ConnsEvicted) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_connections_open", ConstLabels: l,
+			Help: "Connections open on the listener.",
+		}, func() float64 { return float64(u.Stats().ConnsOpen) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_requests_reset_total", ConstLabels: prometheus.Labels{"reason": "body_timeout"},
+			Help: "Unfinished decision requests reset: their body was late (-request-body-timeout), or their connection held more than its share of -max-buffer-bytes when another needed room (unary decision server).",
+		}, func() float64 { return float64(u.Stats().StreamsTimedOut) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_requests_reset_total", ConstLabels: prometheus.Labels{"reason": "shed"},
+			Help: "Unfinished decision requests reset: their body was late (-request-body-timeout), or their connection held more than its share of -max-buffer-bytes when another needed room (unary decision server).",
+		}, func() float64 { return float64(u.Stats().StreamsShed) }),
+	)
 }
 
 // newStreamBudget returns the decision port's stream budget, its refusals

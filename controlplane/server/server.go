@@ -329,7 +329,9 @@ func (s *Server) build() error {
 		healthpb.RegisterHealthServer(gs, s.health)
 		s.grpc = gs
 	} else {
-		s.grpc = newUnaryServer(s.service, s.health, cfg.Unary, s.log, cfg.Tracer)
+		u := newUnaryServer(s.service, s.health, cfg.Unary, s.log, cfg.Tracer)
+		s.registerUnaryStats(u.Server)
+		s.grpc = u
 	}
 	s.setHealth()
 
