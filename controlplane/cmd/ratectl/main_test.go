@@ -223,7 +223,10 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("check -o json: %v\n%s", err, r.stdout)
 	}
 	ratectl(t, env, "", "check", "api", "user=bob", "+", "other=1").expect(t, "check of two descriptors", 0,
-		"OK  domain api", "[1] user=bob: OK  limit 4/hour (per_user)  remaining 3", "[2] other=1: OK  (no limit applies)")
+		"OK  domain api", "[1] user=bob: OK  limit 4/hour (per_user)  remaining 3", "[2] other=1: OK  (no limit applies)", "this check consumed 1 hit(s) of the quota, as a request would; --hits 0 only looks")
+	if r := ratectl(t, env, "", "check", "api", "user=bob", "--hits", "0"); strings.Contains(r.stdout, "consumed") {
+		t.Errorf("check --hits 0 says it consumed quota:\n%s", r.stdout)
+	}
 
 	// delete.
 	ratectl(t, env, "", "delete", "batch", "--expected-version", "4").expect(t, "delete with a stale version", 1, "expected version 4")
@@ -347,6 +350,21 @@ func TestUsageAndFailures(t *testing.T) {
 		"cannot reach the policy service at "+dead, "--server or $SLUICE_SERVER")
 	ratectl(t, env, "", "check", "api", "a=b", "--rls-server", dead, "--timeout", "2s").expect(t, "check of a dead server", 1,
 		"cannot reach the decision API at "+dead, "--rls-server or $SLUICE_RLS_SERVER")
+}
+
+// TestPolicyServiceOff: with the control plane up but its policy service
+// not listening (it has no token), the error says so instead of only
+// "connection refused".
+func TestPolicyServiceOff(t *testing.T) {
+	cp := startControlPlane(t)
+	port, err := portlock.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ratectl(t, nil, "", "list", "--server", dead, "--rls-server", cp.rlsAddr, "--timeout", "2s").expect(t, "list, policy service off", 1,
+		"cannot reach the policy service at "+dead, "its decision API at "+cp.rlsAddr+" answers",
+		"policy service is off unless it has a token ($SLUICE_TOKEN or -policy-token-file)")
 }
 
 // TestWrongListener: pointing --server at the decision API says so.
