@@ -70,6 +70,18 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
+// policySource says where the policies of snap came from, for the log.
+func (s *Server) policySource(snap *policystore.Snapshot) string {
+	switch {
+	case snap.Version == 0:
+		return "start-up policies (the store cannot be read yet)"
+	case s.policies.Seeded():
+		return "start-up policies, written to the empty " + s.policies.Backend().Name() + " store"
+	default:
+		return "the " + s.policies.Backend().Name() + " store (the start-up policies seed only an empty store; ratectl apply replaces a domain)"
+	}
+}
+
 func (s *Server) run(ctx context.Context) error {
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -103,7 +115,8 @@ func (s *Server) run(ctx context.Context) error {
 			if s.rlqs != nil {
 				s.rlqs.svc.SetPolicies(snap.Set)
 			}
-			s.log.Info("policies in force", "version", snap.Version, "domains", strings.Join(domainNames(snap.Set), ","))
+			s.log.Info("policies in force", "version", snap.Version, "domains", strings.Join(domainNames(snap.Set), ","),
+				"source", s.policySource(snap))
 		})
 	}()
 	go func() {

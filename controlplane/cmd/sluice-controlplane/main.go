@@ -456,7 +456,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			return 2
 		}
 	} else {
-		log.Info("no -policy given: seeding the policy store with the embedded example policies (domain sluice-demo)")
+		log.Info("no -policy given: the start-up policies are the embedded example (domain sluice-demo); they seed the policy store only if it is empty")
 	}
 	auth, tlsConfig, err := policyAuth(c, getenv)
 	if err != nil {

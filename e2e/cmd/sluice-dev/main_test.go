@@ -170,6 +170,12 @@ func TestMakeRun(t *testing.T) {
 		for range lines {
 		}
 	}()
+	for _, w := range []string{"domain sluice-demo (version 1): from the embedded example", "/stats?filter=wasmcustom.sluice",
+		"check sluice-demo remote_address=127.0.0.1 --hits 0", "failure_open / failure_closed"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("the banner lacks %q:\n%s", w, out.String())
+		}
+	}
 
 	// The curl loop: 200s until the per-address limit (10 per 10 s), then 429.
 	var codes []int
