@@ -1,0 +1,200 @@
+package plugin
+
+import (
+	"strconv"
+
+	"github.com/sluicehq/sluice/filter/headermap"
+	"github.com/sluicehq/sluice/filter/limitheaders"
+	"github.com/sluicehq/sluice/filter/precheck"
+	"github.com/sluicehq/sluice/filter/rlsproto"
+)
+
+// onAnswer takes the control plane's answer for a stream's call.
+func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
+	s.state = stateAnswering
+	if !s.deleted {
+		if err := p.host.SetEffectiveContext(s.id); err != nil {
+			p.warn("sluice: stream " + strconv.FormatUint(uint64(s.id), 10) + " is gone: " + err.Error())
+			s.deleted = true
+		}
+	}
+	if reason := p.readAnswer(numHeaders, bodySize); reason != "" {
+		p.fail(s, reason, true)
+		return
+	}
+	resp := &p.resp
+	now := p.host.Now()
+	if len(resp.Statuses) == len(s.costs) {
+		p.record(s, now)
+	}
+	switch resp.OverallCode {
+	case rlsproto.CodeOK:
+		s.state = stateDone
+		p.count(p.metrics.allowed)
+		p.recordQuotas(s, now)
+		if s.deleted {
+			return
+		}
+		p.buildPolicies(s)
+		s.response.reset()
+		p.addLimitHeaders(&s.response, p.policies)
+		for _, h := range resp.ResponseHeadersToAdd {
+			if !limitheaders.IsLimitHeader(h.Key) {
+				s.response.add(h.Key, h.Value)
+			}
+		}
+		for _, h := range resp.RequestHeadersToAdd {
+			if err := p.host.AddRequestHeader(h.Key, h.Value); err != nil {
+				p.warn("sluice: cannot add request header " + h.Key + ": " + err.Error())
+			}
+		}
+		if wait := p.answerWait(); wait > 0 {
+			p.hold(s, now, wait)
+			return
+		}
+		p.resume(s)
+	case rlsproto.CodeOverLimit:
+		s.state = stateDone
+		p.count(p.metrics.overLimit)
+		if s.deleted {
+			return
+		}
+		p.buildPolicies(s)
+		p.local.reset()
+		p.addLimitHeaders(&p.local, p.policies)
+		if retry := p.retryAfter(); retry > 0 && p.cfg.Headers.RetryAfter {
+			p.local.begin(limitheaders.RetryAfterHeader)
+			p.local.buf = limitheaders.AppendRetryAfter(p.local.buf, retry)
+			p.local.end()
+		}
+		for _, h := range resp.ResponseHeadersToAdd {
+			if !limitheaders.IsLimitHeader(h.Key) {
+				p.local.add(h.Key, h.Value)
+			}
+		}
+		p.local.add("content-type", "text/plain")
+		p.localMap = headermap.Append(p.localMap[:0], p.local.list())
+		if err := p.host.SendLocalResponse(429, DetailsOverLimit, bodyOverLimit, p.localMap); err != nil {
+			p.warn("sluice: cannot send the local reply: " + err.Error())
+			if err := p.host.ResumeRequest(); err != nil {
+				p.warn("sluice: cannot resume the request: " + err.Error())
+			}
+		}
+	default:
+		p.fail(s, "the control plane answered with overall code "+strconv.FormatUint(uint64(resp.OverallCode), 10), true)
+	}
+}
+
+// readAnswer checks and decodes the answer into p.resp; it returns why the
+// answer is unusable, or "".
+func (p *Plugin) readAnswer(numHeaders, bodySize int) string {
+	if numHeaders == 0 {
+		return "no answer from the control plane (timeout or connection failure)"
+	}
+	if status, _ := p.host.CallResponseHeader(":status"); status != "200" {
+		return "the control plane answered HTTP status " + strconv.Quote(status)
+	}
+	gs, ok := p.host.CallResponseTrailer("grpc-status")
+	if !ok {
+		gs, ok = p.host.CallResponseHeader("grpc-status") // a trailers-only answer
+	}
+	if !ok {
+		return "the control plane's answer has no grpc-status"
+	}
+	code, ok := rlsproto.ParseGRPCStatus(gs)
+	if !ok {
+		return "the control plane's answer has an invalid grpc-status " + strconv.Quote(gs)
+	}
+	if code != rlsproto.GRPCOK {
+		msg, ok := p.host.CallResponseTrailer("grpc-message")
+		if !ok {
+			msg, _ = p.host.CallResponseHeader("grpc-message")
+		}
+		return "the control plane answered gRPC status " + gs + ": " + msg
+	}
+	if bodySize > maxAnswer {
+		return "the control plane's answer is too large (" + strconv.Itoa(bodySize) + " bytes)"
+	}
+	body, err := p.host.CallResponseBody(bodySize)
+	if err != nil {
+		return "cannot read the control plane's answer: " + err.Error()
+	}
+	msg, err := rlsproto.ParseFrame(body)
+	if err != nil {
+		return err.Error()
+	}
+	if err := rlsproto.Decode(msg, &p.resp); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// record tells the precheck what the control plane said about each
+// descriptor of the stream's request.
+func (p *Plugin) record(s *stream, now int64) {
+	if p.table == nil {
+		return
+	}
+	resp := &p.resp
+	admitted := resp.OverallCode == rlsproto.CodeOK
+	for i := range s.costs {
+		lim, hasLimit := descriptorLimit(resp, i)
+		o := precheck.Outcome{Cost: s.costs[i], Limit: lim, HasLimit: hasLimit, Admitted: admitted, SentAt: s.sentAt,
+			Name: limitName(resp, i), FailureMode: descriptorFailureMode(resp, i)}
+		if resp.Statuses[i].Code == rlsproto.CodeOverLimit {
+			o.OverLimit, o.RetryAfter = true, descriptorRetryAfter(resp, i)
+		}
+		p.table.Record(s.key(i), o, now)
+	}
+}
+
+// buildPolicies fills p.policies from the answer in p.resp.
+func (p *Plugin) buildPolicies(s *stream) {
+	p.policies = p.policies[:0]
+	resp := &p.resp
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		lim, ok := descriptorLimit(resp, i)
+		if !ok {
+			continue
+		}
+		name := limitName(resp, i)
+		if name == "" {
+			rl := -1
+			if i < len(s.rateLimits) {
+				rl = s.rateLimits[i]
+			}
+			name = p.name(rl)
+		}
+		pol := limitheaders.Policy{Name: name, Quota: lim.Limit, Window: lim.Window, Remaining: int64(st.LimitRemaining)}
+		if st.Code == rlsproto.CodeOverLimit {
+			pol.Remaining = 0
+		}
+		if st.HasReset {
+			pol.Reset = st.DurationUntilReset
+		}
+		p.policies = append(p.policies, pol)
+	}
+}
+
+// retryAfter returns the longest retry-after of the over-limit descriptors
+// in p.resp (ns), 0 when none is known.
+func (p *Plugin) retryAfter() int64 {
+	var retry int64
+	for i := range p.resp.Statuses {
+		if p.resp.Statuses[i].Code == rlsproto.CodeOverLimit {
+			retry = max(retry, descriptorRetryAfter(&p.resp, i))
+		}
+	}
+	return retry
+}
+
+// onResponseHeaders adds the headers of an admitted request's answer.
+func (p *Plugin) onResponseHeaders(s *stream) {
+	for _, h := range s.response.list() {
+		if err := p.host.AddResponseHeader(h[0], h[1]); err != nil {
+			p.warn("sluice: cannot add response header " + h[0] + ": " + err.Error())
+		}
+	}
+	s.response.reset()
+}
