@@ -89,7 +89,7 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 // answer is unusable, or "".
 func (p *Plugin) readAnswer(numHeaders, bodySize int) string {
 	if numHeaders == 0 {
-		return "no answer from the control plane (timeout or connection failure)"
+		return reasonNoAnswer
 	}
 	if status, _ := p.host.CallResponseHeader(":status"); status != "200" {
 		return "the control plane answered HTTP status " + strconv.Quote(status)

@@ -500,3 +500,45 @@ func TestPrecheckStopsAtTheRejectingDescriptor(t *testing.T) {
 		t.Fatalf("another client: action %d, %d calls", action, len(b.host.calls))
 	}
 }
+
+// TestFailureModeHeader: with headers.failure_mode, a request the failure
+// mode decided says so to its client; without it, nothing is added. A
+// timeout's warning says which setting to raise.
+func TestFailureModeHeader(t *testing.T) {
+	for _, mode := range []string{"open", "closed"} {
+		for _, on := range []bool{false, true} {
+			cfg := withFailureMode(mode)
+			if on {
+				cfg = strings.Replace(cfg, `"timeout"`, `"headers": {"failure_mode": true}, "timeout"`, 1)
+			}
+			b := newTestbed(t, cfg)
+			id, _ := b.request(apiRequest, "10.0.0.1:1")
+			b.deliver(nil) // no answer: the call timed out
+			if !b.host.logged("raise the plugin's timeout (now 25ms)") {
+				t.Errorf("%s: the timeout's warning names no setting: %v", mode, b.host.logs)
+			}
+			var got []string
+			if mode == "open" {
+				b.respond(id)
+				for _, h := range b.host.addedRsp[id] {
+					if h[0] == HeaderFailureMode {
+						got = append(got, h[1])
+					}
+				}
+			} else {
+				for _, h := range b.host.local[id].headers {
+					if h[0] == HeaderFailureMode {
+						got = append(got, h[1])
+					}
+				}
+			}
+			want := []string(nil)
+			if on {
+				want = []string{mode}
+			}
+			if strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Errorf("failure mode %s, header on %v: %s = %q, want %q", mode, on, HeaderFailureMode, got, want)
+			}
+		}
+	}
+}

@@ -229,7 +229,7 @@ func printBanner(w io.Writer, o *options, cp *stack.ControlPlane, e *stack.Envoy
 	fmt.Fprintf(w, `
 sluice is running (Ctrl-C stops everything):
   envoy          %s   pid %d, envoy/envoy.yaml: filter.wasm under V8, %d workers, in front of the demo upstream %s
-                 %s   admin (the filter's counters: /stats?filter=sluice)
+                 %s   admin (the filter's counters: /stats?filter=wasmcustom.sluice)
   control plane  %s   decisions (RLS gRPC), pid %d, %s
                  %s   policy service (ratectl), token in %s
                  %s   /metrics /healthz /readyz

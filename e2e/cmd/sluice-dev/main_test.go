@@ -144,8 +144,8 @@ func TestMakeRun(t *testing.T) {
 	var pids []int
 	var out strings.Builder
 	timeout := time.After(5 * time.Minute)
-	curl := false
-	for listen == "" || len(pids) < 2 || !curl {
+	curl, end := false, false
+	for listen == "" || len(pids) < 2 || !curl || !end {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -153,6 +153,7 @@ func TestMakeRun(t *testing.T) {
 			}
 			out.WriteString(l + "\n")
 			curl = curl || strings.Contains(l, "for i in $(seq 12); do curl")
+			end = end || strings.Contains(l, "(docs/operations.md)") // the banner's last line
 			if m := envoyLine.FindStringSubmatch(l); m != nil {
 				listen = m[1]
 				pid, _ := strconv.Atoi(m[2])
