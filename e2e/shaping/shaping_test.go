@@ -122,7 +122,7 @@ func startEnv() (*env, error) {
 		Cluster: stack.DefaultCluster, Domain: domain, Timeout: "500ms", FailureMode: "closed",
 		RateLimits: []stack.RateLimit{{Actions: []stack.Action{stack.RequestHeader(keyHeader, "api_key")}}},
 		Precheck:   &stack.Precheck{Enabled: true},
-		Headers:    &stack.Headers{Draft10: true, RetryAfter: true},
+		Headers:    &stack.Headers{Draft10: true, RetryAfter: true, Delayed: true},
 	}
 	boot := stack.Bootstrap(
 		[]stack.M{stack.HTTPListener("in", 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "up"))},
@@ -143,6 +143,7 @@ type answer struct {
 	status     int
 	sent, done time.Time
 	retryAfter string
+	delayed    string // x-sluice-delayed-ms on the response (headers.delayed)
 	err        error
 }
 
@@ -170,7 +171,7 @@ func (e *env) burst(ctx context.Context, key string, n int) []answer {
 				return
 			}
 			resp.Body.Close()
-			a.status, a.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
+			a.status, a.retryAfter, a.delayed = resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Sluice-Delayed-Ms")
 		}()
 	}
 	ready.Wait()
@@ -232,6 +233,22 @@ func TestShapedBurst(t *testing.T) {
 		t.Fatalf("the upstream received %d shaped requests, want %d", len(got), n)
 	}
 	t0 := firstSent(shaped)
+	// headers.delayed: each client hears what the upstream heard, how long
+	// its request was held.
+	var toClients, toUpstream []string
+	for i := range n {
+		if v := shaped[i].delayed; v != "" {
+			toClients = append(toClients, v)
+		}
+		if v := got[i].Header.Get("X-Sluice-Delayed-Ms"); v != "" {
+			toUpstream = append(toUpstream, v)
+		}
+	}
+	slices.Sort(toClients)
+	slices.Sort(toUpstream)
+	if len(toUpstream) == 0 || !slices.Equal(toClients, toUpstream) {
+		t.Errorf("x-sluice-delayed-ms: clients got %v, the upstream %v; want the same values", toClients, toUpstream)
+	}
 
 	bucket := e.burst(ctx, "bucket", n)
 	gotBucket := arrivals(e.rec, "bucket")
