@@ -17,6 +17,13 @@ const HeaderFailureMode = "x-sluice-failure-mode"
 // call timed out (the plugin's timeout) or its connection failed.
 const reasonNoAnswer = "no answer from the control plane (timeout or connection failure)"
 
+// timeoutHint is what a timed-out check's warning adds: the setting that
+// decides how long the filter waits.
+func timeoutHint(timeout int64) string {
+	return "; if the control plane is only slow, raise the plugin's timeout (now " +
+		strconv.FormatInt(timeout/config.Millisecond, 10) + "ms)"
+}
+
 // failureMode returns the failure mode for a stream whose check failed, and
 // whether it is the descriptors' (else the plugin's): closed if the control
 // plane last said that any of the stream's descriptors fails closed, else
@@ -51,12 +58,7 @@ func (p *Plugin) fail(s *stream, reason string, paused bool) uint32 {
 	if fromPolicy {
 		source = " (the policy's failure mode)"
 	}
-	hint := ""
-	if reason == reasonNoAnswer {
-		hint = "; if the control plane is only slow, raise the plugin's timeout (now " +
-			strconv.FormatInt(p.cfg.Timeout/config.Millisecond, 10) + "ms)"
-	}
-	p.warn("sluice: rate limit check failed, failing " + mode.String() + source + ": " + reason + hint)
+	p.warn("sluice: rate limit check failed, failing " + mode.String() + source + ": " + reason)
 	if mode == config.FailOpen {
 		p.count(p.metrics.failureOpen)
 		if p.cfg.Headers.FailureMode {

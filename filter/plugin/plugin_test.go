@@ -279,6 +279,7 @@ func TestFailureModes(t *testing.T) {
 		{name: "call refused", callErr: errors.New("BAD_ARGUMENT")},
 		{name: "timeout"},
 		{name: "http 503", answer: &fakeAnswer{headers: map[string]string{":status": "503"}, trailers: map[string]string{}}},
+		{name: "envoy timeout", answer: &fakeAnswer{headers: map[string]string{":status": "200"}, trailers: map[string]string{"grpc-status": "14", "grpc-message": "upstream request timeout"}}},
 		{name: "grpc error in trailers", answer: &fakeAnswer{headers: map[string]string{":status": "200"}, trailers: map[string]string{"grpc-status": "14", "grpc-message": "unavailable"}}},
 		{name: "trailers-only grpc error", answer: &fakeAnswer{headers: map[string]string{":status": "200", "grpc-status": "7"}, trailers: map[string]string{}}},
 		{name: "no grpc status", answer: &fakeAnswer{headers: map[string]string{":status": "200"}, trailers: map[string]string{}, body: okBody}},
@@ -300,6 +301,10 @@ func TestFailureModes(t *testing.T) {
 				}
 				if b.host.counters[MetricErrors] != 1 || !b.host.logged("warn: sluice: rate limit check failed, failing "+mode) {
 					t.Fatalf("failure not counted or logged: %v %v", b.host.counters, b.host.logs)
+				}
+				timedOut := tt.name == "timeout" || tt.name == "envoy timeout"
+				if b.host.logged("raise the plugin's timeout (now 25ms)") != timedOut {
+					t.Errorf("timed out %v, but the warning's hint to raise the timeout is there: %v (%v)", timedOut, !timedOut, b.host.logs)
 				}
 				l, replied := b.host.local[id]
 				if mode == "open" {

@@ -263,7 +263,7 @@ See the headers (RateLimit-Policy, RateLimit, Retry-After):
   %s check %s remote_address=127.0.0.1 --hits 0
 Metrics:
   control plane  %s/metrics
-  filter         %s/stats?filter=wasmcustom.sluice   (Prometheus: %s/stats/prometheus?filter=sluice_)
+  filter         %s/stats?filter=wasmcustom.sluice   (Prometheus: %s/stats/prometheus?filter=wasmcustom)
                  failure_open / failure_closed count requests the filter decided alone because the control plane
                  did not answer within the plugin's "timeout" (docs/operations.md)
 `, ratectl, stack.DemoDomain, ratectl, stack.DemoDomain, cp.HTTPURL(), e.AdminURL(), e.AdminURL())
