@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
@@ -412,5 +413,53 @@ func TestApplyRefusesDuplicateDomains(t *testing.T) {
 		"stdin and "+c+` both define domain "api"`)
 	if v := cp.store.Current().Version; v != before || cp.store.Current().Policy("api") != nil || cp.store.Current().Policy("other") != nil {
 		t.Fatalf("the store changed: version %d -> %d", before, v)
+	}
+}
+
+// TestFlagsDocumented: every global flag and every command's flag has a
+// row in docs/controlplane.md.
+func TestFlagsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/controlplane.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(string(b), "\n")
+	dash := func(name string) string {
+		if len(name) == 1 {
+			return "-" + name
+		}
+		return "--" + name
+	}
+	has := func(prefix, cell string) bool {
+		for _, r := range rows {
+			if strings.HasPrefix(r, prefix) && strings.Contains(r, cell) {
+				return true
+			}
+		}
+		return false
+	}
+	fs := flag.NewFlagSet("ratectl", flag.ContinueOnError)
+	var g globals
+	g.register(fs, func(string) string { return "" })
+	fs.VisitAll(func(f *flag.Flag) {
+		if !has("| `"+dash(f.Name)+"` |", "") {
+			t.Errorf("ratectl's flag %s has no row in docs/controlplane.md", dash(f.Name))
+		}
+	})
+	for _, c := range commands {
+		cfs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+		c.setup(cfs)
+		cfs.VisitAll(func(f *flag.Flag) {
+			found := false
+			for _, r := range rows {
+				cells := strings.Split(r, "|")
+				if len(cells) > 3 && strings.Contains(cells[1], "`"+c.name+"`") && strings.TrimSpace(cells[2]) == "`"+dash(f.Name)+"`" {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("ratectl %s's flag %s has no row in docs/controlplane.md (| `%s` | `%s` | default | meaning |)", c.name, dash(f.Name), c.name, dash(f.Name))
+			}
+		})
 	}
 }

@@ -94,3 +94,46 @@ func TestLogFormatAuto(t *testing.T) {
 		t.Errorf("a file is taken for a terminal")
 	}
 }
+
+// TestFlagsDocumented: every flag has a row in docs/controlplane.md, with
+// its environment variable, under its group's heading.
+func TestFlagsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/controlplane.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	group := map[string]string{}
+	for _, g := range flagGroups {
+		for _, n := range g.flags {
+			group[n] = g.name
+		}
+	}
+	fs, envOf := newFlagSet(&config{})
+	fs.VisitAll(func(f *flag.Flag) {
+		row := ""
+		for _, l := range strings.Split(doc, "\n") {
+			if strings.HasPrefix(l, "| `-"+f.Name+"` |") {
+				row = l
+				break
+			}
+		}
+		switch {
+		case row == "":
+			t.Errorf("-%s has no row in docs/controlplane.md (| `-%s` | `%s` | default | meaning |)", f.Name, f.Name, envOf[f.Name])
+		case !strings.Contains(row, "`"+envOf[f.Name]+"`"):
+			t.Errorf("the row of -%s in docs/controlplane.md lacks its variable %s", f.Name, envOf[f.Name])
+		default:
+			head := "\n### " + group[f.Name] + "\n"
+			i, j := strings.Index(doc, head), strings.Index(doc, row)
+			if i < 0 || j < i || strings.Contains(doc[i+len(head):j], "\n### ") {
+				t.Errorf("-%s is documented outside its group %q", f.Name, group[f.Name])
+			}
+		}
+	})
+	for _, e := range envOnly {
+		if !strings.Contains(doc, "`"+e[0]+"`") {
+			t.Errorf("$%s is not in docs/controlplane.md", e[0])
+		}
+	}
+}
