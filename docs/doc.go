@@ -1,0 +1,8 @@
+// Package docs holds sluice's documentation (the *.md files beside this one)
+// and the tests that keep it true: every metric the control plane and the
+// filter export has a row in metrics.md, every YAML and JSON example in
+// README.md and docs/ parses with sluice's own parsers or real Envoy, and
+// every relative link resolves. The flags, policy fields and plugin fields
+// are checked by tests in their own packages (sluice-controlplane, ratectl,
+// controlplane/policy) and here (filter/config).
+package docs
