@@ -6,3 +6,5 @@
 // are checked by tests in their own packages (sluice-controlplane, ratectl,
 // controlplane/policy) and here (filter/config).
 package docs
+
+//go:generate go run ./internal/genarch architecture.txt architecture.svg
