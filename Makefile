@@ -151,9 +151,11 @@ e2e: redis-server envoy
 
 ## bench-rls: decisions/s, latency and Redis CPU of sluice against envoyproxy/ratelimit (bench/ratelimit-peer),
 ## same Redis, same load, 3 interleaved runs each (RUNS, CALLERS, CONNS, KEYS, DURATION override), once per
-## load client: sluice-load's lean client, grpc-go's client, and h2load (CLIENTS overrides the list).
+## load client: sluice-load's lean client, grpc-go's client, and h2load (CLIENTS overrides the list);
+## each client's medians are drawn into build/bench-rls-<client>.svg.
 bench-rls: redis-server h2load
-	@for c in $${CLIENTS:-lean grpc h2load}; do CLIENT=$$c $(HOSTENV) bench/rls-compare.sh || exit 1; done
+	@mkdir -p build
+	@for c in $${CLIENTS:-lean grpc h2load}; do CLIENT=$$c CHART=build/bench-rls-$$c.svg $(HOSTENV) bench/rls-compare.sh || exit 1; done
 
 ## bench-envoy: sluice in real Envoy against Envoy alone, an empty Go Wasm filter, native
 ## local_ratelimit, and Envoy's ratelimit filter with envoyproxy/ratelimit or sluice (bench/envoy).

@@ -8,3 +8,6 @@
 package docs
 
 //go:generate go run ./internal/genarch architecture.txt architecture.svg
+//go:generate go run ../bench/chart -i bench-rls-lean.txt -o bench-rls-lean.svg
+//go:generate go run ../bench/chart -i bench-rls-grpc.txt -o bench-rls-grpc.svg
+//go:generate go run ../bench/chart -i bench-rls-h2load.txt -o bench-rls-h2load.svg
