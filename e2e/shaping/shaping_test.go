@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/chart/svgchart"
 	"github.com/sluicehq/sluice/e2e/stack"
 )
 
@@ -280,6 +281,22 @@ func TestShapedBurst(t *testing.T) {
 		fmt.Fprintf(&tbl, "%4d  %22s  %13s  %22s\n", i+1, r, held, b)
 	}
 	t.Log("\n" + tbl.String())
+	// SHAPING_CHART=file.svg draws the two bursts' arrivals (docs/performance.md).
+	if path := os.Getenv("SHAPING_CHART"); path != "" {
+		var rs, bs []float64
+		for i := range got {
+			rs = append(rs, ms(got[i].At.Sub(t0)))
+		}
+		for i := range gotBucket {
+			bs = append(bs, ms(gotBucket[i].At.Sub(b0)))
+		}
+		svg := svgchart.Timeline(fmt.Sprintf("A burst of %d requests at once, 10/s, burst 5: arrivals at the upstream (%s)", n, time.Now().UTC().Format("2006-01-02")),
+			[]svgchart.Series{{Name: "reserve, max_wait 5s", Times: rs, Note: "none refused"},
+				{Name: "token_bucket", Times: bs, Note: fmt.Sprintf("%d refused (429)", rejected)}})
+		if err := os.WriteFile(path, svg, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 
 	// The spread. Each request after the first atOnce has a slot: one
 	// interval after the previous one. The filter counts a wait from the
