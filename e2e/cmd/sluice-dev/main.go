@@ -264,8 +264,8 @@ See the headers (RateLimit-Policy, RateLimit, Retry-After):
 Metrics:
   control plane  %s/metrics
   filter         %s/stats?filter=wasmcustom.sluice   (Prometheus: %s/stats/prometheus?filter=wasmcustom)
-                 failure_open / failure_closed count requests the filter decided alone because the control plane
-                 did not answer within the plugin's "timeout" (docs/operations.md)
+                 failure_open / failure_closed count requests the failure mode decided: the control plane did not
+                 answer within the plugin's "timeout", or not usably (docs/operations.md)
 `, ratectl, stack.DemoDomain, ratectl, stack.DemoDomain, cp.HTTPURL(), e.AdminURL(), e.AdminURL())
 }
 
