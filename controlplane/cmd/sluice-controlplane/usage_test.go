@@ -121,7 +121,7 @@ func TestFlagsDocumented(t *testing.T) {
 		switch {
 		case row == "":
 			t.Errorf("-%s has no row in docs/controlplane.md (| `-%s` | `%s` | default | meaning |)", f.Name, f.Name, envOf[f.Name])
-		case !strings.Contains(row, "`"+envOf[f.Name]+"`"):
+		case envOf[f.Name] != "" && !strings.Contains(row, "`"+envOf[f.Name]+"`"):
 			t.Errorf("the row of -%s in docs/controlplane.md lacks its variable %s", f.Name, envOf[f.Name])
 		default:
 			head := "\n### " + group[f.Name] + "\n"
