@@ -243,7 +243,11 @@ sluice is running (Ctrl-C stops everything):
 		cp.PolicyAddr(), tokenFile,
 		cp.HTTPURL(),
 		pol, cp.LogPath(), e.LogPath())
-	if pols.example {
+	if !pols.demo && len(pols.lines) > 0 && !strings.HasPrefix(pols.lines[0], "cannot list") {
+		fmt.Fprintf(w, "NOTE: envoy/envoy.yaml's filter sends domain %s, and no policy for it is in force: every request\n"+
+			"passes. Give your policy file domain: %s.\n\n", stack.DemoDomain, stack.DemoDomain)
+	}
+	if pols.seedInForce && o.policy == "" { // the example's limit
 		fmt.Fprintln(w, "Hit the per-address limit (10 requests per 10 s window):")
 	} else {
 		fmt.Fprintf(w, "Hit a limit of the policies in force (envoy/envoy.yaml sends domain %s with remote_address,\n"+
@@ -257,6 +261,11 @@ See the headers (RateLimit-Policy, RateLimit, Retry-After):
 		fmt.Fprintf(w, `Change the limit live, no restart (per address: 10 -> 3 per 10 s):
   %s apply -f %s
 `, ratectl, lowered)
+	}
+	if o.policy != "" {
+		fmt.Fprintf(w, `Change your policy live, no restart: edit %s, then
+  %s apply -f %s
+`, o.policy, ratectl, o.policy)
 	}
 	fmt.Fprintf(w, `Look at the policies, and ask for a decision without consuming quota (without --hits 0, check counts as a request):
   %s get %s

@@ -11,13 +11,15 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
 	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/e2e/stack"
 )
 
 // inForce is what the banner says about the policies the control plane
 // serves: one line per domain, and whether the example is what is in force.
 type inForce struct {
-	lines   []string
-	example bool // the embedded example is in force, unchanged
+	lines       []string
+	seedInForce bool // the start-up policies are in force, unchanged
+	demo        bool // a policy for the domain envoy/envoy.yaml's filter sends is in force
 }
 
 // seedPolicies returns the start-up policies sluice-dev gives the control
@@ -61,6 +63,7 @@ func compareWithSeed(stored []*sluicev1.Policy, seed *policy.Set, seedName strin
 	}
 	same := 0
 	for _, p := range stored {
+		out.demo = out.demo || p.GetDomain() == stack.DemoDomain
 		y, fromSeed := seedYAML[p.GetDomain()]
 		switch {
 		case fromSeed && y == p.GetYaml():
@@ -76,6 +79,6 @@ func compareWithSeed(stored []*sluicev1.Policy, seed *policy.Set, seedName strin
 	if len(stored) == 0 {
 		out.lines = []string{"none: the store is empty (its domains were deleted); ratectl apply -f FILE adds one"}
 	}
-	out.example = same == len(seedYAML) && same > 0
+	out.seedInForce = same == len(seedYAML) && same > 0
 	return out
 }

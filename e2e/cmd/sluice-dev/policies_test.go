@@ -29,19 +29,22 @@ func TestCompareWithSeed(t *testing.T) {
 		name    string
 		stored  []*sluicev1.Policy
 		example bool
+		demo    bool
 		want    []string
 	}{
-		{"seeded", []*sluicev1.Policy{{Domain: "sluice-demo", Version: 1, Yaml: string(y)}}, true,
+		{"seeded", []*sluicev1.Policy{{Domain: "sluice-demo", Version: 1, Yaml: string(y)}}, true, true,
 			[]string{"domain sluice-demo (version 1): from the embedded example"}},
-		{"applied earlier", []*sluicev1.Policy{{Domain: "sluice-demo", Version: 4, Yaml: other}, {Domain: "api", Version: 2, Yaml: "x"}}, false,
+		{"applied earlier", []*sluicev1.Policy{{Domain: "sluice-demo", Version: 4, Yaml: other}, {Domain: "api", Version: 2, Yaml: "x"}}, false, true,
 			[]string{"domain sluice-demo (version 4): from the store, applied before this run; it differs from the embedded example",
 				"domain api (version 2): from the store, applied before this run"}},
-		{"emptied", nil, false, []string{"none: the store is empty"}},
+		{"emptied", nil, false, false, []string{"none: the store is empty"}},
+		{"another domain", []*sluicev1.Policy{{Domain: "api", Version: 1, Yaml: "x"}}, false, false,
+			[]string{"domain api (version 1): from the store"}},
 	} {
 		got := compareWithSeed(tc.stored, seed, name)
 		text := strings.Join(got.lines, "\n")
-		if got.example != tc.example {
-			t.Errorf("%s: example = %v, want %v", tc.name, got.example, tc.example)
+		if got.seedInForce != tc.example || got.demo != tc.demo {
+			t.Errorf("%s: example, demo = %v, %v; want %v, %v", tc.name, got.seedInForce, got.demo, tc.example, tc.demo)
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(text, w) {
