@@ -135,11 +135,15 @@ wasm:
 
 ## run: the whole stack on loopback: control plane (embedded memory store, example
 ## policies), a demo upstream, and real Envoy on envoy/envoy.yaml running filter.wasm under V8
-## on :8080. Ctrl-C stops it. REDIS_ADDR=host:port make run uses Redis.
+## on :8080. Ctrl-C stops it. POLICY=file.yaml seeds your own policy (domain sluice-demo),
+## REDIS_ADDR=host:port uses Redis; LISTEN, GRPC_ADDR, HTTP_ADDR, POLICY_ADDR move the ports.
 # (Built, then run: under go run, Ctrl-C would end make with "Error 1".)
+RUN_FLAGS = $(if $(POLICY),-policy $(abspath $(POLICY))) $(if $(LISTEN),-listen $(LISTEN)) \
+            $(if $(GRPC_ADDR),-grpc-addr $(GRPC_ADDR)) $(if $(HTTP_ADDR),-http-addr $(HTTP_ADDR)) \
+            $(if $(POLICY_ADDR),-policy-addr $(POLICY_ADDR))
 run: envoy wasm
 	$(HOSTENV) $(GO) build -o $(BIN)/sluice-dev ./e2e/cmd/sluice-dev
-	$(BIN)/sluice-dev -wasm build/filter.wasm
+	$(BIN)/sluice-dev -wasm build/filter.wasm $(RUN_FLAGS)
 
 ## e2e: the end-to-end scenarios alone (real redis-server, 2 control planes, 2 real Envoys).
 e2e: redis-server envoy
@@ -162,9 +166,11 @@ e2e-gateway: redis-server envoy
 
 ## bench-rls: decisions/s, latency and Redis CPU of sluice against envoyproxy/ratelimit (bench/ratelimit-peer),
 ## same Redis, same load, 3 interleaved runs each (RUNS, CALLERS, CONNS, KEYS, DURATION override), once per
-## load client: sluice-load's lean client, grpc-go's client, and h2load (CLIENTS overrides the list).
+## load client: sluice-load's lean client, grpc-go's client, and h2load (CLIENTS overrides the list);
+## each client's medians are drawn into build/bench-rls-<client>.svg.
 bench-rls: redis-server h2load
-	@for c in $${CLIENTS:-lean grpc h2load}; do CLIENT=$$c $(HOSTENV) bench/rls-compare.sh || exit 1; done
+	@mkdir -p build
+	@for c in $${CLIENTS:-lean grpc h2load}; do CLIENT=$$c CHART=build/bench-rls-$$c.svg $(HOSTENV) bench/rls-compare.sh || exit 1; done
 
 ## bench-envoy: sluice in real Envoy against Envoy alone, an empty Go Wasm filter, native
 ## local_ratelimit, and Envoy's ratelimit filter with envoyproxy/ratelimit or sluice (bench/envoy).

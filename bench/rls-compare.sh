@@ -35,7 +35,9 @@
 # this tree's), BASE (a git revision: adds the system sluice-base, that
 # revision's sluice-controlplane, so that a change is measured against its
 # base in the same interleaved run, e.g. BASE=origin/main
-# SYSTEMS="sluice-base sluice"), KEEP=1 to keep the work directory (logs). Each system runs
+# SYSTEMS="sluice-base sluice"), KEEP=1 to keep the work directory (logs),
+# CHART (an SVG file to draw the medians into with bench/chart: decisions/s
+# and CPU per decision by system). Each system runs
 # with its own defaults (neither GOGC nor GOMAXPROCS is set here).
 # Everything listens on 127.0.0.1; every process this script starts is
 # stopped by its PID on exit.
@@ -125,6 +127,7 @@ else
 fi
 (cd "$root" && "$GO" build -o "$work/sluice-load" ./controlplane/cmd/sluice-load)
 (cd "$root" && "$GO" build -o "$work/rlsfloor" ./bench/rlsfloor)
+[ -z "${CHART:-}" ] || (cd "$root" && "$GO" build -o "$work/chart" ./bench/chart)
 if [ -n "${BASE:-}" ]; then
 	git -C "$root" worktree add -q --detach "$work/base" "$BASE"
 	(cd "$work/base" && "$GO" build -o "$work/sluice-base" ./controlplane/cmd/sluice-controlplane)
@@ -349,17 +352,24 @@ median() {
 }
 
 echo
-echo "medians of $RUNS runs:"
-printf '%-15s %12s %9s %9s %9s %13s %12s %12s\n' system decisions/s p50_ms p95_ms p99_ms server_cpu_us redis_cpu_us cmd_usec
 declare -A med
-for sys in "${systems[@]}"; do
-	for f in rate p50 p95 p99 srv cpu cmd; do
-		# shellcheck disable=SC2086
-		med[$sys,$f]=$(median ${results[$sys,$f]})
+{
+	echo "medians of $RUNS runs:"
+	printf '%-15s %12s %9s %9s %9s %13s %12s %12s\n' system decisions/s p50_ms p95_ms p99_ms server_cpu_us redis_cpu_us cmd_usec
+	for sys in "${systems[@]}"; do
+		for f in rate p50 p95 p99 srv cpu cmd; do
+			# shellcheck disable=SC2086
+			med[$sys,$f]=$(median ${results[$sys,$f]})
+		done
+		printf '%-15s %12.0f %9.3f %9.3f %9.3f %13.2f %12.2f %12.2f\n' "$sys" "${med[$sys,rate]}" "${med[$sys,p50]}" \
+			"${med[$sys,p95]}" "${med[$sys,p99]}" "${med[$sys,srv]}" "${med[$sys,cpu]}" "${med[$sys,cmd]}"
 	done
-	printf '%-15s %12.0f %9.3f %9.3f %9.3f %13.2f %12.2f %12.2f\n' "$sys" "${med[$sys,rate]}" "${med[$sys,p50]}" \
-		"${med[$sys,p95]}" "${med[$sys,p99]}" "${med[$sys,srv]}" "${med[$sys,cpu]}" "${med[$sys,cmd]}"
-done
+} >"$work/medians.txt"
+cat "$work/medians.txt"
+if [ -n "${CHART:-}" ]; then
+	"$work/chart" -title "bench-rls, $CLIENT client, $(date -u +%Y-%m-%d), medians of $RUNS runs" -o "$CHART" <"$work/medians.txt"
+	echo "chart: $CHART"
+fi
 [ -n "${med[sluice,rate]:-}" ] && [ -n "${med[ratelimit,rate]:-}" ] && awk -v s="${med[sluice,rate]}" -v r="${med[ratelimit,rate]}" -v sp="${med[sluice,p99]}" -v rp="${med[ratelimit,p99]}" \
 	-v c="${med[sluice,cpu]}" -v cmd="${med[sluice,cmd]}" -v rc="${med[ratelimit,cpu]}" 'BEGIN {
 	printf "sluice / envoyproxy/ratelimit: %.2fx decisions/s (goal >= 4x), p99 %.3f vs %.3f ms (goal <=)\n", s / r, sp, rp

@@ -99,6 +99,7 @@ type Store struct {
 
 	refreshMu sync.Mutex  // serializes refresh
 	loaded    atomic.Bool // the backend has been read at least once
+	seeded    atomic.Bool // this Store wrote the seed into an empty store
 	failing   bool        // the last refresh failed (under refreshMu)
 
 	mu      sync.Mutex               // guards changed and the swap of cur
@@ -188,6 +189,11 @@ func (s *Store) closed() bool {
 // Ready reports whether the store has been read from the backend at least
 // once (before that, the Store serves the seed).
 func (s *Store) Ready() bool { return s.loaded.Load() }
+
+// Seeded reports whether this Store wrote its seed (the start-up policies)
+// into an empty store. When false after Ready, the store already held
+// policies (applied earlier, or by another replica) and they are in force.
+func (s *Store) Seeded() bool { return s.seeded.Load() }
 
 // Backend returns the backend.
 func (s *Store) Backend() Backend { return s.b }
@@ -388,6 +394,7 @@ func (s *Store) initialize(ctx context.Context, cur *Snapshot) error {
 		s.log.Warn("policy store: the store was found empty (lost?); wrote back the policies this replica held",
 			"backend", s.b.Name(), "version", st.Version, "domains", len(st.Records))
 	default:
+		s.seeded.Store(true)
 		s.log.Info("policy store: initialized an empty store with the start-up policies",
 			"backend", s.b.Name(), "domains", len(st.Records))
 	}

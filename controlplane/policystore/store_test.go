@@ -410,6 +410,9 @@ func TestSeedOnlyEmptyStore(t *testing.T) {
 	if !sameState(a.Current(), b.Current()) || b.Current().Policy("three") != nil {
 		t.Fatalf("second replica with another seed: %+v; want the first seed only", b.Current().Policies())
 	}
+	if !a.Seeded() || b.Seeded() {
+		t.Fatalf("Seeded: first replica %v, second %v; want true, false", a.Seeded(), b.Seeded())
+	}
 	for _, d := range []string{"one", "two"} {
 		if _, err := a.Delete(ctx, d, Guard{}); err != nil {
 			t.Fatal(err)

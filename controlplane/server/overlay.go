@@ -35,16 +35,18 @@ func (s *Server) SetOverlay(set *policy.Set) {
 	s.enforceLocked(s.cfg.OverlayOwner)
 }
 
-// setStoreSet is called with each new policy store snapshot.
-func (s *Server) setStoreSet(set *policy.Set, cause string) {
+// setStoreSet is called with each new policy store snapshot; attrs go on
+// the "policies in force" log line.
+func (s *Server) setStoreSet(set *policy.Set, cause string, attrs ...any) {
 	s.setMu.Lock()
 	defer s.setMu.Unlock()
 	s.storeSet = set
-	s.enforceLocked(cause)
+	s.enforceLocked(cause, attrs...)
 }
 
-// enforceLocked hands the merged set to the decision services.
-func (s *Server) enforceLocked(cause string) {
+// enforceLocked hands the merged set to the decision services and logs it,
+// with attrs.
+func (s *Server) enforceLocked(cause string, attrs ...any) {
 	set, shadowed := mergeOverlay(s.storeSet, s.overlay)
 	s.service.SetPolicies(set)
 	if s.rlqs != nil {
@@ -55,7 +57,7 @@ func (s *Server) enforceLocked(cause string) {
 			"domains", strings.Join(shadowed, ","))
 	}
 	s.shadowed = shadowed
-	s.log.Info("policies in force", "cause", cause, "domains", strings.Join(domainNames(set), ","))
+	s.log.Info("policies in force", append([]any{"cause", cause, "domains", strings.Join(domainNames(set), ",")}, attrs...)...)
 }
 
 // mergeOverlay returns base with overlay's domains in place of base's of

@@ -70,6 +70,18 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
+// policySource says where the policies of snap came from, for the log.
+func (s *Server) policySource(snap *policystore.Snapshot) string {
+	switch {
+	case snap.Version == 0:
+		return "start-up policies (the store cannot be read yet)"
+	case s.policies.Seeded():
+		return "start-up policies, written to the empty " + s.policies.Backend().Name() + " store"
+	default:
+		return "the " + s.policies.Backend().Name() + " store (the start-up policies seed only an empty store; ratectl apply replaces a domain)"
+	}
+}
+
 func (s *Server) run(ctx context.Context) error {
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -99,7 +111,7 @@ func (s *Server) run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		s.policies.Watch(sweepCtx, func(snap *policystore.Snapshot) {
-			s.setStoreSet(snap.Set, fmt.Sprintf("policy store version %d", snap.Version))
+			s.setStoreSet(snap.Set, fmt.Sprintf("policy store version %d", snap.Version), "source", s.policySource(snap))
 		})
 	}()
 	go func() {

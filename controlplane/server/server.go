@@ -386,6 +386,8 @@ func (s *Server) buildPolicies() error {
 				return fmt.Errorf("server: policy store: %w", err)
 			}
 			path = filepath.Join(s.tempDir, "policies.json")
+			s.log.Warn("policies applied at run time (ratectl) last only until this process ends: without Redis they are kept in a temporary file; set -policy-file to keep them",
+				"file", path)
 		}
 		backend, err = policystore.NewFile(path)
 	}

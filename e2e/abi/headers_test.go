@@ -58,7 +58,7 @@ func TestHeaders(t *testing.T) {
 	dir := t.TempDir()
 	cp, up := backends(t, ctx, progs, dir, headersPolicy)
 
-	headers := &stack.Headers{Draft10: true, RetryAfter: true}
+	headers := &stack.Headers{Draft10: true, RetryAfter: true, FailureMode: true}
 	viaCP := stack.PluginConfig{Cluster: stack.DefaultCluster, Domain: "abi", Timeout: "2s", FailureMode: "open",
 		RateLimits: []stack.RateLimit{{Actions: []stack.Action{stack.RemoteAddress()}},
 			{Actions: []stack.Action{stack.RequestHeader("x-api-key", "api_key")}}},
@@ -154,11 +154,17 @@ func TestHeaders(t *testing.T) {
 		t.Errorf("failing open: %d", a.code)
 	}
 	wantHeaders(t, "failure mode open", a, nil)
+	if v := a.header.Values("X-Sluice-Failure-Mode"); len(v) != 1 || v[0] != "open" {
+		t.Errorf("failing open: x-sluice-failure-mode = %q, want open (headers.failure_mode)", v)
+	}
 	a = get(t, client, preURL, "x-api-key", "k4")
 	if a.code != 500 {
 		t.Errorf("failing closed: %d", a.code)
 	}
 	wantHeaders(t, "failure mode closed", a, nil)
+	if v := a.header.Values("X-Sluice-Failure-Mode"); len(v) != 1 || v[0] != "closed" {
+		t.Errorf("failing closed: x-sluice-failure-mode = %q, want closed (headers.failure_mode)", v)
+	}
 	after = counters(t, e)
 	for _, c := range []string{"errors", "failure_open", "failure_closed"} {
 		want := int64(1)

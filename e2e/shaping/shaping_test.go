@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/chart/svgchart"
 	"github.com/sluicehq/sluice/e2e/stack"
 )
 
@@ -122,7 +123,7 @@ func startEnv() (*env, error) {
 		Cluster: stack.DefaultCluster, Domain: domain, Timeout: "500ms", FailureMode: "closed",
 		RateLimits: []stack.RateLimit{{Actions: []stack.Action{stack.RequestHeader(keyHeader, "api_key")}}},
 		Precheck:   &stack.Precheck{Enabled: true},
-		Headers:    &stack.Headers{Draft10: true, RetryAfter: true},
+		Headers:    &stack.Headers{Draft10: true, RetryAfter: true, Delayed: true},
 	}
 	boot := stack.Bootstrap(
 		[]stack.M{stack.HTTPListener("in", 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "up"))},
@@ -143,6 +144,7 @@ type answer struct {
 	status     int
 	sent, done time.Time
 	retryAfter string
+	delayed    string // x-sluice-delayed-ms on the response (headers.delayed)
 	err        error
 }
 
@@ -170,7 +172,7 @@ func (e *env) burst(ctx context.Context, key string, n int) []answer {
 				return
 			}
 			resp.Body.Close()
-			a.status, a.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
+			a.status, a.retryAfter, a.delayed = resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Sluice-Delayed-Ms")
 		}()
 	}
 	ready.Wait()
@@ -232,6 +234,22 @@ func TestShapedBurst(t *testing.T) {
 		t.Fatalf("the upstream received %d shaped requests, want %d", len(got), n)
 	}
 	t0 := firstSent(shaped)
+	// headers.delayed: each client hears what the upstream heard, how long
+	// its request was held.
+	var toClients, toUpstream []string
+	for i := range n {
+		if v := shaped[i].delayed; v != "" {
+			toClients = append(toClients, v)
+		}
+		if v := got[i].Header.Get("X-Sluice-Delayed-Ms"); v != "" {
+			toUpstream = append(toUpstream, v)
+		}
+	}
+	slices.Sort(toClients)
+	slices.Sort(toUpstream)
+	if len(toUpstream) == 0 || !slices.Equal(toClients, toUpstream) {
+		t.Errorf("x-sluice-delayed-ms: clients got %v, the upstream %v; want the same values", toClients, toUpstream)
+	}
 
 	bucket := e.burst(ctx, "bucket", n)
 	gotBucket := arrivals(e.rec, "bucket")
@@ -263,6 +281,22 @@ func TestShapedBurst(t *testing.T) {
 		fmt.Fprintf(&tbl, "%4d  %22s  %13s  %22s\n", i+1, r, held, b)
 	}
 	t.Log("\n" + tbl.String())
+	// SHAPING_CHART=file.svg draws the two bursts' arrivals (docs/performance.md).
+	if path := os.Getenv("SHAPING_CHART"); path != "" {
+		var rs, bs []float64
+		for i := range got {
+			rs = append(rs, ms(got[i].At.Sub(t0)))
+		}
+		for i := range gotBucket {
+			bs = append(bs, ms(gotBucket[i].At.Sub(b0)))
+		}
+		svg := svgchart.Timeline(fmt.Sprintf("A burst of %d requests at once, 10/s, burst 5: arrivals at the upstream (%s)", n, time.Now().UTC().Format("2006-01-02")),
+			[]svgchart.Series{{Name: "reserve, max_wait 5s", Times: rs, Note: "none refused"},
+				{Name: "token_bucket", Times: bs, Note: fmt.Sprintf("%d refused (429)", rejected)}})
+		if err := os.WriteFile(path, svg, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 
 	// The spread. Each request after the first atOnce has a slot: one
 	// interval after the previous one. The filter counts a wait from the

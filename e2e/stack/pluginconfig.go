@@ -42,6 +42,10 @@ type Headers struct {
 	Draft10    bool `json:"draft10"`     // RateLimit-Policy and RateLimit
 	Legacy     bool `json:"legacy"`      // X-RateLimit-*
 	RetryAfter bool `json:"retry_after"` // Retry-After on 429
+	// FailureMode: x-sluice-failure-mode on requests the failure mode decided.
+	FailureMode bool `json:"failure_mode,omitempty"`
+	// Delayed: x-sluice-delayed-ms on the responses of requests shaping held.
+	Delayed bool `json:"delayed,omitempty"`
 }
 
 // RemoteAddress is the action for the client's address (key remote_address).

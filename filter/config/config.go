@@ -20,7 +20,7 @@
 //	    {"actions": [{"generic_key": {"descriptor_value": "all"}}]}
 //	  ],
 //	  "precheck": {"enabled": true, "max_entries": 10000},
-//	  "headers": {"draft10": true, "legacy": false, "retry_after": true},
+//	  "headers": {"draft10": true, "legacy": false, "retry_after": true, "failure_mode": false, "delayed": false},
 //	  "max_held": 1000
 //	}
 //
@@ -132,6 +132,13 @@ type Headers struct {
 	Draft10    bool // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-10)
 	Legacy     bool // X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset
 	RetryAfter bool // Retry-After on 429 replies
+	// FailureMode adds x-sluice-failure-mode: open or closed to the
+	// response of a request the failure mode decided (the control plane
+	// did not answer in time, or not usably).
+	FailureMode bool
+	// Delayed adds x-sluice-delayed-ms to the response of a request held
+	// by shaping (algorithm reserve): how long it was held.
+	Delayed bool
 }
 
 // FieldError reports an invalid configuration field.
@@ -172,8 +179,7 @@ func (c *Config) decode(root value) error {
 	if err != nil {
 		return err
 	}
-	if err := o.only("cluster", "authority", "domain", "timeout", "failure_mode", "status_on_error",
-		"rate_limits", "precheck", "headers", "max_held"); err != nil {
+	if err := o.only(topFields...); err != nil {
 		return err
 	}
 	if c.Cluster, err = o.requiredString("cluster"); err != nil {
@@ -253,7 +259,7 @@ func (p *Precheck) decode(v value, field string) error {
 	if err != nil {
 		return &FieldError{field, "must be a boolean or an object, not " + v.kind.String()}
 	}
-	if err := o.only("enabled", "max_entries"); err != nil {
+	if err := o.only(precheckFields...); err != nil {
 		return err
 	}
 	if v, ok := o.get("enabled"); ok {
@@ -276,13 +282,14 @@ func (h *Headers) decode(v value, field string) error {
 	if err != nil {
 		return err
 	}
-	if err := o.only("draft10", "legacy", "retry_after"); err != nil {
+	if err := o.only(headersFields...); err != nil {
 		return err
 	}
 	for _, f := range []struct {
 		name string
 		dst  *bool
-	}{{"draft10", &h.Draft10}, {"legacy", &h.Legacy}, {"retry_after", &h.RetryAfter}} {
+	}{{"draft10", &h.Draft10}, {"legacy", &h.Legacy}, {"retry_after", &h.RetryAfter},
+		{"failure_mode", &h.FailureMode}, {"delayed", &h.Delayed}} {
 		if v, ok := o.get(f.name); ok {
 			if *f.dst, err = asBool(v, o.path(f.name)); err != nil {
 				return err
@@ -309,7 +316,7 @@ func rateLimits(v value, field string) ([]RateLimit, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := o.only("actions", "hits_addend"); err != nil {
+		if err := o.only(rateLimitFields...); err != nil {
 			return nil, err
 		}
 		out[i].HitsAddend = 1
@@ -384,7 +391,7 @@ func actions(v value, field string) ([]Action, error) {
 }
 
 func (o object) keyOnly(a *Action, def string) error {
-	if err := o.only("descriptor_key"); err != nil {
+	if err := o.only(actionFieldsOf(a.Kind)...); err != nil {
 		return err
 	}
 	return o.descriptorKey(a, def)
@@ -402,7 +409,7 @@ func (o object) descriptorKey(a *Action, def string) error {
 }
 
 func (o object) genericKey(a *Action) error {
-	if err := o.only("descriptor_key", "descriptor_value"); err != nil {
+	if err := o.only(actionFieldsOf(GenericKey)...); err != nil {
 		return err
 	}
 	var err error
@@ -413,7 +420,7 @@ func (o object) genericKey(a *Action) error {
 }
 
 func (o object) requestHeaders(a *Action) error {
-	if err := o.only("header_name", "descriptor_key", "skip_if_absent"); err != nil {
+	if err := o.only(actionFieldsOf(RequestHeader)...); err != nil {
 		return err
 	}
 	name, err := o.requiredString("header_name")
@@ -430,6 +437,18 @@ func (o object) requestHeaders(a *Action) error {
 	if v, ok := o.get("skip_if_absent"); ok {
 		if a.SkipIfAbsent, err = asBool(v, o.path("skip_if_absent")); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// actionFieldsOf returns the fields of the action of kind k.
+func actionFieldsOf(k ActionKind) []string {
+	name := map[ActionKind]string{RemoteAddress: "remote_address", RequestHeader: "request_headers", Path: "path",
+		Method: "method", GenericKey: "generic_key"}[k]
+	for _, a := range actionFields {
+		if a.name == name {
+			return a.fields
 		}
 	}
 	return nil

@@ -25,7 +25,7 @@ const full = `{
     {"actions": [{"generic_key": {"descriptor_value": "all"}}]}
   ],
   "precheck": {"enabled": false, "max_entries": 50},
-  "headers": {"draft10": false, "legacy": true, "retry_after": false},
+  "headers": {"draft10": false, "legacy": true, "retry_after": false, "failure_mode": true, "delayed": true},
   "max_held": 7
 }`
 
@@ -51,7 +51,7 @@ func TestParseFull(t *testing.T) {
 			{HitsAddend: 1, Actions: []Action{{Kind: GenericKey, DescriptorKey: "generic_key", DescriptorValue: "all"}}},
 		},
 		Precheck: Precheck{Enabled: false, MaxEntries: 50},
-		Headers:  Headers{Draft10: false, Legacy: true, RetryAfter: false},
+		Headers:  Headers{Draft10: false, Legacy: true, RetryAfter: false, FailureMode: true, Delayed: true},
 		MaxHeld:  7,
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -154,4 +154,86 @@ func TestParseTooMany(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Field != "rate_limits" {
 		t.Fatalf("got %v", err)
 	}
+}
+
+// TestFieldsAccepted: every path Fields lists is accepted by Parse, and a
+// name next to them is refused, so the list is the parser's.
+func TestFieldsAccepted(t *testing.T) {
+	if !strings.Contains(strings.Join(Fields(), " "), "headers.failure_mode") {
+		t.Fatalf("Fields lacks headers.failure_mode: %v", Fields())
+	}
+	for _, f := range Fields() {
+		doc := docWith(f, false)
+		if _, err := Parse([]byte(doc)); err != nil && strings.Contains(err.Error(), "is not a known field") {
+			t.Errorf("%s: %v\n%s", f, err, doc)
+		}
+		bad := docWith(f, true)
+		if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "is not a known field") {
+			t.Errorf("%s: an unknown neighbour was not refused: %v\n%s", f, err, bad)
+		}
+	}
+}
+
+// docWith returns a minimal valid configuration that sets the field at
+// path (to a plausible value), or an unknown field beside it when bogus.
+func docWith(path string, bogus bool) string {
+	parts := strings.Split(path, ".")
+	leaf := parts[len(parts)-1]
+	if bogus {
+		leaf = "bogus_" + leaf
+	}
+	val := map[string]string{"enabled": "true", "max_entries": "5", "draft10": "true", "legacy": "true", "retry_after": "true",
+		"failure_mode": `"open"`, "delayed": "true", "hits_addend": "2", "skip_if_absent": "true", "timeout": `"5ms"`,
+		"status_on_error": "503", "max_held": "3", "precheck": "true", "headers": "{}", "header_name": `"x-a"`}[leaf]
+	if strings.HasPrefix(path, "headers.") {
+		val = strings.Replace(val, `"open"`, "true", 1)
+	}
+	if val == "" {
+		val = `"v"`
+	}
+	base := map[string]string{"cluster": `"c"`, "domain": `"d"`}
+	rl := `[{"actions": [{"remote_address": {}}]}]`
+	switch {
+	case len(parts) == 1 && (leaf == "rate_limits" || leaf == "cluster" || leaf == "domain"):
+		// always present
+		if bogus {
+			return `{"cluster": "c", "domain": "d", "rate_limits": ` + rl + `, "` + leaf + `": 1}`
+		}
+	case len(parts) == 1:
+		base[leaf] = val
+	case parts[0] == "precheck" || parts[0] == "headers":
+		base[parts[0]] = `{"` + leaf + `": ` + val + `}`
+	case path == "rate_limits[].actions":
+		if bogus {
+			rl = `[{"actions": [{"remote_address": {}}], "bogus_actions": 1}]`
+		}
+	case path == "rate_limits[].hits_addend":
+		rl = `[{"actions": [{"remote_address": {}}], "` + leaf + `": 2}]`
+	case len(parts) == 3: // an action
+		body := map[string]string{"request_headers": `{"header_name": "x-a", "descriptor_key": "k"}`,
+			"generic_key": `{"descriptor_value": "v"}`}[leaf]
+		if body == "" {
+			body = "{}"
+		}
+		if bogus {
+			// an unknown action is refused as such
+			return `{"cluster": "c", "domain": "d", "rate_limits": [{"actions": [{"remote_address": {"bogus": 1}}]}]}`
+		}
+		rl = `[{"actions": [{"` + leaf + `": ` + body + `}]}]`
+	default: // an action's field
+		action := parts[2]
+		fields := map[string]string{"request_headers": `"header_name": "x-a", "descriptor_key": "k"`,
+			"generic_key": `"descriptor_value": "v"`}[action]
+		set := `"` + leaf + `": ` + val
+		if fields != "" && !bogus && strings.Contains(fields, `"`+leaf+`"`) {
+			set = ""
+		}
+		all := strings.Trim(strings.Join([]string{fields, set}, ", "), ", ")
+		rl = `[{"actions": [{"` + action + `": {` + all + `}}]}]`
+	}
+	out := `{"rate_limits": ` + rl
+	for k, v := range base {
+		out += `, "` + k + `": ` + v
+	}
+	return out + "}"
 }

@@ -1,10 +1,8 @@
-// The control plane's answer: reading it, acting on it, and telling the
-// precheck what it said.
-
 package plugin
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice/filter/headermap"
 	"github.com/sluicehq/sluice/filter/limitheaders"
@@ -21,7 +19,10 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 			s.deleted = true
 		}
 	}
-	if reason := p.readAnswer(numHeaders, bodySize); reason != "" {
+	if reason, timedOut := p.readAnswer(numHeaders, bodySize); reason != "" {
+		if timedOut {
+			reason += timeoutHint(p.cfg.Timeout)
+		}
 		p.fail(s, reason, true)
 		return
 	}
@@ -89,47 +90,50 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 }
 
 // readAnswer checks and decodes the answer into p.resp; it returns why the
-// answer is unusable, or "".
-func (p *Plugin) readAnswer(numHeaders, bodySize int) string {
+// answer is unusable, or "", and whether the call timed out: no answer at
+// all, DEADLINE_EXCEEDED, or the UNAVAILABLE "upstream request timeout"
+// that Envoy itself answers when the call's timeout passes.
+func (p *Plugin) readAnswer(numHeaders, bodySize int) (reason string, timedOut bool) {
 	if numHeaders == 0 {
-		return "no answer from the control plane (timeout or connection failure)"
+		return reasonNoAnswer, true
 	}
 	if status, _ := p.host.CallResponseHeader(":status"); status != "200" {
-		return "the control plane answered HTTP status " + strconv.Quote(status)
+		return "the control plane answered HTTP status " + strconv.Quote(status), false
 	}
 	gs, ok := p.host.CallResponseTrailer("grpc-status")
 	if !ok {
 		gs, ok = p.host.CallResponseHeader("grpc-status") // a trailers-only answer
 	}
 	if !ok {
-		return "the control plane's answer has no grpc-status"
+		return "the control plane's answer has no grpc-status", false
 	}
 	code, ok := rlsproto.ParseGRPCStatus(gs)
 	if !ok {
-		return "the control plane's answer has an invalid grpc-status " + strconv.Quote(gs)
+		return "the control plane's answer has an invalid grpc-status " + strconv.Quote(gs), false
 	}
 	if code != rlsproto.GRPCOK {
 		msg, ok := p.host.CallResponseTrailer("grpc-message")
 		if !ok {
 			msg, _ = p.host.CallResponseHeader("grpc-message")
 		}
-		return "the control plane answered gRPC status " + gs + ": " + msg
+		return "the control plane answered gRPC status " + gs + ": " + msg,
+			code == rlsproto.GRPCDeadlineExceeded || (code == rlsproto.GRPCUnavailable && strings.Contains(msg, "timeout"))
 	}
 	if bodySize > maxAnswer {
-		return "the control plane's answer is too large (" + strconv.Itoa(bodySize) + " bytes)"
+		return "the control plane's answer is too large (" + strconv.Itoa(bodySize) + " bytes)", false
 	}
 	body, err := p.host.CallResponseBody(bodySize)
 	if err != nil {
-		return "cannot read the control plane's answer: " + err.Error()
+		return "cannot read the control plane's answer: " + err.Error(), false
 	}
 	msg, err := rlsproto.ParseFrame(body)
 	if err != nil {
-		return err.Error()
+		return err.Error(), false
 	}
 	if err := rlsproto.Decode(msg, &p.resp); err != nil {
-		return err.Error()
+		return err.Error(), false
 	}
-	return ""
+	return "", false
 }
 
 // record tells the precheck what the control plane said about each
@@ -193,4 +197,14 @@ func (p *Plugin) retryAfter() int64 {
 		}
 	}
 	return retry
+}
+
+// onResponseHeaders adds the headers of an admitted request's answer.
+func (p *Plugin) onResponseHeaders(s *stream) {
+	for _, h := range s.response.list() {
+		if err := p.host.AddResponseHeader(h[0], h[1]); err != nil {
+			p.warn("sluice: cannot add response header " + h[0] + ": " + err.Error())
+		}
+	}
+	s.response.reset()
 }

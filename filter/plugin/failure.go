@@ -1,12 +1,28 @@
-// When no answer can be had: the failure modes, and calls given up.
-
 package plugin
 
 import (
+	"strconv"
+
 	"github.com/sluicehq/sluice/filter/config"
 	"github.com/sluicehq/sluice/filter/headermap"
 	"github.com/sluicehq/sluice/filter/precheck"
 )
+
+// HeaderFailureMode is the response header that says the failure mode
+// decided the request (headers.failure_mode in the plugin configuration):
+// "open" on the upstream's response, "closed" on the local reply.
+const HeaderFailureMode = "x-sluice-failure-mode"
+
+// reasonNoAnswer is why a check failed when the proxy gave no answer: the
+// call timed out (the plugin's timeout) or its connection failed.
+const reasonNoAnswer = "no answer from the control plane (timeout or connection failure)"
+
+// timeoutHint is what a timed-out check's warning adds: the setting that
+// decides how long the filter waits.
+func timeoutHint(timeout int64) string {
+	return "; if the control plane is only slow, raise the plugin's timeout (now " +
+		strconv.FormatInt(timeout/config.Millisecond, 10) + "ms)"
+}
 
 // failureMode returns the failure mode for a stream whose check failed, and
 // whether it is the descriptors' (else the plugin's): closed if the control
@@ -45,6 +61,9 @@ func (p *Plugin) fail(s *stream, reason string, paused bool) uint32 {
 	p.warn("sluice: rate limit check failed, failing " + mode.String() + source + ": " + reason)
 	if mode == config.FailOpen {
 		p.count(p.metrics.failureOpen)
+		if p.cfg.Headers.FailureMode {
+			s.response.add(HeaderFailureMode, "open")
+		}
 		if paused && !s.deleted {
 			if err := p.host.ResumeRequest(); err != nil {
 				p.warn("sluice: cannot resume the request: " + err.Error())
@@ -58,6 +77,9 @@ func (p *Plugin) fail(s *stream, reason string, paused bool) uint32 {
 	}
 	p.local.reset()
 	p.local.add("content-type", "text/plain")
+	if p.cfg.Headers.FailureMode {
+		p.local.add(HeaderFailureMode, "closed")
+	}
 	p.localMap = headermap.Append(p.localMap[:0], p.local.list())
 	if err := p.host.SendLocalResponse(p.cfg.StatusOnError, DetailsFailure, bodyFailure, p.localMap); err != nil {
 		p.warn("sluice: cannot send the local reply: " + err.Error())

@@ -31,7 +31,8 @@ import (
 // count of requests held, sluice.delayed_ms the sum of their holds.
 
 // HeaderDelayed is the request header that tells the upstream how long the
-// filter held the request, in whole milliseconds.
+// filter held the request, in whole milliseconds; with headers.delayed in
+// the plugin configuration the client's response carries it too.
 const HeaderDelayed = "x-sluice-delayed-ms"
 
 // Metric names of shaping.
@@ -127,6 +128,9 @@ func (p *Plugin) releaseDue(now int64) {
 		}
 		if err := p.host.AddRequestHeader(HeaderDelayed, strconv.FormatInt(ms, 10)); err != nil {
 			p.warn("sluice: cannot add request header " + HeaderDelayed + ": " + err.Error())
+		}
+		if p.cfg.Headers.Delayed {
+			s.response.add(HeaderDelayed, strconv.FormatInt(ms, 10))
 		}
 		p.resume(s)
 	}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,5 +145,34 @@ func TestHoldClientGone(t *testing.T) {
 	p := b.vm.roots[0]
 	if len(p.held) != 0 || h.counters[MetricHeld] != 0 || h.tick != tickPeriodMs || len(h.order) != 1 {
 		t.Fatalf("held %d, counters %v, tick %d, resumed %v", len(p.held), h.counters, h.tick, h.order)
+	}
+}
+
+// TestDelayedHeader: with headers.delayed the client's response says how
+// long its request was held; without it only the upstream hears of it.
+func TestDelayedHeader(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		cfg := holdConfig
+		if on {
+			cfg = `{"cluster": "cp", "domain": "shaping", "max_held": 3, "headers": {"delayed": true},
+  "rate_limits": [{"actions": [{"remote_address": {}}]}]}`
+		}
+		b := newTestbed(t, cfg)
+		id := b.held(120)
+		b.tick(120 * time.Millisecond)
+		b.respond(id)
+		var got []string
+		for _, h := range b.host.addedRsp[id] {
+			if h[0] == HeaderDelayed {
+				got = append(got, h[1])
+			}
+		}
+		want := ""
+		if on {
+			want = "120"
+		}
+		if fmt.Sprint(got) != fmt.Sprint(strings.Fields(want)) {
+			t.Errorf("headers.delayed %v: response %s = %q, want %q", on, HeaderDelayed, got, want)
+		}
 	}
 }

@@ -279,6 +279,7 @@ func TestFailureModes(t *testing.T) {
 		{name: "call refused", callErr: errors.New("BAD_ARGUMENT")},
 		{name: "timeout"},
 		{name: "http 503", answer: &fakeAnswer{headers: map[string]string{":status": "503"}, trailers: map[string]string{}}},
+		{name: "envoy timeout", answer: &fakeAnswer{headers: map[string]string{":status": "200"}, trailers: map[string]string{"grpc-status": "14", "grpc-message": "upstream request timeout"}}},
 		{name: "grpc error in trailers", answer: &fakeAnswer{headers: map[string]string{":status": "200"}, trailers: map[string]string{"grpc-status": "14", "grpc-message": "unavailable"}}},
 		{name: "trailers-only grpc error", answer: &fakeAnswer{headers: map[string]string{":status": "200", "grpc-status": "7"}, trailers: map[string]string{}}},
 		{name: "no grpc status", answer: &fakeAnswer{headers: map[string]string{":status": "200"}, trailers: map[string]string{}, body: okBody}},
@@ -300,6 +301,10 @@ func TestFailureModes(t *testing.T) {
 				}
 				if b.host.counters[MetricErrors] != 1 || !b.host.logged("warn: sluice: rate limit check failed, failing "+mode) {
 					t.Fatalf("failure not counted or logged: %v %v", b.host.counters, b.host.logs)
+				}
+				timedOut := tt.name == "timeout" || tt.name == "envoy timeout"
+				if b.host.logged("raise the plugin's timeout (now 25ms)") != timedOut {
+					t.Errorf("timed out %v, but the warning's hint to raise the timeout is there: %v (%v)", timedOut, !timedOut, b.host.logs)
 				}
 				l, replied := b.host.local[id]
 				if mode == "open" {
@@ -527,5 +532,47 @@ func TestQuotaModeOverDoesNotBlock(t *testing.T) {
 	b.host.now += int64(time.Second)
 	if _, action := b.request(apiRequest, "10.0.0.10:1"); action != ActionPause || len(b.host.calls) != 2 {
 		t.Fatalf("the quota descriptor was blocked locally: calls %d", len(b.host.calls))
+	}
+}
+
+// TestFailureModeHeader: with headers.failure_mode, a request the failure
+// mode decided says so to its client; without it, nothing is added. A
+// timeout's warning says which setting to raise.
+func TestFailureModeHeader(t *testing.T) {
+	for _, mode := range []string{"open", "closed"} {
+		for _, on := range []bool{false, true} {
+			cfg := withFailureMode(mode)
+			if on {
+				cfg = strings.Replace(cfg, `"timeout"`, `"headers": {"failure_mode": true}, "timeout"`, 1)
+			}
+			b := newTestbed(t, cfg)
+			id, _ := b.request(apiRequest, "10.0.0.1:1")
+			b.deliver(nil) // no answer: the call timed out
+			if !b.host.logged("raise the plugin's timeout (now 25ms)") {
+				t.Errorf("%s: the timeout's warning names no setting: %v", mode, b.host.logs)
+			}
+			var got []string
+			if mode == "open" {
+				b.respond(id)
+				for _, h := range b.host.addedRsp[id] {
+					if h[0] == HeaderFailureMode {
+						got = append(got, h[1])
+					}
+				}
+			} else {
+				for _, h := range b.host.local[id].headers {
+					if h[0] == HeaderFailureMode {
+						got = append(got, h[1])
+					}
+				}
+			}
+			want := []string(nil)
+			if on {
+				want = []string{mode}
+			}
+			if strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Errorf("failure mode %s, header on %v: %s = %q, want %q", mode, on, HeaderFailureMode, got, want)
+			}
+		}
 	}
 }

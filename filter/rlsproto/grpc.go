@@ -4,7 +4,9 @@ import "strconv"
 
 // gRPC status codes the filter distinguishes.
 const (
-	GRPCOK = 0
+	GRPCOK               = 0
+	GRPCDeadlineExceeded = 4
+	GRPCUnavailable      = 14
 )
 
 // ParseGRPCStatus parses the value of a grpc-status header or trailer.

@@ -323,7 +323,7 @@ func runWatch(ctx context.Context, e *env, args []string, count int) error {
 var checkCmd = &command{
 	name:    "check",
 	args:    "DOMAIN key=value [key=value ...] [+ key=value ...] [--hits N]",
-	summary: "ask the decision API about one request (ShouldRateLimit; it counts as a hit unless --hits 0) and print the answer; + starts another descriptor",
+	summary: "ask the decision API about one request (ShouldRateLimit) and print the answer; + starts another descriptor. It consumes quota as a real request does: --hits 0 only looks",
 	setup: func(fs *flag.FlagSet) runner {
 		hits := fs.Uint64("hits", 1, "hits_addend: how much the request costs (`N`; 0: only look)")
 		return func(ctx context.Context, e *env, args []string) error {
@@ -445,6 +445,9 @@ func runCheck(ctx context.Context, e *env, args []string, hits uint64) error {
 				fmt.Fprintf(w, " (%s)", s.LimitName)
 			}
 			fmt.Fprintf(w, "  remaining %d  reset in %s\n", s.Remaining, formatMillis(s.ResetAfterMilli))
+		}
+		if hits > 0 {
+			fmt.Fprintf(w, "  (this check consumed %d hit(s) of the quota, as a request would; --hits 0 only looks)\n", hits)
 		}
 		if len(out.Headers) > 0 {
 			keys := make([]string, 0, len(out.Headers))

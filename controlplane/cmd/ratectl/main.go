@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -421,6 +422,25 @@ func (e *env) rlsTarget() target {
 	return target{"decision API", e.g.rlsServer, "--rls-server", envRLSServer}
 }
 
+// decisionAPIServes reports whether the decision API (--rls-server) answers
+// a gRPC health check within a second: the control plane is up.
+// Any gRPC answer counts, even Unimplemented.
+func (e *env) decisionAPIServes() bool {
+	conn, err := e.dial(e.g.rlsServer)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, e.g.timeout))
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return false // nothing answered
+	}
+	return true // an answer, even Unimplemented, is a gRPC server there
+}
+
 // explain turns a gRPC error into what the operator should know and do.
 func (e *env) explain(err error, t target) error {
 	st, ok := status.FromError(err)
@@ -437,6 +457,12 @@ func (e *env) explain(err error, t target) error {
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound:
 		return errors.New(msg)
 	case codes.Unavailable:
+		if t.what == "policy service" && e.decisionAPIServes() {
+			return fmt.Errorf("cannot reach the policy service at %s: %s\n(the control plane is running: its decision API at %s answers; "+
+				"but its policy service is off unless it has a token ($SLUICE_TOKEN or -policy-token-file) or a client CA (-policy-client-ca), "+
+				"and its log then says \"policy service off\"; or it listens elsewhere: -policy-addr, and %s or $%s here)",
+				t.addr, msg, e.g.rlsServer, t.flag, t.env)
+		}
 		return fmt.Errorf("cannot reach the %s at %s: %s\n(check the address (%s or $%s), the TLS flags, and that the control plane is running)",
 			t.what, t.addr, msg, t.flag, t.env)
 	case codes.DeadlineExceeded:

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
@@ -223,7 +224,10 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("check -o json: %v\n%s", err, r.stdout)
 	}
 	ratectl(t, env, "", "check", "api", "user=bob", "+", "other=1").expect(t, "check of two descriptors", 0,
-		"OK  domain api", "[1] user=bob: OK  limit 4/hour (per_user)  remaining 3", "[2] other=1: OK  (no limit applies)")
+		"OK  domain api", "[1] user=bob: OK  limit 4/hour (per_user)  remaining 3", "[2] other=1: OK  (no limit applies)", "this check consumed 1 hit(s) of the quota, as a request would; --hits 0 only looks")
+	if r := ratectl(t, env, "", "check", "api", "user=bob", "--hits", "0"); strings.Contains(r.stdout, "consumed") {
+		t.Errorf("check --hits 0 says it consumed quota:\n%s", r.stdout)
+	}
 
 	// delete.
 	ratectl(t, env, "", "delete", "batch", "--expected-version", "4").expect(t, "delete with a stale version", 1, "expected version 4")
@@ -349,6 +353,21 @@ func TestUsageAndFailures(t *testing.T) {
 		"cannot reach the decision API at "+dead, "--rls-server or $SLUICE_RLS_SERVER")
 }
 
+// TestPolicyServiceOff: with the control plane up but its policy service
+// not listening (it has no token), the error says so instead of only
+// "connection refused".
+func TestPolicyServiceOff(t *testing.T) {
+	cp := startControlPlane(t)
+	port, err := portlock.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ratectl(t, nil, "", "list", "--server", dead, "--rls-server", cp.rlsAddr, "--timeout", "2s").expect(t, "list, policy service off", 1,
+		"cannot reach the policy service at "+dead, "its decision API at "+cp.rlsAddr+" answers",
+		"policy service is off unless it has a token ($SLUICE_TOKEN or -policy-token-file)")
+}
+
 // TestWrongListener: pointing --server at the decision API says so.
 func TestWrongListener(t *testing.T) {
 	cp := startControlPlane(t)
@@ -394,5 +413,53 @@ func TestApplyRefusesDuplicateDomains(t *testing.T) {
 		"stdin and "+c+` both define domain "api"`)
 	if v := cp.store.Current().Version; v != before || cp.store.Current().Policy("api") != nil || cp.store.Current().Policy("other") != nil {
 		t.Fatalf("the store changed: version %d -> %d", before, v)
+	}
+}
+
+// TestFlagsDocumented: every global flag and every command's flag has a
+// row in docs/controlplane.md.
+func TestFlagsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/controlplane.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(string(b), "\n")
+	dash := func(name string) string {
+		if len(name) == 1 {
+			return "-" + name
+		}
+		return "--" + name
+	}
+	has := func(prefix, cell string) bool {
+		for _, r := range rows {
+			if strings.HasPrefix(r, prefix) && strings.Contains(r, cell) {
+				return true
+			}
+		}
+		return false
+	}
+	fs := flag.NewFlagSet("ratectl", flag.ContinueOnError)
+	var g globals
+	g.register(fs, func(string) string { return "" })
+	fs.VisitAll(func(f *flag.Flag) {
+		if !has("| `"+dash(f.Name)+"` |", "") {
+			t.Errorf("ratectl's flag %s has no row in docs/controlplane.md", dash(f.Name))
+		}
+	})
+	for _, c := range commands {
+		cfs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+		c.setup(cfs)
+		cfs.VisitAll(func(f *flag.Flag) {
+			found := false
+			for _, r := range rows {
+				cells := strings.Split(r, "|")
+				if len(cells) > 3 && strings.Contains(cells[1], "`"+c.name+"`") && strings.TrimSpace(cells[2]) == "`"+dash(f.Name)+"`" {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("ratectl %s's flag %s has no row in docs/controlplane.md (| `%s` | `%s` | default | meaning |)", c.name, dash(f.Name), c.name, dash(f.Name))
+			}
+		})
 	}
 }

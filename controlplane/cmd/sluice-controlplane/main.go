@@ -77,7 +77,7 @@
 //	-response-dynamic-metadata SLUICE_RESPONSE_DYNAMIC_METADATA  add envoyproxy/ratelimit's
 //	                                                dynamic metadata (RESPONSE_DYNAMIC_METADATA) (false)
 //	-log-level           SLUICE_LOG_LEVEL           debug | info | warn | error (info)
-//	-log-format          SLUICE_LOG_FORMAT          json | text (json)
+//	-log-format          SLUICE_LOG_FORMAT          auto | json | text (auto: text on a terminal, else json)
 //	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
 //	                                                address (false; for profiling, never on a shared port)
 //	-rlqs-addr           SLUICE_RLQS_ADDR           Envoy's Rate Limit Quota Service listen address (off)
@@ -235,8 +235,17 @@ func (l *listFlag) Set(v string) error {
 // parseFlags reads args, then the SLUICE_* environment for flags not given.
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	c := &config{}
+	fs, envOf := newFlagSet(c)
+	if err := parseArgs(fs, args, stderr); err != nil {
+		return nil, err
+	}
+	return c.finish(fs, envOf, getenv)
+}
+
+// newFlagSet defines every flag on c's fields and returns the flag set
+// with each flag's environment variable.
+func newFlagSet(c *config) (*flag.FlagSet, map[string]string) {
 	fs := flag.NewFlagSet("sluice-controlplane", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	envOf := map[string]string{}
 	str := func(p *string, name, env, def, usage string) {
 		fs.StringVar(p, name, def, usage+" ($"+env+")")
@@ -298,7 +307,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	envOf["memory-max-bytes"] = "SLUICE_MEMORY_MAX_BYTES"
 	dur(&c.shutdown, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", server.DefaultShutdownTimeout, "graceful drain limit on SIGTERM/SIGINT")
 	str(&c.logLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
-	str(&c.logFormat, "log-format", "SLUICE_LOG_FORMAT", "json", "json or text")
+	str(&c.logFormat, "log-format", "SLUICE_LOG_FORMAT", "auto", "auto (text on a terminal, else json), json or text")
 	fs.BoolVar(&c.redisNoFunctions, "redis-no-functions", false, "run the Redis scripts by EVALSHA, never as a function library (FUNCTION LOAD, FCALL) ($SLUICE_REDIS_NO_FUNCTIONS)")
 	envOf["redis-no-functions"] = "SLUICE_REDIS_NO_FUNCTIONS"
 	fs.BoolVar(&c.pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the HTTP address ($SLUICE_PPROF)")
@@ -321,10 +330,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	dur(&c.requestBodyTimeout, "request-body-timeout", "SLUICE_REQUEST_BODY_TIMEOUT", grpcunary.DefaultRequestBodyTimeout, "unary decision server: reset a request whose body is not complete this long after its headers, and free its buffer")
 	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
+	return fs, envOf
+}
 
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
+// finish reads the SLUICE_* environment for the flags fs was not given and
+// checks the whole configuration.
+func (c *config) finish(fs *flag.FlagSet, envOf map[string]string, getenv func(string) string) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q (every setting is a flag)", fs.Args())
 	}
@@ -409,15 +420,33 @@ func newLogger(c *config, w io.Writer) (*slog.Logger, error) {
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler
-	switch c.logFormat {
+	format := c.logFormat
+	if format == "auto" {
+		format = "json"
+		if isTerminal(w) {
+			format = "text"
+		}
+	}
+	switch format {
 	case "json":
 		h = slog.NewJSONHandler(w, opts)
 	case "text":
 		h = slog.NewTextHandler(w, opts)
 	default:
-		return nil, fmt.Errorf("-log-format %q: use json or text", c.logFormat)
+		return nil, fmt.Errorf("-log-format %q: use auto, json or text", c.logFormat)
 	}
 	return slog.New(logthrottle.New(h, logthrottle.Options{})), nil
+}
+
+// isTerminal reports whether w is a character device (a terminal), where
+// people read the log, rather than a file or pipe a collector reads.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // run is main with its inputs injected; it returns the exit status.
@@ -458,7 +487,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			return 2
 		}
 	} else {
-		log.Info("no -policy given: seeding the policy store with the embedded example policies (domain sluice-demo)")
+		log.Info("no -policy given: the start-up policies are the embedded example (domain sluice-demo); they seed the policy store only if it is empty")
 	}
 	auth, tlsConfig, err := policyAuth(c, getenv)
 	if err != nil {

@@ -45,7 +45,7 @@ func TestParseFlags(t *testing.T) {
 	// Flags win over the environment, which wins over defaults.
 	if c.grpcAddr != "127.0.0.1:1111" || c.httpAddr != "127.0.0.1:3333" || c.deadline != 35*time.Millisecond ||
 		strings.Join(c.redisAddrs, "|") != "a:1|b:2" || strings.Join(c.policies, "|") != "/p1" ||
-		c.maxDescriptors != 256 || c.logFormat != "json" || c.gcPercent != DefaultGCPercent || c.gcPercentSet {
+		c.maxDescriptors != 256 || c.logFormat != "auto" || c.gcPercent != DefaultGCPercent || c.gcPercentSet {
 		t.Fatalf("parsed %+v", c)
 	}
 	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_RLQS_ADDR": "127.0.0.1:4444"}[k] }, io.Discard); err != nil ||
@@ -83,7 +83,7 @@ func TestParseFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"-deadline", "0s"}, nil, "-deadline must be positive"},
-		{[]string{"-nope"}, nil, "flag provided but not defined"},
+		{[]string{"-nope"}, nil, "unknown flag -nope"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
 		{nil, map[string]string{"SLUICE_PROBE_INTERVAL": "soon"}, `$SLUICE_PROBE_INTERVAL="soon": invalid value for -probe-interval`},
 		{[]string{"-max-descriptors", "-1"}, nil, "-max-descriptors must be positive"},

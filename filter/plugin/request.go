@@ -1,57 +1,82 @@
-// The replies the filter builds itself: a precheck rejection and the
-// headers it adds, kept in buffers of their own.
-
 package plugin
 
 import (
-	"unsafe"
-
+	"github.com/sluicehq/sluice/filter/descriptors"
 	"github.com/sluicehq/sluice/filter/headermap"
 	"github.com/sluicehq/sluice/filter/limitheaders"
 	"github.com/sluicehq/sluice/filter/precheck"
+	"github.com/sluicehq/sluice/filter/rlsproto"
 )
 
-// headerList builds a list of headers whose names and values live in one
-// buffer, so that they outlive the host memory they were copied from.
-type headerList struct {
-	buf   []byte
-	spans [][4]int // name start, name end, value start, value end
-	pairs [][2]string
-}
-
-func (h *headerList) reset() {
-	h.buf, h.spans, h.pairs = h.buf[:0], h.spans[:0], h.pairs[:0]
-}
-
-// begin starts a header: append its value to h.buf, then call end.
-func (h *headerList) begin(name string) {
-	start := len(h.buf)
-	h.buf = append(h.buf, name...)
-	h.spans = append(h.spans, [4]int{start, len(h.buf), len(h.buf), 0})
-}
-
-func (h *headerList) end() { h.spans[len(h.spans)-1][3] = len(h.buf) }
-
-func (h *headerList) add(name, value string) {
-	h.begin(name)
-	h.buf = append(h.buf, value...)
-	h.end()
-}
-
-// list returns the headers; valid until the next reset.
-func (h *headerList) list() [][2]string {
-	h.pairs = h.pairs[:0]
-	for _, sp := range h.spans {
-		h.pairs = append(h.pairs, [2]string{bufString(h.buf[sp[0]:sp[1]]), bufString(h.buf[sp[2]:sp[3]])})
+// onRequestHeaders decides a request: a local 429, a call to the control
+// plane (pause), or through.
+//
+// The descriptors are built one at a time and each is prechecked as soon as
+// it is built: the precheck decides each on its own, in order, so a request
+// rejected on one needs none of the header reads of the later ones (each a
+// host call). The clock is read once, when the first descriptor is checked
+// (or before the call when the precheck is off); that time is also the
+// call's SentAt, which may be earlier than the send, never later, as the
+// precheck's bounds need.
+func (p *Plugin) onRequestHeaders(s *stream) uint32 {
+	if p.cfg == nil || s.state != stateIdle {
+		return ActionContinue
 	}
-	return h.pairs
+	s.state = stateDone
+	rls := p.cfg.RateLimits
+	p.descs.Reset()
+	var now int64
+	haveNow := false
+	for i := range rls {
+		if !p.descs.Add(&rls[i], i, p.req) {
+			continue
+		}
+		d := &p.descs.Descriptors[len(p.descs.Descriptors)-1]
+		start := len(s.keys)
+		s.keys = descriptors.AppendKey(s.keys, d)
+		s.keyEnds = append(s.keyEnds, len(s.keys))
+		if !p.precheck {
+			continue
+		}
+		if !haveNow {
+			now, haveNow = p.host.Now(), true
+		}
+		if v := p.table.Check(s.keys[start:], int64(d.HitsAddend), now); v.Reject && !p.quotaCovers(s.keys[start:], d.HitsAddend, now) {
+			p.count(p.metrics.precheckRejected)
+			return p.rejectLocally(s, d.RateLimit, v)
+		}
+	}
+	if len(p.descs.Descriptors) == 0 {
+		return ActionContinue
+	}
+	if !haveNow {
+		now = p.host.Now()
+	}
+	if p.spendQuota(s, now) {
+		return ActionContinue
+	}
+	return p.callOut(s, now)
 }
 
-func bufString(b []byte) string {
-	if len(b) == 0 {
-		return ""
+// callOut asks the control plane about the descriptors in p.descs (their
+// precheck keys are in s.keys) and pauses the request until the answer.
+// It is apart from onRequestHeaders, which it would slow down: in
+// filter.wasm, the more code and variables a function has, the more each of
+// its branches costs.
+func (p *Plugin) callOut(s *stream, now int64) uint32 {
+	descs := p.descs.Descriptors
+	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs)
+	callID, err := p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
+	if err != nil {
+		return p.fail(s, "cannot call the control plane (cluster "+p.cfg.Cluster+"): "+err.Error(), false)
 	}
-	return unsafe.String(&b[0], len(b))
+	s.state, s.callID, s.sentAt = statePending, callID, now
+	for i := range descs {
+		s.costs = append(s.costs, int64(descs[i].HitsAddend))
+		s.rateLimits = append(s.rateLimits, descs[i].RateLimit)
+	}
+	p.calls[callID] = s
+	return ActionPause
 }
 
 // replyCache remembers the headers of the last precheck reply.

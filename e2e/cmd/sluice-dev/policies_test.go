@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
+	"github.com/sluicehq/sluice/controlplane/policy"
+)
+
+// TestCompareWithSeed: the banner says the example is in force only when
+// the store serves it unchanged; after a restart on a Redis that holds
+// policies applied earlier, it says they came from the store.
+func TestCompareWithSeed(t *testing.T) {
+	seed, name, err := seedPolicies("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := seed.Domain("sluice-demo")
+	if d == nil {
+		t.Fatal("the example has no domain sluice-demo")
+	}
+	y, err := policy.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "domain: sluice-demo\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+	for _, tc := range []struct {
+		name    string
+		stored  []*sluicev1.Policy
+		example bool
+		demo    bool
+		want    []string
+	}{
+		{"seeded", []*sluicev1.Policy{{Domain: "sluice-demo", Version: 1, Yaml: string(y)}}, true, true,
+			[]string{"domain sluice-demo (version 1): from the embedded example"}},
+		{"applied earlier", []*sluicev1.Policy{{Domain: "sluice-demo", Version: 4, Yaml: other}, {Domain: "api", Version: 2, Yaml: "x"}}, false, true,
+			[]string{"domain sluice-demo (version 4): from the store, applied before this run; it differs from the embedded example",
+				"domain api (version 2): from the store, applied before this run"}},
+		{"emptied", nil, false, false, []string{"none: the store is empty"}},
+		{"another domain", []*sluicev1.Policy{{Domain: "api", Version: 1, Yaml: "x"}}, false, false,
+			[]string{"domain api (version 1): from the store"}},
+	} {
+		got := compareWithSeed(tc.stored, seed, name)
+		text := strings.Join(got.lines, "\n")
+		if got.seedInForce != tc.example || got.demo != tc.demo {
+			t.Errorf("%s: example, demo = %v, %v; want %v, %v", tc.name, got.seedInForce, got.demo, tc.example, tc.demo)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: lines lack %q:\n%s", tc.name, w, text)
+			}
+		}
+	}
+}

@@ -1,0 +1,46 @@
+package config
+
+// The fields each object of the configuration accepts; any other is refused
+// ("is not a known field"). Fields lists them all for the reference
+// documentation's test (docs/filter.md).
+var (
+	topFields       = []string{"cluster", "authority", "domain", "timeout", "failure_mode", "status_on_error", "rate_limits", "precheck", "headers", "max_held"}
+	rateLimitFields = []string{"actions", "hits_addend"}
+	precheckFields  = []string{"enabled", "max_entries"}
+	headersFields   = []string{"draft10", "legacy", "retry_after", "failure_mode", "delayed"}
+	// actionFields are the actions and each one's fields.
+	actionFields = []struct {
+		name   string
+		fields []string
+	}{
+		{"remote_address", []string{"descriptor_key"}},
+		{"request_headers", []string{"header_name", "descriptor_key", "skip_if_absent"}},
+		{"path", []string{"descriptor_key"}},
+		{"method", []string{"descriptor_key"}},
+		{"generic_key", []string{"descriptor_key", "descriptor_value"}},
+	}
+)
+
+// Fields returns the path of every field the configuration accepts, as the
+// documentation writes them: "headers.draft10",
+// "rate_limits[].actions[].request_headers.header_name".
+func Fields() []string {
+	var out []string
+	out = append(out, topFields...)
+	for _, f := range rateLimitFields {
+		out = append(out, "rate_limits[]."+f)
+	}
+	for _, a := range actionFields {
+		out = append(out, "rate_limits[].actions[]."+a.name)
+		for _, f := range a.fields {
+			out = append(out, "rate_limits[].actions[]."+a.name+"."+f)
+		}
+	}
+	for _, f := range precheckFields {
+		out = append(out, "precheck."+f)
+	}
+	for _, f := range headersFields {
+		out = append(out, "headers."+f)
+	}
+	return out
+}
