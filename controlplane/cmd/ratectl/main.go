@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/version"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -83,6 +84,7 @@ type globals struct {
 	certFile   string        // client certificate (mTLS)
 	keyFile    string        // its key
 	serverName string        // name to verify in the server's certificate
+	version    bool          // --version: print and exit
 }
 
 // register adds the global flags to fs, with defaults from the environment.
@@ -99,6 +101,7 @@ func (g *globals) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&g.certFile, "cert", "", "client certificate PEM `file`, for mTLS")
 	fs.StringVar(&g.keyFile, "key", "", "client key PEM `file`, for mTLS")
 	fs.StringVar(&g.serverName, "server-name", "", "`name` to expect in the server's certificate (default: the address's host)")
+	fs.BoolVar(&g.version, "version", false, "print the version, commit and Go version, and exit")
 }
 
 // orDefault returns s, or def when s is empty.
@@ -168,6 +171,10 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		return usagef("%v (run `ratectl help`)", err)
+	}
+	if e.g.version {
+		fmt.Fprintln(e.stdout, "ratectl", version.Get())
+		return nil
 	}
 	rest := top.Args()
 	if len(rest) == 0 {

@@ -72,6 +72,7 @@
 //	-rlqs-addr           SLUICE_RLQS_ADDR           Envoy's Rate Limit Quota Service listen address (off)
 //	-rlqs-ttl            SLUICE_RLQS_TTL            RLQS assignment time to live, whole seconds (15s)
 //	-rlqs-max-buckets    SLUICE_RLQS_MAX_BUCKETS    RLQS buckets one Envoy stream may have (1024)
+//	-version                                        print the version, commit and Go version, and exit
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
 //	                                                heap is small, and collecting it less often leaves
@@ -113,11 +114,15 @@ import (
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
+	"github.com/sluicehq/sluice/internal/version"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
+
+// stdout receives -version's line.
+var stdout io.Writer = os.Stdout
 
 // DefaultGCPercent is -gc-percent's default: the control plane's live heap
 // is small (policies; the memory store only while degraded), and at the
@@ -194,6 +199,7 @@ type config struct {
 	maxBufferBytes      int64
 	idleTimeout         time.Duration
 	maxMsgBytes         int64
+	version             bool // -version: print and exit
 
 	unary grpcunary.Options // the unary decision server's bounds, from the flags above
 }
@@ -293,9 +299,13 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", server.DefaultIdleTimeout, "close connections (decision, policy, HTTP) without calls after this long")
 	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
+	fs.BoolVar(&c.version, "version", false, "print the version, commit and Go version, and exit")
 
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if c.version {
+		return c, nil
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q (every setting is a flag)", fs.Args())
@@ -398,6 +408,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice-controlplane:", err)
 		return 2
+	}
+	if c.version {
+		fmt.Fprintln(stdout, "sluice-controlplane", version.Get())
+		return 0
 	}
 	log, err := newLogger(c, stderr)
 	if err != nil {
