@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -64,11 +65,16 @@ var kinds = map[string]func() any{
 	"gateway.envoyproxy.io/v1alpha1/EnvoyExtensionPolicy": func() any { return &egv1a1.EnvoyExtensionPolicy{} },
 	"gateway.envoyproxy.io/v1alpha1/EnvoyGateway":         func() any { return &egv1a1.EnvoyGateway{} },
 	"gateway.envoyproxy.io/v1alpha1/EnvoyProxy":           func() any { return &egv1a1.EnvoyProxy{} },
+	"gateway.envoyproxy.io/v1alpha1/EnvoyPatchPolicy":     func() any { return &egv1a1.EnvoyPatchPolicy{} },
 	"gateway.envoyproxy.io/v1alpha1/BackendTrafficPolicy": func() any { return &egv1a1.BackendTrafficPolicy{} },
 	"gateway.networking.k8s.io/v1/Gateway":                func() any { return &gwapiv1.Gateway{} },
 	"gateway.networking.k8s.io/v1/GatewayClass":           func() any { return &gwapiv1.GatewayClass{} },
 	"gateway.networking.k8s.io/v1/HTTPRoute":              func() any { return &gwapiv1.HTTPRoute{} },
 }
+
+// configKinds are configuration files in Kubernetes' shape, not API
+// objects: they have no metadata.
+var configKinds = map[string]bool{"gateway.envoyproxy.io/v1alpha1/EnvoyGateway": true}
 
 // istioKinds maps Istio's apiVersion/kind to a new spec message.
 var istioKinds = map[string]func() proto.Message{
@@ -120,7 +126,7 @@ func Decode(doc []byte) (Object, error) {
 	if tm.APIVersion == "" || tm.Kind == "" {
 		return o, fmt.Errorf("a document without apiVersion or kind")
 	}
-	if o.Name == "" {
+	if o.Name == "" && !configKinds[key] {
 		return o, fmt.Errorf("%s: metadata.name is empty", where)
 	}
 	if newSpec, ok := istioKinds[key]; ok {
@@ -136,7 +142,7 @@ func Decode(doc []byte) (Object, error) {
 		return o, fmt.Errorf("%s: unknown kind (no Go type to check it against)", where)
 	}
 	v := newObj()
-	if err := yaml.UnmarshalStrict(doc, v); err != nil {
+	if err := unmarshalStrict(doc, v); err != nil {
 		return o, fmt.Errorf("%s: %w", where, err)
 	}
 	o.Value = v
@@ -168,7 +174,7 @@ func decodeIstio(doc []byte, spec proto.Message) (*IstioObject, error) {
 		metav1.ObjectMeta `json:"metadata"`
 		Spec              json.RawMessage `json:"spec"`
 	}
-	if err := yaml.UnmarshalStrict(doc, &env); err != nil {
+	if err := unmarshalStrict(doc, &env); err != nil {
 		return nil, err
 	}
 	if len(env.Spec) == 0 {
@@ -178,4 +184,19 @@ func decodeIstio(doc []byte, spec proto.Message) (*IstioObject, error) {
 		return nil, fmt.Errorf("spec: %w", err)
 	}
 	return &IstioObject{TypeMeta: env.TypeMeta, ObjectMeta: env.ObjectMeta, Spec: spec}, nil
+}
+
+// unmarshalStrict decodes YAML into v as the API server's strict field
+// validation does: duplicate keys, unknown fields and fields spelt in
+// another case (rootId for rootID) are errors.
+func unmarshalStrict(doc []byte, v any) error {
+	js, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(js, v)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
 }
