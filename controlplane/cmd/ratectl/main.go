@@ -214,6 +214,7 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&e.g.certFile, "cert", g.certFile, "")
 	fs.StringVar(&e.g.keyFile, "key", g.keyFile, "")
 	fs.StringVar(&e.g.serverName, "server-name", g.serverName, "")
+	fs.BoolVar(&e.g.version, "version", g.version, "")
 	runCmd := c.setup(fs)
 	pos, err := parseInterleaved(fs, rest[1:])
 	if err != nil {
@@ -222,6 +223,10 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		return usagef("%s: %v (run `ratectl help %s`)", c.name, err, c.name)
+	}
+	if e.g.version {
+		fmt.Fprintln(e.stdout, "ratectl", version.Get())
+		return nil
 	}
 	if err := e.g.check(); err != nil {
 		return err

@@ -14,9 +14,10 @@ import (
 func TestVersionFlag(t *testing.T) {
 	defer func(v, c string) { version.Version, version.Commit = v, c }(version.Version, version.Commit)
 	version.Version, version.Commit = "9.8.7", "abc123"
-	for _, arg := range []string{"-version", "--version"} {
+	for _, args := range [][]string{{"-version"}, {"--version"}, {"get", "--version"}} {
+		arg := strings.Join(args, " ")
 		var out, errOut bytes.Buffer
-		code := run(context.Background(), []string{arg}, func(string) string { return "" }, nil, &out, &errOut)
+		code := run(context.Background(), args, func(string) string { return "" }, nil, &out, &errOut)
 		if code != exitOK {
 			t.Fatalf("%s: exit %d, stderr %s", arg, code, errOut.String())
 		}
