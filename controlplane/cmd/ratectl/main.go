@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/version"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -84,6 +85,7 @@ type globals struct {
 	certFile   string        // client certificate (mTLS)
 	keyFile    string        // its key
 	serverName string        // name to verify in the server's certificate
+	version    bool          // --version: print and exit
 }
 
 // register adds the global flags to fs, with defaults from the environment.
@@ -100,6 +102,7 @@ func (g *globals) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&g.certFile, "cert", "", "client certificate PEM `file`, for mTLS")
 	fs.StringVar(&g.keyFile, "key", "", "client key PEM `file`, for mTLS")
 	fs.StringVar(&g.serverName, "server-name", "", "`name` to expect in the server's certificate (default: the address's host)")
+	fs.BoolVar(&g.version, "version", false, "print the version, commit and Go version, and exit")
 }
 
 // orDefault returns s, or def when s is empty.
@@ -170,6 +173,10 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 		}
 		return usagef("%v (run `ratectl help`)", err)
 	}
+	if e.g.version {
+		fmt.Fprintln(e.stdout, "ratectl", version.Get())
+		return nil
+	}
 	rest := top.Args()
 	if len(rest) == 0 {
 		printHelp(e.stderr)
@@ -208,6 +215,7 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&e.g.certFile, "cert", g.certFile, "")
 	fs.StringVar(&e.g.keyFile, "key", g.keyFile, "")
 	fs.StringVar(&e.g.serverName, "server-name", g.serverName, "")
+	fs.BoolVar(&e.g.version, "version", g.version, "")
 	runCmd := c.setup(fs)
 	pos, err := parseInterleaved(fs, rest[1:])
 	if err != nil {
@@ -216,6 +224,10 @@ func dispatch(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		return usagef("%s: %v (run `ratectl help %s`)", c.name, err, c.name)
+	}
+	if e.g.version {
+		fmt.Fprintln(e.stdout, "ratectl", version.Get())
+		return nil
 	}
 	if err := e.g.check(); err != nil {
 		return err

@@ -83,6 +83,7 @@
 //	-rlqs-addr           SLUICE_RLQS_ADDR           Envoy's Rate Limit Quota Service listen address (off)
 //	-rlqs-ttl            SLUICE_RLQS_TTL            RLQS assignment time to live, whole seconds (15s)
 //	-rlqs-max-buckets    SLUICE_RLQS_MAX_BUCKETS    RLQS buckets one Envoy stream may have (1024)
+//	-version                                        print the version, commit and Go version, and exit
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
 //	                                                heap is small, and collecting it less often leaves
@@ -125,6 +126,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
+	"github.com/sluicehq/sluice/internal/version"
 )
 
 func main() {
@@ -133,6 +135,9 @@ func main() {
 	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
+
+// stdout receives -version's line.
+var stdout io.Writer = os.Stdout
 
 // DefaultGCPercent is -gc-percent's default: the control plane's live heap
 // is small (policies; the memory store only while degraded), and at the
@@ -214,6 +219,7 @@ type config struct {
 	firstCallTimeout    time.Duration
 	requestBodyTimeout  time.Duration
 	maxMsgBytes         int64
+	version             bool // -version: print and exit
 
 	unary grpcunary.Options // the unary decision server's bounds, from the flags above
 }
@@ -330,12 +336,16 @@ func newFlagSet(c *config) (*flag.FlagSet, map[string]string) {
 	dur(&c.requestBodyTimeout, "request-body-timeout", "SLUICE_REQUEST_BODY_TIMEOUT", grpcunary.DefaultRequestBodyTimeout, "unary decision server: reset a request whose body is not complete this long after its headers, and free its buffer")
 	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
+	fs.BoolVar(&c.version, "version", false, "print the version, commit and Go version, and exit")
 	return fs, envOf
 }
 
 // finish reads the SLUICE_* environment for the flags fs was not given and
 // checks the whole configuration.
 func (c *config) finish(fs *flag.FlagSet, envOf map[string]string, getenv func(string) string) (*config, error) {
+	if c.version {
+		return c, nil
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q (every setting is a flag)", fs.Args())
 	}
@@ -458,6 +468,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice-controlplane:", err)
 		return 2
+	}
+	if c.version {
+		fmt.Fprintln(stdout, "sluice-controlplane", version.Get())
+		return 0
 	}
 	log, err := newLogger(c, stderr)
 	if err != nil {

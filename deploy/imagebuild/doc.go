@@ -1,0 +1,11 @@
+// Package imagebuild builds sluice's container images without a Docker
+// daemon, with go-containerregistry: the control plane for linux/amd64 and
+// linux/arm64, from scratch, and filter.wasm as a Wasm image (the compat
+// variant that Istio's WasmPlugin and Envoy Gateway's EnvoyExtensionPolicy
+// pull). It writes them as OCI image layouts and pushes them to a registry.
+//
+// The images are reproducible: every timestamp is Meta.Created, tar entries
+// are sorted and owned by fixed ids, gzip headers carry no name or time, and
+// the binaries are built with -trimpath, -buildvcs=false and -buildid=, so
+// two builds of one commit with one Go toolchain have one digest.
+package imagebuild
