@@ -49,65 +49,78 @@ func TestGRPCBounds(t *testing.T) {
 	}
 }
 
-// TestFairShare: a connection takes a shared stream while it holds fewer
-// than are left free.
+// TestFairShare: a connection takes a shared stream while it holds less
+// than its share of the total and fewer than are left free.
 func TestFairShare(t *testing.T) {
 	tests := []struct {
-		free, held int64
-		want       bool
+		name                       string
+		total, free, held, holders int64
+		want                       bool
 	}{
-		{1, 0, true},   // a connection holding nothing gets the last one
-		{0, 0, false},  // none left
-		{13, 12, true}, // 64 greedy connections of 819 streams settle at 12 or 13 each...
-		{12, 12, false},
-		{12, 0, true}, // ...and leave 12 for one that holds little
-		{819, 818, true},
-		{409, 410, false}, // one greedy connection alone takes about half
+		{"alone, the first", 819, 819, 0, 0, true},
+		{"alone, at half", 819, 409, 409, 1, false},
+		{"none left", 819, 0, 0, 64, false},
+		{"64 greedy: under the share", 819, 51, 11, 64, true},
+		{"64 greedy: at the share", 819, 51, 12, 64, false},
+		{"at the share though many are free", 819, 700, 12, 64, false},
+		{"a newcomer counts itself", 819, 51, 0, 64, true},
+		{"a newcomer gets the last one", 819, 1, 0, 64, true},
+		{"more connections than streams: one each", 819, 5, 0, 2000, true},
+		{"more connections than streams: not two", 819, 5, 1, 2000, false},
 	}
 	for _, tc := range tests {
-		if got := fairShare(tc.free, tc.held); got != tc.want {
-			t.Errorf("fairShare(free %d, held %d) = %v, want %v", tc.free, tc.held, got, tc.want)
+		if got := fairShare(tc.total, tc.free, tc.held, tc.holders); got != tc.want {
+			t.Errorf("%s: fairShare(total %d, free %d, held %d, holders %d) = %v, want %v",
+				tc.name, tc.total, tc.free, tc.held, tc.holders, got, tc.want)
 		}
 	}
 }
 
+// freeStreams returns the budget's free shared streams.
+func (b *streamBudget) freeStreams() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.free
+}
+
+// stream opens a stream on a, returning its context and its end.
+func (b *streamBudget) stream(a net.Addr) (context.Context, context.CancelFunc, error) {
+	ctx, cancel := context.WithCancel(peer.NewContext(context.Background(), &peer.Peer{Addr: a}))
+	sctx, err := b.admit(ctx, &tap.Info{})
+	return sctx, cancel, err
+}
+
 // TestStreamBudget: each connection's first stream is always admitted, the
-// others while the connection holds fewer shared slots than are free; a
-// slot comes back when its stream's context ends, and the calls are marked
-// on their connection. Before fairShare, connection A took every shared
-// slot and B's second stream was refused.
+// others by fair shares; a slot comes back when its stream's context ends,
+// and the calls are marked on their connection. Before fair shares,
+// connection A took every shared slot and B's second stream was refused.
 func TestStreamBudget(t *testing.T) {
 	b := newStreamBudget(4, 0)
 	connA, connB := &connAddr{Addr: &net.TCPAddr{Port: 1}}, &connAddr{Addr: &net.TCPAddr{Port: 2}}
-	stream := func(a net.Addr) (context.CancelFunc, error) {
-		ctx, cancel := context.WithCancel(peer.NewContext(context.Background(), &peer.Peer{Addr: a}))
-		_, err := b.admit(ctx, &tap.Info{})
-		return cancel, err
-	}
 	var aStreams []context.CancelFunc
-	for i := range 3 { // A's own, then shared while held < free: 0 < 4, 1 < 3
-		end, err := stream(connA)
+	for i := range 3 { // A's own, then shared: share 4/2 = 2
+		_, end, err := b.stream(connA)
 		if err != nil {
 			t.Fatalf("A's stream %d: %v", i+1, err)
 		}
 		aStreams = append(aStreams, end)
 	}
-	if _, err := stream(connA); status.Code(err) != codes.ResourceExhausted { // 2 < 2: no
+	if _, _, err := b.stream(connA); status.Code(err) != codes.ResourceExhausted { // 2 of 2
 		t.Fatalf("A's fourth stream: %v, want ResourceExhausted", err)
 	}
 	if got := connA.inflight.Load(); got != 3 {
 		t.Errorf("A has %d calls in flight, want 3", got)
 	}
-	for i := range 2 { // B's own, then one of the two A left free: 0 < 2
-		if _, err := stream(connB); err != nil {
+	for i := range 2 { // B's own, then one of the two free (share 4/3 = 1)
+		if _, _, err := b.stream(connB); err != nil {
 			t.Fatalf("B's stream %d, A holding its share: %v", i+1, err)
 		}
 	}
-	if _, err := stream(connB); status.Code(err) != codes.ResourceExhausted { // 1 < 1: no
+	if _, _, err := b.stream(connB); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("B's third stream: %v, want ResourceExhausted", err)
 	}
 	aStreams[2]()
-	waitUntil(t, "the shared slot back", 5*time.Second, func() bool { return b.free.Load() == 2 && connA.held.Load() == 1 })
+	waitUntil(t, "the shared slot back", 5*time.Second, func() bool { return b.freeStreams() == 2 && connA.held.Load() == 1 })
 	aStreams[0]()
 	waitUntil(t, "A's own slot back", 5*time.Second, func() bool { return connA.guaranteed.Load() == 0 && connA.inflight.Load() == 1 })
 	if connA.lastEnd.Load() == 0 {
@@ -118,11 +131,57 @@ func TestStreamBudget(t *testing.T) {
 	}
 }
 
+// TestStreamBudgetPreempts: a connection that took more than its share
+// (while alone) loses a stream still waiting for its request to a
+// connection under its share; a connection whose requests have all
+// arrived keeps its streams.
+func TestStreamBudgetPreempts(t *testing.T) {
+	for _, arrived := range []bool{false, true} {
+		b := newStreamBudget(4, 0)
+		connA, connB := &connAddr{Addr: &net.TCPAddr{Port: 1}}, &connAddr{Addr: &net.TCPAddr{Port: 2}}
+		b.stream(connA) // A's own
+		var aShared []context.Context
+		for range 2 { // alone, A's share is 4/2
+			ctx, _, err := b.stream(connA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if arrived {
+				b.arrived(ctx.Value(callKey{}).(*call))
+			}
+			aShared = append(aShared, ctx)
+		}
+		b.mu.Lock()
+		b.free = 0 // as if others held the rest
+		b.mu.Unlock()
+		b.stream(connB)              // B's own
+		_, _, err := b.stream(connB) // B's share is 4/3: A is over its share
+		if arrived {
+			if status.Code(err) != codes.ResourceExhausted || b.preempted.Load() != 0 {
+				t.Errorf("A's requests in: B got %v, %d preempted; want ResourceExhausted, none", err, b.preempted.Load())
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("B under its share, A over it: %v", err)
+		}
+		lost := 0
+		for _, ctx := range aShared {
+			if context.Cause(ctx) == errPreempted {
+				lost++
+			}
+		}
+		if lost != 1 || b.preempted.Load() != 1 || connA.held.Load() != 1 || connB.held.Load() != 1 {
+			t.Errorf("A lost %d streams, preempted %d, A holds %d, B %d; want 1, 1, 1, 1", lost, b.preempted.Load(), connA.held.Load(), connB.held.Load())
+		}
+	}
+}
+
 // TestBodyDeadline: an admitted call's context ends bodyTimeout after its
 // headers unless the request arrives first.
 func TestBodyDeadline(t *testing.T) {
 	b := newStreamBudget(10, time.Millisecond)
-	ctx, err := b.admit(peer.NewContext(context.Background(), &peer.Peer{Addr: &connAddr{Addr: &net.TCPAddr{Port: 1}}}), &tap.Info{})
+	ctx, _, err := b.stream(&connAddr{Addr: &net.TCPAddr{Port: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +191,11 @@ func TestBodyDeadline(t *testing.T) {
 	}
 
 	b = newStreamBudget(10, time.Hour)
-	ctx, _ = b.admit(peer.NewContext(context.Background(), &peer.Peer{Addr: &connAddr{Addr: &net.TCPAddr{Port: 2}}}), &tap.Info{})
-	if _, err := requestArrived(ctx, nil, nil, func(context.Context, any) (any, error) { return nil, nil }); err != nil {
+	ctx, _, _ = b.stream(&connAddr{Addr: &net.TCPAddr{Port: 2}})
+	if _, err := b.requestArrived(ctx, nil, nil, func(context.Context, any) (any, error) { return nil, nil }); err != nil {
 		t.Fatal(err)
 	}
-	if ctx.Value(bodyKey{}).(*time.Timer).Stop() {
+	if ctx.Value(callKey{}).(*call).timer.Stop() {
 		t.Error("the deadline still runs after the request arrived")
 	}
 }

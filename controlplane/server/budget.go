@@ -1,18 +1,11 @@
 package server
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 
 	"github.com/sluicehq/sluice/controlplane/rls"
 )
@@ -117,141 +110,6 @@ func orDefault[T int | int64 | uint32 | time.Duration](v, def T) T {
 	return v
 }
 
-// streamBudget admits the streams of a grpc-go server (its InTapHandle):
-// the first stream of a connection always, the others from a shared budget
-// while the connection holds fewer of its streams than are left free (see
-// fairShare). A refused stream gets RESOURCE_EXHAUSTED and its connection
-// goes on. A stream's slot comes back when the stream ends, whichever way
-// (grpc-go cancels every stream's context then).
-//
-// It also marks the calls on their connection (connAddr.begin and end:
-// the listener evicts idle connections by them), and gives each admitted
-// call bodyTimeout to deliver its request (see bodyDeadline).
-type streamBudget struct {
-	free        atomic.Int64  // shared streams left
-	refused     atomic.Uint64 // streams refused, ever
-	bodyTimeout time.Duration // 0: none
-	now         func() time.Time
-}
-
-// newStreamBudget returns a budget of shared streams whose calls must
-// deliver their request within bodyTimeout (0: no limit).
-func newStreamBudget(shared int64, bodyTimeout time.Duration) *streamBudget {
-	b := &streamBudget{bodyTimeout: bodyTimeout, now: time.Now}
-	b.free.Store(shared)
-	return b
-}
-
-// fairShare reports whether a connection that holds held shared streams
-// may take one more when free are left: while it holds fewer than are
-// free. Connections that all want more settle at shared/(n+1) each and
-// leave as many free for any connection that holds fewer, so no
-// connection takes more than its share while others wait, and one that
-// holds nothing gets a slot whenever any is free.
-func fairShare(free, held int64) bool { return free > held }
-
-// errBusy refuses a stream over the budget.
-var errBusy = status.Error(codes.ResourceExhausted,
-	"sluice: too many calls in progress on this server (the decision port's -max-buffer-bytes); retry shortly or on another replica")
-
-// admit is a tap.ServerInHandle.
-func (b *streamBudget) admit(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	ca := peerConn(ctx)
-	if ca == nil { // not from a limitListener: the shared budget alone
-		if !b.take(&connAddr{}) {
-			return nil, errBusy
-		}
-		context.AfterFunc(ctx, func() { b.free.Add(1) })
-		return b.bodyDeadline(ctx), nil
-	}
-	ca.tapped.Add(1)
-	release := func() { ca.guaranteed.Store(0) }
-	if !ca.guaranteed.CompareAndSwap(0, 1) {
-		if !b.take(ca) {
-			ca.lastEnd.Store(b.now().UnixNano()) // the connection is in use
-			return nil, errBusy
-		}
-		release = func() { ca.held.Add(-1); b.free.Add(1) }
-	}
-	ca.begin()
-	context.AfterFunc(ctx, func() { release(); ca.end(b.now()) })
-	return b.bodyDeadline(ctx), nil
-}
-
-// take takes a shared stream for ca if fairShare allows, or counts a
-// refusal.
-func (b *streamBudget) take(ca *connAddr) bool {
-	for {
-		free := b.free.Load()
-		if !fairShare(free, ca.held.Load()) {
-			b.refused.Add(1)
-			return false
-		}
-		if b.free.CompareAndSwap(free, free-1) {
-			ca.held.Add(1)
-			return true
-		}
-	}
-}
-
-// peerConn returns the connection counters of a call's peer, or nil.
-func peerConn(ctx context.Context) *connAddr {
-	if p, ok := peer.FromContext(ctx); ok {
-		ca, _ := p.Addr.(*connAddr)
-		return ca
-	}
-	return nil
-}
-
-// bodyKey keys the timer of bodyDeadline in a call's context.
-type bodyKey struct{}
-
-// errBodyTimeout ends a call whose request did not arrive in time.
-var errBodyTimeout = errors.New("sluice: the request did not arrive within -body-timeout of its headers")
-
-// bodyDeadline returns ctx, cancelled bodyTimeout from now unless
-// requestArrived stops it first: a call whose request never ends is then
-// reset (grpc-go ends a stream whose context ends) and the bytes it holds
-// freed, where it would otherwise hold its stream until the idle timeout.
-func (b *streamBudget) bodyDeadline(ctx context.Context) context.Context {
-	if b.bodyTimeout <= 0 {
-		return ctx
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	t := time.AfterFunc(b.bodyTimeout, func() { cancel(errBodyTimeout) })
-	return context.WithValue(ctx, bodyKey{}, t)
-}
-
-// requestArrived is a unary interceptor: grpc-go runs it once the request
-// has been read, so it stops the body deadline.
-func requestArrived(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if t, ok := ctx.Value(bodyKey{}).(*time.Timer); ok {
-		t.Stop()
-	}
-	return handler(ctx, req)
-}
-
-// requestArrivedStream is requestArrived for streaming calls (the health
-// service's Watch): the deadline stops at the first message received.
-func requestArrivedStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if t, ok := ss.Context().Value(bodyKey{}).(*time.Timer); ok {
-		return handler(srv, &firstRecv{ServerStream: ss, t: t})
-	}
-	return handler(srv, ss)
-}
-
-// firstRecv stops a body deadline when its stream's first message is in.
-type firstRecv struct {
-	grpc.ServerStream
-	t *time.Timer
-}
-
-func (s *firstRecv) RecvMsg(m any) error {
-	err := s.ServerStream.RecvMsg(m)
-	s.t.Stop()
-	return err
-}
-
 // decisionServerOptions are the decision gRPC server's options, tuned for
 // many small unary calls and bounded (see grpcBounds): reused stream
 // workers, write buffers shared between connections while idle, fixed
@@ -267,8 +125,8 @@ func decisionServerOptions(svc *rls.Service, b Bounds, budget *streamBudget) []g
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxHeaderListSize(16 << 10),
 		grpc.InTapHandle(budget.admit),
-		grpc.UnaryInterceptor(requestArrived),
-		grpc.StreamInterceptor(requestArrivedStream),
+		grpc.UnaryInterceptor(budget.requestArrived),
+		grpc.StreamInterceptor(budget.requestArrivedStream),
 		grpc.ConnectionTimeout(b.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: b.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

@@ -195,13 +195,19 @@ type connAddr struct {
 	// accepted is when the listener accepted the connection (Unix ns).
 	accepted int64
 	// guaranteed is 1 while the connection's guaranteed stream is in use,
-	// and held counts the shared streams it holds (see streamBudget).
+	// held counts the shared streams it holds, and pending those of its
+	// calls whose request has yet to arrive (see streamBudget; pending
+	// under its lock).
 	guaranteed atomic.Int32
 	held       atomic.Int64
+	pending    map[*call]struct{}
 	// inflight counts the calls in progress, and lastEnd is when the last
 	// one ended (Unix ns; 0: none has).
 	inflight atomic.Int32
 	lastEnd  atomic.Int64
+	// closing is set when the server is to close the connection anyway:
+	// it goes first at the cap.
+	closing atomic.Bool
 	// tapped counts the streams that reached the server's tap handle: the
 	// frame guard compares it with the header blocks it read.
 	tapped atomic.Uint64
@@ -218,10 +224,14 @@ func (a *connAddr) end(now time.Time) {
 
 // idleUntil returns when the connection is due to close for want of calls
 // (Unix ns): idle after its last call ended, or firstCall after it was
-// accepted if no call has ended; ok is false while a call is in flight.
+// accepted if no call has ended, or at once when it is closing; ok is
+// false while a call is in flight.
 func (a *connAddr) idleUntil(idle, firstCall time.Duration) (due int64, ok bool) {
 	if a.inflight.Load() > 0 {
 		return 0, false
+	}
+	if a.closing.Load() {
+		return 0, true
 	}
 	if last := a.lastEnd.Load(); last != 0 {
 		return last + int64(idle), true

@@ -122,10 +122,12 @@ func isProbe(r *http.Request) bool { return r.URL.Path == "/healthz" || r.URL.Pa
 
 // trackHTTP marks each request on its connection while h serves it, limits
 // the requests other than probes in progress to cap(heavy) (more get 503
-// at once), and gives each answer but a profile httpWriteTimeout.
+// at once, and their connection closes), and gives each answer but a
+// profile httpWriteTimeout.
 func trackHTTP(h http.Handler, heavy chan struct{}) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ca, ok := r.Context().Value(connKey{}).(*connAddr); ok {
+		ca, _ := r.Context().Value(connKey{}).(*connAddr)
+		if ca != nil {
 			ca.begin()
 			defer func() { ca.end(time.Now()) }()
 		}
@@ -137,6 +139,12 @@ func trackHTTP(h http.Handler, heavy chan struct{}) http.Handler {
 		case heavy <- struct{}{}:
 			defer func() { <-heavy }()
 		default:
+			// The connection closes after the answer: a client refused
+			// here holds no slot while it waits to retry.
+			w.Header().Set("Connection", "close")
+			if ca != nil {
+				ca.closing.Store(true) // net/http lingers half a second: evict it first
+			}
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "sluice: too many /metrics and pprof requests in progress; retry shortly", http.StatusServiceUnavailable)
 			return

@@ -230,8 +230,9 @@ func testHostileHalfOpenStreams(t *testing.T, mode string) {
 }
 
 // TestHostileIdleConnections: connections that send the preface and then
-// nothing. At most -max-conns stay open (the rest are closed at once), and
-// all are closed after -idle-timeout although the client keeps them.
+// nothing. At most -max-conns stay open (each one past it takes the place
+// of the oldest), and all are closed after -idle-timeout (the first-call
+// timeout, at most the idle timeout) although the client keeps them.
 func TestHostileIdleConnections(t *testing.T) { forEachServer(t, testHostileIdleConnections) }
 
 func testHostileIdleConnections(t *testing.T, mode string) {
@@ -265,7 +266,8 @@ func testHostileIdleConnections(t *testing.T, mode string) {
 		t.Errorf("peak RSS %d MiB over the budget %d MiB", during.peak>>20, budgetRSS>>20)
 	}
 
-	// Over the cap: the connections past 500 are closed at once.
+	// Over the cap: each connection past 500 takes the place of the
+	// oldest idle one.
 	var over []*rawConn
 	for range 100 {
 		if c, err := dialRaw(grpcAddr); err == nil {
@@ -277,7 +279,7 @@ func testHostileIdleConnections(t *testing.T, mode string) {
 			c.nc.Close()
 		}
 	}()
-	waitUntilMetric(t, httpAddr, `sluice_connections_refused_total{listener="decision"}`, func(v float64) bool { return v >= 50 }, 5*time.Second)
+	waitUntilMetric(t, httpAddr, `sluice_connections_evicted_total{listener="decision"}`, func(v float64) bool { return v >= 50 }, 5*time.Second)
 
 	// The attacker keeps its sockets; the server closes them when idle.
 	took := waitBaseline(t, p, httpAddr, base.goroutines, 15*time.Second)
