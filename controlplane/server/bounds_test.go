@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -304,4 +305,20 @@ func counter(t *testing.T, srv *Server, name, listener string) float64 {
 	}
 	t.Fatalf("no %s{listener=%q}", name, listener)
 	return 0
+}
+
+// TestHTTPWriteTimeout: answers are written within 30 s, and with -pprof
+// profiles within 5 minutes: never without a bound (before, -pprof took
+// the write timeout away).
+func TestHTTPWriteTimeout(t *testing.T) {
+	for _, pprof := range []bool{false, true} {
+		s := &Server{cfg: Config{Pprof: pprof}, log: slog.Default()}
+		want := httpWriteTimeout
+		if pprof {
+			want = pprofWriteTimeout
+		}
+		if got := s.httpServer(http.NotFoundHandler()).WriteTimeout; got != want {
+			t.Errorf("pprof %v: WriteTimeout %v, want %v", pprof, got, want)
+		}
+	}
 }

@@ -62,6 +62,12 @@
 //	                                                connection (4194304)
 //	-max-buffer-bytes    SLUICE_MAX_BUFFER_BYTES    decision port: buffered request bytes in all (67108864)
 //	-idle-timeout        SLUICE_IDLE_TIMEOUT        close connections without calls after this long (5m)
+//	-first-call-timeout  SLUICE_FIRST_CALL_TIMEOUT  close a connection that completed no call this long after
+//	                                                it opened (10s; policy, HTTP, decision in grpc-go mode);
+//	                                                at their caps these listeners evict the connection
+//	                                                idle longest (one with no call yet first)
+//	-body-timeout        SLUICE_BODY_TIMEOUT        grpc-go mode: reset a decision call whose request has not
+//	                                                arrived this long after its headers (2s)
 //	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary decision server: largest request message (65536;
 //	                                                grpc-go mode: 16 KiB)
 //	                     The -max-* and -idle-timeout flags bound the decision port in both server modes.
@@ -193,6 +199,8 @@ type config struct {
 	maxConnBufferBytes  int64
 	maxBufferBytes      int64
 	idleTimeout         time.Duration
+	firstCallTimeout    time.Duration
+	bodyTimeout         time.Duration
 	maxMsgBytes         int64
 
 	unary grpcunary.Options // the unary decision server's bounds, from the flags above
@@ -286,11 +294,13 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 	str(&c.rlqsAddr, "rlqs-addr", "SLUICE_RLQS_ADDR", "", "Envoy's Rate Limit Quota Service (RLQS) listen address (default: off)")
 	dur(&c.rlqsTTL, "rlqs-ttl", "SLUICE_RLQS_TTL", rlqs.DefaultTTL, "RLQS assignment time to live, whole seconds (3 of Envoy's 5 s reports)")
 	num(&c.rlqsMaxBuckets, "rlqs-max-buckets", "SLUICE_RLQS_MAX_BUCKETS", rlqs.DefaultMaxBuckets, "RLQS buckets one Envoy stream may have")
-	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once")
+	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once (grpc-go mode: the one idle longest is closed to make room)")
 	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", server.DefaultMaxStreamsPerConn, "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
 	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
 	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", server.DefaultMaxBufferBytes, "decision port: request bytes all connections together may have buffered")
 	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", server.DefaultIdleTimeout, "close connections (decision, policy, HTTP) without calls after this long")
+	dur(&c.firstCallTimeout, "first-call-timeout", "SLUICE_FIRST_CALL_TIMEOUT", server.DefaultFirstCallTimeout, "close a connection (policy, HTTP, decision in grpc-go mode) that completed no call this long after it opened; at their caps these listeners evict the connection idle longest, not the new one")
+	dur(&c.bodyTimeout, "body-timeout", "SLUICE_BODY_TIMEOUT", server.DefaultBodyTimeout, "grpc-go mode: reset a decision call whose request has not arrived this long after its headers")
 	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 
@@ -333,6 +343,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*c
 		errs = append(errs, fmt.Errorf("-max-descriptors must be positive (got %d)", c.maxDescriptors))
 	case c.maxConns <= 0 || c.maxStreamsPerConn <= 0 || c.maxConnBufferBytes <= 0 || c.maxBufferBytes <= 0 || c.idleTimeout <= 0 || c.maxMsgBytes <= 0:
 		errs = append(errs, errors.New("-max-conns, -max-streams-per-conn, -max-msg-bytes, -max-conn-buffer-bytes, -max-buffer-bytes and -idle-timeout must be positive"))
+	case c.firstCallTimeout <= 0 || c.bodyTimeout <= 0:
+		errs = append(errs, fmt.Errorf("-first-call-timeout and -body-timeout must be positive (got %v, %v)", c.firstCallTimeout, c.bodyTimeout))
 	case c.maxStreamsPerConn > math.MaxInt32:
 		errs = append(errs, fmt.Errorf("-max-streams-per-conn must be at most %d (HTTP/2 stream ids)", math.MaxInt32))
 	case c.maxMsgBytes > math.MaxInt32:
@@ -492,6 +504,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		MaxConnBufferBytes: c.maxConnBufferBytes,
 		MaxBufferBytes:     c.maxBufferBytes,
 		IdleTimeout:        c.idleTimeout,
+		FirstCallTimeout:   c.firstCallTimeout,
+		BodyTimeout:        c.bodyTimeout,
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
