@@ -105,7 +105,7 @@ func (l *limitListener) makeRoom() bool {
 		return false
 	}
 	l.mu.Lock()
-	victim := evictee(l.conns, l.idle, l.firstCall)
+	victim := evictee(l.conns, l.idle, l.firstCall, l.now())
 	l.mu.Unlock()
 	if victim == nil {
 		return false
@@ -125,11 +125,11 @@ func (l *limitListener) makeRoom() bool {
 // make no calls go first, in the order they came, and a client that makes
 // calls keeps its connection unless it has been idle nearly as long as
 // its server would allow anyway.
-func evictee(conns map[*limitConn]struct{}, idle, firstCall time.Duration) *limitConn {
+func evictee(conns map[*limitConn]struct{}, idle, firstCall time.Duration, now time.Time) *limitConn {
 	var victim *limitConn
 	var soonest int64
 	for c := range conns {
-		due, ok := c.addr.idleUntil(idle, firstCall)
+		due, ok := c.addr.idleUntil(idle, firstCall, now)
 		if ok && (victim == nil || due < soonest) {
 			victim, soonest = c, due
 		}
@@ -206,8 +206,9 @@ type connAddr struct {
 	inflight atomic.Int32
 	lastEnd  atomic.Int64
 	// closing is set when the server is to close the connection anyway:
-	// it goes first at the cap.
-	closing atomic.Bool
+	// it goes first at the cap, once its answer has had closingGrace to
+	// get out (closingAfterAnswer) or at once (closingNow).
+	closing atomic.Int32
 	// tapped counts the streams that reached the server's tap handle: the
 	// frame guard compares it with the header blocks it read.
 	tapped atomic.Uint64
@@ -222,18 +223,35 @@ func (a *connAddr) end(now time.Time) {
 	a.inflight.Add(-1)
 }
 
+// closingGrace is how long a connection its server is closing (closing)
+// stays after its last call before it may be evicted, so that the end of
+// the answer gets out first; net/http waits half a second before closing
+// such a connection.
+const closingGrace = 250 * time.Millisecond
+
+// Values of connAddr.closing.
+const (
+	closingAfterAnswer = 1 // the answer is worth delivering
+	closingNow         = 2 // the answer is a refusal: no grace
+)
+
 // idleUntil returns when the connection is due to close for want of calls
 // (Unix ns): idle after its last call ended, or firstCall after it was
-// accepted if no call has ended, or at once when it is closing; ok is
-// false while a call is in flight.
-func (a *connAddr) idleUntil(idle, firstCall time.Duration) (due int64, ok bool) {
+// accepted if no call has ended, or at once when it is closing (after
+// answers worth delivering, once its last call ended closingGrace before
+// now); ok is false while a call is in flight or within that grace.
+func (a *connAddr) idleUntil(idle, firstCall time.Duration, now time.Time) (due int64, ok bool) {
 	if a.inflight.Load() > 0 {
 		return 0, false
 	}
-	if a.closing.Load() {
+	last := a.lastEnd.Load()
+	switch a.closing.Load() {
+	case closingNow:
 		return 0, true
+	case closingAfterAnswer:
+		return last, now.UnixNano()-last >= int64(closingGrace)
 	}
-	if last := a.lastEnd.Load(); last != 0 {
+	if last != 0 {
 		return last + int64(idle), true
 	}
 	return a.accepted + int64(firstCall), true

@@ -28,6 +28,12 @@ func TestEvictee(t *testing.T) {
 	fresh := conn(t0.Add(200*time.Second), 0, 0)       // never called: due at t0+210s
 	freshest := conn(t0.Add(250*time.Second), 0, 0)    // due at t0+260s
 	servedIdle := conn(t0.Add(-100*time.Second), 1, 0) // idle since t0-99s: due at t0+201s
+	closing := conn(t0, time.Second, 0)                // its server closes it: due at once...
+	closing.addr.closing.Store(closingAfterAnswer)
+	inGrace := conn(t0.Add(260*time.Second), time.Millisecond, 0) // ...once its answer has had time to go
+	inGrace.addr.closing.Store(closingAfterAnswer)
+	refusedNow := conn(t0.Add(260*time.Second), time.Millisecond, 0)
+	refusedNow.addr.closing.Store(closingNow)
 	tests := []struct {
 		name  string
 		conns []*limitConn
@@ -37,13 +43,16 @@ func TestEvictee(t *testing.T) {
 		{"never called goes before a recent caller", []*limitConn{busyOld, servedLong, fresh, freshest}, fresh},
 		{"the oldest never-called first", []*limitConn{freshest, fresh}, fresh},
 		{"a caller idle nearly its whole timeout goes first", []*limitConn{fresh, servedIdle, servedLong}, servedIdle},
+		{"one being closed goes first", []*limitConn{fresh, servedIdle, closing}, closing},
+		{"not before its answer is out", []*limitConn{busyOld, inGrace}, nil},
+		{"unless the answer was a refusal", []*limitConn{busyOld, inGrace, refusedNow}, refusedNow},
 	}
 	for _, tc := range tests {
 		set := map[*limitConn]struct{}{}
 		for _, c := range tc.conns {
 			set[c] = struct{}{}
 		}
-		if got := evictee(set, idle, firstCall); got != tc.want {
+		if got := evictee(set, idle, firstCall, t0.Add(260*time.Second)); got != tc.want {
 			t.Errorf("%s: evicted %v, want %v", tc.name, got, tc.want)
 		}
 	}

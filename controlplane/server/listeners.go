@@ -129,7 +129,14 @@ func trackHTTP(h http.Handler, heavy chan struct{}) http.Handler {
 		ca, _ := r.Context().Value(connKey{}).(*connAddr)
 		if ca != nil {
 			ca.begin()
-			defer func() { ca.end(time.Now()) }()
+			defer func() {
+				if r.Close || w.Header().Get("Connection") == "close" {
+					// net/http closes the connection after the answer,
+					// half a second later: evict it first.
+					ca.closing.CompareAndSwap(0, closingAfterAnswer)
+				}
+				ca.end(time.Now())
+			}()
 		}
 		if isProbe(r) {
 			h.ServeHTTP(w, r)
@@ -143,7 +150,7 @@ func trackHTTP(h http.Handler, heavy chan struct{}) http.Handler {
 			// here holds no slot while it waits to retry.
 			w.Header().Set("Connection", "close")
 			if ca != nil {
-				ca.closing.Store(true) // net/http lingers half a second: evict it first
+				ca.closing.Store(closingNow)
 			}
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "sluice: too many /metrics and pprof requests in progress; retry shortly", http.StatusServiceUnavailable)

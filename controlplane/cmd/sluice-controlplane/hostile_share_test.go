@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"slices"
 	"sort"
 	"sync"
@@ -39,6 +40,9 @@ var allServers = []string{server.GRPCServerUnary, server.GRPCServerGo}
 // shareToken is the policy service's token in these tests.
 const shareToken = "test-token-0123456789abcdef"
 
+// addrPattern matches the loopback addresses in errors.
+var addrPattern = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+
 // load runs normal calls on workers until stopped, and counts them.
 type load struct {
 	ok, failed atomic.Int64
@@ -69,8 +73,10 @@ func startLoad(workers int, call func(worker int) error) *load {
 				l.lat = append(l.lat, d)
 				if err != nil {
 					l.failed.Add(1)
-					if len(l.errs) < 5 || l.errs[err.Error()] > 0 {
-						l.errs[err.Error()]++
+					// Errors alike but for their addresses count as one.
+					msg := addrPattern.ReplaceAllString(err.Error(), "ADDR")
+					if len(l.errs) < 5 || l.errs[msg] > 0 {
+						l.errs[msg]++
 					}
 				} else {
 					l.ok.Add(1)
@@ -372,8 +378,8 @@ func TestHostileIdleConnections2000(t *testing.T) {
 
 // TestHostileSlowReaders (issue 19, item 3): 64 clients ask for /metrics
 // and never read, again and again. /healthz and /readyz, each probe on a
-// new connection as a kubelet's, must answer within 1 s (p99) >= 99% of
-// the time. Before, the slow readers held every connection for the 30 s
+// new connection as a kubelet's (100 a second: the probes of a thousand
+// kubelets), must answer within 1 s (p99) >= 99% of the time. Before, the slow readers held every connection for the 30 s
 // write timeout and the probes were refused.
 func TestHostileSlowReaders(t *testing.T) {
 	for _, mode := range allServers {
@@ -388,6 +394,7 @@ func TestHostileSlowReaders(t *testing.T) {
 			time.Sleep(500 * time.Millisecond) // let them fill the slots
 			hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 			probes := startLoad(2, func(w int) error {
+				time.Sleep(20 * time.Millisecond) // 100 probes a second: a kubelet sends one every 10 s
 				path := []string{"/healthz", "/readyz"}[w]
 				resp, err := hc.Get("http://" + httpAddr + path)
 				if err != nil {
