@@ -93,12 +93,11 @@ type frameGuard struct {
 	tapped    uint64 // addr.tapped at the last comparison
 
 	// Write side.
-	wmu     sync.Mutex
-	wleft   int // bytes of the current outgoing frame still to pass
-	whdr    [9]byte
-	whdrN   int
-	calmed  atomic.Bool
-	calmErr error
+	wmu    sync.Mutex
+	wleft  int // bytes of the current outgoing frame still to pass
+	whdr   [9]byte
+	whdrN  int
+	calmed atomic.Bool
 }
 
 // newFrameGuard guards c, whose counters are addr (nil: none).

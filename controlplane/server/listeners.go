@@ -210,6 +210,12 @@ func (s *Server) newStreamBudget(shared int64, bodyTimeout time.Duration) *strea
 	s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_streams_refused_total",
 		Help: "Decision calls refused with RESOURCE_EXHAUSTED because the server-wide stream budget (-max-buffer-bytes) was spent (grpc-go mode).",
-	}, func() float64 { return float64(b.refused.Load()) }))
+	}, func() float64 { return float64(b.refused.Load()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_streams_preempted_total",
+		Help: "Decision calls still waiting for their request cancelled to give their stream to a connection under its fair share of -max-buffer-bytes (grpc-go mode).",
+	}, func() float64 { return float64(b.preempted.Load()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_streams_body_timeouts_total",
+		Help: "Decision calls reset because their request had not arrived -body-timeout after their headers (grpc-go mode).",
+	}, func() float64 { return float64(b.late.Load()) }))
 	return b
 }

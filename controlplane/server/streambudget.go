@@ -18,7 +18,7 @@ import (
 // the first stream of a connection always, the others from a shared budget
 // by fair shares (see fairShare). A connection under its share that finds
 // none free takes one from the connection that holds the most over its
-// share, whose newest stream still waiting for its request is cancelled
+// share, one of whose streams still waiting for its request is cancelled
 // (preempted): so no connection keeps more than its share while others
 // wait, whatever order they came in. Otherwise a stream over the budget
 // gets RESOURCE_EXHAUSTED and its connection goes on. A stream's slot comes
@@ -34,6 +34,7 @@ import (
 type streamBudget struct {
 	refused     atomic.Uint64 // streams refused, ever
 	preempted   atomic.Uint64 // streams cancelled for another connection's, ever
+	late        atomic.Uint64 // calls reset for want of their request, ever
 	bodyTimeout time.Duration // 0: none
 	now         func() time.Time
 
@@ -111,7 +112,10 @@ func (b *streamBudget) admit(ctx context.Context, _ *tap.Info) (context.Context,
 	}
 	ca.begin()
 	if b.bodyTimeout > 0 {
-		c.timer = time.AfterFunc(b.bodyTimeout, func() { cancel(errBodyTimeout) })
+		c.timer = time.AfterFunc(b.bodyTimeout, func() {
+			b.late.Add(1)
+			cancel(errBodyTimeout)
+		})
 	}
 	context.AfterFunc(ctx, func() {
 		b.release(c)

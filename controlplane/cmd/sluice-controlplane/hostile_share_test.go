@@ -219,7 +219,9 @@ func TestHostileGreedyStreams(t *testing.T) {
 	shareFresh := fresh.finish(t, "4 at a time on fresh connections")
 	close(stop)
 	attackers.Wait()
-	t.Logf("attackers opened %d streams; %s", opened.Load(), measure(t, p, httpAddr))
+	t.Logf("attackers opened %d streams; %v refused, %v preempted, %v reset for want of their request; %s", opened.Load(),
+		metric(t, httpAddr, "sluice_streams_refused_total"), metric(t, httpAddr, "sluice_streams_preempted_total"),
+		metric(t, httpAddr, "sluice_streams_body_timeouts_total"), measure(t, p, httpAddr))
 
 	if shareExisting < 0.999 || shareFresh < 0.999 {
 		t.Errorf("normal calls succeeded %.2f%% (existing connection) and %.2f%% (fresh ones) of the time, want >= 99.9%%", 100*shareExisting, 100*shareFresh)

@@ -231,12 +231,12 @@ func testHostileHalfOpenStreams(t *testing.T, mode string) {
 
 // TestHostileIdleConnections: connections that send the preface and then
 // nothing. At most -max-conns stay open (each one past it takes the place
-// of the oldest), and all are closed after -idle-timeout (the first-call
-// timeout, at most the idle timeout) although the client keeps them.
+// of the oldest), and all are closed after -first-call-timeout, as they
+// have made no call, although the client keeps them.
 func TestHostileIdleConnections(t *testing.T) { forEachServer(t, testHostileIdleConnections) }
 
 func testHostileIdleConnections(t *testing.T, mode string) {
-	p, grpcAddr, httpAddr := hostile(t, mode, "-max-conns", "500", "-idle-timeout", "2s")
+	p, grpcAddr, httpAddr := hostile(t, mode, "-max-conns", "500", "-first-call-timeout", "6s")
 	base := measure(t, p, httpAddr)
 	t.Logf("baseline: %v", base)
 
@@ -282,7 +282,7 @@ func testHostileIdleConnections(t *testing.T, mode string) {
 	waitUntilMetric(t, httpAddr, `sluice_connections_evicted_total{listener="decision"}`, func(v float64) bool { return v >= 50 }, 5*time.Second)
 
 	// The attacker keeps its sockets; the server closes them when idle.
-	took := waitBaseline(t, p, httpAddr, base.goroutines, 15*time.Second)
+	took := waitBaseline(t, p, httpAddr, base.goroutines, 20*time.Second)
 	t.Logf("idle connections closed by the server: goroutines back to baseline in %v; %v", took.Round(time.Millisecond), measure(t, p, httpAddr))
 	normalCall(t, grpcAddr, "after")
 	if code := p.stop(t); code != 0 {
