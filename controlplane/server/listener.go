@@ -205,10 +205,11 @@ type connAddr struct {
 	// one ended (Unix ns; 0: none has).
 	inflight atomic.Int32
 	lastEnd  atomic.Int64
-	// closing is set when the server is to close the connection anyway:
-	// it goes first at the cap, once its answer has had closingGrace to
-	// get out (closingAfterAnswer) or at once (closingNow).
-	closing atomic.Int32
+	// evictFirst puts the connection first in line at the cap, once its
+	// last answer has had evictGrace to get out (evictAfterGrace: an HTTP
+	// answer being written, or a connection net/http is closing) or at
+	// once (evictNow: a refused request).
+	evictFirst atomic.Int32
 	// tapped counts the streams that reached the server's tap handle: the
 	// frame guard compares it with the header blocks it read.
 	tapped atomic.Uint64
@@ -223,33 +224,32 @@ func (a *connAddr) end(now time.Time) {
 	a.inflight.Add(-1)
 }
 
-// closingGrace is how long a connection its server is closing (closing)
-// stays after its last call before it may be evicted, so that the end of
-// the answer gets out first; net/http waits half a second before closing
-// such a connection.
-const closingGrace = 250 * time.Millisecond
+// evictGrace is how long an HTTP connection whose answer is being written
+// stays after its handler ended before it may be evicted: an answer that
+// has not got out by then goes to a client that does not read it (net/http
+// also keeps a connection it closes for half a second after the answer).
+const evictGrace = 250 * time.Millisecond
 
-// Values of connAddr.closing.
+// Values of connAddr.evictFirst.
 const (
-	closingAfterAnswer = 1 // the answer is worth delivering
-	closingNow         = 2 // the answer is a refusal: no grace
+	evictAfterGrace = 1
+	evictNow        = 2
 )
 
 // idleUntil returns when the connection is due to close for want of calls
 // (Unix ns): idle after its last call ended, or firstCall after it was
-// accepted if no call has ended, or at once when it is closing (after
-// answers worth delivering, once its last call ended closingGrace before
-// now); ok is false while a call is in flight or within that grace.
+// accepted if no call has ended, or at once when evictFirst says so; ok
+// is false while a call is in flight or within evictGrace.
 func (a *connAddr) idleUntil(idle, firstCall time.Duration, now time.Time) (due int64, ok bool) {
 	if a.inflight.Load() > 0 {
 		return 0, false
 	}
 	last := a.lastEnd.Load()
-	switch a.closing.Load() {
-	case closingNow:
+	switch a.evictFirst.Load() {
+	case evictNow:
 		return 0, true
-	case closingAfterAnswer:
-		return last, now.UnixNano()-last >= int64(closingGrace)
+	case evictAfterGrace:
+		return last, now.UnixNano()-last >= int64(evictGrace)
 	}
 	if last != 0 {
 		return last + int64(idle), true

@@ -29,11 +29,11 @@ func TestEvictee(t *testing.T) {
 	freshest := conn(t0.Add(250*time.Second), 0, 0)    // due at t0+260s
 	servedIdle := conn(t0.Add(-100*time.Second), 1, 0) // idle since t0-99s: due at t0+201s
 	closing := conn(t0, time.Second, 0)                // its server closes it: due at once...
-	closing.addr.closing.Store(closingAfterAnswer)
+	closing.addr.evictFirst.Store(evictAfterGrace)
 	inGrace := conn(t0.Add(260*time.Second), time.Millisecond, 0) // ...once its answer has had time to go
-	inGrace.addr.closing.Store(closingAfterAnswer)
+	inGrace.addr.evictFirst.Store(evictAfterGrace)
 	refusedNow := conn(t0.Add(260*time.Second), time.Millisecond, 0)
-	refusedNow.addr.closing.Store(closingNow)
+	refusedNow.addr.evictFirst.Store(evictNow)
 	tests := []struct {
 		name  string
 		conns []*limitConn

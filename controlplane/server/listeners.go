@@ -85,8 +85,10 @@ const (
 // within 30 s (profiles with -pprof: 5 min). Its connections come from an
 // evicting limitListener: a connection counts as busy only while a handler
 // runs (see trackHTTP), and at most httpMaxHeavy handlers other than the
-// probes run at once, so clients that never read /metrics hold at most
-// that many connections and a probe always finds one to evict.
+// probes run at once; a connection whose answer is not out evictGrace
+// after its handler ended is evicted first. Clients that never read
+// /metrics hold at most httpMaxHeavy connections, and a probe always finds
+// one to evict.
 func (s *Server) httpServer(h http.Handler) *http.Server {
 	hs := &http.Server{
 		Handler:           trackHTTP(h, make(chan struct{}, httpMaxHeavy)),
@@ -95,6 +97,7 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 		WriteTimeout:      httpWriteTimeout,
 		IdleTimeout:       orDefault(s.cfg.IdleTimeout, DefaultIdleTimeout),
 		MaxHeaderBytes:    httpMaxHeader,
+		ConnState:         httpConnState,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if lc, ok := c.(*limitConn); ok {
 				ctx = context.WithValue(ctx, connKey{}, lc.addr)
@@ -111,6 +114,16 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 		hs.WriteTimeout = pprofWriteTimeout
 	}
 	return hs
+}
+
+// httpConnState marks an HTTP connection idle once net/http has written
+// its answer and waits for another request: it is then evicted by how long
+// it has been idle, like the others.
+func httpConnState(c net.Conn, st http.ConnState) {
+	if lc, ok := c.(*limitConn); ok && st == http.StateIdle {
+		lc.addr.lastEnd.Store(time.Now().UnixNano())
+		lc.addr.evictFirst.CompareAndSwap(evictAfterGrace, 0)
+	}
 }
 
 // connKey keys an HTTP request's connection counters in its context.
@@ -130,11 +143,10 @@ func trackHTTP(h http.Handler, heavy chan struct{}) http.Handler {
 		if ca != nil {
 			ca.begin()
 			defer func() {
-				if r.Close || w.Header().Get("Connection") == "close" {
-					// net/http closes the connection after the answer,
-					// half a second later: evict it first.
-					ca.closing.CompareAndSwap(0, closingAfterAnswer)
-				}
+				// The answer is being written; the connection is idle
+				// once it is out (httpConnState), unless net/http closes
+				// it. Evict it first if it is not out by evictGrace.
+				ca.evictFirst.CompareAndSwap(0, evictAfterGrace)
 				ca.end(time.Now())
 			}()
 		}
@@ -150,7 +162,7 @@ func trackHTTP(h http.Handler, heavy chan struct{}) http.Handler {
 			// here holds no slot while it waits to retry.
 			w.Header().Set("Connection", "close")
 			if ca != nil {
-				ca.closing.Store(closingNow)
+				ca.evictFirst.Store(evictNow)
 			}
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "sluice: too many /metrics and pprof requests in progress; retry shortly", http.StatusServiceUnavailable)

@@ -333,11 +333,14 @@ func (s *Server) build() error {
 		s.grpcLn = s.evicting(s.limit(s.grpcLn, "decision", s.bounds.MaxConns), "decision", s.bounds.IdleTimeout, s.bounds.FirstCallTimeout)
 	}
 	s.grpcLn = s.decisionListener(s.grpcLn)
-	idle := orDefault(cfg.IdleTimeout, DefaultIdleTimeout)
 	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("server: HTTP address %s: %w", cfg.HTTPAddr, err)
 	}
-	s.httpLn = s.evicting(s.limit(s.httpLn, "http", httpMaxConns), "http", idle, firstCallTimeout(s.cfg))
+	// On the HTTP listener a connection that has been answered is not
+	// worth more than a new one (a client that asks for /metrics again
+	// and again and never reads its answers looks answered): the idlest
+	// goes first, by its last activity alone.
+	s.httpLn = s.evicting(s.limit(s.httpLn, "http", httpMaxConns), "http", firstCallTimeout(s.cfg), firstCallTimeout(s.cfg))
 	if err := s.buildRLQS(); err != nil {
 		return err
 	}

@@ -412,6 +412,7 @@ func TestHostileSlowReaders(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			p99 := probes.p99()
 			share := probes.finish(t, "/healthz and /readyz probes")
+
 			close(stop)
 			wg.Wait()
 			if share < 0.99 || p99 >= time.Second {
