@@ -2,6 +2,7 @@ package server
 
 import (
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,8 +70,10 @@ func TestLimitListenerEvicts(t *testing.T) {
 	}
 	refused, evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "r"}), prometheus.NewCounter(prometheus.CounterOpts{Name: "e"})
 	l := newLimitListener(ln, 2, refused)
-	now := time.Unix(1000, 0)
-	l.now = func() time.Time { return now }
+	var clock atomic.Int64 // the injected clock, read by Accept's goroutine
+	clock.Store(time.Unix(1000, 0).UnixNano())
+	l.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	now := l.now()
 	l.evictAtCap(time.Minute, 10*time.Second, evicted)
 	defer l.Close()
 
@@ -110,6 +113,7 @@ func TestLimitListenerEvicts(t *testing.T) {
 	b := <-accepted
 	b.addr.begin() // b has a call in flight
 	now = now.Add(time.Second)
+	clock.Store(now.UnixNano())
 	dial() // at the cap: a, idle, goes
 	c := <-accepted
 	if !closed(first) {
