@@ -410,8 +410,8 @@ func TestHostileSlowReaders(t *testing.T) {
 				return nil
 			})
 			time.Sleep(3 * time.Second)
-			p99 := probes.p99()
 			share := probes.finish(t, "/healthz and /readyz probes")
+			p99 := probes.p99()
 
 			close(stop)
 			wg.Wait()
