@@ -223,6 +223,9 @@ func TestHostileGreedyStreams(t *testing.T) {
 		metric(t, httpAddr, "sluice_streams_refused_total"), metric(t, httpAddr, "sluice_streams_preempted_total"),
 		metric(t, httpAddr, "sluice_streams_body_timeouts_total"), measure(t, p, httpAddr))
 
+	if late := metric(t, httpAddr, "sluice_streams_body_timeouts_total"); late == 0 {
+		t.Error("no request that never ends was reset after -body-timeout")
+	}
 	if shareExisting < 0.999 || shareFresh < 0.999 {
 		t.Errorf("normal calls succeeded %.2f%% (existing connection) and %.2f%% (fresh ones) of the time, want >= 99.9%%", 100*shareExisting, 100*shareFresh)
 	}
