@@ -3,10 +3,10 @@ package server
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,14 +29,17 @@ func TestGRPCBounds(t *testing.T) {
 		{"defaults", Config{}, Bounds{
 			MaxConns: 1024, StreamsPerConn: 51, SharedStreams: 819, IdleTimeout: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
 			MaxConnBufferBytes: 51 * 80 << 10, MaxBufferBytes: (819 + 1024) * 80 << 10,
+			FirstCallTimeout: 10 * time.Second, BodyTimeout: 2 * time.Second,
 		}},
 		{"stream cap binds", Config{MaxStreamsPerConn: 8, MaxConns: 10, MaxBufferBytes: 800 << 10, IdleTimeout: time.Second}, Bounds{
 			MaxConns: 10, StreamsPerConn: 8, SharedStreams: 10, IdleTimeout: time.Second, HandshakeTimeout: 10 * time.Second,
 			MaxConnBufferBytes: 8 * 80 << 10, MaxBufferBytes: 20 * 80 << 10,
+			FirstCallTimeout: time.Second, BodyTimeout: 2 * time.Second, // never past the idle timeout
 		}},
-		{"a budget below one stream still runs one", Config{MaxConnBufferBytes: 1, MaxBufferBytes: 1, MaxConns: 1}, Bounds{
+		{"a budget below one stream still runs one", Config{MaxConnBufferBytes: 1, MaxBufferBytes: 1, MaxConns: 1, FirstCallTimeout: time.Minute, BodyTimeout: time.Millisecond}, Bounds{
 			MaxConns: 1, StreamsPerConn: 1, SharedStreams: 0, IdleTimeout: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
 			MaxConnBufferBytes: 80 << 10, MaxBufferBytes: 80 << 10,
+			FirstCallTimeout: time.Minute, BodyTimeout: time.Millisecond,
 		}},
 	}
 	for _, tc := range tests {
@@ -48,37 +51,154 @@ func TestGRPCBounds(t *testing.T) {
 	}
 }
 
-// TestStreamBudget: each connection's first stream is always admitted,
-// the others while shared slots last; a slot comes back when its stream's
-// context ends.
+// TestFairShare: a connection takes a shared stream while it holds less
+// than its share of the total and fewer than are left free.
+func TestFairShare(t *testing.T) {
+	tests := []struct {
+		name                       string
+		total, free, held, holders int64
+		want                       bool
+	}{
+		{"alone, the first", 819, 819, 0, 0, true},
+		{"alone, at half", 819, 409, 409, 1, false},
+		{"none left", 819, 0, 0, 64, false},
+		{"64 greedy: under the share", 819, 51, 11, 64, true},
+		{"64 greedy: at the share", 819, 51, 12, 64, false},
+		{"at the share though many are free", 819, 700, 12, 64, false},
+		{"a newcomer counts itself", 819, 51, 0, 64, true},
+		{"a newcomer gets the last one", 819, 1, 0, 64, true},
+		{"more connections than streams: one each", 819, 5, 0, 2000, true},
+		{"more connections than streams: not two", 819, 5, 1, 2000, false},
+	}
+	for _, tc := range tests {
+		if got := fairShare(tc.total, tc.free, tc.held, tc.holders); got != tc.want {
+			t.Errorf("%s: fairShare(total %d, free %d, held %d, holders %d) = %v, want %v",
+				tc.name, tc.total, tc.free, tc.held, tc.holders, got, tc.want)
+		}
+	}
+}
+
+// freeStreams returns the budget's free shared streams.
+func (b *streamBudget) freeStreams() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.free
+}
+
+// stream opens a stream on a, returning its context and its end.
+func (b *streamBudget) stream(a net.Addr) (context.Context, context.CancelFunc, error) {
+	ctx, cancel := context.WithCancel(peer.NewContext(context.Background(), &peer.Peer{Addr: a}))
+	sctx, err := b.admit(ctx, &tap.Info{})
+	return sctx, cancel, err
+}
+
+// TestStreamBudget: each connection's first stream is always admitted, the
+// others by fair shares; a slot comes back when its stream's context ends,
+// and the calls are marked on their connection. Before fair shares,
+// connection A took every shared slot and B's second stream was refused.
 func TestStreamBudget(t *testing.T) {
-	b := newStreamBudget(1)
+	b := newStreamBudget(4, 0)
 	connA, connB := &connAddr{Addr: &net.TCPAddr{Port: 1}}, &connAddr{Addr: &net.TCPAddr{Port: 2}}
-	stream := func(a net.Addr) (context.CancelFunc, error) {
-		ctx, cancel := context.WithCancel(peer.NewContext(context.Background(), &peer.Peer{Addr: a}))
-		_, err := b.admit(ctx, &tap.Info{})
-		return cancel, err
+	var aStreams []context.CancelFunc
+	for i := range 3 { // A's own, then shared: share 4/2 = 2
+		_, end, err := b.stream(connA)
+		if err != nil {
+			t.Fatalf("A's stream %d: %v", i+1, err)
+		}
+		aStreams = append(aStreams, end)
 	}
-	a1, err := stream(connA) // A's own
+	if _, _, err := b.stream(connA); status.Code(err) != codes.ResourceExhausted { // 2 of 2
+		t.Fatalf("A's fourth stream: %v, want ResourceExhausted", err)
+	}
+	if got := connA.inflight.Load(); got != 3 {
+		t.Errorf("A has %d calls in flight, want 3", got)
+	}
+	for i := range 2 { // B's own, then one of the two free (share 4/3 = 1)
+		if _, _, err := b.stream(connB); err != nil {
+			t.Fatalf("B's stream %d, A holding its share: %v", i+1, err)
+		}
+	}
+	if _, _, err := b.stream(connB); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("B's third stream: %v, want ResourceExhausted", err)
+	}
+	aStreams[2]()
+	waitUntil(t, "the shared slot back", 5*time.Second, func() bool { return b.freeStreams() == 2 && connA.held.Load() == 1 })
+	aStreams[0]()
+	waitUntil(t, "A's own slot back", 5*time.Second, func() bool { return connA.guaranteed.Load() == 0 && connA.inflight.Load() == 1 })
+	if connA.lastEnd.Load() == 0 {
+		t.Error("A's ended calls not marked")
+	}
+	if got := b.refused.Load(); got != 2 {
+		t.Errorf("refused %d, want 2", got)
+	}
+}
+
+// TestStreamBudgetPreempts: a connection that took more than its share
+// (while alone) loses a stream still waiting for its request to a
+// connection under its share; a connection whose requests have all
+// arrived keeps its streams.
+func TestStreamBudgetPreempts(t *testing.T) {
+	for _, arrived := range []bool{false, true} {
+		b := newStreamBudget(4, 0)
+		connA, connB := &connAddr{Addr: &net.TCPAddr{Port: 1}}, &connAddr{Addr: &net.TCPAddr{Port: 2}}
+		b.stream(connA) // A's own
+		var aShared []context.Context
+		for range 2 { // alone, A's share is 4/2
+			ctx, _, err := b.stream(connA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if arrived {
+				b.arrived(ctx.Value(callKey{}).(*call))
+			}
+			aShared = append(aShared, ctx)
+		}
+		b.mu.Lock()
+		b.free = 0 // as if others held the rest
+		b.mu.Unlock()
+		b.stream(connB)              // B's own
+		_, _, err := b.stream(connB) // B's share is 4/3: A is over its share
+		if arrived {
+			if status.Code(err) != codes.ResourceExhausted || b.preempted.Load() != 0 {
+				t.Errorf("A's requests in: B got %v, %d preempted; want ResourceExhausted, none", err, b.preempted.Load())
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("B under its share, A over it: %v", err)
+		}
+		lost := 0
+		for _, ctx := range aShared {
+			if context.Cause(ctx) == errPreempted {
+				lost++
+			}
+		}
+		if lost != 1 || b.preempted.Load() != 1 || connA.held.Load() != 1 || connB.held.Load() != 1 {
+			t.Errorf("A lost %d streams, preempted %d, A holds %d, B %d; want 1, 1, 1, 1", lost, b.preempted.Load(), connA.held.Load(), connB.held.Load())
+		}
+	}
+}
+
+// TestBodyDeadline: an admitted call's context ends bodyTimeout after its
+// headers unless the request arrives first.
+func TestBodyDeadline(t *testing.T) {
+	b := newStreamBudget(10, time.Millisecond)
+	ctx, _, err := b.stream(&connAddr{Addr: &net.TCPAddr{Port: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := stream(connA) // the shared slot
-	if err != nil {
+	<-ctx.Done()
+	if context.Cause(ctx) != errBodyTimeout {
+		t.Errorf("cause %v, want errBodyTimeout", context.Cause(ctx))
+	}
+
+	b = newStreamBudget(10, time.Hour)
+	ctx, _, _ = b.stream(&connAddr{Addr: &net.TCPAddr{Port: 2}})
+	if _, err := b.requestArrived(ctx, nil, nil, func(context.Context, any) (any, error) { return nil, nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stream(connA); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("third stream of A: %v, want ResourceExhausted", err)
-	}
-	if _, err := stream(connB); err != nil {
-		t.Fatalf("B's first stream, shared slots spent: %v", err)
-	}
-	a2()
-	waitUntil(t, "the shared slot back", 5*time.Second, func() bool { return b.free.Load() == 1 })
-	a1()
-	waitUntil(t, "A's own slot back", 5*time.Second, func() bool { return connA.guaranteed.Load() == 0 })
-	if got := b.refused.Load(); got != 1 {
-		t.Errorf("refused %d, want 1", got)
+	if ctx.Value(callKey{}).(*call).timer.Stop() {
+		t.Error("the deadline still runs after the request arrived")
 	}
 }
 
@@ -120,8 +240,9 @@ func req(user string) *rlsv3.RateLimitRequest {
 }
 
 // TestHTTPBounds: the HTTP listener, and an extra one (envoyproxy/ratelimit's
-// health and debug ports), close connections over their cap at once, and
-// refuse oversized headers.
+// health and debug ports), hold at most their cap of connections, making
+// room for new ones by closing those that never sent a request, and refuse
+// oversized headers.
 func TestHTTPBounds(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	srv := start(t, Config{Policies: policies(t), ExtraHTTP: []HTTPEndpoint{{Name: "healthcheck", Addr: "127.0.0.1:0", Handler: ok}}})
@@ -143,11 +264,12 @@ func testHTTPBounds(t *testing.T, srv *Server, name, addr string, ln *limitListe
 		}
 		conns = append(conns, c)
 	}
-	var refused atomic.Int64
-	waitUntil(t, name+": 20 connections refused", 5*time.Second, func() bool {
-		refused.Store(int64(counter(t, srv, `sluice_connections_refused_total`, name)))
-		return refused.Load() >= 20
+	waitUntil(t, name+": 20 connections evicted", 5*time.Second, func() bool {
+		return counter(t, srv, `sluice_connections_evicted_total`, name) >= 20
 	})
+	if open := ln.Open(); open > httpMaxConns {
+		t.Errorf("%d connections open, cap %d", open, httpMaxConns)
+	}
 	for _, c := range conns {
 		c.Close()
 	}
@@ -191,4 +313,20 @@ func counter(t *testing.T, srv *Server, name, listener string) float64 {
 	}
 	t.Fatalf("no %s{listener=%q}", name, listener)
 	return 0
+}
+
+// TestHTTPWriteTimeout: answers are written within 30 s, and with -pprof
+// profiles within 5 minutes: never without a bound (before, -pprof took
+// the write timeout away).
+func TestHTTPWriteTimeout(t *testing.T) {
+	for _, pprof := range []bool{false, true} {
+		s := &Server{cfg: Config{Pprof: pprof}, log: slog.Default()}
+		want := httpWriteTimeout
+		if pprof {
+			want = pprofWriteTimeout
+		}
+		if got := s.httpServer(http.NotFoundHandler()).WriteTimeout; got != want {
+			t.Errorf("pprof %v: WriteTimeout %v, want %v", pprof, got, want)
+		}
+	}
 }

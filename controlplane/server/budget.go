@@ -1,17 +1,11 @@
 package server
 
 import (
-	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 
 	"github.com/sluicehq/sluice/controlplane/rls"
 )
@@ -34,6 +28,17 @@ const (
 	DefaultMaxBufferBytes = 64 << 20
 	// DefaultIdleTimeout closes a connection without calls for this long.
 	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultFirstCallTimeout closes a connection that has completed no
+	// call for this long after it was accepted (decision port in grpc-go
+	// mode, policy service): a client connects because it has a call to
+	// make, and a connection that makes none only holds a slot.
+	DefaultFirstCallTimeout = 10 * time.Second
+	// DefaultBodyTimeout resets a grpc-go decision call whose request has
+	// not arrived this long after its headers. Decision requests are a few
+	// hundred bytes, sent with their headers; Envoy gives up on a call
+	// after 20 ms by default. 2 s leaves room for a lost packet's
+	// retransmissions (200 ms, 400 ms, 800 ms) on a slow network.
+	DefaultBodyTimeout = 2 * time.Second
 	// DefaultHandshakeTimeout bounds a new connection's way to its first
 	// call: the HTTP/2 preface and SETTINGS (and TLS on the policy port).
 	DefaultHandshakeTimeout = 10 * time.Second
@@ -68,6 +73,8 @@ type Bounds struct {
 	HandshakeTimeout   time.Duration // preface and SETTINGS must arrive within it
 	MaxConnBufferBytes int64         // StreamsPerConn x grpcStreamBytes
 	MaxBufferBytes     int64         // the server-wide bound on buffered request bytes
+	FirstCallTimeout   time.Duration // a connection that completed no call is closed after it
+	BodyTimeout        time.Duration // a call's request must arrive within it of its headers
 }
 
 // grpcBounds works out the grpc-go decision server's limits from cfg. grpc-go
@@ -83,6 +90,8 @@ func grpcBounds(cfg Config) Bounds {
 		MaxConns:         orDefault(cfg.MaxConns, DefaultMaxConns),
 		IdleTimeout:      orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
 		HandshakeTimeout: DefaultHandshakeTimeout,
+		FirstCallTimeout: firstCallTimeout(cfg),
+		BodyTimeout:      orDefault(cfg.BodyTimeout, DefaultBodyTimeout),
 	}
 	perConn := orDefault(cfg.MaxConnBufferBytes, DefaultMaxConnBufferBytes)
 	total := orDefault(cfg.MaxBufferBytes, DefaultMaxBufferBytes)
@@ -101,46 +110,6 @@ func orDefault[T int | int64 | uint32 | time.Duration](v, def T) T {
 	return v
 }
 
-// streamBudget admits the streams of a grpc-go server (its InTapHandle):
-// the first stream of a connection always, the others while the shared
-// budget lasts. A refused stream gets RESOURCE_EXHAUSTED and its connection
-// goes on. A stream's slot comes back when the stream ends, whichever way
-// (grpc-go cancels every stream's context then).
-type streamBudget struct {
-	free    atomic.Int64  // shared streams left
-	refused atomic.Uint64 // streams refused, ever
-}
-
-// newStreamBudget returns a budget of shared streams.
-func newStreamBudget(shared int64) *streamBudget {
-	b := &streamBudget{}
-	b.free.Store(shared)
-	return b
-}
-
-// errBusy refuses a stream over the budget.
-var errBusy = status.Error(codes.ResourceExhausted,
-	"sluice: too many calls in progress on this server (the decision port's -max-buffer-bytes); retry shortly or on another replica")
-
-// admit is a tap.ServerInHandle.
-func (b *streamBudget) admit(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	var ca *connAddr
-	if p, ok := peer.FromContext(ctx); ok {
-		ca, _ = p.Addr.(*connAddr)
-	}
-	if ca != nil && ca.guaranteed.CompareAndSwap(0, 1) {
-		context.AfterFunc(ctx, func() { ca.guaranteed.Store(0) })
-		return ctx, nil
-	}
-	if b.free.Add(-1) < 0 {
-		b.free.Add(1)
-		b.refused.Add(1)
-		return nil, errBusy
-	}
-	context.AfterFunc(ctx, func() { b.free.Add(1) })
-	return ctx, nil
-}
-
 // decisionServerOptions are the decision gRPC server's options, tuned for
 // many small unary calls and bounded (see grpcBounds): reused stream
 // workers, write buffers shared between connections while idle, fixed
@@ -156,6 +125,8 @@ func decisionServerOptions(svc *rls.Service, b Bounds, budget *streamBudget) []g
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxHeaderListSize(16 << 10),
 		grpc.InTapHandle(budget.admit),
+		grpc.UnaryInterceptor(budget.requestArrived),
+		grpc.StreamInterceptor(budget.requestArrivedStream),
 		grpc.ConnectionTimeout(b.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: b.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -165,6 +136,6 @@ func decisionServerOptions(svc *rls.Service, b Bounds, budget *streamBudget) []g
 
 // String describes the bounds for the log.
 func (b Bounds) String() string {
-	return fmt.Sprintf("%d connections, %d streams each, %d more streams shared; buffered requests <= %d KiB a connection, %d MiB in all; idle connections closed after %v",
-		b.MaxConns, b.StreamsPerConn, b.SharedStreams, b.MaxConnBufferBytes>>10, b.MaxBufferBytes>>20, b.IdleTimeout)
+	return fmt.Sprintf("%d connections (the idlest evicted at the cap), %d streams each, %d more streams shared fairly; buffered requests <= %d KiB a connection, %d MiB in all; requests within %v of their headers; idle connections closed after %v (%v before their first call)",
+		b.MaxConns, b.StreamsPerConn, b.SharedStreams, b.MaxConnBufferBytes>>10, b.MaxBufferBytes>>20, b.BodyTimeout, b.IdleTimeout, b.FirstCallTimeout)
 }

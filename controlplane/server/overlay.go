@@ -104,7 +104,8 @@ func (s *Server) buildExtraHTTP() error {
 		if err != nil {
 			return fmt.Errorf("server: %s address %s: %w", e.Name, e.Addr, err)
 		}
-		s.extra = append(s.extra, extraHTTP{name: e.Name, ln: s.limit(ln, e.Name, httpMaxConns), srv: s.httpServer(e.Handler)})
+		l := s.evicting(s.limit(ln, e.Name, httpMaxConns), e.Name, firstCallTimeout(s.cfg), firstCallTimeout(s.cfg))
+		s.extra = append(s.extra, extraHTTP{name: e.Name, ln: l, srv: s.httpServer(e.Handler)})
 	}
 	return nil
 }

@@ -192,6 +192,16 @@ type Config struct {
 	MaxConnBufferBytes int64
 	MaxBufferBytes     int64
 	IdleTimeout        time.Duration
+	// FirstCallTimeout closes a connection that has completed no call
+	// this long after it was accepted (DefaultFirstCallTimeout; at most
+	// IdleTimeout), on the policy and HTTP listeners and on the decision
+	// port in grpc-go mode. At their connection caps these listeners
+	// close the connection without calls in flight that is due to close
+	// soonest for want of calls, to take the new one.
+	FirstCallTimeout time.Duration
+	// BodyTimeout resets a decision call (grpc-go mode) whose request has
+	// not arrived this long after its headers; DefaultBodyTimeout if 0.
+	BodyTimeout time.Duration
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// RLQSAddr, when set, serves Envoy's Rate Limit Quota Service there
@@ -317,10 +327,12 @@ func (s *Server) build() error {
 	if cfg.GRPCServer == GRPCServerGo {
 		b := grpcBounds(cfg)
 		s.bounds = &b
-		opts := decisionServerOptions(s.service, b, s.newStreamBudget(b.SharedStreams))
+		opts := decisionServerOptions(s.service, b, s.newStreamBudget(b.SharedStreams, b.BodyTimeout))
+		var creds credentials.TransportCredentials
 		if cfg.GRPCTLS != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
+			creds = credentials.NewTLS(cfg.GRPCTLS)
 		}
+		opts = append(opts, grpc.Creds(s.guard(creds, "decision")))
 		if cfg.Tracer != nil {
 			opts = append(opts, grpc.ChainUnaryInterceptor(traceInterceptor(cfg.Tracer)))
 		}
@@ -352,13 +364,17 @@ func (s *Server) build() error {
 		return fmt.Errorf("server: gRPC address %s: %w", cfg.GRPCAddr, err)
 	}
 	if s.bounds != nil {
-		s.grpcLn = s.limit(s.grpcLn, "decision", s.bounds.MaxConns)
+		s.grpcLn = s.evicting(s.limit(s.grpcLn, "decision", s.bounds.MaxConns), "decision", s.bounds.IdleTimeout, s.bounds.FirstCallTimeout)
 	}
 	s.grpcLn = s.decisionListener(s.grpcLn)
 	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("server: HTTP address %s: %w", cfg.HTTPAddr, err)
 	}
-	s.httpLn = s.limit(s.httpLn, "http", httpMaxConns)
+	// On the HTTP listener a connection that has been answered is not
+	// worth more than a new one (a client that asks for /metrics again
+	// and again and never reads its answers looks answered): the idlest
+	// goes first, by its last activity alone.
+	s.httpLn = s.evicting(s.limit(s.httpLn, "http", httpMaxConns), "http", firstCallTimeout(s.cfg), firstCallTimeout(s.cfg))
 	if err := s.buildExtraHTTP(); err != nil {
 		return err
 	}
@@ -417,11 +433,12 @@ func (s *Server) buildPolicyService() error {
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	opts := append(auth.ServerOptions(), policyServerOptions(orDefault(s.cfg.IdleTimeout, DefaultIdleTimeout))...)
+	idle := orDefault(s.cfg.IdleTimeout, DefaultIdleTimeout)
+	var creds credentials.TransportCredentials
 	if s.cfg.PolicyTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.PolicyTLS)))
+		creds = credentials.NewTLS(s.cfg.PolicyTLS)
 	}
-	s.polGRPC = grpc.NewServer(opts...)
+	s.polGRPC = grpc.NewServer(policyServerOptions(auth, idle, s.guard(creds, "policy"))...)
 	policyservice.New(s.policies, s.log).Register(s.polGRPC)
 	addr := s.cfg.PolicyAddr
 	if addr == "" {
@@ -430,8 +447,15 @@ func (s *Server) buildPolicyService() error {
 	if s.polLn, err = net.Listen("tcp", addr); err != nil {
 		return fmt.Errorf("server: policy address %s: %w", addr, err)
 	}
-	s.polLn = s.limit(s.polLn, "policy", policyMaxConns)
+	s.polLn = s.evicting(s.limit(s.polLn, "policy", policyMaxConns), "policy", idle, firstCallTimeout(s.cfg))
 	return nil
+}
+
+// firstCallTimeout is how long a connection of the policy or HTTP
+// listener (or the decision port in grpc-go mode) may stay open without
+// completing a call: Config.FirstCallTimeout, at most the idle timeout.
+func firstCallTimeout(cfg Config) time.Duration {
+	return min(orDefault(cfg.FirstCallTimeout, DefaultFirstCallTimeout), orDefault(cfg.IdleTimeout, DefaultIdleTimeout))
 }
 
 // GRPCAddr returns the gRPC listener's address.

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
+	"github.com/sluicehq/sluice/controlplane/policyservice"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testcerts"
@@ -285,5 +287,36 @@ func TestDecisionListener(t *testing.T) {
 		if wrapped != c.wrapped || warned != c.warn {
 			t.Errorf("%s: TLS listener %v, warned %v; want %v, %v", c.name, wrapped, warned, c.wrapped, c.warn)
 		}
+	}
+}
+
+// TestPolicyServiceMTLS: the policy service over mutual TLS, its
+// connections read through the frame guard (which wraps the TLS
+// credentials): a client with a certificate of the client CA is served
+// and identified; one without is refused.
+func TestPolicyServiceMTLS(t *testing.T) {
+	certs := testcerts.New(t)
+	tc, err := policyservice.ServerTLSConfig(certs.ServerCert, certs.ServerKey, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := start(t, Config{Policies: policies(t), PolicyAddr: "127.0.0.1:0", PolicyTLS: tc,
+		PolicyAuth: policyservice.AuthConfig{ClientCAs: certs.CA.Pool}})
+	list := func(cfg *tls.Config) error {
+		cc, err := grpc.NewClient(srv.PolicyAddr(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = sluicev1.NewPolicyServiceClient(cc).List(ctx, &sluicev1.ListRequest{})
+		return err
+	}
+	if err := list(certs.ClientTLS(t)); err != nil {
+		t.Errorf("client with a certificate of the client CA: %v", err)
+	}
+	if err := list(&tls.Config{RootCAs: certs.CA.Pool}); err == nil {
+		t.Error("a client without a certificate was served")
 	}
 }

@@ -62,10 +62,12 @@
 //	                                                connection (4194304)
 //	-max-buffer-bytes    SLUICE_MAX_BUFFER_BYTES    decision port: buffered request bytes in all (67108864)
 //	-idle-timeout        SLUICE_IDLE_TIMEOUT        close connections without calls after this long (5m)
-//	-first-call-timeout  SLUICE_FIRST_CALL_TIMEOUT  unary decision server: close a connection that has
-//	                                                completed no call this long after it opened (10s)
-//	-request-body-timeout SLUICE_REQUEST_BODY_TIMEOUT unary decision server: reset a request whose body
-//	                                                is not complete this long after its headers (2s)
+//	-first-call-timeout  SLUICE_FIRST_CALL_TIMEOUT  close a connection that completed no call this long after
+//	                                                it opened (10s; every listener); at their caps the
+//	                                                listeners evict the connection idle longest (one with
+//	                                                no call yet first), not the new one
+//	-request-body-timeout SLUICE_REQUEST_BODY_TIMEOUT reset a decision call whose request body is not complete
+//	                                                this long after its headers, and free its buffer (2s)
 //	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary decision server: largest request message (65536;
 //	                                                grpc-go mode: 16 KiB)
 //	                     The -max-* and -idle-timeout flags bound the decision port in both server modes.
@@ -327,13 +329,13 @@ func newFlagSet(c *config) (*flag.FlagSet, map[string]string) {
 	str(&c.rlqsAddr, "rlqs-addr", "SLUICE_RLQS_ADDR", "", "Envoy's Rate Limit Quota Service (RLQS) listen address (default: off)")
 	dur(&c.rlqsTTL, "rlqs-ttl", "SLUICE_RLQS_TTL", rlqs.DefaultTTL, "RLQS assignment time to live, whole seconds (3 of Envoy's 5 s reports)")
 	num(&c.rlqsMaxBuckets, "rlqs-max-buckets", "SLUICE_RLQS_MAX_BUCKETS", rlqs.DefaultMaxBuckets, "RLQS buckets one Envoy stream may have")
-	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once")
+	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once (grpc-go mode: the one idle longest is closed to make room)")
 	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", server.DefaultMaxStreamsPerConn, "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
 	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
 	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", server.DefaultMaxBufferBytes, "decision port: request bytes all connections together may have buffered")
 	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", server.DefaultIdleTimeout, "close connections (decision, policy, HTTP) without calls after this long")
-	dur(&c.firstCallTimeout, "first-call-timeout", "SLUICE_FIRST_CALL_TIMEOUT", grpcunary.DefaultFirstCallTimeout, "unary decision server: close a connection that has completed no call this long after it opened (at -max-conns, such connections are the first closed to make room)")
-	dur(&c.requestBodyTimeout, "request-body-timeout", "SLUICE_REQUEST_BODY_TIMEOUT", grpcunary.DefaultRequestBodyTimeout, "unary decision server: reset a request whose body is not complete this long after its headers, and free its buffer")
+	dur(&c.firstCallTimeout, "first-call-timeout", "SLUICE_FIRST_CALL_TIMEOUT", server.DefaultFirstCallTimeout, "close a connection that completed no call this long after it opened (every listener); at their caps the listeners evict the connection idle longest, not the new one")
+	dur(&c.requestBodyTimeout, "request-body-timeout", "SLUICE_REQUEST_BODY_TIMEOUT", server.DefaultBodyTimeout, "reset a decision call whose request body is not complete this long after its headers, and free its buffer (both server modes)")
 	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 	fs.BoolVar(&c.version, "version", false, "print the version, commit and Go version, and exit")
@@ -569,6 +571,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		MaxConnBufferBytes: c.maxConnBufferBytes,
 		MaxBufferBytes:     c.maxBufferBytes,
 		IdleTimeout:        c.idleTimeout,
+		FirstCallTimeout:   c.firstCallTimeout,
+		BodyTimeout:        c.requestBodyTimeout,
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())

@@ -61,9 +61,10 @@ func TestParseFlags(t *testing.T) {
 		t.Fatalf("envoyproxy/ratelimit switches default on: %+v, %v", c, err)
 	}
 	bounds := map[string]string{"SLUICE_MAX_CONNS": "10", "SLUICE_MAX_STREAMS_PER_CONN": "20", "SLUICE_MAX_CONN_BUFFER_BYTES": "30",
-		"SLUICE_MAX_BUFFER_BYTES": "40", "SLUICE_IDLE_TIMEOUT": "50s"}
+		"SLUICE_MAX_BUFFER_BYTES": "40", "SLUICE_IDLE_TIMEOUT": "50s", "SLUICE_FIRST_CALL_TIMEOUT": "3s", "SLUICE_REQUEST_BODY_TIMEOUT": "600ms"}
 	if c, err := parseFlags([]string{"-max-conns", "11"}, func(k string) string { return bounds[k] }, io.Discard); err != nil ||
-		c.maxConns != 11 || c.maxStreamsPerConn != 20 || c.maxConnBufferBytes != 30 || c.maxBufferBytes != 40 || c.idleTimeout != 50*time.Second {
+		c.maxConns != 11 || c.maxStreamsPerConn != 20 || c.maxConnBufferBytes != 30 || c.maxBufferBytes != 40 || c.idleTimeout != 50*time.Second ||
+		c.firstCallTimeout != 3*time.Second || c.requestBodyTimeout != 600*time.Millisecond {
 		t.Fatalf("bounds: %+v, %v", c, err)
 	}
 	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_GC_PERCENT": "150"}[k] }, io.Discard); err != nil ||
@@ -93,6 +94,7 @@ func TestParseFlags(t *testing.T) {
 		{nil, map[string]string{"SLUICE_RLQS_MAX_BUCKETS": "0"}, "-rlqs-max-buckets positive"},
 		{[]string{"-max-conns", "0"}, nil, "-max-conns, -max-streams-per-conn"},
 		{nil, map[string]string{"SLUICE_IDLE_TIMEOUT": "-1s"}, "-idle-timeout must be positive"},
+		{[]string{"-request-body-timeout", "0s"}, nil, "-first-call-timeout and -request-body-timeout must be positive"},
 		{[]string{"-max-streams-per-conn", "4294967296"}, nil, "-max-streams-per-conn must be at most"},
 	}
 	for _, b := range bad {

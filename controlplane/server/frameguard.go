@@ -1,0 +1,297 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/credentials"
+)
+
+// Bounds of the frame guard (see frameGuard): what one connection of a
+// grpc-go server may send before it is told GOAWAY ENHANCE_YOUR_CALM and
+// closed. grpc-go bounds the rest itself (PING floods: its keepalive
+// enforcement; header sizes: MaxHeaderListSize; streams:
+// MaxConcurrentStreams), but answers each of these frames and never closes
+// the connection.
+const (
+	// guardWindow is the window of streams opened over which resets and
+	// refused streams are counted: past guardMaxBad of them, or past
+	// guardMaxSettings SETTINGS frames, within one window, the connection
+	// ends. A connection that opens no stream stays in its first window.
+	guardWindow      = 1024
+	guardMaxBad      = guardWindow / 2
+	guardMaxSettings = 16
+	// guardMaxContinuations and guardMaxBlock bound one header block: its
+	// CONTINUATION frames and its bytes (four times MaxHeaderListSize).
+	guardMaxContinuations = 16
+	guardMaxBlock         = 64 << 10
+)
+
+// HTTP/2 frame types and flags the guard reads (RFC 9113, 6).
+const (
+	frameData         = 0x0
+	frameHeaders      = 0x1
+	frameRSTStream    = 0x3
+	frameSettings     = 0x4
+	frameGoAway       = 0x7
+	frameContinuation = 0x9
+
+	flagAck        = 0x1
+	flagEndHeaders = 0x4
+
+	errCodeEnhanceYourCalm = 0xb
+)
+
+// clientPrefaceLen is the length of the HTTP/2 client preface.
+const clientPrefaceLen = 24
+
+// frameGuard is a server connection of a grpc-go server that reads the
+// frame headers of what the client sends and ends the connection (GOAWAY
+// ENHANCE_YOUR_CALM, then close) when the client floods frames that grpc-go
+// answers one by one without ever closing:
+//   - rapid reset (CVE-2023-44487) and bad HEADERS: past half of a window
+//     of 1024 streams opened, streams the client reset (RST_STREAM) or that
+//     grpc-go refused before they reached its tap handle (malformed or
+//     forbidden headers, a stream over MAX_CONCURRENT_STREAMS). A stream
+//     refused by the tap (the stream budget, credentials) is not counted:
+//     the client had no way to know. An Envoy whose calls time out more
+//     than half the time resets as many, loses its connection and opens
+//     another, as with Envoy's and Go's own servers;
+//   - SETTINGS: more than 16 in a window (a client sends one, at the
+//     start);
+//   - header blocks of more than 16 CONTINUATION frames or 64 KiB (the
+//     CONTINUATION flood, empty frames included).
+//
+// Writes are serialized and their frame boundaries tracked, so that the
+// GOAWAY goes out between two of grpc-go's frames (or not at all, the
+// connection closing anyway, when it would land inside one).
+type frameGuard struct {
+	net.Conn
+	addr  *connAddr          // the connection's counters; nil: no tap count
+	calms prometheus.Counter // nil: not counted
+
+	// Read side, used only by grpc-go's reader goroutine.
+	preface   int     // bytes of the client preface still to pass
+	hdr       [9]byte // the frame header being read
+	hdrN      int
+	left      uint32 // payload bytes of the current frame still to pass
+	inBlock   bool   // a header block is open (no END_HEADERS yet)
+	newStream bool   // the open block opens a stream
+	conts     int    // CONTINUATION frames of the open block
+	blockLen  int    // bytes of the open block
+	maxStream uint32 // the highest stream id a header block opened
+	opened    int    // streams opened in the window
+	bad       int    // streams reset or refused in the window
+	settings  int    // SETTINGS frames in the window
+	blocks    uint64 // header blocks that opened streams, ever
+	checked   uint64 // blocks compared with addr.tapped so far
+	tapped    uint64 // addr.tapped at the last comparison
+
+	// Write side.
+	wmu    sync.Mutex
+	wleft  int // bytes of the current outgoing frame still to pass
+	whdr   [9]byte
+	whdrN  int
+	calmed atomic.Bool
+}
+
+// newFrameGuard guards c, whose counters are addr (nil: none).
+func newFrameGuard(c net.Conn, addr *connAddr, calms prometheus.Counter) *frameGuard {
+	return &frameGuard{Conn: c, addr: addr, calms: calms, preface: clientPrefaceLen}
+}
+
+// errCalm is returned by the reads of a connection the guard ended.
+var errCalm = errors.New("sluice: connection closed: too many resets, refused streams, SETTINGS or CONTINUATION frames (GOAWAY ENHANCE_YOUR_CALM)")
+
+// Read reads from the connection and counts the frames read.
+func (g *frameGuard) Read(b []byte) (int, error) {
+	if g.calmed.Load() {
+		return 0, errCalm
+	}
+	// grpc-go reads again only once it has handled every frame it had
+	// whole (the tap handle runs as a stream's headers are handled), so
+	// the blocks read before this call have all reached the tap or been
+	// refused before it.
+	g.countRefused()
+	n, err := g.Conn.Read(b)
+	if n > 0 {
+		if reason := g.scan(b[:n]); reason != "" {
+			g.calm(reason)
+			return 0, errCalm
+		}
+	}
+	return n, err
+}
+
+// countRefused counts as bad the header blocks read that did not reach the
+// tap handle.
+func (g *frameGuard) countRefused() {
+	if g.addr == nil || g.blocks == g.checked {
+		return
+	}
+	t := g.addr.tapped.Load()
+	if refused := int(g.blocks-g.checked) - int(t-g.tapped); refused > 0 {
+		g.bad += refused
+	}
+	g.checked, g.tapped = g.blocks, t
+}
+
+// scan reads the frame headers in p, the next bytes from the client, and
+// returns why the connection must end, or "".
+func (g *frameGuard) scan(p []byte) string {
+	if g.preface > 0 {
+		k := min(g.preface, len(p))
+		g.preface -= k
+		p = p[k:]
+	}
+	for len(p) > 0 {
+		if g.left > 0 {
+			k := uint32(min(uint64(g.left), uint64(len(p))))
+			g.left -= k
+			p = p[k:]
+			continue
+		}
+		k := copy(g.hdr[g.hdrN:], p)
+		g.hdrN += k
+		p = p[k:]
+		if g.hdrN < len(g.hdr) {
+			break
+		}
+		g.hdrN = 0
+		length := uint32(g.hdr[0])<<16 | uint32(g.hdr[1])<<8 | uint32(g.hdr[2])
+		g.left = length
+		if reason := g.frame(g.hdr[3], g.hdr[4], binary.BigEndian.Uint32(g.hdr[5:9])&(1<<31-1), int(length)); reason != "" {
+			return reason
+		}
+	}
+	if g.bad > guardMaxBad {
+		return "too many streams reset or refused"
+	}
+	return ""
+}
+
+// frame counts one frame by its header.
+func (g *frameGuard) frame(typ, flags byte, stream uint32, length int) string {
+	switch typ {
+	case frameHeaders:
+		g.inBlock, g.conts, g.blockLen = true, 0, length
+		g.newStream = stream > g.maxStream
+		if g.newStream {
+			g.maxStream = stream
+		}
+	case frameContinuation:
+		if !g.inBlock {
+			return "" // grpc-go ends the connection: a protocol error
+		}
+		g.conts++
+		g.blockLen += length
+		if g.conts > guardMaxContinuations || g.blockLen > guardMaxBlock {
+			return "header block of too many CONTINUATION frames or bytes"
+		}
+	case frameRSTStream:
+		g.bad++
+	case frameSettings:
+		if flags&flagAck == 0 {
+			g.settings++
+			if g.settings > guardMaxSettings {
+				return "too many SETTINGS frames"
+			}
+		}
+	}
+	if (typ == frameHeaders || typ == frameContinuation) && flags&flagEndHeaders != 0 {
+		g.inBlock = false
+		if g.newStream {
+			g.blocks++
+			g.opened++
+			if g.opened >= guardWindow {
+				if g.bad > guardMaxBad {
+					return "too many streams reset or refused"
+				}
+				g.opened, g.bad, g.settings = 0, 0, 0
+			}
+		}
+	}
+	return ""
+}
+
+// calm sends GOAWAY ENHANCE_YOUR_CALM, if it can go out between two
+// frames, and closes the connection.
+func (g *frameGuard) calm(reason string) {
+	if g.calmed.Swap(true) {
+		return
+	}
+	if g.calms != nil {
+		g.calms.Inc()
+	}
+	// A writer blocked on a client that does not read holds the lock:
+	// then the connection closes without GOAWAY (which would not be read).
+	if g.wmu.TryLock() {
+		if g.wleft == 0 && g.whdrN == 0 {
+			f := make([]byte, 9+8+len(reason))
+			f[2] = byte(8 + len(reason))
+			f[3] = frameGoAway
+			binary.BigEndian.PutUint32(f[9:], g.maxStream)
+			binary.BigEndian.PutUint32(f[13:], errCodeEnhanceYourCalm)
+			copy(f[17:], reason)
+			g.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			g.Conn.Write(f)
+		}
+		g.wmu.Unlock()
+	}
+	g.Conn.Close()
+}
+
+// Write writes grpc-go's frames, keeping track of their boundaries.
+func (g *frameGuard) Write(b []byte) (int, error) {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	if g.calmed.Load() {
+		return 0, net.ErrClosed
+	}
+	n, err := g.Conn.Write(b)
+	p := b[:n]
+	for len(p) > 0 {
+		if g.wleft > 0 {
+			k := min(g.wleft, len(p))
+			g.wleft -= k
+			p = p[k:]
+			continue
+		}
+		k := copy(g.whdr[g.whdrN:], p)
+		g.whdrN += k
+		p = p[k:]
+		if g.whdrN == len(g.whdr) {
+			g.whdrN = 0
+			g.wleft = int(g.whdr[0])<<16 | int(g.whdr[1])<<8 | int(g.whdr[2])
+		}
+	}
+	return n, err
+}
+
+// guardCreds wraps a grpc-go server's transport credentials (TLS, or
+// insecure for cleartext) so that each connection is read through a
+// frameGuard once its handshake is done: above TLS, where the frames are.
+type guardCreds struct {
+	credentials.TransportCredentials
+	calms prometheus.Counter
+}
+
+// ServerHandshake runs the wrapped handshake and guards the connection.
+func (g guardCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	sc, info, err := g.TransportCredentials.ServerHandshake(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	ca, _ := c.RemoteAddr().(*connAddr)
+	return newFrameGuard(sc, ca, g.calms), info, nil
+}
+
+// Clone clones the wrapped credentials.
+func (g guardCreds) Clone() credentials.TransportCredentials {
+	return guardCreds{g.TransportCredentials.Clone(), g.calms}
+}
