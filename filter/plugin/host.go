@@ -94,6 +94,11 @@ type Host interface {
 	// IncrementCounter adds delta to a counter, or to a gauge (which may
 	// go down).
 	IncrementCounter(id uint32, delta int64)
+
+	// SharedData and SetSharedData are the proxy's shared data, common to
+	// the VMs of one vm_id (package sharedblocks).
+	SharedData(key string) (value []byte, cas uint32, found bool)
+	SetSharedData(key string, value []byte, cas uint32) (set bool, err error)
 }
 
 // The proxy-wasm log levels.

@@ -403,3 +403,7 @@ func (t *Table) pushFront(i int32) {
 		t.tail = i
 	}
 }
+
+// Blocks reports whether block b still blocks at now in this table (its
+// PassAt less the call timeout and 1us is later).
+func (t *Table) Blocks(b Block, now int64) bool { return t.blockEnd(b) > now }
