@@ -23,7 +23,10 @@
 // Nobody waits on anybody: a read is one host call; a write reads the slot
 // and sets it if its CAS is unchanged, at most MaxAttempts times; when every
 // attempt lost the race to another writer, the block stays in the writing
-// VM's own table only (a later denial publishes it again).
+// VM's own table only (a later denial publishes it again). The host sets a
+// key with no value whatever the CAS, so the first two writers of an empty
+// slot may both succeed, the later overwriting the earlier: that loses a
+// block, never makes one up.
 package sharedblocks
 
 import (
