@@ -21,9 +21,9 @@ import (
 // /metrics: every call the filters made is a decision the control planes
 // counted, and the other rejections never reached them.
 //
-// The precheck's state is per VM: each of the four VMs learns on its own
-// that the key is over its limit, and Envoy's access log shows each of
-// them shedding its own share (response code details).
+// The VMs of one Envoy share what they learn of over-limit keys (package
+// filter/sharedblocks), and Envoy's access log shows each of them shedding
+// its own share (response code details).
 func TestFloodDecidedLocally(t *testing.T) {
 	const (
 		n         = 50     // the limit
@@ -115,11 +115,11 @@ descriptors:
 			f, okCalls, overCalls, local)
 	}
 	// And so does Envoy's access log, which names who decided each
-	// request, per VM: every VM learns on its own that the key is over its
-	// limit (from a control plane's refusal, or from what it alone
-	// admitted), then sheds the rest of its share itself. Until the first
-	// refusal reaches it, each of its connections may have one more request
-	// at a control plane.
+	// request, per VM: every VM learns that the key is over its limit (from
+	// a control plane's refusal, its own or another VM's through the shared
+	// data, or from what it alone admitted), then sheds the rest of its
+	// share itself. Until the first refusal reaches it, each of its
+	// connections may have one more request at a control plane.
 	logs, err := c.accessLogs(key, flood)
 	if err != nil {
 		t.Fatal(err)

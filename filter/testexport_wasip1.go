@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/filter/abi"
 	"github.com/sluicehq/sluice/filter/plugin"
@@ -54,6 +55,23 @@ type stubHost struct {
 	addr   string // the peer address, as the host last gave it
 	now    int64  // the time when stubbing began
 	locals uint32 // local replies swallowed
+}
+
+// TrapValue is the request header value on which the sluicetest build
+// reads memory past the end of its linear memory: a Wasm trap, which no Go
+// recover sees, so the host fails the VM (e2e/abi's reload test). (os.Exit
+// would not do: Envoy's proc_exit returns.)
+const TrapValue = "sluice-test-trap"
+
+// trapSink keeps the trapping load from being optimized away.
+var trapSink byte
+
+func (h *stubHost) RequestHeader(name string) (string, bool) {
+	v, ok := h.Host.RequestHeader(name)
+	if ok && v == TrapValue {
+		trapSink = *(*byte)(unsafe.Add(nil, uintptr(0xfffffff0)))
+	}
+	return v, ok
 }
 
 func (h *stubHost) RemoteAddress() (string, bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +52,63 @@ type wasmHost struct {
 	logs     []string
 	quiet    bool // record nothing per request (benchmark)
 	nLocals  int
+	shared   *hostShared // the proxy's shared data; hosts of one test may share it
+}
+
+// hostShared is the shared data of one vm_id as proxy-wasm-cpp-host keeps
+// it (src/shared_data.cc): behind one lock, a CAS number from one counter
+// per set (never 0); a set with CAS 0, or of a key with no value, always
+// succeeds; a set with another CAS than the key's is CAS_MISMATCH. No
+// delete, no expiry.
+type hostShared struct {
+	mu   sync.Mutex
+	m    map[string]hostSharedValue
+	next uint32
+	// beforeSet, if not nil, runs (unlocked) before a set is applied: a
+	// VM on another thread writing in between.
+	beforeSet func()
+}
+
+type hostSharedValue struct {
+	v   []byte
+	cas uint32
+}
+
+func newHostShared() *hostShared { return &hostShared{m: map[string]hostSharedValue{}} }
+
+func (d *hostShared) get(key string) ([]byte, uint32, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.m[key]
+	return e.v, e.cas, ok
+}
+
+func (d *hostShared) set(key string, value []byte, cas uint32) abi.Status {
+	if f := d.beforeSet; f != nil {
+		d.beforeSet = nil
+		f()
+		d.beforeSet = f
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e, ok := d.m[key]; ok && cas != 0 && cas != e.cas {
+		return abi.StatusCasMismatch
+	}
+	if d.next++; d.next == 0 {
+		d.next = 1
+	}
+	d.m[key] = hostSharedValue{append([]byte(nil), value...), d.next}
+	return abi.StatusOK
+}
+
+// size returns the number of keys and the bytes of keys and values.
+func (d *hostShared) size() (keys, bytes int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, v := range d.m {
+		bytes += len(k) + len(v.v)
+	}
+	return len(d.m), bytes
 }
 
 type hostAnswer struct {
@@ -67,7 +125,15 @@ func newWasmHost(tb testing.TB, wasm []byte, config string) *wasmHost {
 // example one carrying a wazero function listener).
 func newWasmHostIn(tb testing.TB, ctx context.Context, wasm []byte, config string) *wasmHost {
 	tb.Helper()
-	h := &wasmHost{
+	return newWasmHostShared(tb, ctx, wasm, config, newHostShared())
+}
+
+// newWasmHostShared is newWasmHostIn for a VM of a proxy whose shared data
+// is shared: the hosts of one test given the same one are the VMs of one
+// Envoy.
+func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config string, shared *hostShared) *wasmHost {
+	tb.Helper()
+	h := &wasmHost{shared: shared,
 		tb: tb, ctx: ctx, config: []byte(config), stack: make([]uint64, 16), mstack: make([]uint64, 1),
 		fn: map[string]api.Function{}, headers: map[uint32]map[string]string{},
 		locals: map[uint32]uint32{}, resumed: map[uint32]int{}, remote: "198.51.100.4:5000",
@@ -151,6 +217,22 @@ func newWasmHostIn(tb testing.TB, ctx context.Context, wasm []byte, config strin
 	export("proxy_define_metric", []api.ValueType{i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
 		m.Memory().WriteUint32Le(uint32(s[3]), 1)
 		s[0] = 0
+	})
+	export("proxy_get_shared_data", []api.ValueType{i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		key, _ := m.Memory().Read(uint32(s[0]), uint32(s[1]))
+		v, cas, ok := h.shared.get(string(key))
+		if !ok {
+			s[0] = uint64(abi.StatusNotFound)
+			return
+		}
+		h.give(m, v, uint32(s[2]), uint32(s[3]))
+		m.Memory().WriteUint32Le(uint32(s[4]), cas)
+		s[0] = 0
+	})
+	export("proxy_set_shared_data", []api.ValueType{i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		key, _ := m.Memory().Read(uint32(s[0]), uint32(s[1]))
+		v, _ := m.Memory().Read(uint32(s[2]), uint32(s[3]))
+		s[0] = uint64(h.shared.set(string(key), v, uint32(s[4])))
 	})
 	export("proxy_increment_metric", []api.ValueType{i32, i64}, func(_ context.Context, m api.Module, s []uint64) {
 		s[0] = 0

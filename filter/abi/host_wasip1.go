@@ -201,3 +201,31 @@ func (h *Host) DefineGauge(name string) (uint32, error) {
 func (h *Host) IncrementCounter(id uint32, delta int64) {
 	proxyIncrementMetric(id, delta)
 }
+
+// outCas receives proxy_get_shared_data's CAS number.
+var outCas uint32
+
+// SharedData returns key's value in the proxy's shared data (of this VM's
+// vm_id) and its CAS number; found is false when key has none (or the host
+// fails to read it).
+func (h *Host) SharedData(key string) (value []byte, cas uint32, found bool) {
+	outData, outSize, outCas = 0, 0, 0
+	if Status(proxyGetSharedData(key, &outData, &outSize, &outCas)) != StatusOK {
+		return nil, 0, false
+	}
+	return viewBytes(outData, outSize), outCas, true
+}
+
+// SetSharedData sets key's value if its CAS number is still cas (0: in any
+// case); set is false on a CAS mismatch.
+func (h *Host) SetSharedData(key string, value []byte, cas uint32) (set bool, err error) {
+	vp, vn := data(value)
+	switch st := Status(proxySetSharedData(key, vp, vn, cas)); st {
+	case StatusOK:
+		return true, nil
+	case StatusCasMismatch:
+		return false, nil
+	default:
+		return false, st
+	}
+}

@@ -57,3 +57,9 @@ const clockRealtime = 0
 //
 //go:wasmimport wasi_snapshot_preview1 clock_time_get
 func clockTimeGet(clock uint32, precision uint64, out *uint64) uint32
+
+//go:wasmimport env proxy_get_shared_data
+func proxyGetSharedData(key string, retValue, retSize, retCas *uint32) uint32
+
+//go:wasmimport env proxy_set_shared_data
+func proxySetSharedData(key string, value unsafe.Pointer, valueSize uint32, cas uint32) uint32

@@ -155,6 +155,9 @@ func (p *Plugin) record(s *stream, now int64) {
 			o.OverLimit, o.RetryAfter = true, descriptorRetryAfter(resp, i)
 		}
 		p.table.Record(s.key(i), o, now)
+		if o.OverLimit && p.shared != nil {
+			p.publish(s.key(i), o, now)
+		}
 	}
 }
 

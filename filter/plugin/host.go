@@ -43,6 +43,20 @@
 // package precheck), so that it never rejects what the control plane would
 // allow. When the local bucket rejects, Retry-After is when the bucket has
 // room again, which the control plane's answer may then push later.
+//
+// # One over-limit state per proxy
+//
+// Envoy runs one VM per worker thread. A denial one VM hears from the
+// control plane is published to the proxy's shared data (package
+// sharedblocks: a fixed number of slots, compare-and-swap writes, at most 3
+// attempts, else the block stays in that VM), and a request that its VM's
+// precheck lets through reads the shared block of each of its descriptors
+// before calling the control plane: a block found goes into the VM's own
+// table, which rejects on it exactly as on its own denials (until the
+// control plane's reset less the VM's own call timeout), so the VM's later
+// requests need no read. A request the precheck rejects reads nothing; one
+// that calls out reads once per descriptor; a denial is published with one
+// read and one write (more when another VM writes the same slot at once).
 package plugin
 
 // Host is what the plugin needs from the proxy. Strings and byte slices it
@@ -94,6 +108,11 @@ type Host interface {
 	// IncrementCounter adds delta to a counter, or to a gauge (which may
 	// go down).
 	IncrementCounter(id uint32, delta int64)
+
+	// SharedData and SetSharedData are the proxy's shared data, common to
+	// the VMs of one vm_id (package sharedblocks).
+	SharedData(key string) (value []byte, cas uint32, found bool)
+	SetSharedData(key string, value []byte, cas uint32) (set bool, err error)
 }
 
 // The proxy-wasm log levels.

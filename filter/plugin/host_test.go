@@ -43,6 +43,9 @@ type fakeHost struct {
 
 	panicOnHeader bool
 	panicOnBody   bool
+
+	shared     *sharedData // the proxy's shared data: the same for the VMs of a test
+	sharedGets int
 }
 
 type fakeCall struct {
@@ -73,7 +76,7 @@ func newFakeHost(t testing.TB, config string) *fakeHost {
 		headers: map[uint32]map[string]string{}, remote: map[uint32]string{},
 		local: map[uint32]fakeLocal{}, resumed: map[uint32]int{},
 		addedReq: map[uint32][][2]string{}, addedRsp: map[uint32][][2]string{},
-		counters: map[string]int64{},
+		counters: map[string]int64{}, shared: newSharedData(),
 	}
 }
 
@@ -235,7 +238,13 @@ type testbed struct {
 const rootID = 1
 
 func newTestbed(t testing.TB, config string) *testbed {
+	return newTestbedOn(t, config, newSharedData())
+}
+
+// newTestbedOn is newTestbed for a VM of a proxy whose shared data is d.
+func newTestbedOn(t testing.TB, config string, d *sharedData) *testbed {
 	h := newFakeHost(t, config)
+	h.shared = d
 	vm := NewVM(h)
 	h.current = rootID
 	vm.OnContextCreate(rootID, 0)
@@ -296,4 +305,39 @@ func header(hs [][2]string, name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// sharedData is proxy-wasm-cpp-host's shared data (src/shared_data.cc) of
+// one vm_id, which the fake hosts of one test's VMs share: a CAS number
+// from one counter per set; a set with CAS 0, or of a key with no value,
+// always succeeds; another CAS than the key's is a mismatch.
+type sharedData struct {
+	m    map[string]sharedValue
+	next uint32
+	// alwaysMismatch makes every set with a CAS fail, as if another VM
+	// always wrote first.
+	alwaysMismatch bool
+}
+
+type sharedValue struct {
+	v   []byte
+	cas uint32
+}
+
+func newSharedData() *sharedData { return &sharedData{m: map[string]sharedValue{}} }
+
+func (h *fakeHost) SharedData(key string) ([]byte, uint32, bool) {
+	h.sharedGets++
+	e, ok := h.shared.m[key]
+	return e.v, e.cas, ok
+}
+
+func (h *fakeHost) SetSharedData(key string, value []byte, cas uint32) (bool, error) {
+	d := h.shared
+	if e, ok := d.m[key]; ok && cas != 0 && (cas != e.cas || d.alwaysMismatch) {
+		return false, nil
+	}
+	d.next++
+	d.m[strings.Clone(key)] = sharedValue{append([]byte(nil), value...), d.next}
+	return true, nil
 }

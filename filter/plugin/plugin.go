@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/filter/limitheaders"
 	"github.com/sluicehq/sluice/filter/precheck"
 	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/sharedblocks"
 )
 
 // Metric names (Envoy shows them with its "wasmcustom." prefix).
@@ -49,6 +50,7 @@ const (
 type metrics struct {
 	allowed, overLimit, precheckRejected, errors, failureOpen, failureClosed uint32
 	held, delayed, delayedMs, holdRejected, holdAbandon                      uint32
+	precheckShared, sharedRetries, sharedLost                                uint32
 }
 
 // Plugin is one plugin instance (root context) and its configuration.
@@ -61,14 +63,17 @@ type Plugin struct {
 	// the precheck's state, and the failure modes (kept with the precheck
 	// off too).
 	table    *precheck.Table
-	precheck bool               // the precheck is on
-	calls    map[uint32]*stream // calls out, by call id
-	held     []*stream          // requests held (shaping), by release time
-	tickMs   uint32             // the tick period last set
-	names    []string           // default policy name of each rate limit
-	headers  []byte             // request headers of the gRPC call, serialized
-	timeout  uint32             // call timeout, ms
-	metrics  metrics
+	precheck bool // the precheck is on
+	// shared is the over-limit blocks the VMs of the proxy share (see
+	// shared.go); nil with the precheck off.
+	shared  *sharedblocks.Store
+	calls   map[uint32]*stream // calls out, by call id
+	held    []*stream          // requests held (shaping), by release time
+	tickMs  uint32             // the tick period last set
+	names   []string           // default policy name of each rate limit
+	headers []byte             // request headers of the gRPC call, serialized
+	timeout uint32             // call timeout, ms
+	metrics metrics
 	// The last precheck reply's headers, serialized: a flood of requests for
 	// one descriptor gets the same reply until its retry-after (in whole
 	// seconds) changes.
@@ -106,6 +111,10 @@ func (p *Plugin) configure(size int) bool {
 	p.cfg = cfg
 	p.table = precheck.NewTable(cfg.Precheck.MaxEntries, cfg.Timeout)
 	p.precheck = cfg.Precheck.Enabled
+	p.shared = nil
+	if p.precheck {
+		p.shared = sharedblocks.New(p.host, cfg.Domain, sharedblocks.Slots)
+	}
 	p.timeout = uint32(cfg.Timeout / config.Millisecond)
 	p.headers = headermap.Append(nil, [][2]string{
 		{":method", "POST"},
@@ -132,6 +141,9 @@ func (p *Plugin) configure(size int) bool {
 		{MetricDelayedMs, &p.metrics.delayedMs},
 		{MetricHoldRejected, &p.metrics.holdRejected},
 		{MetricHoldAbandon, &p.metrics.holdAbandon},
+		{MetricPrecheckShared, &p.metrics.precheckShared},
+		{MetricSharedCASRetries, &p.metrics.sharedRetries},
+		{MetricSharedLost, &p.metrics.sharedLost},
 	} {
 		id, err := p.host.DefineCounter(m.name)
 		if err != nil {

@@ -55,6 +55,11 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 	if p.spendQuota(s, now) {
 		return ActionContinue
 	}
+	if p.shared != nil {
+		if action, rejected := p.checkShared(s, now); rejected {
+			return action
+		}
+	}
 	return p.callOut(s, now)
 }
 

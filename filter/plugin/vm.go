@@ -149,6 +149,9 @@ func (vm *VM) OnTick(rootID uint32) {
 		vm.release(s)
 	}
 	p.releaseDue(now)
+	if p.shared != nil {
+		p.shared.RefreshSeed()
+	}
 }
 
 // OnDone lets the proxy finish any context at once. A request still held

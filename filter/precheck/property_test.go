@@ -260,12 +260,15 @@ type simulation struct {
 	// boundaries and at random times, which is where the local bounds are
 	// tight.
 	adversarial bool
-	tables      []*Table
-	queue       eventQueue
-	seq         int
-	rejected    int // prechecked rejections
-	admitted    int // global admissions
-	label       string
+	// shared: every denial one instance records is imported at once by
+	// all the others (the VMs of one proxy, through its shared data).
+	shared   bool
+	tables   []*Table
+	queue    eventQueue
+	seq      int
+	rejected int // prechecked rejections
+	admitted int // global admissions
+	label    string
 }
 
 func (s *simulation) schedule(at int64, kind eventKind, req *simRequest, desc int) {
@@ -420,7 +423,7 @@ func (s *simulation) answer(now int64, req *simRequest) {
 	table := s.tables[req.vm]
 	for d, o := range s.oracles {
 		r := req.results[d]
-		table.Record(s.key(d), Outcome{
+		out := Outcome{
 			Cost:       req.cost[d],
 			Limit:      o.reported(),
 			HasLimit:   true,
@@ -428,7 +431,15 @@ func (s *simulation) answer(now int64, req *simRequest) {
 			OverLimit:  !r.Allowed && !s.buckets,
 			RetryAfter: r.RetryAfter,
 			SentAt:     req.sentAt,
-		}, now)
+		}
+		table.Record(s.key(d), out, now)
+		if b, ok := BlockOf(out, now); ok && s.shared {
+			for _, other := range s.tables {
+				if other != table {
+					other.Import(s.key(d), b, now)
+				}
+			}
+		}
 	}
 }
 
@@ -448,18 +459,19 @@ func (s *simulation) ghost(now int64, req *simRequest, d int) {
 
 func TestPrecheckNeverRejectsWhatTheGlobalLimiterAllows(t *testing.T) {
 	for _, mode := range []struct {
-		name                 string
-		buckets, adversarial bool
+		name                         string
+		buckets, adversarial, shared bool
 	}{
-		{"over-limit and buckets", false, false},
-		{"buckets alone", true, false},
-		{"buckets alone, adversarial", true, true},
+		{"over-limit and buckets", false, false, false},
+		{"over-limit shared by the instances, and buckets", false, false, true},
+		{"buckets alone", true, false, false},
+		{"buckets alone, adversarial", true, true, false},
 	} {
-		t.Run(mode.name, func(t *testing.T) { testNeverRejects(t, mode.buckets, mode.adversarial) })
+		t.Run(mode.name, func(t *testing.T) { testNeverRejects(t, mode.buckets, mode.adversarial, mode.shared) })
 	}
 }
 
-func testNeverRejects(t *testing.T, buckets, adversarial bool) {
+func testNeverRejects(t *testing.T, buckets, adversarial, shared bool) {
 	algs := []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA, Reserve}
 	runs := 40
 	if testing.Short() {
@@ -479,6 +491,7 @@ func testNeverRejects(t *testing.T, buckets, adversarial bool) {
 					label:   alg.String() + " seed " + strconv.Itoa(seed),
 
 					adversarial: adversarial,
+					shared:      shared,
 				}
 				if adversarial {
 					s.delay = []int64{ms / 100, ms / 10}[rng.IntN(2)]
@@ -488,6 +501,9 @@ func testNeverRejects(t *testing.T, buckets, adversarial bool) {
 					s.oracles = append(s.oracles, randomOracle(rng, algs[rng.IntN(len(algs))]))
 				}
 				vms := 1 + rng.IntN(4)
+				if shared {
+					vms = 2 + rng.IntN(3)
+				}
 				if buckets {
 					vms = 1 // the buckets catch a lone instance saturating the limit
 				}

@@ -228,21 +228,74 @@ func (t *Table) FailureMode(key []byte) FailureMode {
 // else came. The block ends earlier, by up to twice the call timeout, so as
 // never to reject what the global limiter would allow.
 func (t *Table) Record(key []byte, o Outcome, now int64) {
+	b, blocks := BlockOf(o, now)
+	t.record(key, o, b, blocks, true, now)
+}
+
+// Block is a denial as the Wasm VMs of one proxy share it (see Import):
+// what one VM heard from the control plane, in the proxy's monotonic clock,
+// without the VM's own call timeout.
+type Block struct {
+	// PassAt is the earliest time the same request can pass the global
+	// limiter: the denied call's SentAt plus the retry-after it was given.
+	PassAt int64
+	// RetryAt is when clients rejected on the block are told to retry.
+	RetryAt int64
+	Cost    int64 // the denied request's cost: the block holds for costs at least this
+	// Limit, HasLimit and Name are the descriptor's limit as the denial
+	// reported it, for the headers of local replies.
+	Limit    Limit
+	HasLimit bool
+	Name     string
+}
+
+// BlockOf returns the block that a denial o, whose answer arrived at now,
+// teaches; ok is false when o is no denial with a retry-after.
+func BlockOf(o Outcome, now int64) (b Block, ok bool) {
+	if !o.OverLimit || o.RetryAfter <= 0 {
+		return Block{}, false
+	}
+	return Block{PassAt: o.SentAt + o.RetryAfter, RetryAt: now + o.RetryAfter, Cost: o.Cost,
+		Limit: o.Limit, HasLimit: o.HasLimit, Name: o.Name}, true
+}
+
+// Import takes in, at now, a block that another VM of the proxy (or this
+// one) learnt: until PassAt, less this table's call timeout and 1us, the
+// descriptor is rejected for costs of at least b.Cost, exactly as if this
+// table had recorded the denial itself. A block already over changes
+// nothing. The descriptor's failure mode is left as it was.
+func (t *Table) Import(key []byte, b Block, now int64) {
+	if t.blockEnd(b) <= now {
+		return
+	}
+	o := Outcome{Cost: b.Cost, Limit: b.Limit, HasLimit: b.HasLimit, OverLimit: true, Name: b.Name}
+	t.record(key, o, b, true, false, now)
+}
+
+// record is Record and Import: o's limit and name, o's failure mode if
+// setFailure, and the block b if blocks.
+func (t *Table) record(key []byte, o Outcome, b Block, blocks, setFailure bool, now int64) {
 	if len(key) > MaxKeyLen {
 		return
 	}
-	blocks := o.OverLimit && t.blockEnd(o) > now
+	until := t.blockEnd(b)
+	blocks = blocks && until > now
 	h := hashKey(t.seed, key)
 	i := t.lookup(key, h)
 	if i < 0 {
-		if !o.HasLimit && !blocks && o.FailureMode == FailureUnknown {
+		if !o.HasLimit && !blocks && (!setFailure || o.FailureMode == FailureUnknown) {
 			return // nothing worth remembering
+		}
+		if !setFailure && !blocks {
+			return // an import teaches only its block
 		}
 		i = t.insert(key, h)
 	}
 	t.touch(i)
 	e := &t.entries[i]
-	e.failureMode = o.FailureMode
+	if setFailure {
+		e.failureMode = o.FailureMode
+	}
 	switch {
 	case !o.HasLimit:
 		e.hasLimit, e.hasBucket = false, false
@@ -272,11 +325,10 @@ func (t *Table) Record(key []byte, o Outcome, now int64) {
 		_, _ = e.bucket.Allow(&e.state, now/unit, o.Cost)
 	}
 	if blocks {
-		until := t.blockEnd(o)
-		retry := max(now+o.RetryAfter, until)
+		retry := max(b.RetryAt, until)
 		active := e.blockUntil > now
-		if !active || until > e.blockUntil || (until == e.blockUntil && o.Cost < e.blockCost) {
-			e.blockUntil, e.blockCost = until, o.Cost
+		if !active || until > e.blockUntil || (until == e.blockUntil && b.Cost < e.blockCost) {
+			e.blockUntil, e.blockCost = until, b.Cost
 		}
 		// The later of the retry times: telling a client to wait longer
 		// than needed is safe, shorter is not.
@@ -286,16 +338,16 @@ func (t *Table) Record(key []byte, o Outcome, now int64) {
 	}
 }
 
-// blockEnd returns until when a denial blocks the descriptor: the global
-// decision came after SentAt, so the same request passes no earlier than
-// SentAt+RetryAfter; a request rejected locally would have reached the
-// global limiter up to delay later, so the block ends delay earlier; and a
-// global limiter counting microseconds (Redis) may decide up to 1us early.
-func (t *Table) blockEnd(o Outcome) int64 {
-	if o.RetryAfter <= 0 {
+// blockEnd returns until when a block holds here: the global decision came
+// after the denied call was sent, so the same request passes no earlier
+// than PassAt; a request rejected locally would have reached the global
+// limiter up to delay later, so the block ends delay earlier; and a global
+// limiter counting microseconds (Redis) may decide up to 1us early.
+func (t *Table) blockEnd(b Block) int64 {
+	if b.PassAt == 0 {
 		return 0
 	}
-	return o.SentAt + o.RetryAfter - t.delay - unit
+	return b.PassAt - t.delay - unit
 }
 
 // insert adds an entry for (a copy of) key, whose hash is h, evicting the
@@ -351,3 +403,7 @@ func (t *Table) pushFront(i int32) {
 		t.tail = i
 	}
 }
+
+// Blocks reports whether block b still blocks at now in this table (its
+// PassAt less the call timeout and 1us is later).
+func (t *Table) Blocks(b Block, now int64) bool { return t.blockEnd(b) > now }

@@ -259,3 +259,50 @@ func TestTableRemembersNameAndFailureMode(t *testing.T) {
 		t.Fatalf("%d entries", tab.Len())
 	}
 }
+
+// TestTableImportBlocksAsIfRecordedHere: a block another VM learnt rejects
+// here exactly as the denial recorded here would, with this table's own
+// call timeout: until PassAt less this timeout and 1us, for costs of at
+// least the denied one, telling clients the recorder's retry time; never
+// after. An import keeps the failure mode the table knew, and a block
+// already over teaches nothing.
+func TestTableImportBlocksAsIfRecordedHere(t *testing.T) {
+	lim := Limit{Algorithm: Reserve, Limit: 10, Window: 1000 * ms, Burst: 5}
+	o := Outcome{Cost: 3, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 500 * ms, SentAt: 100 * ms, Name: "n"}
+	b, ok := BlockOf(o, 110*ms)
+	if !ok || b.PassAt != 600*ms || b.RetryAt != 610*ms || b.Cost != 3 || b.Limit != lim || !b.HasLimit || b.Name != "n" {
+		t.Fatalf("BlockOf: %+v %v", b, ok)
+	}
+	if _, ok := BlockOf(Outcome{Cost: 1, OverLimit: true}, 0); ok {
+		t.Fatal("a denial without a retry-after makes a block")
+	}
+	if _, ok := BlockOf(Outcome{Cost: 1, RetryAfter: ms}, 0); ok {
+		t.Fatal("an admission makes a block")
+	}
+	key := []byte("k")
+	for _, delay := range []int64{20 * ms, 200 * ms} {
+		recorded, imported := NewTable(8, delay), NewTable(8, delay)
+		recorded.Record(key, o, 110*ms)
+		imported.Record(key, Outcome{Cost: 1, FailureMode: FailureClosed}, 105*ms)
+		imported.Import(key, b, 120*ms)
+		end := 600*ms - delay - unit
+		for _, tt := range []struct{ cost, now int64 }{{3, 120 * ms}, {2, 200 * ms}, {9, end - 1}, {3, end}, {3, end + ms}} {
+			want, got := recorded.Check(key, tt.cost, tt.now), imported.Check(key, tt.cost, tt.now)
+			if got.Reject != (tt.now < end && tt.cost >= 3) || got.Reject != want.Reject || got.RetryAfter != want.RetryAfter {
+				t.Fatalf("delay %d, cost %d at %d: imported %+v, recorded %+v", delay, tt.cost, tt.now, got, want)
+			}
+			if got.Reject && (got.Policy == nil || got.Policy.Limit != lim || got.Policy.Name != "n") {
+				t.Fatalf("delay %d: policy %+v", delay, got.Policy)
+			}
+		}
+		if imported.FailureMode(key) != FailureClosed {
+			t.Fatalf("delay %d: the import changed the failure mode", delay)
+		}
+		// Over by this table's timeout: nothing to learn.
+		late := NewTable(8, delay)
+		late.Import(key, b, end)
+		if late.Len() != 0 || late.Check(key, 3, end).Reject {
+			t.Fatalf("delay %d: a block over was imported", delay)
+		}
+	}
+}
