@@ -160,13 +160,19 @@ func TestPerWorkerPrecheck(t *testing.T) {
 			t.Errorf("%d workers: %d VMs served the flood, none rejected on a block another one learnt", workers, active)
 		}
 	}
+	// The goal is 1.25x. The counts are small (20-25 OVER_LIMIT calls a
+	// flood: the calls in flight when a window fills, and those of its last
+	// call timeout) and vary by about 4 from one flood to the next at any
+	// worker count, so the assertion allows 4 calls of noise on top. Per-VM
+	// state made 37 and 41 at 4 workers against 23 and 24 at 1: past it.
+	const noise = 4.0
 	for _, workers := range []int{2, 4} {
 		one, f := floods[1], floods[workers]
 		ratio := f.overPerRequest() / one.overPerRequest()
 		t.Logf("over_limit calls per request at %d workers / at 1 worker: %.2f", workers, ratio)
-		if ratio > 1.25 {
-			t.Errorf("%d workers: %.3f calls answered OVER_LIMIT per request, %.2fx the %.3f at 1 worker (at most 1.25x)",
-				workers, f.overPerRequest(), ratio, one.overPerRequest())
+		if f.overPerRequest() > 1.25*one.overPerRequest()+noise/requests {
+			t.Errorf("%d workers: %.3f calls answered OVER_LIMIT per request, %.2fx the %.3f at 1 worker (at most 1.25x, and %v calls of noise)",
+				workers, f.overPerRequest(), ratio, one.overPerRequest(), noise)
 		}
 	}
 }
