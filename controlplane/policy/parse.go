@@ -71,6 +71,7 @@ func Parse(name string, data []byte) (*Domain, error) {
 		return nil, p.errs
 	}
 	d.Source = name
+	d.text = data
 	d.limits = p.limits
 	d.build()
 	return d, nil
