@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // Load reads policy files and returns the set of their domains: ReadFiles,
@@ -104,8 +105,9 @@ func ReadDocument(name string, r io.Reader) (File, error) {
 }
 
 // ReadBounded reads a policy document from r, at most MaxDocumentSize
-// bytes: more is an error, found without reading further. name names the
-// document in errors.
+// bytes: more is an error, found without reading further. A document that
+// is not UTF-8 text (a binary file) is an error naming the line of its
+// first invalid byte. name names the document in errors.
 func ReadBounded(name string, r io.Reader) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxDocumentSize+1))
 	if err != nil {
@@ -115,7 +117,30 @@ func ReadBounded(name string, r io.Reader) ([]byte, error) {
 		return nil, ErrorList{{File: name, Problem: fmt.Sprintf(
 			"policy too large: more than %d bytes: split it into several domains", MaxDocumentSize)}}
 	}
+	if line, ok := invalidUTF8(data); ok {
+		return nil, ErrorList{{File: name, Line: line, Problem: "not valid UTF-8 text (a binary file?): a policy is a YAML document"}}
+	}
 	return data, nil
+}
+
+// invalidUTF8 returns the line of the first byte of data that is not part
+// of valid UTF-8, and whether there is one.
+func invalidUTF8(data []byte) (int, bool) {
+	if utf8.Valid(data) {
+		return 0, false
+	}
+	line := 1
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return line, true
+		}
+		if r == '\n' {
+			line++
+		}
+		i += n
+	}
+	return line, true
 }
 
 // readFile opens and reads one policy file.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/sluicehq/sluice/controlplane/invalidarg"
 	"github.com/sluicehq/sluice/controlplane/rls"
 )
 
@@ -159,7 +160,7 @@ func decisionServerOptions(svc *rls.Service, b Bounds, budget *streamBudget) []g
 		grpc.ConnectionTimeout(b.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: b.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ForceServerCodecV2(rls.NewCodec(svc)),
+		grpc.ForceServerCodecV2(invalidarg.Codec(rls.NewCodec(svc))),
 	}
 }
 
