@@ -162,7 +162,12 @@ func (s *Service) SetPolicies(p *policy.Set) {
 	}
 	v := newVersion(p, s.rules)
 	s.policies.Store(v)
-	s.rules.forget(func(l *policy.Limit) bool { return v.info[l] != nil })
+	live := make(map[ruleLabel]bool, len(v.info))
+	for l := range v.info {
+		live[ruleLabel{l.Domain, l.ID}] = true
+	}
+	s.rules.prune(func(l *policy.Limit) bool { return v.info[l] != nil },
+		func(domain, id string) bool { return live[ruleLabel{domain, id}] })
 }
 
 // Policies returns the current policy set.
@@ -368,10 +373,7 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 				cost = 0 // peek, to report the limit's state
 			}
 			checks = append(checks, store.Check{Key: store.Key(dom.Name, sc.entries, l.ID, info.store.Algorithm), Limit: info.store, Cost: cost})
-			rule := info.rule
-			if rule != nil && perValue(l) {
-				rule = s.rules.forValue(l, descs[i].GetEntries())
-			}
+			rule := info.counters(l, descs[i].GetEntries())
 			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge, cost: costs[i], rule: rule})
 		}
 	}
