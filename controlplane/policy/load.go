@@ -44,8 +44,11 @@ type File struct {
 // domain, and a domain defined twice is an error naming both files. A file
 // larger than MaxDocumentSize is refused without reading it whole.
 //
-// ReadFiles reads everything before failing, so the ErrorList it returns
-// names every problem in every file.
+// The files together are bounded as a set (MaxDomains, MaxSetSize,
+// MaxDescriptors, MaxLimits): the first file past a bound is refused with
+// one error naming it and the bound. The number and sizes of the files are
+// checked before any is read. Otherwise ReadFiles reads everything before
+// failing, so the ErrorList it returns names every problem in every file.
 func ReadFiles(paths ...string) ([]File, error) {
 	var names []string
 	var errs ErrorList
@@ -57,12 +60,27 @@ func ReadFiles(paths ...string) ([]File, error) {
 		}
 		names = append(names, found...)
 	}
+	var sizes SetTally
+	for _, name := range names {
+		st, err := os.Stat(name)
+		if err != nil {
+			continue // readFile says why
+		}
+		// A file past MaxDocumentSize is refused as such by readFile.
+		if err := sizes.AddFile(name, min(st.Size(), MaxDocumentSize)); err != nil {
+			return nil, append(errs, err)
+		}
+	}
 	var files []File
+	var set SetTally
 	for _, name := range names {
 		f, err := readFile(name)
 		if err != nil {
 			errs = append(errs, asList(name, err)...)
 			continue
+		}
+		if err := set.AddDomain(name, f.Domain); err != nil {
+			return nil, append(errs, err)
 		}
 		files = append(files, f)
 	}
