@@ -24,7 +24,10 @@ func (raw) Name() string { return "proto" }
 func (raw) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
 }
-func (raw) Unmarshal(data mem.BufferSlice, v any) error { *v.(*[]byte) = data.Materialize(); return nil }
+func (raw) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
 
 // TestService: with Codec and Service, a unary or streaming request that
 // does not decode is InvalidArgument, and one that does is served; grpc-go
