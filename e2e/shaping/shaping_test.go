@@ -90,7 +90,7 @@ func start(t *testing.T) *env {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("Envoy's log (%s):\n%s", shared.envoy.LogPath(), lastLines(shared.envoy.Log(), 30))
+			t.Logf("Envoy's log (%s):\n%s", shared.envoy.LogPath(), stack.LogExcerpt(shared.envoy.Log()))
 		}
 	})
 	shared.rec.Arrivals() // forget what earlier tests sent
@@ -421,12 +421,4 @@ func waitStat(t *testing.T, e *stack.Envoy, name string, want int64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
