@@ -62,7 +62,7 @@ func TestBadPluginConfig(t *testing.T) {
 	logFrom := len(s.Log())
 	defer func() {
 		if t.Failed() {
-			t.Logf("envoy log (%s) during the test:\n%s", s.LogPath(), lastLines(s.Log()[logFrom:], 60))
+			t.Logf("envoy log (%s) during the test:\n%s", s.LogPath(), stack.LogExcerpt(s.Log()[logFrom:]))
 		}
 	}()
 	through := func(when string) {
@@ -123,7 +123,7 @@ func TestBadPluginConfig(t *testing.T) {
 	if took, ok := waitFor(10*time.Second, func() bool {
 		return s.Stat("listener_manager.lds.update_success") > success
 	}); !ok {
-		t.Fatalf("Envoy did not accept a good listener within %v:\n%s", took, lastLines(s.Log()[logFrom:], 20))
+		t.Fatalf("Envoy did not accept a good listener within %v:\n%s", took, stack.LogExcerpt(s.Log()[logFrom:]))
 	}
 
 	// At start-up: Envoy exits, and the error names the field.

@@ -56,6 +56,9 @@ descriptors:
 	for i := range planes {
 		cp, err := stack.StartControlPlane(context.Background(), stack.ControlPlaneConfig{
 			Binary: progs.ControlPlane, Dir: dir, RedisAddr: rs.Addr(), Policies: []string{policyFile},
+			// Not the default 20 ms: on a busy machine ordinary calls pass
+			// it, and the replicas degrade without the slow answer.
+			Args: []string{"-deadline", cpDeadline},
 		})
 		if err != nil {
 			t.Fatalf("control plane %d: %v", i, err)
@@ -157,18 +160,23 @@ descriptors:
 
 	time.Sleep(time.Second) // every key reaches its limit on Redis
 
-	// One slow Redis answer: DEBUG SLEEP holds the server 30 ms, past the
-	// 20 ms deadline.
+	// One slow Redis answer: DEBUG SLEEP holds the server 1.5 x the
+	// deadline, past it.
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	before := switches()
 	phase.Store(1)
-	if err := rdb.Do(context.Background(), "DEBUG", "SLEEP", "0.03").Err(); err != nil {
+	d, err := time.ParseDuration(cpDeadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleep := d * 3 / 2
+	if err := rdb.Do(context.Background(), "DEBUG", "SLEEP", fmt.Sprintf("%.3f", sleep.Seconds())).Err(); err != nil {
 		t.Fatalf("DEBUG SLEEP: %v", err)
 	}
 	rdb.Close()
 	time.Sleep(time.Second)
 	slow := switches() - before
-	t.Logf("one slow Redis answer (DEBUG SLEEP 30ms): %d switches to the memory store over %d replicas", slow, planes)
+	t.Logf("one slow Redis answer (DEBUG SLEEP %v, deadline %s): %d switches to the memory store over %d replicas", sleep, cpDeadline, slow, planes)
 
 	// The outage: Redis killed (its counts lost), then restarted empty.
 	before = switches()

@@ -213,7 +213,7 @@ func (c *cluster) configureEnvoys(plugins []stack.PluginConfig) {
 		logFrom := len(s.Log())
 		c.t.Cleanup(func() {
 			if c.t.Failed() {
-				c.t.Logf("envoy %d log (%s) during the test:\n%s", i, s.LogPath(), lastLines(s.Log()[logFrom:], 40))
+				c.t.Logf("envoy %d log (%s) during the test:\n%s", i, s.LogPath(), stack.LogExcerpt(s.Log()[logFrom:]))
 			}
 		})
 		addr, err := s.configure(c.listener, pc.JSON(), c.cps[i].GRPCAddr(), c.up.Addr())

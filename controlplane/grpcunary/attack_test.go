@@ -206,7 +206,13 @@ func neverIndexed(fields []hpack.HeaderField) []byte {
 // an answer (PING, SETTINGS, malformed HEADERS) and never reads made the
 // server queue the answers without bound (3 GB in 6 s). Now the queue is
 // bounded and the connection ends with GOAWAY ENHANCE_YOUR_CALM.
+//
+// The promise is that the connection ends, not how fast: a busy machine
+// took more than 3 s to read the frames that end it, so the flood may go on
+// for floodCloseLimit (an unbounded queue would have long failed the heap
+// budget by then).
 func TestAttackControlFrameFlood(t *testing.T) {
+	const floodCloseLimit = 30 * time.Second
 	// A header block of one indexed field, ":method: GET": cheap to send
 	// and to decode, and reset (no :path) with a RST_STREAM longer than it.
 	bad := []byte{0x82}
@@ -230,7 +236,7 @@ func TestAttackControlFrameFlood(t *testing.T) {
 			runAttack(t, tb, 64<<20, func() {
 				a := dialAttacker(t, tb.addr, false)
 				start := time.Now()
-				until := start.Add(attackTime)
+				until := start.Add(floodCloseLimit)
 				for a.flush(until) {
 					for range 1000 {
 						a.buf = tc.frame(a.buf, frames)
@@ -243,8 +249,8 @@ func TestAttackControlFrameFlood(t *testing.T) {
 			// The GOAWAY (ENHANCE_YOUR_CALM) cannot reach a client that
 			// reads nothing: what counts is that the server ended it.
 			t.Logf("%d frames sent; the server closed the connection after %v", frames, lasted.Round(time.Millisecond))
-			if lasted >= attackTime {
-				t.Errorf("the server did not close the connection within %v", attackTime)
+			if lasted >= floodCloseLimit {
+				t.Errorf("the server did not close the connection within %v", floodCloseLimit)
 			}
 		})
 	}

@@ -188,10 +188,34 @@ func TestBoundsPeakMemory(t *testing.T) {
 	if len(deep) < 140_000 || len(deep) > 150_000 {
 		t.Fatalf("deep file is %d bytes, want about 143 KB", len(deep))
 	}
+	// Directories of 50 files of 1 MiB, invalid (a flat list) and valid
+	// (13,585 limits each): refused before any is read. Then the costliest
+	// set that is accepted: 4 MiB of files, 10,000 limits.
+	dirOf := func(name string, n int, doc func(i int) string) string {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%02d.yaml", i)), []byte(doc(i)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	flat := "domain: d\ndescriptors: [" + strings.Repeat("1,", MaxDocumentSize/2-20) + "1]\n"
+	invalidDir := dirOf("invalid", 50, func(int) string { return flat })
+	validDir := dirOf("valid", 50, func(i int) string { return limitsDoc(fmt.Sprintf("d%d", i), 13_585, 0) })
+	costliest := dirOf("costliest", 4, func(i int) string {
+		return limitsDoc(fmt.Sprintf("d%d", i), MaxLimits/4, MaxDocumentSize-100)
+	})
 	cases := []struct {
 		name, path, want string
 		maxMB            int64 // peak RSS
 	}{
+		{"50 invalid files of 1 MiB", invalidDir, `f04.yaml: policy set too large: this file's 1048563 bytes take the set past 4194304 bytes`, 100},
+		{"50 valid files of 1 MiB", validDir, `f04.yaml: policy set too large`, 100},
+		{"the costliest set accepted: 4 MiB, 10,000 limits", costliest, `LOAD-ERROR <nil>`, 256},
 		{"alias cycle", write("cycle.yaml", cyclicDoc), `cycle.yaml:2: domain "d": descriptors[0].descriptors: alias *d refers to a node that contains it`, 100},
 		{"4,990 levels, 143 KB", write("deep.yaml", deep), `deep.yaml:2: domain "d": descriptors[0].descriptors[0]`, 100},
 		{"50 MB domain name", bigDomain, `big.yaml: policy too large: more than 1048576 bytes`, 100},

@@ -87,7 +87,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 			}
 		}
 		l.Unlimited = true
-		if !ok {
+		if !ok || !p.countLimit(raw, path) {
 			return nil
 		}
 		p.limits = append(p.limits, l)
@@ -220,7 +220,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 	} else if f, has := fs["unit_multiplier"]; has {
 		winLine = f.val
 	}
-	if !p.checkBounds(l, path, windowField, winLine.Line, burstField, burstLine, fs) {
+	if !p.checkBounds(l, path, windowField, winLine.Line, burstField, burstLine, fs) || !p.countLimit(raw, path) {
 		return nil
 	}
 	p.limits = append(p.limits, l)

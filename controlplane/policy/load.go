@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // Load reads policy files and returns the set of their domains: ReadFiles,
@@ -43,8 +44,11 @@ type File struct {
 // domain, and a domain defined twice is an error naming both files. A file
 // larger than MaxDocumentSize is refused without reading it whole.
 //
-// ReadFiles reads everything before failing, so the ErrorList it returns
-// names every problem in every file.
+// The files together are bounded as a set (MaxDomains, MaxSetSize,
+// MaxDescriptors, MaxLimits): the first file past a bound is refused with
+// one error naming it and the bound. The number and sizes of the files are
+// checked before any is read. Otherwise ReadFiles reads everything before
+// failing, so the ErrorList it returns names every problem in every file.
 func ReadFiles(paths ...string) ([]File, error) {
 	var names []string
 	var errs ErrorList
@@ -56,12 +60,27 @@ func ReadFiles(paths ...string) ([]File, error) {
 		}
 		names = append(names, found...)
 	}
+	var sizes SetTally
+	for _, name := range names {
+		st, err := os.Stat(name)
+		if err != nil {
+			continue // readFile says why
+		}
+		// A file past MaxDocumentSize is refused as such by readFile.
+		if err := sizes.AddFile(name, min(st.Size(), MaxDocumentSize)); err != nil {
+			return nil, append(errs, err)
+		}
+	}
 	var files []File
+	var set SetTally
 	for _, name := range names {
 		f, err := readFile(name)
 		if err != nil {
 			errs = append(errs, asList(name, err)...)
 			continue
+		}
+		if err := set.AddDomain(name, f.Domain); err != nil {
+			return nil, append(errs, err)
 		}
 		files = append(files, f)
 	}
@@ -104,8 +123,9 @@ func ReadDocument(name string, r io.Reader) (File, error) {
 }
 
 // ReadBounded reads a policy document from r, at most MaxDocumentSize
-// bytes: more is an error, found without reading further. name names the
-// document in errors.
+// bytes: more is an error, found without reading further. A document that
+// is not UTF-8 text (a binary file) is an error naming the line of its
+// first invalid byte. name names the document in errors.
 func ReadBounded(name string, r io.Reader) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxDocumentSize+1))
 	if err != nil {
@@ -115,7 +135,30 @@ func ReadBounded(name string, r io.Reader) ([]byte, error) {
 		return nil, ErrorList{{File: name, Problem: fmt.Sprintf(
 			"policy too large: more than %d bytes: split it into several domains", MaxDocumentSize)}}
 	}
+	if line, ok := invalidUTF8(data); ok {
+		return nil, ErrorList{{File: name, Line: line, Problem: "not valid UTF-8 text (a binary file?): a policy is a YAML document"}}
+	}
 	return data, nil
+}
+
+// invalidUTF8 returns the line of the first byte of data that is not part
+// of valid UTF-8, and whether there is one.
+func invalidUTF8(data []byte) (int, bool) {
+	if utf8.Valid(data) {
+		return 0, false
+	}
+	line := 1
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return line, true
+		}
+		if r == '\n' {
+			line++
+		}
+		i += n
+	}
+	return line, true
 }
 
 // readFile opens and reads one policy file.

@@ -26,11 +26,12 @@ type parser struct {
 	aborted bool // stop walking: too many errors or nodes
 	tooMany bool // errors were dropped
 
-	names    map[string]nameDef // limit names defined so far
-	refs     []nameRef          // replaces entries, checked once all names are known
-	limits   []*Limit
-	failMode FailureMode
-	lease    bool // the domain's lease: auto
+	descriptors int                // descriptors parsed so far, aliases expanded
+	names       map[string]nameDef // limit names defined so far
+	refs        []nameRef          // replaces entries, checked once all names are known
+	limits      []*Limit
+	failMode    FailureMode
+	lease       bool // the domain's lease: auto
 }
 
 // nameDef is where a limit name was defined.
@@ -72,6 +73,8 @@ func Parse(name string, data []byte) (*Domain, error) {
 		return nil, p.errs
 	}
 	d.Source = name
+	d.text = data
+	d.descriptors = p.descriptors
 	d.limits = p.limits
 	d.build()
 	return d, nil
@@ -194,6 +197,12 @@ func (p *parser) descriptorList(f field, path string, parentMode FailureMode, id
 func (p *parser) descriptor(raw *yaml.Node, path string, parentMode FailureMode, idPrefix string) *Descriptor {
 	fs := p.mapping(raw, path, descriptorFields, limitFields, "rate_limit")
 	if fs == nil {
+		return nil
+	}
+	if p.descriptors++; p.descriptors > MaxDescriptors {
+		p.errorf(line(raw), path, "too many descriptors: more than %d (aliases expanded), at most %d in all the domains together: %s",
+			MaxDescriptors, MaxDescriptors, boundHint)
+		p.aborted = true
 		return nil
 	}
 	d := &Descriptor{Path: path}

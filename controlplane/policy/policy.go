@@ -272,11 +272,21 @@ type Domain struct {
 	// Source is the file (or name) the domain was parsed from.
 	Source string
 
+	text        []byte   // the document parsed (see Text)
+	descriptors int      // how many descriptors, aliases expanded
 	root        *level   // match index
 	nameLine    int      // line of the domain field
 	limits      []*Limit // every limit, in file order
 	replaceable int      // how many distinct names some limit replaces
 }
+
+// Text returns the document the domain was parsed from, byte for byte (nil
+// for a Domain not made by Parse). It is shared: do not modify it.
+func (d *Domain) Text() []byte { return d.text }
+
+// DescriptorCount returns how many descriptors the domain has, at every
+// level, counting each alias's expansion.
+func (d *Domain) DescriptorCount() int { return d.descriptors }
 
 // Limits returns every limit of the domain in file order. The slice is
 // shared: do not modify it.

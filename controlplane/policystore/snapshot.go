@@ -120,13 +120,18 @@ func buildSnapshot(backend string, st State, prev *Snapshot, log *slog.Logger) *
 }
 
 // seedSnapshot returns the version-0 snapshot of the seed set: each domain
-// written back as canonical YAML.
+// as the document it was parsed from, byte for byte, so that applying the
+// same file again (SIGHUP, ratectl apply) finds it unchanged; a domain not
+// parsed from a document is written as canonical YAML.
 func seedSnapshot(seed *policy.Set) (*Snapshot, error) {
 	var policies []*Policy
 	for _, d := range seed.Domains() {
-		y, err := policy.Marshal(d)
-		if err != nil {
-			return nil, fmt.Errorf("policystore: seed domain %q: %v", d.Name, err)
+		y := d.Text()
+		if y == nil {
+			var err error
+			if y, err = policy.Marshal(d); err != nil {
+				return nil, fmt.Errorf("policystore: seed domain %q: %v", d.Name, err)
+			}
 		}
 		policies = append(policies, &Policy{Domain: d.Name, YAML: y, Parsed: d})
 	}

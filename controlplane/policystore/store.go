@@ -258,6 +258,9 @@ func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) 
 	if err := s.owned(d.Name); err != nil {
 		return ApplyResult{}, err
 	}
+	if err := s.checkSet(source, len(data), d); err != nil {
+		return ApplyResult{}, err
+	}
 	v, unchanged, err := s.b.Put(ctx, d.Name, data, g)
 	if errors.Is(err, ErrUninitialized) {
 		// The store is new or was lost: write back what this replica
@@ -273,6 +276,27 @@ func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) 
 		s.catchUp(ctx, v)
 	}
 	return ApplyResult{Domain: d.Name, Version: v, Unchanged: unchanged}, nil
+}
+
+// checkSet refuses d (size bytes, named source) when the current set with
+// d in place of its domain's policy would pass the set bounds (policy.
+// MaxDomains, MaxSetSize, MaxDescriptors, MaxLimits): the error is a
+// policy.ErrorList naming the bound. (Two replicas applying at once may
+// each pass it: the set then exceeds a bound by at most their two domains.)
+func (s *Store) checkSet(source string, size int, d *policy.Domain) error {
+	var t policy.SetTally
+	for _, p := range s.Current().Policies() {
+		if p.Domain != d.Name {
+			t.Domains++
+			t.Bytes += len(p.YAML)
+			t.Descriptors += p.Parsed.DescriptorCount()
+			t.Limits += len(p.Parsed.Limits())
+		}
+	}
+	if err := t.Add(source, int64(size), d); err != nil {
+		return policy.ErrorList{err}
+	}
+	return nil
 }
 
 // Delete removes domain's policy if g holds and returns the new store

@@ -3,6 +3,7 @@ package policystore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -156,5 +157,47 @@ descriptors:
 	if list[0].Line != 4 || list[0].Field != "descriptors[0].rate_limit.unit" ||
 		list[1].Line != 6 || list[1].Field != "descriptors[1].rate_limit.requests_per_unit" {
 		t.Fatalf("errors %+v %+v; want lines 4 and 6 with their fields", list[0], list[1])
+	}
+}
+
+// limitsYAML is a policy for domain with n descriptors of one limit each.
+func limitsYAML(domain string, n int) []byte {
+	b := fmt.Appendf(nil, "domain: %s\ndescriptors:\n", domain)
+	for i := 0; i < n; i++ {
+		b = fmt.Appendf(b, "  - {key: k, value: v%d, rate_limit: {unit: second, requests_per_unit: 1}}\n", i)
+	}
+	return b
+}
+
+// TestApplySetBounds: Apply keeps the stored set within the set bounds of
+// the policy package, as -policy does at start-up: an Apply that takes the
+// set past MaxLimits is refused as an invalid policy naming the bound and
+// changes nothing; replacing a domain counts it once.
+func TestApplySetBounds(t *testing.T) {
+	b, err := NewFile(filepath.Join(t.TempDir(), "policies.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStore(t, b, Options{})
+	ctx := context.Background()
+	for _, d := range []string{"a", "b", "c"} {
+		if _, err := st.Apply(ctx, d+".yaml", limitsYAML(d, 3000), Guard{}); err != nil {
+			t.Fatalf("apply %s: %v", d, err)
+		}
+	}
+	before := st.Current().Version
+	_, err = st.Apply(ctx, "d.yaml", limitsYAML("d", 1001), Guard{})
+	var list policy.ErrorList
+	if !errors.As(err, &list) || !strings.Contains(err.Error(), `d.yaml: domain "d": too many limits: this domain's 1001 take the set to 10001, more than 10000`) {
+		t.Fatalf("apply past the bound: %v; want a policy error naming the bound", err)
+	}
+	if v := st.Current().Version; v != before || st.Current().Policy("d") != nil {
+		t.Fatalf("the refused apply changed the store: version %d -> %d", before, v)
+	}
+	if _, err := st.Apply(ctx, "d.yaml", limitsYAML("d", 1000), Guard{}); err != nil {
+		t.Fatalf("apply up to the bound: %v", err)
+	}
+	if _, err := st.Apply(ctx, "a.yaml", limitsYAML("a", 2999), Guard{}); err != nil {
+		t.Fatalf("replacing a domain within the bound: %v", err)
 	}
 }

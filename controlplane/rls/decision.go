@@ -170,10 +170,7 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 			info := ver.infoOf(l)
 			cost, mode, tooLarge := s.checkCost(l, info, costs[i])
 			checks = append(checks, store.Check{Key: store.Key(dom.Name, sc.entries, l.ID, info.store.Algorithm), Limit: info.store, Cost: cost, Mode: mode})
-			rule := info.rule
-			if rule != nil && perValue(l) {
-				rule = s.rules.forValue(l, descs[i].GetEntries())
-			}
+			rule := info.counters(l, descs[i].GetEntries())
 			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge, cost: costs[i], rule: rule})
 		}
 	}

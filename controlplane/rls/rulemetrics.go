@@ -3,6 +3,7 @@ package rls
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,11 @@ const otherValues = "_other"
 // with detailed_metric or value_to_metric is labelled per request value as
 // well ("user#0@user=bob"), up to maxValues values, so a hostile client
 // cannot grow the label set.
+//
+// A rule's series are made when a request first checks it, not when its
+// policy is installed: a policy of 10,000 limits costs no series (about
+// 2.5 KB of memory each, five per rule) for the rules nobody hits. The
+// series of rules a new policy set no longer holds are deleted (prune).
 type ruleMetrics struct {
 	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
 
@@ -42,7 +48,11 @@ type ruleMetrics struct {
 
 	mu     sync.Mutex
 	values map[*policy.Limit]map[string]*ruleCounters // per-value counters of detailed rules
+	made   map[ruleLabel]ruleLabel                    // every label given series -> its rule's (domain, limit ID)
 }
+
+// ruleLabel is the labels of one rule's series.
+type ruleLabel struct{ domain, rule string }
 
 // ruleCounters are one rule label's counters, resolved once.
 type ruleCounters struct {
@@ -62,6 +72,7 @@ func newRuleMetrics(nearRatio float64, maxValues int) *ruleMetrics {
 		nearRatio:   nearRatio,
 		maxValues:   maxValues,
 		values:      map[*policy.Limit]map[string]*ruleCounters{},
+		made:        map[ruleLabel]ruleLabel{},
 	}
 }
 
@@ -69,8 +80,11 @@ func (m *ruleMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode}
 }
 
-// counters returns the counters of one label.
-func (m *ruleMetrics) counters(domain, rule string) *ruleCounters {
+// counters returns the counters of one label of the rule l, making its
+// series if need be. m.mu must be held.
+func (m *ruleMetrics) counters(l *policy.Limit, rule string) *ruleCounters {
+	domain := l.Domain
+	m.made[ruleLabel{domain, rule}] = ruleLabel{domain, l.ID}
 	return &ruleCounters{
 		total:  m.totalHits.WithLabelValues(domain, rule),
 		over:   m.overLimit.WithLabelValues(domain, rule),
@@ -118,14 +132,32 @@ func (m *ruleMetrics) forValue(l *policy.Limit, entries []*ratelimitv3.RateLimit
 			return c
 		}
 	}
-	c := m.counters(l.Domain, l.ID+"@"+v)
+	c := m.counters(l, l.ID+"@"+v)
 	vs[v] = c
 	return c
 }
 
-// forget drops the per-value counters of limits no longer in use, so that
-// a changed policy does not keep its old labels' memory.
-func (m *ruleMetrics) forget(keep func(*policy.Limit) bool) {
+// forRule returns the counters of a rule labelled by its ID alone, made at
+// the rule's first check and kept in *cached.
+func (m *ruleMetrics) forRule(l *policy.Limit, cached *atomic.Pointer[ruleCounters]) *ruleCounters {
+	if c := cached.Load(); c != nil {
+		return c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := cached.Load(); c != nil {
+		return c
+	}
+	c := m.counters(l, l.ID)
+	cached.Store(c)
+	return c
+}
+
+// prune drops the per-value counters of limits no longer in use (keep
+// false), and deletes the series of rules that no limit in use has (live
+// false for the rule's domain and ID), so that a changed policy does not
+// keep its old labels' memory.
+func (m *ruleMetrics) prune(keep func(*policy.Limit) bool, live func(domain, id string) bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for l := range m.values {
@@ -133,6 +165,19 @@ func (m *ruleMetrics) forget(keep func(*policy.Limit) bool) {
 			delete(m.values, l)
 		}
 	}
+	for lbl, rule := range m.made {
+		if !live(rule.domain, rule.rule) {
+			for _, v := range m.collectorVecs() {
+				v.DeleteLabelValues(lbl.domain, lbl.rule)
+			}
+			delete(m.made, lbl)
+		}
+	}
+}
+
+// collectorVecs returns the five counter vectors.
+func (m *ruleMetrics) collectorVecs() []*prometheus.CounterVec {
+	return []*prometheus.CounterVec{m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode}
 }
 
 // record counts one check of cost hits against a limit of capacity, with

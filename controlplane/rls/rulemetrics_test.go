@@ -134,3 +134,45 @@ func TestRuleMetrics(t *testing.T) {
 		t.Errorf("%d limits keep per-value counters after SetPolicies", n)
 	}
 }
+
+// TestRuleSeriesOnFirstCheck: a rule's series are made when a request first
+// checks it, not when its policy is installed (a policy of 10,000 limits
+// used to cost 50,000 series and their memory at start-up), and a new policy
+// set deletes the series of the rules it no longer holds (they used to stay
+// for the life of the process, one more set for every changed policy).
+func TestRuleSeriesOnFirstCheck(t *testing.T) {
+	c := &clock{}
+	c.ns.Store(epoch.UnixNano())
+	svc, err := New(memory.New(memory.Options{Now: c.Now}), parse(t, statsPolicy), Options{Logger: quiet, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := svc.rules
+	count := func() (n int) {
+		for _, v := range []*prometheus.CounterVec{r.totalHits, r.overLimit, r.nearLimit, r.withinLimit, r.shadowMode} {
+			n += series(v)
+		}
+		return n
+	}
+	if n := count(); n != 0 {
+		t.Errorf("%d rule series before any request; want 0", n)
+	}
+	f := &fixture{svc: svc, clock: c}
+	f.call(t, req("stats", desc("user=alice")))
+	f.call(t, req("stats", desc("user=bob")))
+	f.call(t, req("stats", desc("tenant=t1")))
+	if n := count(); n != 2*5 {
+		t.Errorf("%d rule series after checks of two rules (user#0, tenant#0@tenant=t1); want 10", n)
+	}
+	if got := ruleValue(t, r.totalHits, "user#0"); got != 2 {
+		t.Errorf("total_hits{rule=user#0} = %v, want 2", got)
+	}
+	// The new set keeps user#0 and drops the tenant rule.
+	svc.SetPolicies(parse(t, "domain: stats\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
+	if n := count(); n != 5 {
+		t.Errorf("%d rule series after a set without the tenant rule; want 5 (user#0's)", n)
+	}
+	if got := ruleValue(t, r.totalHits, "user#0"); got != 2 {
+		t.Errorf("total_hits{rule=user#0} = %v after SetPolicies, want 2 (kept)", got)
+	}
+}

@@ -178,7 +178,12 @@ func (s *Service) SetPolicies(p *policy.Set) {
 	}
 	v := newVersion(p, s.rules)
 	s.policies.Store(v)
-	s.rules.forget(func(l *policy.Limit) bool { return v.info[l] != nil })
+	live := make(map[ruleLabel]bool, len(v.info))
+	for l := range v.info {
+		live[ruleLabel{l.Domain, l.ID}] = true
+	}
+	s.rules.prune(func(l *policy.Limit) bool { return v.info[l] != nil },
+		func(domain, id string) bool { return live[ruleLabel{domain, id}] })
 }
 
 // Policies returns the current policy set.

@@ -1,6 +1,9 @@
 package rls
 
 import (
+	"sync/atomic"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -26,7 +29,8 @@ type limitInfo struct {
 	current  *rlsv3.RateLimitResponse_RateLimit // the status's current_limit
 	meta     *structpb.Value                    // the descriptor's metadata while not over limit
 	single   *structpb.Struct                   // the dynamic_metadata of a one-descriptor response not over limit
-	rule     *ruleCounters                      // the limit's statistics; nil for a request's override
+	rules    *ruleMetrics                       // where the limit's statistics are; nil for a request's override
+	rule     atomic.Pointer[ruleCounters]       // the limit's statistics, once it was first checked (see counters)
 }
 
 // newVersion derives the limit information of every limit of set, with
@@ -38,15 +42,26 @@ func newVersion(set *policy.Set, rules *ruleMetrics) *version {
 	for _, d := range set.Domains() {
 		for _, l := range d.Limits() {
 			i := newLimitInfo(l)
-			if rules != nil {
-				i.rule = rules.counters(d.Name, l.ID)
-			}
+			i.rules = rules
 			v.info[l] = i
 			v.wire.addValue(i.meta)
 			v.wire.addStruct(i.single)
 		}
 	}
 	return v
+}
+
+// counters returns the statistics of the request entries' check against
+// l: the rule's, or, for a detailed rule, the request value's; nil for a
+// request's override.
+func (i *limitInfo) counters(l *policy.Limit, entries []*ratelimitv3.RateLimitDescriptor_Entry) *ruleCounters {
+	switch {
+	case i.rules == nil:
+		return nil
+	case perValue(l):
+		return i.rules.forValue(l, entries)
+	}
+	return i.rules.forRule(l, &i.rule)
 }
 
 // infoOf returns the information of l: precomputed for the set's limits,

@@ -42,8 +42,9 @@ func (s *Service) ShouldRateLimitWire(ctx context.Context, dst, req []byte) ([]b
 
 // decodeWire decodes a request's wire bytes into a, or, when the request
 // is not of the shape decodeRequest takes, with protobuf-go into a new
-// message. A request that does not decode is refused with INTERNAL, as
-// grpc-go refuses it.
+// message. A request that does not decode (garbage bytes, a string of
+// invalid UTF-8) is the client's error: InvalidArgument, as the grpc-go
+// server answers it (see controlplane/invalidarg).
 func decodeWire(b []byte, a *arena) (*rlsv3.RateLimitRequest, error) {
 	r := a.request()
 	if decodeRequestIn(b, r, a) {
@@ -51,7 +52,7 @@ func decodeWire(b []byte, a *arena) (*rlsv3.RateLimitRequest, error) {
 	}
 	r = new(rlsv3.RateLimitRequest)
 	if err := proto.Unmarshal(b, r); err != nil {
-		return nil, status.Errorf(codes.Internal, "rls: cannot decode the RateLimitRequest: %v", err)
+		return nil, status.Errorf(codes.InvalidArgument, "rls: cannot decode the RateLimitRequest: %v", err)
 	}
 	return r, nil
 }

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sluicehq/sluice/controlplane/invalidarg"
 	"github.com/sluicehq/sluice/controlplane/rls"
 )
 
@@ -130,7 +131,7 @@ func decisionServerOptions(svc *rls.Service, b Bounds, budget *streamBudget) []g
 		grpc.ConnectionTimeout(b.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: b.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ForceServerCodecV2(rls.NewCodec(svc)),
+		grpc.ForceServerCodecV2(invalidarg.Codec(rls.NewCodec(svc))),
 	}
 }
 

@@ -73,7 +73,7 @@ func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options,
 	u.Handle(healthCheckMethod, func(ctx context.Context, req []byte) ([]byte, error) {
 		var in healthpb.HealthCheckRequest
 		if err := proto.Unmarshal(req, &in); err != nil {
-			return nil, status.Errorf(codes.Internal, "cannot decode the HealthCheckRequest: %v", err)
+			return nil, status.Errorf(codes.InvalidArgument, "cannot decode the HealthCheckRequest: %v", err)
 		}
 		out, err := hs.Check(ctx, &in)
 		if err != nil {

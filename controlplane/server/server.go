@@ -35,17 +35,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
 	"github.com/sluicehq/sluice/controlplane/degrade"
 	"github.com/sluicehq/sluice/controlplane/grpcunary"
+	"github.com/sluicehq/sluice/controlplane/invalidarg"
 	"github.com/sluicehq/sluice/controlplane/lease"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
@@ -337,8 +342,10 @@ func (s *Server) build() error {
 			opts = append(opts, grpc.ChainUnaryInterceptor(traceInterceptor(cfg.Tracer)))
 		}
 		gs := grpc.NewServer(opts...)
-		s.service.Register(gs)
-		healthpb.RegisterHealthServer(gs, s.health)
+		// invalidarg: a request that does not decode is InvalidArgument, as
+		// in unary mode (decisionServerOptions installs its codec).
+		gs.RegisterService(invalidarg.Service(&rlsv3.RateLimitService_ServiceDesc), s.service)
+		gs.RegisterService(invalidarg.Service(&healthpb.Health_ServiceDesc), s.health)
 		s.grpc = gs
 	} else {
 		u := newUnaryServer(s.service, s.health, cfg.Unary, s.log, cfg.Tracer)
@@ -438,8 +445,11 @@ func (s *Server) buildPolicyService() error {
 	if s.cfg.PolicyTLS != nil {
 		creds = credentials.NewTLS(s.cfg.PolicyTLS)
 	}
-	s.polGRPC = grpc.NewServer(policyServerOptions(auth, idle, s.guard(creds, "policy"))...)
-	policyservice.New(s.policies, s.log).Register(s.polGRPC)
+	opts := append(policyServerOptions(auth, idle, s.guard(creds, "policy")),
+		grpc.ForceServerCodecV2(invalidarg.Codec(encoding.GetCodecV2(grpcproto.Name))))
+	s.polGRPC = grpc.NewServer(opts...)
+	// invalidarg: a request that does not decode is InvalidArgument.
+	s.polGRPC.RegisterService(invalidarg.Service(&sluicev1.PolicyService_ServiceDesc), policyservice.New(s.policies, s.log))
 	addr := s.cfg.PolicyAddr
 	if addr == "" {
 		addr = DefaultPolicyAddr

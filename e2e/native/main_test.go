@@ -158,7 +158,7 @@ func start(t *testing.T, s setup) *env {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("Envoy's log (%s):\n%s", e.LogPath(), lastLines(e.Log(), 40))
+			t.Logf("Envoy's log (%s):\n%s", e.LogPath(), e.LogExcerpt())
 		}
 		e.Stop()
 	})

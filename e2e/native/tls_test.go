@@ -130,7 +130,7 @@ func TestEnvoyRateLimitOverMTLS(t *testing.T) {
 			}
 			t.Cleanup(func() {
 				if t.Failed() {
-					t.Logf("envoy log:\n%s", e.Log())
+					t.Logf("envoy log:\n%s", e.LogExcerpt())
 				}
 				e.Stop()
 			})

@@ -91,7 +91,7 @@ func start(t *testing.T) *env {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("Envoy's log (%s):\n%s", shared.envoy.LogPath(), lastLines(shared.envoy.Log(), 30))
+			t.Logf("Envoy's log (%s):\n%s", shared.envoy.LogPath(), stack.LogExcerpt(shared.envoy.Log()))
 		}
 	})
 	shared.rec.Arrivals() // forget what earlier tests sent
@@ -332,7 +332,9 @@ func TestShapedBurst(t *testing.T) {
 	t.Logf("reserve: the first %d arrived within %.1f ms; then median inter-arrival %.1f ms; "+
 		"%d of %d on their slot (± %v), earliest %.1f ms, latest %+.1f ms; the last one %.1f ms after the first",
 		atOnce, ms(first), ms(gaps[len(gaps)/2]), onSlot, n-atOnce, tol, ms(early), ms(late), ms(got[n-1].At.Sub(got[0].At)))
-	if first > interval/2 {
+	// Shaped, the burst would take atOnce-1 intervals (500 ms); a busy
+	// machine took 108 ms to pass it unshaped.
+	if first > interval*2 {
 		t.Errorf("the burst took %v to reach the upstream", first)
 	}
 	if early < -tol {
@@ -345,11 +347,14 @@ func TestShapedBurst(t *testing.T) {
 		t.Errorf("median inter-arrival %v, want %v", m, interval)
 	}
 	// The header says how long each was held: 0 for the first, and about
-	// the slot for the others.
+	// the slot for the others: at most the time since the request was
+	// sent, and at least that less the time the filter may have taken to
+	// receive it, which the burst's own passage measures (a few ms, 108 ms
+	// on a busy machine).
 	for i := atOnce; i < n; i++ {
 		h, err := strconv.Atoi(got[i].Header.Get("X-Sluice-Delayed-Ms"))
 		want := ms(got[i].At.Sub(t0))
-		if err != nil || float64(h) > want || float64(h) < want-50 {
+		if err != nil || float64(h) > want || float64(h) < want-50-ms(first) {
 			t.Errorf("arrival %d at %.1f ms carries x-sluice-delayed-ms %q", i+1, want, got[i].Header.Get("X-Sluice-Delayed-Ms"))
 		}
 	}
@@ -450,12 +455,4 @@ func waitStat(t *testing.T, e *stack.Envoy, name string, want int64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -463,3 +463,36 @@ func TestFlagsDocumented(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyRefusesBinaryFiles: a file that is not UTF-8 text (a binary, a
+// Latin-1 file) is refused by ratectl itself, naming the file and line,
+// before anything is sent: protobuf cannot carry it, and the policy service
+// used to be blamed ("failed: Internal").
+func TestApplyRefusesBinaryFiles(t *testing.T) {
+	cp := startControlPlane(t)
+	env := map[string]string{"SLUICE_SERVER": cp.policyAddr, "SLUICE_TOKEN": testToken}
+	dir := t.TempDir()
+	good := writeFile(t, dir, "a.yaml", apiPolicy)
+	latin1 := writeFile(t, dir, "b.yaml", "domain: b\n# caf\xe9\ndescriptors: []\n")
+	binary := writeFile(t, t.TempDir(), "c.yaml", "\x7fELF\x02\x01\x01\x00\x00\x00\xff\xfe")
+	before := cp.store.Current().Version
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a Latin-1 file", []string{"-f", latin1}, latin1 + ":2: not valid UTF-8 text (a binary file?)"},
+		{"a binary file", []string{"-f", binary}, binary + ":1: not valid UTF-8 text"},
+		{"a directory holding one", []string{"-f", dir}, latin1 + ":2: not valid UTF-8 text"},
+		{"standard input", []string{"-f", "-", "-f", good}, "-f -: stdin:1: not valid UTF-8 text"},
+	} {
+		r := ratectl(t, env, "\xff\xfe", append([]string{"apply"}, c.args...)...)
+		r.expect(t, c.name, 1, c.want)
+		if strings.Contains(r.stderr, "policy service") || strings.Contains(r.stderr, "Internal") {
+			t.Errorf("%s: blames the policy service:\n%s", c.name, r.stderr)
+		}
+	}
+	if v := cp.store.Current().Version; v != before || cp.store.Current().Policy("api") != nil {
+		t.Fatalf("the store changed: version %d -> %d", before, v)
+	}
+}

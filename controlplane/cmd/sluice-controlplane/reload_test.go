@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policystore"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // refusingStore applies every domain but one, which it refuses as an
@@ -66,6 +71,75 @@ func TestReloadLogsOneLine(t *testing.T) {
 			for _, w := range c.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("log line lacks %s:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+// TestReloadUnchangedAfterStart: the first SIGHUP after start, with the
+// -policy files as they were, changes nothing on either store: every domain
+// is logged unchanged and no version moves. (The store used to be seeded
+// with the domains re-encoded as canonical YAML, which the files' text never
+// matched, so that SIGHUP rewrote every domain.)
+func TestReloadUnchangedAfterStart(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"a", "b", "c"} {
+		doc := "# the " + d + " team's limits\ndomain: " + d + "\ndescriptors:\n  - key: k   # per key\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+		if err := os.WriteFile(filepath.Join(dir, d+".yaml"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backends := map[string]func(t *testing.T) policystore.Backend{
+		"file": func(t *testing.T) policystore.Backend {
+			b, err := policystore.NewFile(filepath.Join(t.TempDir(), "policies.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+		"redis": func(t *testing.T) policystore.Backend {
+			c := redis.NewClient(&redis.Options{Addr: redistest.StartServer(t).Addr()})
+			t.Cleanup(func() { c.Close() })
+			b, err := policystore.NewRedis(c, policystore.RedisOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+	}
+	for name, newBackend := range backends {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			seed, err := policy.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := policystore.New(ctx, newBackend(t), policystore.Options{Seed: seed, PollInterval: time.Hour,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			before := st.Current()
+			var buf bytes.Buffer
+			reload(ctx, slog.New(slog.NewJSONHandler(&buf, nil)), "SIGHUP", []string{dir}, st)
+			out := strings.TrimSpace(buf.String())
+			for _, w := range []string{`"msg":"SIGHUP: applied the -policy files"`, `"changed":""`, `"unchanged":"a,b,c"`} {
+				if !strings.Contains(out, w) {
+					t.Errorf("log line lacks %s:\n%s", w, out)
+				}
+			}
+			v, err := st.Backend().Version(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after := st.Current(); v != before.Version || after.Version != before.Version {
+				t.Errorf("store version %d, snapshot %d after the SIGHUP; want %d (nothing written)", v, after.Version, before.Version)
+			}
+			for _, p := range before.Policies() {
+				if now := st.Current().Policy(p.Domain); now == nil || now.Version != p.Version {
+					t.Errorf("domain %s: changed by the SIGHUP (was version %d)", p.Domain, p.Version)
 				}
 			}
 		})

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -36,11 +37,15 @@ func watchPolicies(ctx context.Context, tick <-chan time.Time, paths []string, c
 	}
 }
 
-// fingerprint hashes the names and contents of the policy files under
-// paths. An unreadable path hashes as such, so that it coming back is a
-// change too.
+// fingerprint hashes the names, sizes and contents of the policy files
+// under paths. An unreadable path hashes as such, so that it coming back is
+// a change too. Contents are read up to the most a valid set can hold
+// (policy.MaxSetSize, plus one byte): past it the set is refused whatever
+// it says, and a change that brings it back within the bound changes a size
+// or a name.
 func fingerprint(paths []string) [sha256.Size]byte {
 	h := sha256.New()
+	budget := int64(policy.MaxSetSize + 1)
 	for _, p := range paths {
 		names, err := policy.Files(p)
 		if err != nil {
@@ -50,8 +55,15 @@ func fingerprint(paths []string) [sha256.Size]byte {
 		slices.Sort(names)
 		for _, n := range names {
 			io.WriteString(h, "\x00file\x00"+n+"\x00")
+			if st, err := os.Stat(n); err == nil {
+				fmt.Fprintf(h, "%d\x00", st.Size())
+			}
+			if budget <= 0 {
+				continue
+			}
 			if f, err := os.Open(n); err == nil {
-				io.Copy(h, io.LimitReader(f, policy.MaxDocumentSize+1))
+				read, _ := io.Copy(h, io.LimitReader(f, min(policy.MaxDocumentSize+1, budget)))
+				budget -= read
 				f.Close()
 			}
 		}

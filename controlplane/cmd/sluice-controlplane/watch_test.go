@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/controlplane/policy"
 )
 
 // TestWatchPolicies drives watchPolicies with an injected tick over a
@@ -74,4 +79,34 @@ func TestWatchPolicies(t *testing.T) {
 	step("file removed", true)
 	cancel()
 	<-done
+}
+
+// TestFingerprintBounded: a tick reads at most what a valid set can hold
+// (policy.MaxSetSize): a directory of many 1 MiB files used to be read whole
+// at every tick. Past the bound only names and sizes count, which is enough
+// to see the change that brings the set back within it.
+func TestFingerprintBounded(t *testing.T) {
+	dir := t.TempDir()
+	doc := []byte("domain: d\n#" + strings.Repeat("x", policy.MaxDocumentSize-20) + "\n")
+	n := policy.MaxSetSize/policy.MaxDocumentSize + 2
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d.yaml", i)), doc, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := fingerprint([]string{dir})
+	last := filepath.Join(dir, fmt.Sprintf("f%d.yaml", n-1))
+	same := bytes.Replace(doc, []byte("domain: d"), []byte("domain: e"), 1)
+	if err := os.WriteFile(last, same, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if fingerprint([]string{dir}) != before {
+		t.Errorf("the content of a file past %d bytes was read", policy.MaxSetSize)
+	}
+	if err := os.WriteFile(last, []byte("domain: e\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if fingerprint([]string{dir}) == before {
+		t.Error("a file past the bound shrank, and the fingerprint did not change")
+	}
 }

@@ -143,7 +143,10 @@ func TestMakeRun(t *testing.T) {
 	var listen string
 	var pids []int
 	var out strings.Builder
-	timeout := time.After(5 * time.Minute)
+	// It builds the control plane and starts Envoy (up to 5 minutes on a
+	// busy machine: see e2e/stack), then prints the banner.
+	const bannerWait = 10 * time.Minute
+	timeout := time.After(bannerWait)
 	curl, end := false, false
 	for listen == "" || len(pids) < 2 || !curl || !end {
 		select {
@@ -164,7 +167,7 @@ func TestMakeRun(t *testing.T) {
 				pids = append(pids, pid)
 			}
 		case <-timeout:
-			t.Fatalf("no banner after 5 minutes:\n%s\n%s", out.String(), stderr.String())
+			t.Fatalf("no banner after %v:\n%s\n%s", bannerWait, out.String(), stderr.String())
 		}
 	}
 	go func() {
