@@ -84,6 +84,61 @@ func TestLeaseSpendHostCalls(t *testing.T) {
 	if !maps.Equal(c.counts, want) {
 		t.Fatalf("host calls of a request spent from the shared lease: %v, want %v", c.counts, want)
 	}
+	// A request of a descriptor with no lease, once the VM reads the
+	// pools: one read of the pool's slot more than before leases (the
+	// block's slot is read too), then the call.
+	other := map[string]string{":method": "GET", ":path": "/", "x-user": "other"}
+	leaseStream(b, 5, other) // warm: the call's buffers
+	c.counts = map[string]int{}
+	c.counting = true
+	leaseStream(b, 6, other)
+	c.counting = false
+	call := map[string]int{
+		"env.proxy_get_header_map_value":        1,
+		"wasi_snapshot_preview1.clock_time_get": 1,
+		"env.proxy_get_shared_data":             2, // the pool's slot, the block's slot
+		"env.proxy_http_call":                   1,
+	}
+	if !maps.Equal(c.counts, call) {
+		t.Fatalf("host calls of a request that calls out: %v, want %v", c.counts, call)
+	}
+}
+
+// TestLeaseOutlivesAReload: the pool is the proxy's, not a VM's: a VM
+// that replaces one that trapped (FAIL_RELOAD) spends what is left of the
+// lease the trapped one received, and no unit twice.
+func TestLeaseOutlivesAReload(t *testing.T) {
+	const granted = 10
+	shared := newHostShared()
+	a := newWasmHostShared(t, context.Background(), filterWasm, sharedConfig, shared)
+	if !a.configure() {
+		t.Fatalf("configuration refused: %v", a.logs)
+	}
+	req := map[string]string{":method": "GET", ":path": "/", "x-user": "leased"}
+	a.request(2, req)
+	a.deliver(1, leaseAnswer(t, granted+1))
+	a.finish(2)
+	spent := 0
+	for id := range uint32(4) {
+		if leaseStream(a, 10+id, req) == uint64(abi.ActionContinue) {
+			spent++
+		}
+	}
+	a.runtime.Close(a.ctx)
+	r := newWasmHostShared(t, context.Background(), filterWasm, sharedConfig, shared)
+	if !r.configure() {
+		t.Fatalf("configuration refused: %v", r.logs)
+	}
+	r.current = 1
+	r.call("proxy_on_tick", 1)
+	for id := range uint32(2 * granted) {
+		if leaseStream(r, 10+id, req) == uint64(abi.ActionContinue) {
+			spent++
+		}
+	}
+	if spent != granted {
+		t.Fatalf("%d units spent of %d across the reload", spent, granted)
+	}
 }
 
 // TestLeaseVMsConcurrently: four filter.wasm VMs of one proxy, each on its
