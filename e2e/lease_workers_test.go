@@ -83,16 +83,26 @@ func TestLeaseAcrossWorkers(t *testing.T) {
 	var ok, limited atomic.Int64
 	var failed atomic.Value
 	var steadyQuota, steadyCalled int64
+	var perSecond string // from leases / by a call, each second
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		time.Sleep(time.Until(overAt))
-		s, err := e.Stats()
-		if err != nil {
-			failed.CompareAndSwap(nil, err.Error())
-			return
+		last := base
+		for at := start.Add(time.Second); !at.After(end); at = at.Add(time.Second) {
+			time.Sleep(time.Until(at))
+			s, err := e.Stats()
+			if err != nil {
+				failed.CompareAndSwap(nil, err.Error())
+				return
+			}
+			q := s["wasmcustom.sluice.quota_allowed"] - last["wasmcustom.sluice.quota_allowed"]
+			c := s["wasmcustom.sluice.allowed"] - last["wasmcustom.sluice.allowed"]
+			perSecond += fmt.Sprintf(" %d/%d", q, c)
+			last = s
+			if at.Equal(overAt) {
+				steadyQuota = s["wasmcustom.sluice.quota_allowed"] - base["wasmcustom.sluice.quota_allowed"]
+				steadyCalled = s["wasmcustom.sluice.allowed"] - base["wasmcustom.sluice.allowed"]
+			}
 		}
-		steadyQuota = s["wasmcustom.sluice.quota_allowed"] - base["wasmcustom.sluice.quota_allowed"]
-		steadyCalled = s["wasmcustom.sluice.allowed"] - base["wasmcustom.sluice.allowed"]
 	})
 	for i := range callers {
 		k := leaseKeys[i%len(leaseKeys)]
@@ -154,6 +164,13 @@ func TestLeaseAcrossWorkers(t *testing.T) {
 		}
 		t.Logf("%s: admitted per second:%s; %d admissions straddled two seconds", k.alg, line, up.straddled[k.key])
 	}
+	m, err := stack.Scrape(cp.HTTPURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("control plane: %v lease calls to Redis, %v units shared with the filter, %v expired, %v held; "+
+		"allowed from leases / by a call, each second:%s", m.Sum("sluice_lease_calls_total"), m.Sum("sluice_lease_shared_units_total"),
+		m.Sum("sluice_lease_expired_units_total"), m.Sum("sluice_lease_outstanding_units"), perSecond)
 	pct := func(a, b int64) float64 { return 100 * float64(a) / float64(max(a+b, 1)) }
 	t.Logf("--concurrency %d: %d x 200, %d x 429; allowed below the limit from leases / by a call: %d/%d (%.1f%% in the filter); "+
 		"overall %d/%d; lease CAS retries %d, exhausted %d, lost %d; failed open %d",
