@@ -307,6 +307,8 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 	t.Logf("allowed through the Envoys, from quotas without a call / by a call: below the limit %d/%d (%.1f%% in the filter), at 5x %d/%d (%.1f%%); %v lease calls, %v units shared",
 		steadyQuota, steadyCalled, pct(steadyQuota, steadyCalled), quotaAllowed-steadyQuota, calledAllowed-steadyCalled,
 		pct(quotaAllowed-steadyQuota, calledAllowed-steadyCalled), cpm[3], cpm[2])
+	t.Logf("shared lease pools in the filters: %d CAS retries, %d takes that lost every attempt, %d grants lost",
+		stat("wasmcustom.sluice.lease_cas_retries"), stat("wasmcustom.sluice.lease_exhausted"), stat("wasmcustom.sluice.lease_lost"))
 	if quotaAllowed == 0 {
 		t.Errorf("no request was admitted from a quota")
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/sluicehq/sluice/filter/abi"
 )
 
 // TestPrecheckRejectionHostCalls counts the host functions filter.wasm calls
@@ -72,5 +74,65 @@ func TestPrecheckRejectionHostCalls(t *testing.T) {
 	}
 	if !maps.Equal(counts, want) {
 		t.Fatalf("host calls of a precheck rejection: %v, want %v", counts, want)
+	}
+}
+
+// TestLeaseSpendHostCalls counts the host functions filter.wasm calls for
+// a request admitted from a lease another VM of the proxy received: one
+// read and one compare-and-swap write of the pool's slot, on top of what
+// any request decided in the filter makes (the header, the clock, the
+// counter). A new host call on this path fails here first.
+func TestLeaseSpendHostCalls(t *testing.T) {
+	shared := newHostShared()
+	var c hostCounter
+	a := newWasmHostShared(t, context.Background(), filterWasmDev, sharedConfig, shared)
+	b := newWasmHostShared(t, c.context(), filterWasmDev, sharedConfig, shared)
+	for _, h := range []*wasmHost{a, b} {
+		if !h.configure() {
+			t.Fatalf("configuration refused: %v", h.logs)
+		}
+	}
+	req := map[string]string{":method": "GET", ":path": "/", "x-user": "leased"}
+	a.request(2, req)
+	a.deliver(1, leaseAnswer(t, 100))
+	a.finish(2)
+	b.current = 1
+	b.call("proxy_on_tick", 1)                                // B hears of leases
+	if leaseStream(b, 3, req) != uint64(abi.ActionContinue) { // warm
+		t.Fatalf("B did not spend A's lease: %v", b.logs)
+	}
+	c.counting = true
+	action := leaseStream(b, 4, req)
+	c.counting = false
+	if action != uint64(abi.ActionContinue) || len(b.calls) != 0 {
+		t.Fatalf("B: action %d, %d calls", action, len(b.calls))
+	}
+	want := map[string]int{
+		"env.proxy_get_header_map_value":        1, // x-user
+		"wasi_snapshot_preview1.clock_time_get": 1,
+		"env.proxy_get_shared_data":             1, // the pool's slot
+		"env.proxy_set_shared_data":             1, // one unit less, by CAS
+		"env.proxy_increment_metric":            1, // sluice.quota_allowed
+	}
+	if !maps.Equal(c.counts, want) {
+		t.Fatalf("host calls of a request spent from the shared lease: %v, want %v", c.counts, want)
+	}
+	// A request of a descriptor with no lease, once the VM reads the
+	// pools: one read of the pool's slot more than before leases (the
+	// block's slot is read too), then the call.
+	other := map[string]string{":method": "GET", ":path": "/", "x-user": "other"}
+	leaseStream(b, 5, other) // warm: the call's buffers
+	c.counts = map[string]int{}
+	c.counting = true
+	leaseStream(b, 6, other)
+	c.counting = false
+	call := map[string]int{
+		"env.proxy_get_header_map_value":        1,
+		"wasi_snapshot_preview1.clock_time_get": 1,
+		"env.proxy_get_shared_data":             2, // the pool's slot, the block's slot
+		"env.proxy_http_call":                   1,
+	}
+	if !maps.Equal(c.counts, call) {
+		t.Fatalf("host calls of a request that calls out: %v, want %v", c.counts, call)
 	}
 }

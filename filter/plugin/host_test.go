@@ -46,6 +46,7 @@ type fakeHost struct {
 
 	shared     *sharedData // the proxy's shared data: the same for the VMs of a test
 	sharedGets int
+	leaseGets  int // the reads of the lease pools' keys
 }
 
 type fakeCall struct {
@@ -328,6 +329,9 @@ func newSharedData() *sharedData { return &sharedData{m: map[string]sharedValue{
 
 func (h *fakeHost) SharedData(key string) ([]byte, uint32, bool) {
 	h.sharedGets++
+	if strings.HasPrefix(key, "sluice.leases.") {
+		h.leaseGets++
+	}
 	e, ok := h.shared.m[key]
 	return e.v, e.cas, ok
 }

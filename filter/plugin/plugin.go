@@ -112,6 +112,7 @@ func (p *Plugin) configure(size int) bool {
 	p.table = precheck.NewTable(cfg.Precheck.MaxEntries, cfg.Timeout)
 	p.precheck = cfg.Precheck.Enabled
 	p.shared = nil
+	p.quotas = quotas{pool: sharedblocks.NewLeases(p.host, cfg.Domain, sharedblocks.LeaseSlots)}
 	if p.precheck {
 		p.shared = sharedblocks.New(p.host, cfg.Domain, sharedblocks.Slots)
 	}

@@ -2,96 +2,158 @@ package plugin
 
 import (
 	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/sharedblocks"
 )
 
 // MetricQuotaAllowed counts requests admitted from a quota the control plane
 // granted in advance (RLS DescriptorStatus.quota), without a call.
 const MetricQuotaAllowed = "sluice.quota_allowed"
 
-// maxQuotas bounds the descriptors a plugin instance holds quotas for.
-const maxQuotas = 4096
+// Metrics of the leases the VMs of one proxy share (sharedblocks.Leases).
+const (
+	// MetricLeaseCASRetries counts the writes of a lease pool that lost
+	// the compare-and-swap to another VM's and tried again.
+	MetricLeaseCASRetries = "sluice.lease_cas_retries"
+	// MetricLeaseExhausted counts the requests that found a unit in the
+	// pool but lost every attempt to take it, and called the control plane.
+	MetricLeaseExhausted = "sluice.lease_exhausted"
+	// MetricLeaseLost counts the grants (and units given back) that could
+	// not be stored in the pool: lost, which can only admit less.
+	MetricLeaseLost = "sluice.lease_lost"
+)
 
-// quota is what is left of one descriptor's quota: left requests, to be
-// spent before until (the host's monotonic clock).
-type quota struct {
-	left  int64
-	until int64
-}
-
-// quotas are the quotas a plugin instance (one per VM, one VM per Envoy
-// worker) holds, by the descriptor's precheck key. A quota's units were
-// debited in the control plane's store before it was granted, so spending
-// them admits nothing the global limit refuses; a quota lost (a VM that
-// stops, an answer that times out) can only admit less.
+// quotas are the quotas the control plane granted (leases), kept in the
+// proxy's shared data as one pool per descriptor for all its VMs
+// (sharedblocks.Leases). A quota's units were debited in the control
+// plane's store before it was granted, so spending them admits nothing the
+// global limit refuses; a unit lost (a VM that stops, an answer that times
+// out, a slot overwritten) can only admit less.
+//
+// A VM reads the pools only once a VM of the proxy has received a lease
+// (seen: itself, or another that announced it, read on the tick): with no
+// lease-enabled policy, requests make no more host calls than without
+// leases; until then, a VM calls out as before.
 type quotas struct {
-	m       map[string]*quota // entries are changed in place: a key is stored once, copied
-	allowed uint32            // MetricQuotaAllowed's id
+	pool    *sharedblocks.Leases
+	seen    bool
+	untils  []int64 // scratch: the expiry of each unit a request took
+	allowed uint32  // MetricQuotaAllowed's id
 	defined bool
+	// The ids of the lease metrics, and the pool's counts last reported.
+	retriesID, exhaustedID, lostID uint32
+	retries, exhausted, lost       int
 }
 
 // wallNow returns the wall clock in Unix nanoseconds, to convert a quota's
 // valid_until to the monotonic clock.
 func (p *Plugin) wallNow() int64 { return p.host.WallNow() }
 
-// spendQuota admits the request of s from the quotas when every one of its
-// descriptors holds a quota for it (cost 1, still valid): it takes one from
-// each and answers true. Otherwise it changes nothing.
+// spendQuota admits the request of s from the pools when every one of its
+// descriptors holds a unit for it (cost 1, still valid): it takes one from
+// each (one read and one CAS write per descriptor when nobody else writes
+// the slot) and answers true. Otherwise it changes nothing: units taken
+// before a descriptor without one are given back.
 func (p *Plugin) spendQuota(s *stream, now int64) bool {
 	q := &p.quotas
-	if len(q.m) == 0 {
+	if !q.seen {
 		return false
 	}
 	descs := p.descs.Descriptors
 	for i := range descs {
-		e, ok := q.m[bufString(s.key(i))]
-		if !ok || descs[i].HitsAddend != 1 || e.left < 1 || now >= e.until {
+		if descs[i].HitsAddend != 1 {
 			return false
 		}
 	}
+	q.untils = q.untils[:0]
 	for i := range descs {
-		k := bufString(s.key(i))
-		if e := q.m[k]; e.left > 1 {
-			e.left--
-		} else {
-			delete(q.m, k)
+		until, ok, err := q.pool.Take(s.key(i), now)
+		if err != nil {
+			p.warn("sluice: cannot take a unit of a shared lease: " + err.Error())
 		}
+		if !ok {
+			for j, u := range q.untils {
+				if _, err := q.pool.Give(s.key(j), 1, u, now); err != nil {
+					p.warn("sluice: cannot give back a unit of a shared lease: " + err.Error())
+				}
+			}
+			p.reportLeases()
+			return false
+		}
+		q.untils = append(q.untils, until)
 	}
 	p.countQuota()
+	p.reportLeases()
 	return true
 }
 
 // quotaCovers reports whether a quota covers a request of cost for the
 // descriptor key: the control plane granted it in advance, so the precheck
-// must not reject it (that could only admit less than the limit).
+// must not reject it (that could only admit less than the limit). One read
+// of the shared data, made only when the precheck would reject.
 func (p *Plugin) quotaCovers(key []byte, cost uint32, now int64) bool {
-	if len(p.quotas.m) == 0 || cost != 1 {
-		return false
-	}
-	e, ok := p.quotas.m[bufString(key)]
-	return ok && e.left >= 1 && now < e.until
+	q := &p.quotas
+	return q.seen && cost == 1 && q.pool.Covers(key, now)
 }
 
 // countQuota counts one request admitted from quotas.
 func (p *Plugin) countQuota() {
-	q := &p.quotas
-	if !q.defined {
-		id, err := p.host.DefineCounter(MetricQuotaAllowed)
-		if err != nil {
-			p.warn("sluice: cannot define metric " + MetricQuotaAllowed + ": " + err.Error())
-		}
-		q.allowed, q.defined = id, true
-	}
-	p.count(q.allowed)
+	p.defineQuotaMetrics()
+	p.count(p.quotas.allowed)
 }
 
-// recordQuotas keeps the quotas of an allowed answer (in p.resp) for the
-// descriptors of s. The request answered takes one unit of each, as the
-// field's contract says. A quota adds to what the descriptor still holds
-// (several calls may have been under way at once, each granted a share),
-// and the sum ends with the earlier of the two.
+// defineQuotaMetrics defines the quota and lease metrics, once: the first
+// time one counts.
+func (p *Plugin) defineQuotaMetrics() {
+	q := &p.quotas
+	if q.defined {
+		return
+	}
+	q.allowed = p.defineCounter(MetricQuotaAllowed)
+	q.retriesID = p.defineCounter(MetricLeaseCASRetries)
+	q.exhaustedID = p.defineCounter(MetricLeaseExhausted)
+	q.lostID = p.defineCounter(MetricLeaseLost)
+	q.defined = true
+}
+
+// defineCounter defines counter name; a failure is logged (the counter
+// then counts nowhere).
+func (p *Plugin) defineCounter(name string) uint32 {
+	id, err := p.host.DefineCounter(name)
+	if err != nil {
+		p.warn("sluice: cannot define metric " + name + ": " + err.Error())
+	}
+	return id
+}
+
+// reportLeases adds the growth of the pool's counts to the lease metrics
+// (no host call when none grew).
+func (p *Plugin) reportLeases() {
+	q := &p.quotas
+	pl := q.pool
+	if pl.Retries == q.retries && pl.Exhausted == q.exhausted && pl.Lost == q.lost {
+		return
+	}
+	p.defineQuotaMetrics()
+	for _, c := range []struct {
+		id       uint32
+		now, was int
+	}{{q.retriesID, pl.Retries, q.retries}, {q.exhaustedID, pl.Exhausted, q.exhausted}, {q.lostID, pl.Lost, q.lost}} {
+		if c.now > c.was {
+			p.host.IncrementCounter(c.id, int64(c.now-c.was))
+		}
+	}
+	q.retries, q.exhausted, q.lost = pl.Retries, pl.Exhausted, pl.Lost
+}
+
+// recordQuotas puts the quotas of an allowed answer (in p.resp) for the
+// descriptors of s into the proxy's pools. The request answered takes one
+// unit of each, as the field's contract says. A quota adds to what the
+// descriptor's pool still holds (several calls, from any VM, may have been
+// under way at once, each granted a share), and the sum ends with the
+// earlier of the two.
 func (p *Plugin) recordQuotas(s *stream, now int64) {
 	resp := &p.resp
-	if len(resp.Statuses) != len(s.costs) {
+	if len(resp.Statuses) != len(s.costs) || p.quotas.pool == nil {
 		return
 	}
 	var wall int64
@@ -107,33 +169,17 @@ func (p *Plugin) recordQuotas(s *stream, now int64) {
 		if valid <= 0 {
 			continue
 		}
-		until := now + valid // valid_until on the monotonic clock
-		if p.quotas.m == nil {
-			p.quotas.m = make(map[string]*quota)
-		}
-		if e, ok := p.quotas.m[bufString(s.key(i))]; ok {
-			if e.left > 0 && now < e.until {
-				e.left, e.until = e.left+int64(qt.Requests)-1, min(e.until, until)
-			} else {
-				e.left, e.until = int64(qt.Requests)-1, until
-			}
-			continue
-		}
-		if len(p.quotas.m) >= maxQuotas {
-			p.dropExpiredQuotas(now)
-			if len(p.quotas.m) >= maxQuotas {
-				continue
+		if !p.quotas.seen {
+			p.quotas.seen = true
+			if err := p.quotas.pool.Announce(); err != nil {
+				p.warn("sluice: cannot tell the other VMs about leases: " + err.Error())
 			}
 		}
-		p.quotas.m[string(s.key(i))] = &quota{left: int64(qt.Requests) - 1, until: until}
-	}
-}
-
-// dropExpiredQuotas forgets the quotas that can no longer be spent.
-func (p *Plugin) dropExpiredQuotas(now int64) {
-	for k, e := range p.quotas.m {
-		if now >= e.until || e.left < 1 {
-			delete(p.quotas.m, k)
+		// valid_until on the monotonic clock, which every VM of the proxy
+		// reads alike
+		if _, err := p.quotas.pool.Grant(s.key(i), int64(qt.Requests)-1, now+valid, now); err != nil {
+			p.warn("sluice: cannot share a lease with the other VMs: " + err.Error())
 		}
 	}
+	p.reportLeases()
 }

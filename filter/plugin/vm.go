@@ -152,6 +152,13 @@ func (vm *VM) OnTick(rootID uint32) {
 	if p.shared != nil {
 		p.shared.RefreshSeed()
 	}
+	if q := &p.quotas; q.pool != nil {
+		if q.seen {
+			q.pool.RefreshSeed() // two VMs that set a seed at once converge
+		} else {
+			q.seen = q.pool.Announced()
+		}
+	}
 }
 
 // OnDone lets the proxy finish any context at once. A request still held

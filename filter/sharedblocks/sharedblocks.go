@@ -1,7 +1,9 @@
 // Package sharedblocks shares the precheck's over-limit blocks among the
 // Wasm VMs of one proxy (Envoy runs one VM per worker thread) through
 // proxy-wasm shared data, so that a descriptor one VM heard is over its
-// limit is rejected locally by every VM, not asked again by each.
+// limit is rejected locally by every VM, not asked again by each; and the
+// leases the control plane grants, as one pool per descriptor for the
+// whole proxy (Leases, in a table of slots of its own).
 //
 // Shared data in proxy-wasm-cpp-host is one process-wide map per vm_id
 // behind one mutex, with a compare-and-swap number per key; ABI 0.2.1 has
@@ -32,7 +34,6 @@ package sharedblocks
 import (
 	"bytes"
 	"encoding/binary"
-	"math/rand/v2"
 	"strconv"
 
 	"github.com/sluicehq/sluice/filter/precheck"
@@ -81,12 +82,8 @@ func Bound(slots int) int {
 // It is not safe for concurrent use (a VM is single-threaded); the VMs
 // share only the proxy's data.
 type Store struct {
-	data   Data
-	domain string
-	mask   uint64 // slots - 1
-	seed   uint64 // the proxy's hash seed, from seedKey
-	// Scratch buffers, reused by every call.
-	name, key, value []byte
+	slots
+	value []byte // scratch, reused by every write
 	// Retries counts the CAS mismatches of writes, and Lost the blocks
 	// that stayed in the VM because every attempt lost; the plugin reports
 	// their growth as metrics.
@@ -97,45 +94,7 @@ type Store struct {
 // to a power of two). It reads the proxy's hash seed, and sets one if
 // there is none yet.
 func New(data Data, domain string, slots int) *Store {
-	n := 1
-	for n < slots {
-		n *= 2
-	}
-	s := &Store{data: data, domain: domain, mask: uint64(n - 1)}
-	if !s.RefreshSeed() {
-		seed := rand.Uint64()
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], seed)
-		// Two VMs starting at once may both set one: the last one wins,
-		// and RefreshSeed (on every tick) brings the other round to it.
-		// Until then their slots differ, which loses blocks, no more.
-		if set, err := data.SetSharedData(seedKey, b[:], 0); err == nil && set {
-			s.seed = seed
-		}
-		s.RefreshSeed()
-	}
-	return s
-}
-
-// RefreshSeed reads the proxy's hash seed; false when there is none.
-func (s *Store) RefreshSeed() bool {
-	v, _, found := s.data.SharedData(seedKey)
-	if !found || len(v) != 8 {
-		return false
-	}
-	s.seed = binary.LittleEndian.Uint64(v)
-	return true
-}
-
-// slot sets s.key to the shared key of descriptor key and s.name to its
-// slot's name; false when the shared key is too long.
-func (s *Store) slot(key []byte) bool {
-	if len(s.domain)+1+len(key) > MaxKeyLen {
-		return false
-	}
-	s.key = append(append(append(s.key[:0], s.domain...), 0), key...)
-	s.name = strconv.AppendUint(append(s.name[:0], slotPrefix...), hash(s.seed, s.key)&s.mask, 10)
-	return true
+	return &Store{slots: newSlots(data, domain, slotPrefix, slots)}
 }
 
 // Lookup returns the block shared for descriptor key that has not passed
@@ -232,18 +191,4 @@ func decode(v []byte) (b precheck.Block, k []byte, ok bool) {
 	}
 	b.Name = bytesString(v[header : header+n])
 	return b, v[header+n:], true
-}
-
-// hash is FNV-1a over key from seed, finished with splitmix64's mixer so
-// that every bit reaches the slot bits.
-func hash(seed uint64, key []byte) uint64 {
-	h := seed ^ 0xcbf29ce484222325
-	for _, c := range key {
-		h = (h ^ uint64(c)) * 0x100000001b3
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	return h ^ h>>31
 }

@@ -1,0 +1,214 @@
+package sharedblocks
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strconv"
+)
+
+// Leases is one plugin instance's view of the leases of its domain that the
+// VMs of one proxy share: the requests the control plane granted in
+// advance (RLS DescriptorStatus.quota) make one pool per descriptor for the
+// whole proxy, whichever VM received them, instead of one share per VM.
+//
+// A pool lives in a slot of its own table ("sluice.leases.<n>", LeaseSlots
+// of them, picked by the same hash and seed as the blocks'), holding the
+// full key, the units left and the proxy's monotonic time they expire.
+// Every unit was debited in the control plane's store before it was
+// granted, so spending one admits nothing the global limit refuses; a unit
+// lost (a slot another key overwrites, a give-back that cannot be stored)
+// can only admit less.
+//
+// A unit is spent exactly once across VMs: Take reads the slot and writes
+// it back one unit smaller with the CAS number it read, which the host
+// refuses if any VM wrote the slot in between (a value that exists always
+// has a CAS number other than 0). At most MaxAttempts such pairs; when all
+// of them lose the race, Take reports no unit and the request calls the
+// control plane, as it would with no lease (Exhausted counts those). Nobody
+// waits on anybody.
+type Leases struct {
+	slots
+	value []byte // scratch, reused by every write
+	// Retries counts the CAS mismatches of writes; Exhausted the Takes
+	// that lost every attempt (the request calls out); Lost the grants and
+	// give-backs not stored (every attempt lost, or the slot holds another
+	// key's live pool, or the host refused).
+	Retries, Exhausted, Lost int
+}
+
+const (
+	// LeaseSlots is the number of lease slots a plugin uses: the most
+	// descriptors the proxy holds leases for at once.
+	LeaseSlots = 4096
+	// leaseHeader is the fixed part of a lease value (see encodeLease).
+	leaseHeader = 1 + 8 + 8
+	// MaxLeaseValue is the largest value of a lease slot.
+	MaxLeaseValue = leaseHeader + MaxKeyLen
+	// leaseVersion is the first byte of a lease value.
+	leaseVersion = 2 // not a block's (version): no value is read as both
+	// leasePrefix names the lease slots; onKey, once set, says that a VM
+	// of the proxy received a lease.
+	leasePrefix = "sluice.leases."
+	onKey       = "sluice.leases.on"
+)
+
+// LeaseBound returns the most bytes of keys and values that slots lease
+// slots can hold in the shared data (the host's per-entry overhead aside;
+// the seed is counted in Bound).
+func LeaseBound(slots int) int {
+	return slots*(len(leasePrefix)+len(strconv.Itoa(slots-1))+MaxLeaseValue) + len(onKey) + 1
+}
+
+// Announce records in the shared data that a VM of the proxy received a
+// lease, so that the others start reading the pools (Announced).
+func (l *Leases) Announce() error {
+	_, err := l.data.SetSharedData(onKey, []byte{1}, 0)
+	return err
+}
+
+// Announced reports whether a VM of the proxy received a lease: one host
+// call.
+func (l *Leases) Announced() bool {
+	_, _, found := l.data.SharedData(onKey)
+	return found
+}
+
+// NewLeases returns the leases of domain over data with slots slots
+// (rounded up to a power of two), sharing the blocks' hash seed.
+func NewLeases(data Data, domain string, slots int) *Leases {
+	return &Leases{slots: newSlots(data, domain, leasePrefix, slots)}
+}
+
+// pool is what a lease slot holds, as read.
+type pool struct {
+	left, until int64
+	cas         uint32
+	found       bool // the slot has a value
+	mine        bool // a pool of the key last named by slot
+}
+
+// live reports whether the pool holds a unit valid at now.
+func (p pool) live(now int64) bool { return p.left >= 1 && now < p.until }
+
+// read reads the slot that l.slot named: one host call.
+func (l *Leases) read() pool {
+	v, cas, found := l.data.SharedData(bytesString(l.name))
+	if !found {
+		return pool{}
+	}
+	left, until, k, ok := decodeLease(v)
+	if !ok {
+		return pool{cas: cas, found: true}
+	}
+	return pool{left: left, until: until, cas: cas, found: true, mine: bytes.Equal(k, l.key)}
+}
+
+// Covers reports whether key's pool holds a unit valid at now: one host
+// call, changing nothing.
+func (l *Leases) Covers(key []byte, now int64) bool {
+	if !l.slot(key) {
+		return false
+	}
+	p := l.read()
+	return p.mine && p.live(now)
+}
+
+// Take spends one unit of key's pool valid at now: a read and a CAS write
+// of the slot, at most MaxAttempts times. It returns the pool's expiry (for
+// Give) and true; false when there is no unit (one read) or every attempt
+// lost to another VM (Exhausted), or the host refused the write (err).
+func (l *Leases) Take(key []byte, now int64) (until int64, ok bool, err error) {
+	if !l.slot(key) {
+		return 0, false, nil
+	}
+	for range MaxAttempts {
+		p := l.read()
+		if !p.mine || !p.live(now) || p.cas == 0 {
+			return 0, false, nil
+		}
+		l.value = encodeLease(l.value[:0], p.left-1, p.until, l.key)
+		set, err := l.data.SetSharedData(bytesString(l.name), l.value, p.cas)
+		if err != nil {
+			return 0, false, err
+		}
+		if set {
+			return p.until, true, nil
+		}
+		l.Retries++
+	}
+	l.Exhausted++
+	return 0, false, nil
+}
+
+// Grant adds n units valid until until to key's pool: to a live pool of
+// key they add up, ending at the earlier expiry; any other value of the
+// slot (another key's, a spent or expired pool) is replaced. false: the
+// units are lost (every attempt lost the race, or err).
+func (l *Leases) Grant(key []byte, n, until, now int64) (bool, error) {
+	return l.add(key, n, until, now, true)
+}
+
+// Give returns n units that Take took from key's pool with expiry until
+// and that were not spent (a request of several descriptors that could not
+// take all of them). They go back only into a live pool of key, or into
+// the slot if it is empty, spent or expired; never over another key's live
+// pool. false: they are lost.
+func (l *Leases) Give(key []byte, n, until, now int64) (bool, error) {
+	return l.add(key, n, until, now, false)
+}
+
+// add is Grant (replace true) and Give.
+func (l *Leases) add(key []byte, n, until, now int64, replace bool) (bool, error) {
+	if n < 1 || now >= until || !l.slot(key) {
+		return false, nil
+	}
+	for range MaxAttempts {
+		p := l.read()
+		left, end := n, until
+		switch {
+		case p.mine && p.live(now):
+			left, end = p.left+n, min(p.until, until)
+		case !replace && p.live(now):
+			l.Lost++ // another key's live pool: keep it
+			return false, nil
+		}
+		// A slot with no value is set whatever the CAS (0): two VMs
+		// filling an empty slot at once may both succeed, the later
+		// overwriting the earlier. That loses units, never makes one up.
+		l.value = encodeLease(l.value[:0], left, end, l.key)
+		set, err := l.data.SetSharedData(bytesString(l.name), l.value, p.cas)
+		if err != nil {
+			l.Lost++
+			return false, err
+		}
+		if set {
+			return true, nil
+		}
+		l.Retries++
+	}
+	l.Lost++
+	return false, nil
+}
+
+// encodeLease appends the value of a pool of left units until until of
+// shared key k to dst: version, left, until (little endian), then the key.
+func encodeLease(dst []byte, left, until int64, k []byte) []byte {
+	dst = append(dst, leaseVersion)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(left))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(until))
+	return append(dst, k...)
+}
+
+// decodeLease reads a value that encodeLease wrote; ok is false for
+// anything else.
+func decodeLease(v []byte) (left, until int64, k []byte, ok bool) {
+	if len(v) < leaseHeader || len(v) > MaxLeaseValue || v[0] != leaseVersion {
+		return 0, 0, nil, false
+	}
+	left = int64(binary.LittleEndian.Uint64(v[1:]))
+	until = int64(binary.LittleEndian.Uint64(v[9:]))
+	if left < 0 {
+		return 0, 0, nil, false
+	}
+	return left, until, v[leaseHeader:], true
+}

@@ -1,0 +1,218 @@
+package sharedblocks
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// TestLeasePoolIsEveryVMs: a lease one VM granted is spent by the others,
+// unit by unit, until it is spent or expires; another key or domain has
+// none.
+func TestLeasePoolIsEveryVMs(t *testing.T) {
+	d := newMemData()
+	a, b := NewLeases(d, "edge", 64), NewLeases(d, "edge", 64)
+	key := []byte("\x07api_key\x02k1")
+	if b.Covers(key, 0) || b.Announced() {
+		t.Fatal("a pool before any grant")
+	}
+	if err := a.Announce(); err != nil || !b.Announced() {
+		t.Fatalf("announced: %v %v", err, b.Announced())
+	}
+	if _, ok, _ := b.Take(key, 0); ok {
+		t.Fatal("a unit taken before any grant")
+	}
+	if ok, err := a.Grant(key, 3, 500*ms, 100*ms); !ok || err != nil {
+		t.Fatalf("grant: %v %v", ok, err)
+	}
+	if NewLeases(d, "other", 64).Covers(key, 100*ms) || b.Covers([]byte("\x07api_key\x02k2"), 100*ms) {
+		t.Fatal("a pool crossed keys or domains")
+	}
+	for i, l := range []*Leases{b, a, b} {
+		until, ok, err := l.Take(key, 200*ms)
+		if !ok || err != nil || until != 500*ms {
+			t.Fatalf("take %d: %v %v %v", i, until, ok, err)
+		}
+	}
+	if _, ok, _ := a.Take(key, 200*ms); ok || b.Covers(key, 200*ms) {
+		t.Fatal("a fourth unit of three")
+	}
+	// Expiry: a grant is not spent at or after its end.
+	a.Grant(key, 5, 600*ms, 200*ms)
+	if !b.Covers(key, 599*ms) {
+		t.Fatal("the new grant is not there")
+	}
+	if _, ok, _ := b.Take(key, 600*ms); ok || b.Covers(key, 600*ms) {
+		t.Fatal("a unit spent at its expiry")
+	}
+	if ok, _ := a.Grant(key, 5, 600*ms, 600*ms); ok {
+		t.Fatal("an expired grant was stored")
+	}
+}
+
+// TestLeaseGrantsAddUp: grants to a live pool add up and end with the
+// earlier expiry; a grant after the pool is spent or expired starts anew.
+func TestLeaseGrantsAddUp(t *testing.T) {
+	d := newMemData()
+	l := NewLeases(d, "edge", 64)
+	key := []byte("k")
+	l.Grant(key, 2, 900*ms, 0)
+	l.Grant(key, 3, 400*ms, 0)
+	for i := range 5 {
+		if until, ok, _ := l.Take(key, 100*ms); !ok || until != 400*ms {
+			t.Fatalf("take %d of 2+3: %v %v", i, until, ok)
+		}
+	}
+	if l.Covers(key, 100*ms) {
+		t.Fatal("more than 2+3")
+	}
+	l.Grant(key, 1, 900*ms, 100*ms) // spent pool: anew, to its own end
+	if until, ok, _ := l.Take(key, 800*ms); !ok || until != 900*ms {
+		t.Fatalf("a grant after the pool was spent: %v %v", until, ok)
+	}
+}
+
+// TestLeaseInterleavedVMsSpendEachUnitOnce: several VMs take from one pool
+// while, before each of their writes, another VM takes a unit too (the
+// host's CAS then refuses the first writer's write). Whatever the
+// interleaving, the units taken add up to the units granted, never more,
+// and a VM that lost every attempt reports no unit (and calls out).
+func TestLeaseInterleavedVMsSpendEachUnitOnce(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		d := newMemData()
+		vms := make([]*Leases, 4)
+		for i := range vms {
+			vms[i] = NewLeases(d, "edge", 16)
+		}
+		key := []byte("k")
+		const granted = 500
+		vms[0].Grant(key, 200, 1000*ms, 0)
+		vms[1].Grant(key, 300, 1000*ms, 0)
+		taken, refused := 0, 0
+		d.beforeSet = func() {
+			if r.IntN(2) == 0 { // another VM gets in first
+				if _, ok, _ := vms[r.IntN(len(vms))].Take(key, 10*ms); ok {
+					taken++
+				}
+			}
+		}
+		for range 2 * granted {
+			if _, ok, _ := vms[r.IntN(len(vms))].Take(key, 10*ms); ok {
+				taken++
+			} else {
+				refused++
+			}
+		}
+		d.beforeSet = nil
+		exhausted := 0
+		for _, l := range vms {
+			exhausted += l.Exhausted
+		}
+		if taken != granted {
+			t.Fatalf("seed %d: %d units taken of %d granted (%d refused, %d exhausted)", seed, taken, granted, refused, exhausted)
+		}
+	}
+}
+
+// TestLeaseTakeGivesUpAfterMaxAttempts: a VM that another beats to the
+// slot on every attempt stops after MaxAttempts read+write pairs and takes
+// nothing; the units the others took are all that left the pool.
+func TestLeaseTakeGivesUpAfterMaxAttempts(t *testing.T) {
+	d := newMemData()
+	l, rival := NewLeases(d, "edge", 1), NewLeases(d, "edge", 1)
+	key := []byte("k")
+	l.Grant(key, 100, 1000*ms, 0)
+	d.beforeSet = func() { rival.Take(key, 0) }
+	gets, sets := d.gets, d.sets
+	if _, ok, _ := l.Take(key, 0); ok {
+		t.Fatal("took a unit while losing every race")
+	}
+	d.beforeSet = nil
+	if l.Exhausted != 1 || l.Retries != MaxAttempts {
+		t.Fatalf("exhausted %d, retries %d", l.Exhausted, l.Retries)
+	}
+	// Each attempt: one read and one refused write of its own, plus the
+	// rival's read and write.
+	if d.gets-gets != 2*MaxAttempts || d.sets-sets != 2*MaxAttempts {
+		t.Fatalf("%d reads, %d writes for %d attempts", d.gets-gets, d.sets-sets, MaxAttempts)
+	}
+	n := 0
+	for {
+		if _, ok, _ := l.Take(key, 0); !ok {
+			break
+		}
+		n++
+	}
+	if n != 100-MaxAttempts {
+		t.Fatalf("%d units left, want %d", n, 100-MaxAttempts)
+	}
+}
+
+// TestLeaseGiveNeverOverwritesAnotherKey: in a slot that another key's
+// live pool holds (a collision), a grant replaces it (the units it held
+// are lost: less admitted, never more) but a unit given back does not;
+// no key ever spends another key's units.
+func TestLeaseGiveNeverOverwritesAnotherKey(t *testing.T) {
+	d := newMemData()
+	l := NewLeases(d, "edge", 1) // one slot: every key collides
+	a, b := []byte("a"), []byte("b")
+	l.Grant(a, 2, 1000*ms, 0)
+	if l.Covers(b, 0) {
+		t.Fatal("b spends a's pool")
+	}
+	if ok, _ := l.Give(b, 1, 1000*ms, 0); ok || !l.Covers(a, 0) || l.Lost != 1 {
+		t.Fatalf("a give-back of b replaced a's live pool (lost %d)", l.Lost)
+	}
+	if ok, _ := l.Grant(b, 1, 1000*ms, 0); !ok || l.Covers(a, 0) || !l.Covers(b, 0) {
+		t.Fatal("a grant of b did not replace a's pool")
+	}
+	l.Take(b, 0)
+	if ok, _ := l.Give(a, 1, 1000*ms, 0); !ok || !l.Covers(a, 0) {
+		t.Fatal("a give-back into a spent slot was refused")
+	}
+}
+
+// TestLeaseChurnStaysWithinBound grants 100,000 distinct keys of the
+// longest length: the lease slots never hold more than LeaseBound.
+func TestLeaseChurnStaysWithinBound(t *testing.T) {
+	const slots = 256
+	d := newMemData()
+	l := NewLeases(d, "edge", slots)
+	long := make([]byte, MaxKeyLen-len("edge")-1)
+	for i := range 100000 {
+		copy(long, strconv.Itoa(i))
+		if ok, err := l.Grant(long, 10, 1000*ms, 0); !ok || err != nil {
+			t.Fatalf("grant %d: %v %v", i, ok, err)
+		}
+	}
+	if len(d.m) > slots+1 || d.bytes()+len(onKey)+1 > LeaseBound(slots)+len(seedKey)+8 {
+		t.Fatalf("%d keys, %d bytes; bound %d keys, %d bytes", len(d.m), d.bytes(), slots+1, LeaseBound(slots))
+	}
+	t.Logf("%d keys, %d bytes after 100000 keys (bound %d bytes; %d bytes for the plugin's %d lease slots)",
+		len(d.m), d.bytes(), LeaseBound(slots), LeaseBound(LeaseSlots), LeaseSlots)
+	if ok, _ := l.Grant(make([]byte, MaxKeyLen), 10, 1000*ms, 0); ok {
+		t.Fatal("a key too long was shared")
+	}
+}
+
+// TestDecodeLeaseRefusesWhatEncodeDidNotWrite: values of another layout or
+// size are no pool.
+func TestDecodeLeaseRefusesWhatEncodeDidNotWrite(t *testing.T) {
+	good := encodeLease(nil, 3, 7, []byte("k"))
+	if l, u, k, ok := decodeLease(good); !ok || l != 3 || u != 7 || string(k) != "k" {
+		t.Fatalf("round trip: %v %v %q %v", l, u, k, ok)
+	}
+	bad := map[string][]byte{
+		"short":    good[:leaseHeader-1],
+		"version":  append([]byte{9}, good[1:]...),
+		"negative": encodeLease(nil, -1, 7, []byte("k")),
+		"long":     encodeLease(nil, 1, 7, make([]byte, MaxKeyLen+1)),
+		"block":    encode(nil, block(ms), []byte("k")),
+	}
+	for name, v := range bad {
+		if _, _, _, ok := decodeLease(v); ok {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+}
