@@ -344,6 +344,17 @@ func TestPulledRatelimitStarts(t *testing.T) {
 	if err != nil || path.Clean(path.Join("/bin", target)) != cfg.Entrypoint[0] {
 		t.Fatalf("/bin/ratelimit -> %q (%v), want the entrypoint %s", target, err, cfg.Entrypoint[0])
 	}
+	// The policies where envoyproxy/ratelimit's FILE mode reads them
+	// (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config), as a mounted ConfigMap
+	// puts them: one request per hour per address.
+	confDir := filepath.Join(rootfs, "tmp", "ratelimit", "ratelimit", "config")
+	if err := os.MkdirAll(confDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const policy = "domain: sluice-demo\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	if err := os.WriteFile(filepath.Join(confDir, "sluice-demo.yaml"), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	grpcAddr, httpAddr, debugAddr, policyAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	port := func(a string) string { _, p, _ := strings.Cut(a, ":"); return p }
 	c := startContainer(t, rootfs, cfg, []string{"/bin/ratelimit"},
@@ -359,6 +370,10 @@ func TestPulledRatelimitStarts(t *testing.T) {
 		resp, err := shouldRateLimit(t.Context(), grpcAddr, "sluice-demo", 1, "remote_address", "192.0.2.9")
 		if err == nil {
 			t.Logf("/bin/ratelimit (argv[0] /bin/ratelimit) answers on %s: %v", grpcAddr, resp.OverallCode)
+			again, err := shouldRateLimit(t.Context(), grpcAddr, "sluice-demo", 1, "remote_address", "192.0.2.9")
+			if err != nil || again.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("/bin/ratelimit: the second request of a 1 per hour limit from its FILE-mode policies: %v, %v\n%s", again.GetOverallCode(), err, c.log())
+			}
 			break
 		}
 		if c.cmd.ProcessState != nil || time.Now().After(deadline) {
