@@ -68,8 +68,6 @@ type config struct {
 	requestBodyTimeout  time.Duration
 	maxMsgBytes         int64
 	version             bool // -version: print and exit
-
-	unary grpcunary.Options // the unary decision server's bounds, from the flags above
 }
 
 // listFlag is a comma-separated, repeatable flag.
@@ -258,12 +256,6 @@ func (c *config) finish(fs *flag.FlagSet, envOf map[string]string, getenv func(s
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
-	}
-	// One set of flags bounds the decision port in both server modes.
-	c.unary = grpcunary.Options{
-		MaxConns: c.maxConns, MaxConcurrentStreams: uint32(c.maxStreamsPerConn), MaxRecvMsgSize: int(c.maxMsgBytes),
-		MaxConnBufferBytes: c.maxConnBufferBytes, MaxBufferBytes: c.maxBufferBytes, IdleTimeout: c.idleTimeout,
-		FirstCallTimeout: c.firstCallTimeout, RequestBodyTimeout: c.requestBodyTimeout,
 	}
 	return c, nil
 }

@@ -283,7 +283,6 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		GRPCAddr:   c.grpcAddr,
 		GRPCServer: c.grpcServer,
 		GRPCTLS:    grpcTLS,
-		Unary:      c.unary,
 		HTTPAddr:   c.httpAddr,
 		Redis: server.RedisConfig{
 			Mode: c.redisMode, Addrs: c.redisAddrs, MasterName: c.redisMaster,
@@ -317,6 +316,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		MaxConnBufferBytes: c.maxConnBufferBytes,
 		MaxBufferBytes:     c.maxBufferBytes,
 		IdleTimeout:        c.idleTimeout,
+		MaxRecvMsgSize:     int(c.maxMsgBytes),
 		FirstCallTimeout:   c.firstCallTimeout,
 		BodyTimeout:        c.requestBodyTimeout,
 	})

@@ -198,17 +198,17 @@ func TestBinaryUnaryIdleConnections(t *testing.T) {
 }
 
 // TestParseUnaryTimeoutFlags: -first-call-timeout and
-// -request-body-timeout (and their $SLUICE_ variables) reach the unary
-// server's options; they must be positive.
+// -request-body-timeout (and their $SLUICE_ variables) are read (server's
+// TestUnaryOptions: they reach the unary server); they must be positive.
 func TestParseUnaryTimeoutFlags(t *testing.T) {
 	env := map[string]string{"SLUICE_FIRST_CALL_TIMEOUT": "3s", "SLUICE_REQUEST_BODY_TIMEOUT": "4s"}
 	c, err := parseFlags([]string{"-request-body-timeout", "500ms"}, func(k string) string { return env[k] }, io.Discard)
-	if err != nil || c.unary.FirstCallTimeout != 3*time.Second || c.unary.RequestBodyTimeout != 500*time.Millisecond {
-		t.Fatalf("%+v, %v", c.unary, err)
+	if err != nil || c.firstCallTimeout != 3*time.Second || c.requestBodyTimeout != 500*time.Millisecond {
+		t.Fatalf("%+v, %v", c, err)
 	}
 	c, err = parseFlags(nil, func(string) string { return "" }, io.Discard)
-	if err != nil || c.unary.FirstCallTimeout != 10*time.Second || c.unary.RequestBodyTimeout != 2*time.Second {
-		t.Fatalf("defaults: %+v, %v", c.unary, err)
+	if err != nil || c.firstCallTimeout != 10*time.Second || c.requestBodyTimeout != 2*time.Second {
+		t.Fatalf("defaults: %+v, %v", c, err)
 	}
 	for _, args := range [][]string{{"-first-call-timeout", "0s"}, {"-request-body-timeout", "-1s"}} {
 		if _, err := parseFlags(args, func(string) string { return "" }, io.Discard); err == nil {
