@@ -170,51 +170,33 @@ func (r *envReader) str(name, def string) string {
 }
 
 func (r *envReader) num(name string, def int) int {
-	v := r.getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not an integer", name, v))
-	}
-	return n
+	return parseEnv(r, name, def, strconv.Atoi, "an integer")
 }
 
 func (r *envReader) boolean(name string, def bool) bool {
-	v := r.getenv(name)
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not a boolean (true or false)", name, v))
-	}
-	return b
+	return parseEnv(r, name, def, strconv.ParseBool, "a boolean (true or false)")
 }
 
 func (r *envReader) float(name string, def float64) float64 {
-	v := r.getenv(name)
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not a number", name, v))
-	}
-	return f
+	return parseEnv(r, name, def, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }, "a number")
 }
 
 func (r *envReader) duration(name string, def time.Duration) time.Duration {
+	return parseEnv(r, name, def, time.ParseDuration, "a duration (e.g. 10s)")
+}
+
+// parseEnv reads $name with parse, or returns def when it is unset or
+// empty. A value parse refuses is collected as not being what.
+func parseEnv[T any](r *envReader, name string, def T, parse func(string) (T, error), what string) T {
 	v := r.getenv(name)
 	if v == "" {
 		return def
 	}
-	d, err := time.ParseDuration(v)
+	x, err := parse(v)
 	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not a duration (e.g. 10s)", name, v))
+		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not %s", name, v, what))
 	}
-	return d
+	return x
 }
 
 // pairs reads "k1:v1,k2=v2" (envconfig's map syntax is k:v; the ratelimit
