@@ -40,7 +40,7 @@ type rlEnv struct {
 	healthyWithConfig          bool
 	xds                        xdsEnv
 	usePrometheus              bool
-	prometheusAddr, promPath   string
+	prometheusAddr             string
 	runtimeRoot, runtimeSub    string
 	runtimeApp                 string
 	runtimeWatch               bool
@@ -76,9 +76,9 @@ type tracingEnv struct {
 }
 
 // unsupported lists envoyproxy/ratelimit's variables sluice does not honour,
-// each with why, and for a switch the value that asks for what sluice does
-// anyway (USE_STATSD=false, which Envoy Gateway sets); any of them set to
-// another value is logged once at start-up.
+// each with why, and the value that asks for what sluice does anyway
+// (USE_STATSD=false, which Envoy Gateway sets; PROMETHEUS_PATH=/metrics);
+// any of them set to another value is logged once at start-up.
 var unsupported = []struct{ name, why, same string }{
 	{"GRPC_UDS", "a Unix socket for the decision port is not supported: use GRPC_HOST and GRPC_PORT", ""},
 	{"GRPC_MAX_CONNECTION_AGE", "connections are not aged out; idle ones close after 5 minutes (SLUICE_IDLE_TIMEOUT)", ""},
@@ -132,6 +132,7 @@ var unsupported = []struct{ name, why, same string }{
 	{"QUOTA_MODE", "not supported by this build: see the README's differences", "false"},
 	{"RESPONSE_DYNAMIC_METADATA", "sluice always returns its per-descriptor limits in dynamic_metadata", "true"},
 	{"MERGE_DOMAIN_CONFIG", "two configurations of one domain are refused, naming both", "false"},
+	{"PROMETHEUS_PATH", "the metrics are served at /metrics", "/metrics"},
 }
 
 // unsupportedSet returns the unsupported variables that are set, each with
@@ -139,21 +140,25 @@ var unsupported = []struct{ name, why, same string }{
 func unsupportedSet(getenv func(string) string) []string {
 	var out []string
 	for _, u := range unsupported {
-		if v := getenv(u.name); v != "" && !sameBool(v, u.same) {
+		if v := getenv(u.name); v != "" && !sameValue(v, u.same) {
 			out = append(out, u.name+"="+v+": "+u.why)
 		}
 	}
 	return out
 }
 
-// sameBool reports whether v is the boolean same ("" never is).
-func sameBool(v, same string) bool {
+// sameValue reports whether v asks for same ("" never is): the same
+// boolean for a switch, else the same string.
+func sameValue(v, same string) bool {
 	if same == "" {
 		return false
 	}
-	a, err1 := strconv.ParseBool(v)
-	b, err2 := strconv.ParseBool(same)
-	return err1 == nil && err2 == nil && a == b
+	b, err := strconv.ParseBool(same)
+	if err != nil {
+		return v == same
+	}
+	a, err := strconv.ParseBool(v)
+	return err == nil && a == b
 }
 
 // envReader reads typed variables, collecting errors.
@@ -240,7 +245,6 @@ func readRatelimitEnv(getenv func(string) string) (*rlEnv, error) {
 		healthyWithConfig: r.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
 		usePrometheus:     r.boolean("USE_PROMETHEUS", false),
 		prometheusAddr:    r.str("PROMETHEUS_ADDR", ":9090"),
-		promPath:          r.str("PROMETHEUS_PATH", "/metrics"),
 		runtimeRoot:       r.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
 		runtimeSub:        r.str("RUNTIME_SUBDIRECTORY", ""),
 		runtimeApp:        r.str("RUNTIME_APPDIRECTORY", "config"),
