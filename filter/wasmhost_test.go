@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,62 +51,6 @@ type wasmHost struct {
 	quiet    bool // record nothing per request (benchmark)
 	nLocals  int
 	shared   *hostShared // the proxy's shared data; hosts of one test may share it
-}
-
-// hostShared is the shared data of one vm_id as proxy-wasm-cpp-host keeps
-// it (src/shared_data.cc): behind one lock, a CAS number from one counter
-// per set (never 0); a set with CAS 0, or of a key with no value, always
-// succeeds; a set with another CAS than the key's is CAS_MISMATCH. No
-// delete, no expiry.
-type hostShared struct {
-	mu   sync.Mutex
-	m    map[string]hostSharedValue
-	next uint32
-	// beforeSet, if not nil, runs (unlocked) before a set is applied: a
-	// VM on another thread writing in between.
-	beforeSet func()
-}
-
-type hostSharedValue struct {
-	v   []byte
-	cas uint32
-}
-
-func newHostShared() *hostShared { return &hostShared{m: map[string]hostSharedValue{}} }
-
-func (d *hostShared) get(key string) ([]byte, uint32, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	e, ok := d.m[key]
-	return e.v, e.cas, ok
-}
-
-func (d *hostShared) set(key string, value []byte, cas uint32) abi.Status {
-	if f := d.beforeSet; f != nil {
-		d.beforeSet = nil
-		f()
-		d.beforeSet = f
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if e, ok := d.m[key]; ok && cas != 0 && cas != e.cas {
-		return abi.StatusCasMismatch
-	}
-	if d.next++; d.next == 0 {
-		d.next = 1
-	}
-	d.m[key] = hostSharedValue{append([]byte(nil), value...), d.next}
-	return abi.StatusOK
-}
-
-// size returns the number of keys and the bytes of keys and values.
-func (d *hostShared) size() (keys, bytes int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for k, v := range d.m {
-		bytes += len(k) + len(v.v)
-	}
-	return len(d.m), bytes
 }
 
 type hostAnswer struct {
@@ -218,22 +160,7 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 		m.Memory().WriteUint32Le(uint32(s[3]), 1)
 		s[0] = 0
 	})
-	export("proxy_get_shared_data", []api.ValueType{i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
-		key, _ := m.Memory().Read(uint32(s[0]), uint32(s[1]))
-		v, cas, ok := h.shared.get(string(key))
-		if !ok {
-			s[0] = uint64(abi.StatusNotFound)
-			return
-		}
-		h.give(m, v, uint32(s[2]), uint32(s[3]))
-		m.Memory().WriteUint32Le(uint32(s[4]), cas)
-		s[0] = 0
-	})
-	export("proxy_set_shared_data", []api.ValueType{i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
-		key, _ := m.Memory().Read(uint32(s[0]), uint32(s[1]))
-		v, _ := m.Memory().Read(uint32(s[2]), uint32(s[3]))
-		s[0] = uint64(h.shared.set(string(key), v, uint32(s[4])))
-	})
+	h.exportSharedData(export)
 	export("proxy_increment_metric", []api.ValueType{i32, i64}, func(_ context.Context, m api.Module, s []uint64) {
 		s[0] = 0
 	})
@@ -544,169 +471,4 @@ func TestWasmPrecheckRejectionAllocatesNothing(t *testing.T) {
 			}
 		})
 	}
-}
-
-// BenchmarkRequestHeadersPrecheck measures proxy_on_request_headers when
-// the precheck decides (a local 429, no call), under wazero's compiler: the
-// control plane said the first descriptor is over its limit.
-// ns/op covers the whole stream (context create, request headers, done,
-// delete); ns/request_headers the proxy_on_request_headers call alone.
-func BenchmarkRequestHeadersPrecheck(b *testing.B) {
-	benchmarkPrecheck(b, overLimitHost(b, filterWasm))
-}
-
-// BenchmarkRequestHeadersPrecheckBucket is BenchmarkRequestHeadersPrecheck
-// with the rejection coming from the local token bucket instead.
-func BenchmarkRequestHeadersPrecheckBucket(b *testing.B) {
-	benchmarkPrecheck(b, emptyBucketHost(b, filterWasm))
-}
-
-func benchmarkPrecheck(b *testing.B, h *wasmHost) {
-	locals := h.nLocals
-	n := streamLoop(b, h)
-	if h.nLocals-locals != n {
-		b.Fatalf("%d local responses for %d requests", h.nLocals-locals, n)
-	}
-}
-
-// streamLoop runs b.N streams of benchRequest (context create, request
-// headers, done, delete) and reports the time in proxy_on_request_headers.
-// It returns b.N.
-func streamLoop(b *testing.B, h *wasmHost) int {
-	h.quiet = true
-	h.headers[100] = benchRequest
-	onCreate, onHeaders := h.fn["proxy_on_context_create"], h.fn["proxy_on_request_headers"]
-	onDone, onDelete := h.fn["proxy_on_done"], h.fn["proxy_on_delete"]
-	stack := h.stack
-	var inHeaders time.Duration
-	samples := newSampler(b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		h.current = 100
-		stack[0], stack[1] = 100, 1
-		_ = onCreate.CallWithStack(h.ctx, stack)
-		stack[0], stack[1], stack[2] = 100, 4, 1
-		start := time.Now()
-		_ = onHeaders.CallWithStack(h.ctx, stack)
-		d := time.Since(start)
-		inHeaders += d
-		samples.add(i, d)
-		stack[0] = 100
-		_ = onDone.CallWithStack(h.ctx, stack)
-		stack[0] = 100
-		_ = onDelete.CallWithStack(h.ctx, stack)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(inHeaders.Nanoseconds())/float64(b.N), "ns/request_headers")
-	b.ReportMetric(samples.median(), "ns/request_headers_median")
-	return b.N
-}
-
-// BenchmarkHostCallFloor measures what no implementation of the precheck
-// path can avoid under this host: an export that only makes the host calls
-// of a precheck rejection (the peer's address, the clock, a counter, the
-// local reply). Compare ns/call with BenchmarkRequestHeadersPrecheck's
-// ns/request_headers_median.
-func BenchmarkHostCallFloor(b *testing.B) {
-	h := overLimitHost(b, filterWasmDev)
-	h.quiet = true
-	h.current = 100
-	benchmarkExport(b, h, h.fn["sluice_test_host_floor"], nil, nil)
-}
-
-// BenchmarkCallbackCost breaks a precheck rejection's cost down, under
-// wazero's compiler, with exports of the sluicetest build: entering the
-// guest (bare), the callbacks' frame (frame: arena span and deferred
-// guard), each host call of a rejection in that frame (property: the
-// peer's address, with proxy_on_memory_allocate called back from inside
-// the host call; property_missing: the same host call without the
-// allocation; clock; metric; local_response), all of them (floor), the
-// host calling proxy_on_memory_allocate directly (allocate), and
-// proxy_on_request_headers with the rejection's host calls answered inside
-// the guest (guest_only, guest_only_bucket): the guest's own work.
-// Compare ns/call_median across them.
-func BenchmarkCallbackCost(b *testing.B) {
-	for _, name := range []string{"bare", "frame", "property", "property_missing", "clock", "metric", "local_response", "floor"} {
-		export := "sluice_test_" + name
-		if name == "floor" {
-			export = "sluice_test_host_floor"
-		}
-		b.Run(name, func(b *testing.B) {
-			h := overLimitHost(b, filterWasmDev)
-			h.quiet = true
-			h.current = 100
-			benchmarkExport(b, h, h.fn[export], nil, nil)
-		})
-	}
-	b.Run("allocate", func(b *testing.B) {
-		h := overLimitHost(b, filterWasmDev)
-		// The arena fills up unless a callback resets it now and then.
-		benchmarkExport(b, h, h.malloc, []uint64{18}, func() { h.call("sluice_test_frame") })
-	})
-	for name, newHost := range map[string]func(testing.TB, []byte) *wasmHost{
-		"guest_only":        overLimitHost,
-		"guest_only_bucket": emptyBucketHost,
-	} {
-		b.Run(name, func(b *testing.B) {
-			h := newHost(b, filterWasmDev)
-			h.call("sluice_test_stub_host", 1)
-			locals := h.nLocals
-			n := streamLoop(b, h)
-			if got := h.call("sluice_test_stub_host", 0); got != uint64(n) || h.nLocals != locals {
-				b.Fatalf("%d stubbed and %d real local responses for %d requests", got, h.nLocals-locals, n)
-			}
-		})
-	}
-}
-
-// benchmarkExport calls f b.N times with args and reports the median call.
-// every, if not nil, runs untimed before every 1024th call.
-func benchmarkExport(b *testing.B, h *wasmHost, f api.Function, args []uint64, every func()) {
-	if f == nil {
-		b.Fatal("no such export")
-	}
-	stack := h.stack
-	samples := newSampler(b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if every != nil && i%1024 == 0 {
-			b.StopTimer()
-			every()
-			b.StartTimer()
-		}
-		copy(stack, args)
-		start := time.Now()
-		_ = f.CallWithStack(h.ctx, stack)
-		samples.add(i, time.Since(start))
-	}
-	b.StopTimer()
-	b.ReportMetric(samples.median(), "ns/call_median")
-}
-
-// sampler keeps the durations of up to maxSamples calls spread evenly over
-// a benchmark's run, for its median: a median of the first calls alone
-// follows whatever else the machine was doing at that moment.
-type sampler struct {
-	every int // keep call i if i%every == 0
-	d     []time.Duration
-}
-
-const maxSamples = 8192
-
-func newSampler(n int) *sampler {
-	return &sampler{every: max(1, n/maxSamples), d: make([]time.Duration, 0, maxSamples+1)}
-}
-
-func (s *sampler) add(i int, d time.Duration) {
-	if i%s.every == 0 && len(s.d) < cap(s.d) {
-		s.d = append(s.d, d)
-	}
-}
-
-// median returns the median kept duration in nanoseconds.
-func (s *sampler) median() float64 {
-	slices.Sort(s.d)
-	return float64(s.d[len(s.d)/2].Nanoseconds())
 }

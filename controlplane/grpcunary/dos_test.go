@@ -18,54 +18,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/internal/attackload"
 )
 
 // The attacks of issue 19 on the decision port: a few clients must not
 // deny it to the others. Each test measures the share of normal calls that
 // succeed during the attack, on fresh connections and on a connection
 // opened before it.
-
-// tally counts normal calls and keeps the first failure.
-type tally struct {
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	first      error
-}
-
-func (ty *tally) add(err error) {
-	if err == nil {
-		ty.ok.Add(1)
-		return
-	}
-	ty.failed.Add(1)
-	ty.mu.Lock()
-	if ty.first == nil {
-		ty.first = err
-	}
-	ty.mu.Unlock()
-}
-
-// share is the share of the calls that succeeded.
-func (ty *tally) share() float64 {
-	ok, failed := ty.ok.Load(), ty.failed.Load()
-	if ok+failed == 0 {
-		return 0
-	}
-	return float64(ok) / float64(ok+failed)
-}
-
-// check fails t unless at least want of at least min calls succeeded.
-func (ty *tally) check(t *testing.T, name string, want float64, min int64) {
-	t.Helper()
-	ok, failed := ty.ok.Load(), ty.failed.Load()
-	t.Logf("%s: %d of %d normal calls succeeded during the attack (%.2f%%); first failure: %v", name, ok, ok+failed, 100*ty.share(), ty.first)
-	if ok+failed < min {
-		t.Errorf("%s: only %d normal calls were made, want at least %d", name, ok+failed, min)
-	}
-	if ty.share() < want {
-		t.Errorf("%s: %.2f%% of the normal calls succeeded, want at least %.1f%%", name, 100*ty.share(), 100*want)
-	}
-}
 
 // freshEcho makes one call on a connection of its own.
 func freshEcho(addr string) error {
@@ -83,34 +43,16 @@ func freshEcho(addr string) error {
 // normalLoad makes normal calls until done: parallel at a time on tb's
 // connection (opened before the attack), and fresh ones, each on a
 // connection of its own. It returns when the callers have stopped.
-func normalLoad(tb *testbed, parallel, freshers int, done <-chan struct{}, old, fresh *tally) {
-	var wg sync.WaitGroup
-	loop := func(call func() error, ty *tally) {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			ty.add(call())
-			time.Sleep(5 * time.Millisecond)
-		}
+func normalLoad(tb *testbed, parallel, freshers int, done <-chan struct{}, old, fresh *attackload.Tally) {
+	established := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := tb.echo(ctx, []byte("established"))
+		return err
 	}
-	for range parallel {
-		wg.Add(1)
-		go loop(func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err := tb.echo(ctx, []byte("established"))
-			return err
-		}, old)
-	}
-	for range freshers {
-		wg.Add(1)
-		go loop(func() error { return freshEcho(tb.addr) }, fresh)
-	}
-	wg.Wait()
+	attackload.During(done,
+		attackload.Load{Workers: parallel, Call: established, Tally: old},
+		attackload.Load{Workers: freshers, Call: func() error { return freshEcho(tb.addr) }, Tally: fresh})
 }
 
 // holdBodies is the never-ending request attack: conns connections that
@@ -202,7 +144,7 @@ func TestAttackNeverEndingBodies(t *testing.T) {
 			}
 		}
 	}()
-	var old, fresh tally
+	var old, fresh attackload.Tally
 	go func() {
 		<-attacked
 		close(done)
@@ -211,8 +153,8 @@ func TestAttackNeverEndingBodies(t *testing.T) {
 	<-sampled
 	t.Logf("the attackers held %.1f MiB of the %.0f MiB budget when the normal calls began; live heap growth %.1f MiB",
 		mib(uint64(held)), mib(budget), mib(peak.Load()))
-	old.check(t, "a connection opened before the attack", 0.999, 20)
-	fresh.check(t, "fresh connections", 0.999, 10)
+	old.Check(t, "a connection opened before the attack", 0.999, 20)
+	fresh.Check(t, "fresh connections", 0.999, 10)
 	// The bodies are within the budget; the rest is the connections'
 	// (the server's and the attackers') and the normal calls'.
 	if peak.Load() > 32<<20 {
@@ -344,12 +286,12 @@ func TestAttackIdleConnectionsAtCap(t *testing.T) {
 	}
 	done := make(chan struct{})
 	time.AfterFunc(attackTime, func() { close(done) })
-	var old, fresh tally
+	var old, fresh attackload.Tally
 	normalLoad(tb, 1, 4, done, &old, &fresh)
 	st := tb.srv.Stats()
 	t.Logf("%d attackers' connections closed by the server; %d evicted, %d refused, %d open", closed.Load(), st.ConnsEvicted, st.ConnsRefused, len(tb.srv.openConns()))
-	fresh.check(t, "new clients", 0.99, 10)
-	old.check(t, "a connection opened before the attack", 0.999, 20)
+	fresh.Check(t, "new clients", 0.99, 10)
+	old.Check(t, "a connection opened before the attack", 0.999, 20)
 	if n := len(tb.srv.openConns()); n > maxConns+int(st.ConnsEvicted) {
 		t.Errorf("%d connections open, over the cap of %d", n, maxConns)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/sluicehq/sluice/controlplane/grpcunary"
 )
 
 // TestGRPCBounds: how the flags become grpc-go's limits.
@@ -48,6 +51,21 @@ func TestGRPCBounds(t *testing.T) {
 				t.Errorf("grpcBounds = %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestUnaryOptions: the decision port's bounds reach the unary server as
+// they are (its zero fields take grpcunary's defaults).
+func TestUnaryOptions(t *testing.T) {
+	cfg := Config{MaxConns: 9, MaxStreamsPerConn: 7, MaxRecvMsgSize: 5 << 10, MaxConnBufferBytes: 30, MaxBufferBytes: 1000000,
+		IdleTimeout: time.Minute, FirstCallTimeout: 3 * time.Second, BodyTimeout: 500 * time.Millisecond}
+	want := grpcunary.Options{MaxConns: 9, MaxConcurrentStreams: 7, MaxRecvMsgSize: 5 << 10, MaxConnBufferBytes: 30, MaxBufferBytes: 1000000,
+		IdleTimeout: time.Minute, FirstCallTimeout: 3 * time.Second, RequestBodyTimeout: 500 * time.Millisecond}
+	if got := unaryOptions(cfg); !reflect.DeepEqual(got, want) {
+		t.Errorf("unaryOptions = %+v, want %+v", got, want)
+	}
+	if got := unaryOptions(Config{}); !reflect.DeepEqual(got, grpcunary.Options{}) {
+		t.Errorf("unaryOptions of the zero Config = %+v, want the zero Options", got)
 	}
 }
 

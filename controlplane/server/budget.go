@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sluicehq/sluice/controlplane/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/invalidarg"
 	"github.com/sluicehq/sluice/controlplane/rls"
 )
@@ -101,6 +102,17 @@ func grpcBounds(cfg Config) Bounds {
 	b.MaxConnBufferBytes = int64(b.StreamsPerConn) * grpcStreamBytes
 	b.MaxBufferBytes = (b.SharedStreams + int64(b.MaxConns)) * grpcStreamBytes
 	return b
+}
+
+// unaryOptions are the unary decision server's bounds from cfg: the same
+// fields bound the decision port in both server modes. Zero fields take
+// grpcunary's defaults.
+func unaryOptions(cfg Config) grpcunary.Options {
+	return grpcunary.Options{
+		MaxConns: cfg.MaxConns, MaxConcurrentStreams: cfg.MaxStreamsPerConn, MaxRecvMsgSize: cfg.MaxRecvMsgSize,
+		MaxConnBufferBytes: cfg.MaxConnBufferBytes, MaxBufferBytes: cfg.MaxBufferBytes, IdleTimeout: cfg.IdleTimeout,
+		FirstCallTimeout: cfg.FirstCallTimeout, RequestBodyTimeout: cfg.BodyTimeout,
+	}
 }
 
 // orDefault returns v, or def when v is not positive.

@@ -76,27 +76,23 @@ type frameGuard struct {
 	calms prometheus.Counter // nil: not counted
 
 	// Read side, used only by grpc-go's reader goroutine.
-	preface   int     // bytes of the client preface still to pass
-	hdr       [9]byte // the frame header being read
-	hdrN      int
-	left      uint32 // payload bytes of the current frame still to pass
-	inBlock   bool   // a header block is open (no END_HEADERS yet)
-	newStream bool   // the open block opens a stream
-	conts     int    // CONTINUATION frames of the open block
-	blockLen  int    // bytes of the open block
-	maxStream uint32 // the highest stream id a header block opened
-	opened    int    // streams opened in the window
-	bad       int    // streams reset or refused in the window
-	settings  int    // SETTINGS frames in the window
-	blocks    uint64 // header blocks that opened streams, ever
-	checked   uint64 // blocks compared with addr.tapped so far
-	tapped    uint64 // addr.tapped at the last comparison
+	preface   int         // bytes of the client preface still to pass
+	in        frameCursor // the client's frames
+	inBlock   bool        // a header block is open (no END_HEADERS yet)
+	newStream bool        // the open block opens a stream
+	conts     int         // CONTINUATION frames of the open block
+	blockLen  int         // bytes of the open block
+	maxStream uint32      // the highest stream id a header block opened
+	opened    int         // streams opened in the window
+	bad       int         // streams reset or refused in the window
+	settings  int         // SETTINGS frames in the window
+	blocks    uint64      // header blocks that opened streams, ever
+	checked   uint64      // blocks compared with addr.tapped so far
+	tapped    uint64      // addr.tapped at the last comparison
 
 	// Write side.
 	wmu    sync.Mutex
-	wleft  int // bytes of the current outgoing frame still to pass
-	whdr   [9]byte
-	whdrN  int
+	out    frameCursor // grpc-go's frames, under wmu
 	calmed atomic.Bool
 }
 
@@ -149,23 +145,13 @@ func (g *frameGuard) scan(p []byte) string {
 		g.preface -= k
 		p = p[k:]
 	}
-	for len(p) > 0 {
-		if g.left > 0 {
-			k := uint32(min(uint64(g.left), uint64(len(p))))
-			g.left -= k
-			p = p[k:]
-			continue
-		}
-		k := copy(g.hdr[g.hdrN:], p)
-		g.hdrN += k
-		p = p[k:]
-		if g.hdrN < len(g.hdr) {
+	for {
+		var ok bool
+		if p, ok = g.in.next(p); !ok {
 			break
 		}
-		g.hdrN = 0
-		length := uint32(g.hdr[0])<<16 | uint32(g.hdr[1])<<8 | uint32(g.hdr[2])
-		g.left = length
-		if reason := g.frame(g.hdr[3], g.hdr[4], binary.BigEndian.Uint32(g.hdr[5:9])&(1<<31-1), int(length)); reason != "" {
+		h := &g.in.hdr
+		if reason := g.frame(h[3], h[4], binary.BigEndian.Uint32(h[5:9])&(1<<31-1), g.in.left); reason != "" {
 			return reason
 		}
 	}
@@ -231,7 +217,7 @@ func (g *frameGuard) calm(reason string) {
 	// A writer blocked on a client that does not read holds the lock:
 	// then the connection closes without GOAWAY (which would not be read).
 	if g.wmu.TryLock() {
-		if g.wleft == 0 && g.whdrN == 0 {
+		if g.out.atBoundary() {
 			f := make([]byte, 9+8+len(reason))
 			f[2] = byte(8 + len(reason))
 			f[3] = frameGoAway
@@ -254,24 +240,45 @@ func (g *frameGuard) Write(b []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	n, err := g.Conn.Write(b)
-	p := b[:n]
-	for len(p) > 0 {
-		if g.wleft > 0 {
-			k := min(g.wleft, len(p))
-			g.wleft -= k
-			p = p[k:]
-			continue
-		}
-		k := copy(g.whdr[g.whdrN:], p)
-		g.whdrN += k
-		p = p[k:]
-		if g.whdrN == len(g.whdr) {
-			g.whdrN = 0
-			g.wleft = int(g.whdr[0])<<16 | int(g.whdr[1])<<8 | int(g.whdr[2])
-		}
+	for p := b[:n]; len(p) > 0; {
+		p, _ = g.out.next(p)
 	}
 	return n, err
 }
+
+// frameCursor follows the frame boundaries of an HTTP/2 byte stream that
+// arrives in pieces (after the client preface).
+type frameCursor struct {
+	hdr  [9]byte // the frame header being read, or the last one read
+	n    int     // bytes of hdr read
+	left int     // payload bytes of the current frame still to pass
+}
+
+// next passes p up to the end of the next complete frame header, and
+// returns the rest of p and whether it reached one: then hdr holds it and
+// left is its payload length.
+func (c *frameCursor) next(p []byte) ([]byte, bool) {
+	for len(p) > 0 {
+		if c.left > 0 {
+			k := min(c.left, len(p))
+			c.left -= k
+			p = p[k:]
+			continue
+		}
+		k := copy(c.hdr[c.n:], p)
+		c.n += k
+		p = p[k:]
+		if c.n == len(c.hdr) {
+			c.n = 0
+			c.left = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
+			return p, true
+		}
+	}
+	return p, false
+}
+
+// atBoundary reports whether the stream is between two frames.
+func (c *frameCursor) atBoundary() bool { return c.left == 0 && c.n == 0 }
 
 // guardCreds wraps a grpc-go server's transport credentials (TLS, or
 // insecure for cleartext) so that each connection is read through a

@@ -155,3 +155,37 @@ func TestFrameGuardGoAway(t *testing.T) {
 		}
 	}
 }
+
+// TestFrameCursor: whatever pieces the stream arrives in, the cursor finds
+// every frame header, in order, with its payload length.
+func TestFrameCursor(t *testing.T) {
+	var stream []byte
+	want := []struct {
+		typ byte
+		len int
+	}{{4, 0}, {1, 5}, {0, 70000}, {8, 4}, {9, 1}}
+	for _, w := range want {
+		stream = append(stream, frame(w.typ, 0, 1, w.len)...)
+	}
+	for _, piece := range []int{1, 2, 8, 9, 10, 17, 4096, len(stream)} {
+		var c frameCursor
+		i := 0
+		for p := stream; len(p) > 0; {
+			var chunk []byte
+			chunk, p = p[:min(piece, len(p))], p[min(piece, len(p)):]
+			for {
+				var ok bool
+				if chunk, ok = c.next(chunk); !ok {
+					break
+				}
+				if i >= len(want) || c.hdr[3] != want[i].typ || c.left != want[i].len {
+					t.Fatalf("pieces of %d: header %d is type %d, length %d; want %+v", piece, i, c.hdr[3], c.left, want)
+				}
+				i++
+			}
+		}
+		if i != len(want) || !c.atBoundary() {
+			t.Errorf("pieces of %d: %d headers found, at a boundary: %v; want %d, true", piece, i, c.atBoundary(), len(want))
+		}
+	}
+}

@@ -180,12 +180,12 @@ func trackHTTP(h http.Handler, heavy chan struct{}) http.Handler {
 func (s *Server) limit(ln net.Listener, name string, max int) *limitListener {
 	refused := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_connections_refused_total", ConstLabels: prometheus.Labels{"listener": name},
-		Help: "Connections closed at once because the listener had its maximum open (and, where it evicts, all of them busy).",
+		Help: refusedHelp,
 	})
 	l := newLimitListener(ln, max, refused)
 	s.registry.MustRegister(refused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_connections_open", ConstLabels: prometheus.Labels{"listener": name},
-		Help: "Connections open on the listener.",
+		Help: openHelp,
 	}, func() float64 { return float64(l.Open()) }))
 	return l
 }
@@ -198,7 +198,7 @@ func (s *Server) registerUnaryStats(u *grpcunary.Server) {
 	s.registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_connections_refused_total", ConstLabels: l,
-			Help: "Connections closed at once because the listener had its maximum open (and, where it evicts, all of them busy).",
+			Help: refusedHelp,
 		}, func() float64 { return float64(u.Stats().ConnsRefused) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_connections_evicted_total", ConstLabels: l,
@@ -206,22 +206,28 @@ func (s *Server) registerUnaryStats(u *grpcunary.Server) {
 		}, func() float64 { return float64(u.Stats().ConnsEvicted) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_connections_open", ConstLabels: l,
-			Help: "Connections open on the listener.",
+			Help: openHelp,
 		}, func() float64 { return float64(u.Stats().ConnsOpen) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_requests_reset_total", ConstLabels: prometheus.Labels{"reason": "body_timeout"},
-			Help: "Unfinished decision requests reset: their body was late (-request-body-timeout), or their connection held more than its share of -max-buffer-bytes when another needed room (unary decision server).",
+			Help: resetHelp,
 		}, func() float64 { return float64(u.Stats().StreamsTimedOut) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_requests_reset_total", ConstLabels: prometheus.Labels{"reason": "shed"},
-			Help: "Unfinished decision requests reset: their body was late (-request-body-timeout), or their connection held more than its share of -max-buffer-bytes when another needed room (unary decision server).",
+			Help: resetHelp,
 		}, func() float64 { return float64(u.Stats().StreamsShed) }),
 	)
 }
 
-// evictedHelp is the help of sluice_connections_evicted_total, one for
-// every listener (a registry refuses two helps for one name).
-const evictedHelp = "Connections closed to make room for a new one at the listener's maximum: the one without calls in flight due to close soonest for want of calls."
+// The helps of the metrics registered more than once (for each listener,
+// or each reason), one for every registration: a registry refuses two
+// helps for one name.
+const (
+	refusedHelp = "Connections closed at once because the listener had its maximum open (and, where it evicts, all of them busy)."
+	openHelp    = "Connections open on the listener."
+	evictedHelp = "Connections closed to make room for a new one at the listener's maximum: the one without calls in flight due to close soonest for want of calls."
+	resetHelp   = "Unfinished decision requests reset: their body was late (-request-body-timeout), or their connection held more than its share of -max-buffer-bytes when another needed room (unary decision server)."
+)
 
 // evicting makes l evict at its cap (see limitListener.evictAtCap), with
 // the listener's metric of evictions.

@@ -49,7 +49,6 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
 	"github.com/sluicehq/sluice/controlplane/degrade"
-	"github.com/sluicehq/sluice/controlplane/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/invalidarg"
 	"github.com/sluicehq/sluice/controlplane/lease"
 	"github.com/sluicehq/sluice/controlplane/policy"
@@ -127,10 +126,6 @@ type Config struct {
 	// GRPCTLS, when set, serves the decision port over TLS (see
 	// DecisionTLSConfig; mTLS with ClientCAs); nil: plaintext h2c.
 	GRPCTLS *tls.Config
-	// Unary bounds the unary decision server (GRPCServerUnary): its
-	// connections, streams, request sizes and buffers, idle timeout. Zero
-	// fields take grpcunary's defaults; Logger is the server's.
-	Unary grpcunary.Options
 	// HTTPAddr is the metrics and health listen address; DefaultHTTPAddr
 	// if empty.
 	HTTPAddr string
@@ -189,23 +184,27 @@ type Config struct {
 	// DefaultMaxConns. MaxStreamsPerConn, MaxConnBufferBytes and
 	// MaxBufferBytes bound its concurrent streams and buffered request
 	// bytes per connection and in all, and IdleTimeout closes connections
-	// without calls (0: the defaults). In grpc-go mode see grpcBounds for
-	// how they apply; the policy and HTTP listeners have fixed bounds of
-	// their own (listeners.go).
+	// without calls (0: the defaults), in both server modes: see
+	// unaryOptions and grpcBounds for how they apply; the policy and HTTP
+	// listeners have fixed bounds of their own (listeners.go).
+	// MaxRecvMsgSize bounds one request message of the unary decision
+	// server (0: grpcunary.DefaultMaxRecvMsgSize; grpc-go mode has its own).
 	MaxConns           int
 	MaxStreamsPerConn  uint32
 	MaxConnBufferBytes int64
 	MaxBufferBytes     int64
 	IdleTimeout        time.Duration
+	MaxRecvMsgSize     int
 	// FirstCallTimeout closes a connection that has completed no call
 	// this long after it was accepted (DefaultFirstCallTimeout; at most
 	// IdleTimeout), on the policy and HTTP listeners and on the decision
-	// port in grpc-go mode. At their connection caps these listeners
+	// port (the unary server takes it as it is). At their connection caps these listeners
 	// close the connection without calls in flight that is due to close
 	// soonest for want of calls, to take the new one.
 	FirstCallTimeout time.Duration
-	// BodyTimeout resets a decision call (grpc-go mode) whose request has
-	// not arrived this long after its headers; DefaultBodyTimeout if 0.
+	// BodyTimeout resets a decision call whose request has not arrived
+	// this long after its headers; DefaultBodyTimeout if 0 (the unary
+	// server: grpcunary's default).
 	BodyTimeout time.Duration
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -348,7 +347,7 @@ func (s *Server) build() error {
 		gs.RegisterService(invalidarg.Service(&healthpb.Health_ServiceDesc), s.health)
 		s.grpc = gs
 	} else {
-		u := newUnaryServer(s.service, s.health, cfg.Unary, s.log, cfg.Tracer)
+		u := newUnaryServer(s.service, s.health, unaryOptions(cfg), s.log, cfg.Tracer)
 		s.registerUnaryStats(u.Server)
 		s.grpc = u
 	}

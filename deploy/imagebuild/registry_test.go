@@ -233,11 +233,28 @@ type file struct {
 // layerFiles reads every layer of img, in order, into a map by path.
 func layerFiles(t *testing.T, img v1.Image) map[string]file {
 	t.Helper()
+	out := map[string]file{}
+	tarEntries(t, img, func(h *tar.Header, r io.Reader) {
+		f := file{mode: h.Mode, link: h.Linkname, uid: h.Uid, dir: h.Typeflag == tar.TypeDir}
+		if h.Typeflag == tar.TypeReg {
+			var err error
+			if f.data, err = io.ReadAll(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out[strings.TrimSuffix(h.Name, "/")] = f
+	})
+	return out
+}
+
+// tarEntries calls entry with every entry of img's layers, in order, and
+// a reader of its contents.
+func tarEntries(t *testing.T, img v1.Image, entry func(h *tar.Header, r io.Reader)) {
+	t.Helper()
 	layers, err := img.Layers()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]file{}
 	for _, l := range layers {
 		rc, err := l.Uncompressed()
 		if err != nil {
@@ -252,17 +269,10 @@ func layerFiles(t *testing.T, img v1.Image) map[string]file {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := file{mode: h.Mode, link: h.Linkname, uid: h.Uid, dir: h.Typeflag == tar.TypeDir}
-			if h.Typeflag == tar.TypeReg {
-				if f.data, err = io.ReadAll(tr); err != nil {
-					t.Fatal(err)
-				}
-			}
-			out[strings.TrimSuffix(h.Name, "/")] = f
+			entry(h, tr)
 		}
 		rc.Close()
 	}
-	return out
 }
 
 // pluginWasm takes plugin.wasm out of a compat-variant Wasm image as the

@@ -41,57 +41,39 @@ func unpack(t *testing.T, img v1.Image) string {
 	t.Helper()
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755) // a root filesystem's / is world-readable
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
 	asRoot := os.Geteuid() == 0
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
+	tarEntries(t, img, func(h *tar.Header, r io.Reader) {
+		var err error
+		clean := path.Clean("/" + h.Name)
+		p := filepath.Join(dir, filepath.FromSlash(clean))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, 0o755)
+		case tar.TypeReg:
+			var f *os.File
+			if f, err = os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil {
+				_, err = io.Copy(f, r)
+				f.Close()
+			}
+		case tar.TypeSymlink:
+			err = os.Symlink(h.Linkname, p)
+		default:
+			t.Fatalf("%s: unexpected tar entry type %c", h.Name, h.Typeflag)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
+		if h.Typeflag != tar.TypeSymlink {
+			if err := os.Chmod(p, os.FileMode(h.Mode&0o777)|modeBits(h.Mode)); err != nil {
 				t.Fatal(err)
 			}
-			clean := path.Clean("/" + h.Name)
-			p := filepath.Join(dir, filepath.FromSlash(clean))
-			switch h.Typeflag {
-			case tar.TypeDir:
-				err = os.MkdirAll(p, 0o755)
-			case tar.TypeReg:
-				var f *os.File
-				if f, err = os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil {
-					_, err = io.Copy(f, tr)
-					f.Close()
-				}
-			case tar.TypeSymlink:
-				err = os.Symlink(h.Linkname, p)
-			default:
-				t.Fatalf("%s: unexpected tar entry type %c", h.Name, h.Typeflag)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if h.Typeflag != tar.TypeSymlink {
-				if err := os.Chmod(p, os.FileMode(h.Mode&0o777)|modeBits(h.Mode)); err != nil {
+			if asRoot {
+				if err := os.Lchown(p, h.Uid, h.Gid); err != nil {
 					t.Fatal(err)
-				}
-				if asRoot {
-					if err := os.Lchown(p, h.Uid, h.Gid); err != nil {
-						t.Fatal(err)
-					}
 				}
 			}
 		}
-		rc.Close()
-	}
+	})
 	return dir
 }
 

@@ -122,30 +122,39 @@ func start(t *testing.T, bin string, e env, logPath string) {
 // test ends, its output in logPath.
 func startEnv(t *testing.T, bin string, vars []string, logPath string) {
 	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, vars...)
+	runLogged(t, cmd, logPath, 15*time.Second, func(sig syscall.Signal) { cmd.Process.Signal(sig) })
+}
+
+// runLogged starts cmd, its output in logPath, and stops it when the test
+// ends: signal(SIGTERM), then signal(SIGKILL) if it has not exited within
+// grace. When the test failed, the tail of the log is logged.
+func runLogged(t *testing.T, cmd *exec.Cmd, logPath string, grace time.Duration, signal func(syscall.Signal)) {
+	t.Helper()
 	log, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, vars...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
+		log.Close()
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		signal(syscall.SIGTERM)
 		select {
 		case <-done:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
+		case <-time.After(grace):
+			signal(syscall.SIGKILL)
 			<-done
 		}
 		log.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
-			t.Logf("%s log:\n%s", bin, tailOf(string(b), 6000))
+			t.Logf("%s log:\n%s", cmd.Path, tailOf(string(b), 6000))
 		}
 	})
 }

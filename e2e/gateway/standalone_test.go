@@ -349,28 +349,9 @@ func TestRealEnvoyGateway(t *testing.T) {
 // startProc runs argv with extra environment until the test ends.
 func startProc(t *testing.T, logPath string, env []string, argv ...string) {
 	t.Helper()
-	log, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		// Envoy Gateway's Envoy is its child: end the process group it leads.
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		log.Close()
-	})
+	// Envoy Gateway's Envoy is its child: end the process group it leads.
+	runLogged(t, cmd, logPath, 20*time.Second, func(sig syscall.Signal) { syscall.Kill(-cmd.Process.Pid, sig) })
 }

@@ -150,18 +150,9 @@ func start(t *testing.T, s setup) *env {
 	boot := stack.Bootstrap(
 		[]stack.M{listener("open", s.client, cp.GRPCAddr(), false), listener("deny", s.client, cp.GRPCAddr(), true)},
 		[]stack.M{stack.Cluster("up", up.Addr()), stack.GRPCCluster("grpcup", grpcUp), stack.GRPCCluster("rls", cp.GRPCAddr())})
-	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: dir, Bootstrap: boot,
+	e := startEnvoy(t, ctx, stack.EnvoyConfig{Dir: dir, Bootstrap: boot,
 		// The filter logs why a call failed at debug.
 		Args: []string{"--component-log-level", "filter:debug"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("Envoy's log (%s):\n%s", e.LogPath(), e.LogExcerpt())
-		}
-		e.Stop()
-	})
 	return &env{cp: cp, envoy: e, up: up}
 }
 
@@ -285,6 +276,23 @@ func includeVH(r stack.M) stack.M {
 func grpcRoute(r stack.M) stack.M {
 	r["route"].(stack.M)["cluster"] = "grpcup"
 	return r
+}
+
+// startEnvoy starts Envoy with cfg and stops it when the test ends; if the
+// test failed, the end of Envoy's log is logged first.
+func startEnvoy(t *testing.T, ctx context.Context, cfg stack.EnvoyConfig) *stack.Envoy {
+	t.Helper()
+	e, err := stack.StartEnvoy(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("Envoy's log (%s):\n%s", e.LogPath(), e.LogExcerpt())
+		}
+		e.Stop()
+	})
+	return e
 }
 
 // lastLines returns the last n lines of s.

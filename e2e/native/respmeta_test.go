@@ -66,16 +66,7 @@ end`},
 			boot := stack.Bootstrap(
 				[]stack.M{stack.HTTPListener("meta", 0, []stack.M{stack.VirtualHost("all", route)}, lua, rl)},
 				[]stack.M{stack.Cluster("up", up.Addr()), stack.GRPCCluster("rls", rls)})
-			e, err := stack.StartEnvoy(context.Background(), stack.EnvoyConfig{Dir: dir, Bootstrap: boot})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("Envoy's log (%s):\n%s", e.LogPath(), lastLines(e.Log(), 40))
-				}
-				e.Stop()
-			})
+			e := startEnvoy(t, context.Background(), stack.EnvoyConfig{Dir: dir, Bootstrap: boot})
 			get := func(plan string) *http.Response {
 				req, err := http.NewRequest("GET", e.URL("meta")+"/", nil)
 				if err != nil {

@@ -83,17 +83,7 @@ end`},
 	boot := stack.Bootstrap(
 		[]stack.M{stack.HTTPListener("llm", 0, []stack.M{stack.VirtualHost("all", route)}, lua, rl)},
 		[]stack.M{stack.Cluster("up", upstream), stack.GRPCCluster("rls", rlsAddr)})
-	e, err := stack.StartEnvoy(context.Background(), stack.EnvoyConfig{Dir: dir, Bootstrap: boot})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("Envoy's log (%s):\n%s", e.LogPath(), lastLines(e.Log(), 40))
-		}
-		e.Stop()
-	})
-	return e
+	return startEnvoy(t, context.Background(), stack.EnvoyConfig{Dir: dir, Bootstrap: boot})
 }
 
 // startPeer runs envoyproxy/ratelimit (bench/ratelimit-peer, built at the

@@ -27,35 +27,25 @@ func (l FixedWindow) Validate() error { return validateWindow(l.Limit, l.Window)
 
 // Allow decides a request of the given cost at now.
 func (l FixedWindow) Allow(s *FixedWindowState, now, cost int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	if err := checkCost(cost, l.Limit); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, false), nil
+	return allowOn(l, s, now, cost)
 }
 
 // Probe reports whether a request of cost 1 would be allowed at now, taking
 // nothing (see usage.go).
 func (l FixedWindow) Probe(s *FixedWindowState, now int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, 1, 0, false), nil
+	return probeOn(l, s, now)
 }
 
 // Charge takes cost at now even past the limit (see usage.go).
 func (l FixedWindow) Charge(s *FixedWindowState, now, cost int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	cost, err := chargeCost(cost, l.Limit)
-	if err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, true), nil
+	return chargeOn(l, s, now, cost)
 }
+
+// check is Validate: any state fits l.
+func (l FixedWindow) check(*FixedWindowState) error { return l.Validate() }
+
+// capacity is the largest cost a request may have.
+func (l FixedWindow) capacity() int64 { return l.Limit }
 
 // decide is Allow, Probe and Charge: the request is allowed if need fits; an
 // allowed request, or any charge, takes take.

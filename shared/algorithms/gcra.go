@@ -50,36 +50,26 @@ func (l GCRA) Interval() int64 { return l.Period / l.Count }
 
 // Allow decides a request of the given cost (redis-cell's quantity) at now.
 func (l GCRA) Allow(s *GCRAState, now, cost int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	if err := checkCost(cost, l.MaxBurst+1); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, false), nil
+	return allowOn(l, s, now, cost)
 }
 
 // Probe reports whether a request of cost 1 would be allowed at now, taking
 // nothing (see usage.go).
 func (l GCRA) Probe(s *GCRAState, now int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, 1, 0, false), nil
+	return probeOn(l, s, now)
 }
 
 // Charge takes cost at now even past the limit, moving the theoretical
 // arrival time past now+DVT (see usage.go).
 func (l GCRA) Charge(s *GCRAState, now, cost int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	cost, err := chargeCost(cost, l.MaxBurst+1)
-	if err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, true), nil
+	return chargeOn(l, s, now, cost)
 }
+
+// check is Validate: any state fits l.
+func (l GCRA) check(*GCRAState) error { return l.Validate() }
+
+// capacity is the largest cost a request may have.
+func (l GCRA) capacity() int64 { return l.MaxBurst + 1 }
 
 // decide is Allow, Probe and Charge: the request is allowed if need fits; an
 // allowed request, or any charge, takes take.

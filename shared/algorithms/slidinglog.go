@@ -42,35 +42,19 @@ func (l SlidingLog) Validate() error { return validateWindow(l.Limit, l.Window) 
 
 // Allow decides a request of the given cost at now.
 func (l SlidingLog) Allow(s *SlidingLogState, now, cost int64) (Result, error) {
-	if err := l.check(s); err != nil {
-		return Result{}, err
-	}
-	if err := checkCost(cost, l.Limit); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, false), nil
+	return allowOn(l, s, now, cost)
 }
 
 // Probe reports whether a request of cost 1 would be allowed at now, taking
 // nothing (it does drop the entries that left the window; see usage.go).
 func (l SlidingLog) Probe(s *SlidingLogState, now int64) (Result, error) {
-	if err := l.check(s); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, 1, 0, false), nil
+	return probeOn(l, s, now)
 }
 
 // Charge takes cost at now even past the limit: it is logged like any entry
 // and leaves the window Window later (see usage.go).
 func (l SlidingLog) Charge(s *SlidingLogState, now, cost int64) (Result, error) {
-	if err := l.check(s); err != nil {
-		return Result{}, err
-	}
-	cost, err := chargeCost(cost, l.Limit)
-	if err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, true), nil
+	return chargeOn(l, s, now, cost)
 }
 
 // check validates l and that s was made for it.
@@ -83,6 +67,9 @@ func (l SlidingLog) check(s *SlidingLogState) error {
 	}
 	return nil
 }
+
+// capacity is the largest cost a request may have.
+func (l SlidingLog) capacity() int64 { return l.Limit }
 
 // decide is Allow, Probe and Charge: the request is allowed if need fits; an
 // allowed request, or any charge, logs take.

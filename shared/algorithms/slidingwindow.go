@@ -51,36 +51,26 @@ func (l SlidingWindow) Validate() error {
 
 // Allow decides a request of the given cost at now.
 func (l SlidingWindow) Allow(s *SlidingWindowState, now, cost int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	if err := checkCost(cost, l.Limit); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, false), nil
+	return allowOn(l, s, now, cost)
 }
 
 // Probe reports whether a request of cost 1 would be allowed at now, taking
 // nothing (see usage.go).
 func (l SlidingWindow) Probe(s *SlidingWindowState, now int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, 1, 0, false), nil
+	return probeOn(l, s, now)
 }
 
 // Charge takes cost at now even past the limit: the current window's count
 // passes Limit and weighs on the next window (see usage.go).
 func (l SlidingWindow) Charge(s *SlidingWindowState, now, cost int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	cost, err := chargeCost(cost, l.Limit)
-	if err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, true), nil
+	return chargeOn(l, s, now, cost)
 }
+
+// check is Validate: any state fits l.
+func (l SlidingWindow) check(*SlidingWindowState) error { return l.Validate() }
+
+// capacity is the largest cost a request may have.
+func (l SlidingWindow) capacity() int64 { return l.Limit }
 
 // decide is Allow, Probe and Charge: the request is allowed if need fits the
 // estimate; an allowed request, or any charge, takes take.

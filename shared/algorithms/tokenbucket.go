@@ -26,36 +26,26 @@ func (l TokenBucket) Validate() error { return validateRate(l.Rate, l.Period, l.
 
 // Allow decides a request of the given cost at now.
 func (l TokenBucket) Allow(s *TokenBucketState, now, cost int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	if err := checkCost(cost, l.Burst); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, false), nil
+	return allowOn(l, s, now, cost)
 }
 
 // Probe reports whether a request of cost 1 would be allowed at now, taking
 // nothing (see usage.go).
 func (l TokenBucket) Probe(s *TokenBucketState, now int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, 1, 0, false), nil
+	return probeOn(l, s, now)
 }
 
 // Charge takes cost tokens at now even past the limit, leaving the bucket in
 // debt (see usage.go).
 func (l TokenBucket) Charge(s *TokenBucketState, now, cost int64) (Result, error) {
-	if err := l.Validate(); err != nil {
-		return Result{}, err
-	}
-	cost, err := chargeCost(cost, l.Burst)
-	if err != nil {
-		return Result{}, err
-	}
-	return l.decide(s, now, cost, cost, true), nil
+	return chargeOn(l, s, now, cost)
 }
+
+// check is Validate: any state fits l.
+func (l TokenBucket) check(*TokenBucketState) error { return l.Validate() }
+
+// capacity is the largest cost a request may have.
+func (l TokenBucket) capacity() int64 { return l.Burst }
 
 // decide is Allow, Probe and Charge: the request is allowed if need tokens
 // are there; an allowed request, or any charge, takes take.

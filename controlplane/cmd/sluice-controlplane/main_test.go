@@ -74,9 +74,10 @@ func TestParseFlags(t *testing.T) {
 	u, err := parseFlags([]string{"-max-conns", "9", "-idle-timeout", "1m"}, func(k string) string {
 		return map[string]string{"SLUICE_MAX_STREAMS_PER_CONN": "7", "SLUICE_MAX_BUFFER_BYTES": "1000000", "SLUICE_MAX_CONNS": "3"}[k]
 	}, io.Discard)
-	if err != nil || u.unary.MaxConns != 9 || u.unary.MaxConcurrentStreams != 7 || u.unary.MaxBufferBytes != 1000000 ||
-		u.unary.IdleTimeout != time.Minute || u.unary.MaxRecvMsgSize != 64<<10 || u.unary.MaxConnBufferBytes != 4<<20 { // server.DefaultMaxConnBufferBytes
-		t.Fatalf("unary server flags: %+v, %v", u.unary, err)
+	// (server's TestUnaryOptions: these reach the unary server.)
+	if err != nil || u.maxConns != 9 || u.maxStreamsPerConn != 7 || u.maxBufferBytes != 1000000 ||
+		u.idleTimeout != time.Minute || u.maxMsgBytes != 64<<10 || u.maxConnBufferBytes != 4<<20 { // server.DefaultMaxConnBufferBytes
+		t.Fatalf("unary server flags: %+v, %v", u, err)
 	}
 	bad := []struct {
 		args []string

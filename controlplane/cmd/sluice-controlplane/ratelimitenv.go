@@ -40,7 +40,7 @@ type rlEnv struct {
 	healthyWithConfig          bool
 	xds                        xdsEnv
 	usePrometheus              bool
-	prometheusAddr, promPath   string
+	prometheusAddr             string
 	runtimeRoot, runtimeSub    string
 	runtimeApp                 string
 	runtimeWatch               bool
@@ -76,9 +76,9 @@ type tracingEnv struct {
 }
 
 // unsupported lists envoyproxy/ratelimit's variables sluice does not honour,
-// each with why, and for a switch the value that asks for what sluice does
-// anyway (USE_STATSD=false, which Envoy Gateway sets); any of them set to
-// another value is logged once at start-up.
+// each with why, and the value that asks for what sluice does anyway
+// (USE_STATSD=false, which Envoy Gateway sets; PROMETHEUS_PATH=/metrics);
+// any of them set to another value is logged once at start-up.
 var unsupported = []struct{ name, why, same string }{
 	{"GRPC_UDS", "a Unix socket for the decision port is not supported: use GRPC_HOST and GRPC_PORT", ""},
 	{"GRPC_MAX_CONNECTION_AGE", "connections are not aged out; idle ones close after 5 minutes (SLUICE_IDLE_TIMEOUT)", ""},
@@ -132,6 +132,7 @@ var unsupported = []struct{ name, why, same string }{
 	{"QUOTA_MODE", "not supported by this build: see the README's differences", "false"},
 	{"RESPONSE_DYNAMIC_METADATA", "sluice always returns its per-descriptor limits in dynamic_metadata", "true"},
 	{"MERGE_DOMAIN_CONFIG", "two configurations of one domain are refused, naming both", "false"},
+	{"PROMETHEUS_PATH", "the metrics are served at /metrics", "/metrics"},
 }
 
 // unsupportedSet returns the unsupported variables that are set, each with
@@ -139,21 +140,25 @@ var unsupported = []struct{ name, why, same string }{
 func unsupportedSet(getenv func(string) string) []string {
 	var out []string
 	for _, u := range unsupported {
-		if v := getenv(u.name); v != "" && !sameBool(v, u.same) {
+		if v := getenv(u.name); v != "" && !sameValue(v, u.same) {
 			out = append(out, u.name+"="+v+": "+u.why)
 		}
 	}
 	return out
 }
 
-// sameBool reports whether v is the boolean same ("" never is).
-func sameBool(v, same string) bool {
+// sameValue reports whether v asks for same ("" never is): the same
+// boolean for a switch, else the same string.
+func sameValue(v, same string) bool {
 	if same == "" {
 		return false
 	}
-	a, err1 := strconv.ParseBool(v)
-	b, err2 := strconv.ParseBool(same)
-	return err1 == nil && err2 == nil && a == b
+	b, err := strconv.ParseBool(same)
+	if err != nil {
+		return v == same
+	}
+	a, err := strconv.ParseBool(v)
+	return err == nil && a == b
 }
 
 // envReader reads typed variables, collecting errors.
@@ -170,51 +175,33 @@ func (r *envReader) str(name, def string) string {
 }
 
 func (r *envReader) num(name string, def int) int {
-	v := r.getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not an integer", name, v))
-	}
-	return n
+	return parseEnv(r, name, def, strconv.Atoi, "an integer")
 }
 
 func (r *envReader) boolean(name string, def bool) bool {
-	v := r.getenv(name)
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not a boolean (true or false)", name, v))
-	}
-	return b
+	return parseEnv(r, name, def, strconv.ParseBool, "a boolean (true or false)")
 }
 
 func (r *envReader) float(name string, def float64) float64 {
-	v := r.getenv(name)
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not a number", name, v))
-	}
-	return f
+	return parseEnv(r, name, def, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }, "a number")
 }
 
 func (r *envReader) duration(name string, def time.Duration) time.Duration {
+	return parseEnv(r, name, def, time.ParseDuration, "a duration (e.g. 10s)")
+}
+
+// parseEnv reads $name with parse, or returns def when it is unset or
+// empty. A value parse refuses is collected as not being what.
+func parseEnv[T any](r *envReader, name string, def T, parse func(string) (T, error), what string) T {
 	v := r.getenv(name)
 	if v == "" {
 		return def
 	}
-	d, err := time.ParseDuration(v)
+	x, err := parse(v)
 	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not a duration (e.g. 10s)", name, v))
+		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not %s", name, v, what))
 	}
-	return d
+	return x
 }
 
 // pairs reads "k1:v1,k2=v2" (envconfig's map syntax is k:v; the ratelimit
@@ -258,7 +245,6 @@ func readRatelimitEnv(getenv func(string) string) (*rlEnv, error) {
 		healthyWithConfig: r.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
 		usePrometheus:     r.boolean("USE_PROMETHEUS", false),
 		prometheusAddr:    r.str("PROMETHEUS_ADDR", ":9090"),
-		promPath:          r.str("PROMETHEUS_PATH", "/metrics"),
 		runtimeRoot:       r.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
 		runtimeSub:        r.str("RUNTIME_SUBDIRECTORY", ""),
 		runtimeApp:        r.str("RUNTIME_APPDIRECTORY", "config"),

@@ -116,6 +116,13 @@ func TestRatelimitEnvErrors(t *testing.T) {
 	if len(got) != 2 || !strings.HasPrefix(got[0], "STATSD_PORT=9125: ") || !strings.HasPrefix(got[1], "SHADOW_MODE=true: ") {
 		t.Errorf("unsupported: %q", got)
 	}
+	// A value compared as a string: only another path than sluice's is logged.
+	if got := unsupportedSet(envOf("PROMETHEUS_PATH", "/stats")); len(got) != 1 || got[0] != "PROMETHEUS_PATH=/stats: the metrics are served at /metrics" {
+		t.Errorf("PROMETHEUS_PATH=/stats: unsupported %q", got)
+	}
+	if got := unsupportedSet(envOf("PROMETHEUS_PATH", "/metrics")); len(got) != 0 {
+		t.Errorf("PROMETHEUS_PATH=/metrics: unsupported %q", got)
+	}
 }
 
 // TestHealthcheck: 200 "OK" while ready, 500 with the reason otherwise

@@ -47,9 +47,6 @@ func runRatelimit(getenv func(string) string, stderr io.Writer) int {
 	for _, u := range unsupportedSet(getenv) {
 		log.Warn("envoyproxy/ratelimit setting not supported by sluice; it has no effect", "setting", u)
 	}
-	if e.promPath != "/metrics" {
-		log.Warn("envoyproxy/ratelimit setting not supported by sluice; it has no effect", "setting", "PROMETHEUS_PATH="+e.promPath+": the metrics are served at /metrics")
-	}
 	server.SetRedisLogger(log)
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(DefaultGCPercent)

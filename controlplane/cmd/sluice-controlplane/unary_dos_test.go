@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	be "encoding/binary" // (binary is main_test.go's)
 	"io"
 	"net"
@@ -12,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/controlplane/store/memory"
+	"github.com/sluicehq/sluice/internal/attackload"
 )
 
 // The attacks of issue 19 on the unary decision port of the built binary,
@@ -31,89 +29,12 @@ import (
 // dosAttackTime bounds each attack.
 const dosAttackTime = 3 * time.Second
 
-// callTally counts normal calls and keeps the first failure.
-type callTally struct {
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	first      error
-}
-
-func (ct *callTally) add(err error) {
-	if err == nil {
-		ct.ok.Add(1)
-		return
-	}
-	ct.failed.Add(1)
-	ct.mu.Lock()
-	if ct.first == nil {
-		ct.first = err
-	}
-	ct.mu.Unlock()
-}
-
-// check fails t unless at least want of at least min calls succeeded.
-func (ct *callTally) check(t *testing.T, name string, want float64, min int64) {
-	t.Helper()
-	ok, failed := ct.ok.Load(), ct.failed.Load()
-	share := 0.0
-	if ok+failed > 0 {
-		share = float64(ok) / float64(ok+failed)
-	}
-	t.Logf("%s: %d of %d normal calls succeeded during the attack (%.2f%%); first failure: %v", name, ok, ok+failed, 100*share, ct.first)
-	if ok+failed < min {
-		t.Errorf("%s: only %d normal calls were made, want at least %d", name, ok+failed, min)
-	}
-	if share < want {
-		t.Errorf("%s: %.2f%% of the normal calls succeeded, want at least %.1f%%", name, 100*share, 100*want)
-	}
-}
-
-// decideOn makes one ShouldRateLimit call on cc.
-func decideOn(cc *grpc.ClientConn) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain:      "bin",
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "normal"}}}},
-	})
-	return err
-}
-
-// decideFresh makes one ShouldRateLimit call on a connection of its own.
-func decideFresh(addr string) error {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	return decideOn(cc)
-}
-
 // decideDuring makes normal calls until done: parallel at a time on old
 // (opened before the attack) and freshers at a time on fresh connections.
-func decideDuring(addr string, old *grpc.ClientConn, parallel, freshers int, done <-chan struct{}, oldT, freshT *callTally) {
-	var wg sync.WaitGroup
-	loop := func(call func() error, ct *callTally) {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			ct.add(call())
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	for range parallel {
-		wg.Add(1)
-		go loop(func() error { return decideOn(old) }, oldT)
-	}
-	for range freshers {
-		wg.Add(1)
-		go loop(func() error { return decideFresh(addr) }, freshT)
-	}
-	wg.Wait()
+func decideDuring(addr string, old *grpc.ClientConn, parallel, freshers int, done <-chan struct{}, oldT, freshT *attackload.Tally) {
+	attackload.During(done,
+		attackload.Load{Workers: parallel, Call: func() error { return decide(old, "normal") }, Tally: oldT},
+		attackload.Load{Workers: freshers, Call: func() error { return freshDecide(addr, 1) }, Tally: freshT})
 }
 
 // dialUsed returns a client connection to addr that has completed a call.
@@ -124,7 +45,7 @@ func dialUsed(t *testing.T, addr string) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	if err := decideOn(cc); err != nil {
+	if err := decide(cc, "normal"); err != nil {
 		t.Fatalf("a call before the attack: %v", err)
 	}
 	return cc
@@ -202,16 +123,16 @@ func TestBinaryUnaryNeverEndingBodies(t *testing.T) {
 		}
 	}()
 	time.Sleep(300 * time.Millisecond) // the first streams fill the budget
-	var oldT, freshT callTally
+	var oldT, freshT attackload.Tally
 	decideDuring(addr, old, 4, 2, done, &oldT, &freshT)
 	<-sampled
 	t.Logf("RSS %.0f MiB before the attack, peak %.0f MiB", float64(base)/(1<<20), float64(peak.Load())/(1<<20))
-	oldT.check(t, "a connection opened before the attack", 0.999, 20)
-	freshT.check(t, "fresh connections", 0.999, 10)
+	oldT.Check(t, "a connection opened before the attack", 0.999, 20)
+	freshT.Check(t, "fresh connections", 0.999, 10)
 	if peak.Load() > budgetRSS {
 		t.Errorf("peak RSS %.0f MiB, over the binary's bound of %d MiB", float64(peak.Load())/(1<<20), budgetRSS>>20)
 	}
-	if err := decideOn(old); err != nil {
+	if err := decide(old, "normal"); err != nil {
 		t.Errorf("a call after the attack: %v", err)
 	}
 	if code := p.stop(t); code != 0 {
@@ -261,13 +182,13 @@ func TestBinaryUnaryIdleConnections(t *testing.T) {
 	}()
 	done := make(chan struct{})
 	time.AfterFunc(dosAttackTime, func() { close(done) })
-	var oldT, freshT callTally
+	var oldT, freshT attackload.Tally
 	decideDuring(addr, old, 1, 4, done, &oldT, &freshT)
 	rss := uint64(procStatus(t, p.cmd.Process.Pid)["VmHWM"])
 	t.Logf("%d of %d idle connections closed by the server; RSS %.0f MiB before, peak %.0f MiB",
 		closed.Load(), attackers, float64(base)/(1<<20), float64(rss)/(1<<20))
-	freshT.check(t, "new clients", 0.99, 10)
-	oldT.check(t, "a connection opened before the attack", 0.999, 10)
+	freshT.Check(t, "new clients", 0.99, 10)
+	oldT.Check(t, "a connection opened before the attack", 0.999, 10)
 	if rss > base+budgetRSS {
 		t.Errorf("RSS grew by %.0f MiB, over %d MiB", float64(rss-base)/(1<<20), budgetRSS>>20)
 	}
@@ -277,17 +198,17 @@ func TestBinaryUnaryIdleConnections(t *testing.T) {
 }
 
 // TestParseUnaryTimeoutFlags: -first-call-timeout and
-// -request-body-timeout (and their $SLUICE_ variables) reach the unary
-// server's options; they must be positive.
+// -request-body-timeout (and their $SLUICE_ variables) are read (server's
+// TestUnaryOptions: they reach the unary server); they must be positive.
 func TestParseUnaryTimeoutFlags(t *testing.T) {
 	env := map[string]string{"SLUICE_FIRST_CALL_TIMEOUT": "3s", "SLUICE_REQUEST_BODY_TIMEOUT": "4s"}
 	c, err := parseFlags([]string{"-request-body-timeout", "500ms"}, func(k string) string { return env[k] }, io.Discard)
-	if err != nil || c.unary.FirstCallTimeout != 3*time.Second || c.unary.RequestBodyTimeout != 500*time.Millisecond {
-		t.Fatalf("%+v, %v", c.unary, err)
+	if err != nil || c.firstCallTimeout != 3*time.Second || c.requestBodyTimeout != 500*time.Millisecond {
+		t.Fatalf("%+v, %v", c, err)
 	}
 	c, err = parseFlags(nil, func(string) string { return "" }, io.Discard)
-	if err != nil || c.unary.FirstCallTimeout != 10*time.Second || c.unary.RequestBodyTimeout != 2*time.Second {
-		t.Fatalf("defaults: %+v, %v", c.unary, err)
+	if err != nil || c.firstCallTimeout != 10*time.Second || c.requestBodyTimeout != 2*time.Second {
+		t.Fatalf("defaults: %+v, %v", c, err)
 	}
 	for _, args := range [][]string{{"-first-call-timeout", "0s"}, {"-request-body-timeout", "-1s"}} {
 		if _, err := parseFlags(args, func(string) string { return "" }, io.Discard); err == nil {

@@ -357,70 +357,40 @@ func (sh *shard) remove(e *entry) {
 // sized the log, so the algorithms do not refuse it; should they, the state
 // is unchanged and the error is returned.
 func (e *entry) apply(c *store.Check, now int64) (algorithms.Result, error) {
-	switch c.Mode {
+	l := c.Limit
+	switch l.Algorithm {
+	case store.FixedWindow:
+		return checkOn(fixedWindow(l), &e.fw, c.Mode, now+e.shift, c.Cost)
+	case store.SlidingWindow:
+		return checkOn(slidingWindow(l), &e.sw, c.Mode, now+e.shift, c.Cost)
+	case store.SlidingLog:
+		return checkOn(slidingLog(l), e.log, c.Mode, now, c.Cost)
+	case store.TokenBucket:
+		return checkOn(tokenBucket(l), &e.tb, c.Mode, now, c.Cost)
+	case store.GCRA:
+		return checkOn(gcra(l), &e.gc, c.Mode, now, c.Cost)
+	case store.Reserve:
+		return checkOn(reserve(l), &e.rs, c.Mode, now, c.Cost)
+	}
+	return algorithms.Result{}, errUnknown
+}
+
+// limiter is what every algorithm of shared/algorithms offers on its state S.
+type limiter[S any] interface {
+	Allow(s S, now, cost int64) (algorithms.Result, error)
+	Probe(s S, now int64) (algorithms.Result, error)
+	Charge(s S, now, cost int64) (algorithms.Result, error)
+}
+
+// checkOn is the check of mode (Allow unless Probe or Charge) on s.
+func checkOn[L limiter[S], S any](lim L, s S, mode store.Mode, now, cost int64) (algorithms.Result, error) {
+	switch mode {
 	case store.Probe:
-		return e.probe(c.Limit, now)
+		return lim.Probe(s, now)
 	case store.Charge:
-		return e.charge(c.Limit, now, c.Cost)
+		return lim.Charge(s, now, cost)
 	}
-	return e.allow(c.Limit, now, c.Cost)
-}
-
-// allow is Allow on e's state.
-func (e *entry) allow(l store.Limit, now, cost int64) (algorithms.Result, error) {
-	switch l.Algorithm {
-	case store.FixedWindow:
-		return fixedWindow(l).Allow(&e.fw, now+e.shift, cost)
-	case store.SlidingWindow:
-		return slidingWindow(l).Allow(&e.sw, now+e.shift, cost)
-	case store.SlidingLog:
-		return slidingLog(l).Allow(e.log, now, cost)
-	case store.TokenBucket:
-		return tokenBucket(l).Allow(&e.tb, now, cost)
-	case store.GCRA:
-		return gcra(l).Allow(&e.gc, now, cost)
-	case store.Reserve:
-		return reserve(l).Allow(&e.rs, now, cost)
-	}
-	return algorithms.Result{}, errUnknown
-}
-
-// probe is Probe on e's state.
-func (e *entry) probe(l store.Limit, now int64) (algorithms.Result, error) {
-	switch l.Algorithm {
-	case store.FixedWindow:
-		return fixedWindow(l).Probe(&e.fw, now+e.shift)
-	case store.SlidingWindow:
-		return slidingWindow(l).Probe(&e.sw, now+e.shift)
-	case store.SlidingLog:
-		return slidingLog(l).Probe(e.log, now)
-	case store.TokenBucket:
-		return tokenBucket(l).Probe(&e.tb, now)
-	case store.GCRA:
-		return gcra(l).Probe(&e.gc, now)
-	case store.Reserve:
-		return reserve(l).Probe(&e.rs, now)
-	}
-	return algorithms.Result{}, errUnknown
-}
-
-// charge is Charge on e's state.
-func (e *entry) charge(l store.Limit, now, cost int64) (algorithms.Result, error) {
-	switch l.Algorithm {
-	case store.FixedWindow:
-		return fixedWindow(l).Charge(&e.fw, now+e.shift, cost)
-	case store.SlidingWindow:
-		return slidingWindow(l).Charge(&e.sw, now+e.shift, cost)
-	case store.SlidingLog:
-		return slidingLog(l).Charge(e.log, now, cost)
-	case store.TokenBucket:
-		return tokenBucket(l).Charge(&e.tb, now, cost)
-	case store.GCRA:
-		return gcra(l).Charge(&e.gc, now, cost)
-	case store.Reserve:
-		return reserve(l).Charge(&e.rs, now, cost)
-	}
-	return algorithms.Result{}, errUnknown
+	return lim.Allow(s, now, cost)
 }
 
 // errUnknown is returned for an algorithm validate would have refused.
