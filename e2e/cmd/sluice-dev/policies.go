@@ -66,7 +66,7 @@ func compareWithSeed(stored []*sluicev1.Policy, seed *policy.Set, seedName strin
 		out.demo = out.demo || p.GetDomain() == stack.DemoDomain
 		y, fromSeed := seedYAML[p.GetDomain()]
 		switch {
-		case fromSeed && y == p.GetYaml():
+		case fromSeed && y == canonical(p):
 			same++
 			out.lines = append(out.lines, fmt.Sprintf("domain %s (version %d): from %s", p.GetDomain(), p.GetVersion(), seedName))
 		case fromSeed:
@@ -81,4 +81,19 @@ func compareWithSeed(stored []*sluicev1.Policy, seed *policy.Set, seedName strin
 	}
 	out.seedInForce = same == len(seedYAML) && same > 0
 	return out
+}
+
+// canonical returns a stored policy's YAML as policy.Marshal writes it, so
+// that it compares with the seed's whatever the spelling it was stored in
+// (the store keeps a file's own text); "" if it does not parse.
+func canonical(p *sluicev1.Policy) string {
+	d, err := policy.Parse(p.GetDomain(), []byte(p.GetYaml()))
+	if err != nil {
+		return ""
+	}
+	y, err := policy.Marshal(d)
+	if err != nil {
+		return ""
+	}
+	return string(y)
 }

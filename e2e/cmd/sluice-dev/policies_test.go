@@ -34,6 +34,9 @@ func TestCompareWithSeed(t *testing.T) {
 	}{
 		{"seeded", []*sluicev1.Policy{{Domain: "sluice-demo", Version: 1, Yaml: string(y)}}, true, true,
 			[]string{"domain sluice-demo (version 1): from the embedded example"}},
+		// The store keeps the seed file's own text, comments and spelling.
+		{"seeded as written", []*sluicev1.Policy{{Domain: "sluice-demo", Version: 1, Yaml: string(d.Text())}}, true, true,
+			[]string{"domain sluice-demo (version 1): from the embedded example"}},
 		{"applied earlier", []*sluicev1.Policy{{Domain: "sluice-demo", Version: 4, Yaml: other}, {Domain: "api", Version: 2, Yaml: "x"}}, false, true,
 			[]string{"domain sluice-demo (version 4): from the store, applied before this run; it differs from the embedded example",
 				"domain api (version 2): from the store, applied before this run"}},
