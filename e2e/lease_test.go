@@ -113,19 +113,7 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 	needStack(t)
 	rs := redistest.StartServer(t)
 	dir := t.TempDir()
-	policy := "domain: e2e\nlease: auto\ndescriptors:\n"
-	for _, k := range leaseKeys {
-		burst := ""
-		if k.most > leaseLimit {
-			burst = fmt.Sprintf(", burst: %d", leaseLimit)
-		}
-		policy += fmt.Sprintf("  - key: api_key\n    value: %s\n    rate_limit: {algorithm: %s, unit: second, requests_per_unit: %d%s}\n",
-			k.key, k.alg, leaseLimit, burst)
-	}
-	policyFile := filepath.Join(dir, "lease.yaml")
-	if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	policyFile := writeLeasePolicy(t, dir)
 	var cps []*stack.ControlPlane
 	for i := range 3 {
 		cp, err := stack.StartControlPlane(context.Background(), stack.ControlPlaneConfig{
@@ -312,4 +300,24 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 	if quotaAllowed == 0 {
 		t.Errorf("no request was admitted from a quota")
 	}
+}
+
+// writeLeasePolicy writes the lease tests' policy into dir: each of
+// leaseKeys limited to leaseLimit a second with its algorithm, lease: auto.
+func writeLeasePolicy(t *testing.T, dir string) string {
+	t.Helper()
+	policy := "domain: e2e\nlease: auto\ndescriptors:\n"
+	for _, k := range leaseKeys {
+		burst := ""
+		if k.most > leaseLimit {
+			burst = fmt.Sprintf(", burst: %d", leaseLimit)
+		}
+		policy += fmt.Sprintf("  - key: api_key\n    value: %s\n    rate_limit: {algorithm: %s, unit: second, requests_per_unit: %d%s}\n",
+			k.key, k.alg, leaseLimit, burst)
+	}
+	path := filepath.Join(dir, "lease.yaml")
+	if err := os.WriteFile(path, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,19 +27,7 @@ func TestLeaseAcrossWorkers(t *testing.T) {
 	const concurrency = 4
 	rs := redistest.StartServer(t)
 	dir := t.TempDir()
-	policy := "domain: e2e\nlease: auto\ndescriptors:\n"
-	for _, k := range leaseKeys {
-		burst := ""
-		if k.most > leaseLimit {
-			burst = fmt.Sprintf(", burst: %d", leaseLimit)
-		}
-		policy += fmt.Sprintf("  - key: api_key\n    value: %s\n    rate_limit: {algorithm: %s, unit: second, requests_per_unit: %d%s}\n",
-			k.key, k.alg, leaseLimit, burst)
-	}
-	policyFile := filepath.Join(dir, "lease.yaml")
-	if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	policyFile := writeLeasePolicy(t, dir)
 	cp, err := stack.StartControlPlane(context.Background(), stack.ControlPlaneConfig{
 		Binary: progs.ControlPlane, Dir: dir, RedisAddr: rs.Addr(), Policies: []string{policyFile},
 		Args: []string{"-deadline", cpDeadline},

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -214,26 +213,6 @@ func liveHeap() uint64 {
 	return m[0].Value.Uint64()
 }
 
-// raiseFileLimit raises the process's open-file limit to at least n, or
-// skips the test.
-func raiseFileLimit(t *testing.T, n uint64) {
-	t.Helper()
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Skipf("getrlimit: %v", err)
-	}
-	if lim.Cur >= n {
-		return
-	}
-	if lim.Max < n {
-		t.Skipf("the open-file limit is %d, the attack needs %d", lim.Max, n)
-	}
-	lim.Cur = n
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Skipf("setrlimit: %v", err)
-	}
-}
-
 // idleAttack opens n connections that send the preface and SETTINGS and
 // then nothing, each read (and dropped) until the server closes it; it
 // returns the connections and a function that closes them and waits for
@@ -274,7 +253,7 @@ func idleAttack(t *testing.T, addr string, n int) (closed *atomic.Int64, stop fu
 // connection in use stays.
 func TestAttackIdleConnectionsAtCap(t *testing.T) {
 	const maxConns, attackers = 256, 2000
-	raiseFileLimit(t, 3*attackers)
+	attackload.RaiseOpenFiles(t, 3*attackers)
 	tb := newTestbed(t, Options{MaxConns: maxConns})
 	if _, err := tb.echo(context.Background(), []byte("before")); err != nil {
 		t.Fatal(err)

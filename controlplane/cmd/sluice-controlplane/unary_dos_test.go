@@ -7,7 +7,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -151,7 +150,7 @@ func TestBinaryUnaryNeverEndingBodies(t *testing.T) {
 // -max-conns each) at about 51 KB each, and slack.
 func TestBinaryUnaryIdleConnections(t *testing.T) {
 	const attackers, budgetRSS = 2000, 160 << 20
-	raiseOpenFiles(t, 3*attackers)
+	attackload.RaiseOpenFiles(t, 3*attackers)
 	p, rec := startBinary(t, nil, "-policy", writePolicy(t, binPolicy))
 	addr := rec["grpc"].(string)
 	old := dialUsed(t, addr)
@@ -248,24 +247,4 @@ func appendFrame(b []byte, typ http2.FrameType, flags http2.Flags, id uint32, pa
 // windowUpdate is a WINDOW_UPDATE frame.
 func windowUpdate(id, inc uint32) []byte {
 	return appendFrame(nil, http2.FrameWindowUpdate, 0, id, be.BigEndian.AppendUint32(nil, inc))
-}
-
-// raiseOpenFiles raises the test's open-file limit to at least n, or
-// skips the test.
-func raiseOpenFiles(t *testing.T, n uint64) {
-	t.Helper()
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Skipf("getrlimit: %v", err)
-	}
-	if lim.Cur >= n {
-		return
-	}
-	if lim.Max < n {
-		t.Skipf("the open-file limit is %d, the attack needs %d", lim.Max, n)
-	}
-	lim.Cur = n
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Skipf("setrlimit: %v", err)
-	}
 }
