@@ -85,13 +85,7 @@ func TestPrecheckRejectionHostCalls(t *testing.T) {
 func TestLeaseSpendHostCalls(t *testing.T) {
 	shared := newHostShared()
 	var c hostCounter
-	a := newWasmHostShared(t, context.Background(), filterWasmDev, sharedConfig, shared)
-	b := newWasmHostShared(t, c.context(), filterWasmDev, sharedConfig, shared)
-	for _, h := range []*wasmHost{a, b} {
-		if !h.configure() {
-			t.Fatalf("configuration refused: %v", h.logs)
-		}
-	}
+	a, b := twoVMs(t, shared, &c)
 	req := map[string]string{":method": "GET", ":path": "/", "x-user": "leased"}
 	a.request(2, req)
 	a.deliver(1, leaseAnswer(t, 100))

@@ -63,13 +63,7 @@ func (c *hostCounter) context() context.Context {
 func TestSharedBlockAcrossVMs(t *testing.T) {
 	shared := newHostShared()
 	var c hostCounter
-	a := newWasmHostShared(t, context.Background(), filterWasmDev, sharedConfig, shared)
-	b := newWasmHostShared(t, c.context(), filterWasmDev, sharedConfig, shared)
-	for _, h := range []*wasmHost{a, b} {
-		if !h.configure() {
-			t.Fatalf("configuration refused: %v", h.logs)
-		}
-	}
+	a, b := twoVMs(t, shared, &c)
 	req := map[string]string{":method": "GET", ":path": "/", "x-user": "flood"}
 	a.request(2, req)
 	a.deliver(1, hourDenial(t))
@@ -235,4 +229,19 @@ func hostAdmittedOne(tb testing.TB) *hostAnswer {
 			DynamicMetadata: meta,
 		}),
 	}
+}
+
+// twoVMs starts two configured VMs of filter.wasm on one proxy's shared
+// data, as two workers of one Envoy; the second's host calls are counted
+// in c.
+func twoVMs(t *testing.T, shared *hostShared, c *hostCounter) (a, b *wasmHost) {
+	t.Helper()
+	a = newWasmHostShared(t, context.Background(), filterWasmDev, sharedConfig, shared)
+	b = newWasmHostShared(t, c.context(), filterWasmDev, sharedConfig, shared)
+	for _, h := range []*wasmHost{a, b} {
+		if !h.configure() {
+			t.Fatalf("configuration refused: %v", h.logs)
+		}
+	}
+	return a, b
 }
