@@ -18,7 +18,9 @@
 // method is told every answer of the primary), and on the way back what
 // the fallback admitted is added to the primary's state (a fallback with an
 // Unload method, a primary with a Carry method: the memory and Redis
-// stores) before and right after decisions return to the primary.
+// stores) before and right after decisions return to the primary, with
+// the settlement tokens (store.Once) the fallback remembers (UnloadOnce,
+// MarkOnce), so that a retried settlement is not charged twice.
 //
 // When the fallback fails too, Decide returns the error; the caller then
 // applies each limit's failure mode.
