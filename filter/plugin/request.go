@@ -32,6 +32,9 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 			continue
 		}
 		d := &p.descs.Descriptors[len(p.descs.Descriptors)-1]
+		if d.Usage {
+			p.requestCost(d)
+		}
 		start := len(s.keys)
 		s.keys = descriptors.AppendKey(s.keys, d)
 		s.keyEnds = append(s.keyEnds, len(s.keys))
@@ -41,7 +44,7 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 		if !haveNow {
 			now, haveNow = p.host.Now(), true
 		}
-		if v := p.table.Check(s.keys[start:], int64(d.HitsAddend), now); v.Reject && !p.quotaCovers(s.keys[start:], d.HitsAddend, now) {
+		if v := p.table.Check(s.keys[start:], d.PrecheckCost(), now); v.Reject && !p.quotaCovers(s.keys[start:], d, now) {
 			p.count(p.metrics.precheckRejected)
 			return p.rejectLocally(s, d.RateLimit, v)
 		}
