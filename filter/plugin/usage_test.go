@@ -545,3 +545,44 @@ func TestUsageConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageHeadersInTokens: the RateLimit headers of a usage-based limit
+// are in the policy's unit: a probe's answer carries the true remaining
+// (tokens), and a local 429 on a settlement's block says the limit, 0
+// remaining and the Retry-After until the reset.
+func TestUsageHeadersInTokens(t *testing.T) {
+	b := newTestbed(t, usageConfig(`{"reserve": 0, "source": {"response_header": "x-usage-tokens"}}`, perStream))
+	limit := map[string]any{"algorithm": "fixed_window", "limit": 250, "window_ms": 60000, "name": "tokens"}
+	id, _ := b.request(map[string]string{":method": "POST", ":path": "/", "x-api-key": "k1"}, "")
+	b.deliver(grpcOK(t, &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 150,
+			DurationUntilReset: durationpb.New(40 * time.Second)}},
+		DynamicMetadata: metadata(t, limit),
+	}))
+	b.complete(id, map[string]string{"x-usage-tokens": "100"}, nil, 0)
+	pol, _ := header(b.host.addedRsp[id], "ratelimit-policy")
+	rl, _ := header(b.host.addedRsp[id], "ratelimit")
+	if pol != `"tokens";q=250;w=60` || rl != `"tokens";r=150;t=40` {
+		t.Fatalf("headers %q, %q", pol, rl)
+	}
+	calls := settleCalls(t, b.host)
+	if len(calls) != 1 || calls[0].charges[0] != 100 {
+		t.Fatalf("settle calls %+v, want the probe's whole usage, 100", calls)
+	}
+	over := map[string]any{"algorithm": "fixed_window", "limit": 250, "window_ms": 60000, "name": "tokens", "retry_after_ms": 30000}
+	b.answerCall(calls[0].id, grpcOK(t, &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
+			DurationUntilReset: durationpb.New(30 * time.Second)}},
+		DynamicMetadata: metadata(t, over),
+	}))
+	id, _ = b.request(map[string]string{":method": "POST", ":path": "/", "x-api-key": "k1"}, "")
+	l := b.host.local[id]
+	pol, _ = header(l.headers, "ratelimit-policy")
+	rl, _ = header(l.headers, "ratelimit")
+	ra, _ := header(l.headers, "retry-after")
+	if l.status != 429 || pol != `"tokens";q=250;w=60` || rl != `"tokens";r=0;t=30` || ra != "30" {
+		t.Fatalf("local reply %+v", l)
+	}
+}
