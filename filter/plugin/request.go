@@ -74,15 +74,16 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 func (p *Plugin) callOut(s *stream, now int64) uint32 {
 	descs := p.descs.Descriptors
 	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs)
-	callID, err := p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
-	if err != nil {
-		return p.fail(s, "cannot call the control plane (cluster "+p.cfg.Cluster+"): "+err.Error(), false)
-	}
-	s.state, s.callID, s.sentAt = statePending, callID, now
 	for i := range descs {
 		s.costs = append(s.costs, int64(descs[i].HitsAddend))
 		s.rateLimits = append(s.rateLimits, descs[i].RateLimit)
 	}
+	callID, err := p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
+	if err != nil {
+		// (a usage-based request failed open settles its whole usage)
+		return p.fail(s, "cannot call the control plane (cluster "+p.cfg.Cluster+"): "+err.Error(), false)
+	}
+	s.state, s.callID, s.sentAt = statePending, callID, now
 	p.calls[callID] = s
 	return ActionPause
 }

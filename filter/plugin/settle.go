@@ -335,6 +335,15 @@ func (st *settler) tick(p *Plugin, now int64) {
 	st.flush(p, now)
 }
 
+// drop counts as lost the charges not yet acknowledged when the plugin
+// instance goes away (its configuration was replaced).
+func (st *settler) drop(p *Plugin) {
+	if n := len(st.pending) + st.inBatches; n > 0 {
+		p.host.IncrementCounter(st.lostID, int64(n))
+	}
+	*st = settler{}
+}
+
 // nextDue returns when the settler next has something to do, if anything:
 // a batch to form, one to send again, a call overdue.
 func (st *settler) nextDue() (due int64, ok bool) {

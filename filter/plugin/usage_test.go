@@ -507,6 +507,31 @@ func TestUsageFailOpenChargesAll(t *testing.T) {
 	if calls := settleCalls(t, b.host); len(calls) != 1 || calls[0].charges[0] != 100 {
 		t.Fatalf("settle calls %+v, want 100", calls)
 	}
+	// The same when the check cannot even be sent.
+	b.host.callErr = errors.New("BAD_ARGUMENT")
+	id, a := b.request(map[string]string{":method": "POST", ":path": "/", "x-api-key": "k2"}, "")
+	b.host.callErr = nil
+	if a != ActionContinue {
+		t.Fatalf("not failed open: action %d", a)
+	}
+	b.complete(id, map[string]string{"x-u": "70"}, nil, 0)
+	if calls := settleCalls(t, b.host); len(calls) != 2 || calls[1].charges[0] != 70 {
+		t.Fatalf("settle calls %+v, want 70", calls)
+	}
+}
+
+// TestUsageLostWithThePlugin: charges not yet acknowledged when the plugin
+// instance is deleted count as lost.
+func TestUsageLostWithThePlugin(t *testing.T) {
+	b := newTestbed(t, usageConfig(`{"source": {"response_header": "x-u"}}`, `{"interval_ms": 1000}`))
+	for _, k := range []string{"a", "b"} {
+		id := b.admit(k, nil)
+		b.complete(id, map[string]string{"x-u": "9"}, nil, 0)
+	}
+	b.vm.OnDelete(rootID)
+	if b.host.counters[MetricUsageSettleLost] != 2 {
+		t.Fatalf("lost %d, want 2", b.host.counters[MetricUsageSettleLost])
+	}
 }
 
 // TestUsageNoLeases: a usage-based descriptor never spends a lease: a

@@ -234,6 +234,7 @@ func (vm *VM) OnDelete(id uint32) {
 	}
 	if p := vm.removeRoot(id); p != nil {
 		p.calls = nil
+		p.settle.drop(p)
 	}
 }
 
