@@ -269,11 +269,31 @@ func (st *settler) onAnswer(p *Plugin, callID uint32, numHeaders, bodySize int) 
 	b := st.calls[callID]
 	now := p.host.Now()
 	if reason, _ := p.readAnswer(numHeaders, bodySize); reason != "" {
-		st.failed(p, b, now, reason)
+		if numHeaders > 0 && refused(p.host) {
+			// The control plane refuses the batch as malformed: sending it
+			// again cannot help.
+			st.remove(b)
+			p.host.IncrementCounter(st.lostID, int64(len(b.keys)))
+			p.warn("sluice: the control plane refused a settlement, its charges are lost: " + reason)
+			st.flush(p, now)
+		} else {
+			st.failed(p, b, now, reason)
+		}
 		p.schedule(now)
 		return
 	}
-	delete(st.calls, callID)
+	st.remove(b)
+	p.host.IncrementCounter(st.settledID, int64(len(b.keys)))
+	p.count(st.callsID)
+	st.learn(p, b, now)
+	st.flush(p, now) // room for waiting charges
+	p.schedule(now)
+}
+
+// remove forgets batch b.
+func (st *settler) remove(b *settleBatch) {
+	delete(st.calls, b.callID)
+	b.inFlight = false
 	for i, x := range st.batches {
 		if x == b {
 			copy(st.batches[i:], st.batches[i+1:])
@@ -283,11 +303,16 @@ func (st *settler) onAnswer(p *Plugin, callID uint32, numHeaders, bodySize int) 
 		}
 	}
 	st.inBatches -= len(b.keys)
-	p.host.IncrementCounter(st.settledID, int64(len(b.keys)))
-	p.count(st.callsID)
-	st.learn(p, b, now)
-	st.flush(p, now) // room for waiting charges
-	p.schedule(now)
+}
+
+// refused reports whether the answer being delivered is gRPC
+// INVALID_ARGUMENT: the contract's answer to a malformed settle call.
+func refused(h Host) bool {
+	gs, ok := h.CallResponseTrailer("grpc-status")
+	if !ok {
+		gs, ok = h.CallResponseHeader("grpc-status")
+	}
+	return ok && gs == "3"
 }
 
 // learn blocks in the precheck the descriptors of acknowledged batch b that

@@ -224,3 +224,22 @@ func TestUsageLostWithThePlugin(t *testing.T) {
 		t.Fatalf("lost %d, want 2", b.host.counters[MetricUsageSettleLost])
 	}
 }
+
+// TestUsageRefusedBatchIsLost: a batch the control plane refuses as
+// malformed (INVALID_ARGUMENT) is not sent again: its charges count as lost.
+func TestUsageRefusedBatchIsLost(t *testing.T) {
+	b := newTestbed(t, usageConfig(`{"source": {"response_header": "x-u"}}`, perStream))
+	id := b.admit("k1", nil)
+	b.complete(id, map[string]string{"x-u": "9"}, nil, 0)
+	calls := settleCalls(t, b.host)
+	b.answerCall(calls[0].id, &fakeAnswer{headers: map[string]string{":status": "200"},
+		trailers: map[string]string{"grpc-status": "3", "grpc-message": "bad token"}})
+	for range 3 {
+		b.host.now += int64(20 * time.Second)
+		b.vm.OnTick(rootID)
+	}
+	st := &b.vm.roots[0].settle
+	if n := len(settleCalls(t, b.host)); n != 1 || b.host.counters[MetricUsageSettleLost] != 1 || len(st.batches) != 0 || st.inBatches != 0 {
+		t.Fatalf("%d calls, lost %d, %d batches", n, b.host.counters[MetricUsageSettleLost], len(st.batches))
+	}
+}

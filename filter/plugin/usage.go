@@ -64,17 +64,6 @@ func (u *streamUsage) reset() {
 	u.values, u.states = u.values[:0], u.states[:0]
 }
 
-// hasUsage reports whether the descriptors of p.descs include a usage-based
-// one.
-func hasUsage(descs []descriptors.Descriptor) bool {
-	for i := range descs {
-		if descs[i].Usage {
-			return true
-		}
-	}
-	return false
-}
-
 // requestCost sets a usage-based descriptor's cost from its rate limit's
 // request_header, when the request has it as a whole number (0 to 2^32-1);
 // otherwise the reserve stays.

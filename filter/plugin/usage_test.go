@@ -239,7 +239,7 @@ func TestUsageDisconnect(t *testing.T) {
 			// settles nothing.
 			hs := map[string]string{":method": "POST", ":path": "/", "x-api-key": "k2"}
 			id2, _ := b.request(hs, "")
-			if b.vm.free != nil && len(b.vm.free) != 0 {
+			if len(b.vm.free) != 0 {
 				t.Fatalf("the stream was not reused")
 			}
 			b.deliver(overLimitAnswer(t, 1000))
