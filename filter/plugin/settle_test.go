@@ -263,3 +263,14 @@ func TestUsageTickSetOncePerInterval(t *testing.T) {
 		t.Fatalf("%d settle calls at the interval, want 1", n)
 	}
 }
+
+// TestUsageLongKeyIsLost: a charge whose descriptor key is over
+// maxSettleKey bytes is not queued: it is lost and counted.
+func TestUsageLongKeyIsLost(t *testing.T) {
+	b := newTestbed(t, usageConfig(`{"source": {"response_header": "x-u"}}`, perStream))
+	id := b.admit(strings.Repeat("k", maxSettleKey), nil)
+	b.complete(id, map[string]string{"x-u": "9"}, nil, 0)
+	if n := len(settleCalls(t, b.host)); n != 0 || b.host.counters[MetricUsageSettleLost] != 1 {
+		t.Fatalf("%d settle calls, lost %d", n, b.host.counters[MetricUsageSettleLost])
+	}
+}
