@@ -51,6 +51,7 @@ type metrics struct {
 	allowed, overLimit, precheckRejected, errors, failureOpen, failureClosed uint32
 	held, delayed, delayedMs, holdRejected, holdAbandon                      uint32
 	precheckShared, sharedRetries, sharedLost                                uint32
+	usageMissing, usageDisconnects                                           uint32
 }
 
 // Plugin is one plugin instance (root context) and its configuration.
@@ -66,14 +67,17 @@ type Plugin struct {
 	precheck bool // the precheck is on
 	// shared is the over-limit blocks the VMs of the proxy share (see
 	// shared.go); nil with the precheck off.
-	shared  *sharedblocks.Store
-	calls   map[uint32]*stream // calls out, by call id
-	held    []*stream          // requests held (shaping), by release time
-	tickMs  uint32             // the tick period last set
-	names   []string           // default policy name of each rate limit
-	headers []byte             // request headers of the gRPC call, serialized
-	timeout uint32             // call timeout, ms
-	metrics metrics
+	shared *sharedblocks.Store
+	calls  map[uint32]*stream // calls out, by call id
+	held   []*stream          // requests held (shaping), by release time
+	tickMs uint32             // the tick period last set
+	// nextTick is when the next tick is expected (ns): the last tick, or
+	// the last change of period, plus the period.
+	nextTick int64
+	names    []string // default policy name of each rate limit
+	headers  []byte   // request headers of the gRPC call, serialized
+	timeout  uint32   // call timeout, ms
+	metrics  metrics
 	// The last precheck reply's headers, serialized: a flood of requests for
 	// one descriptor gets the same reply until its retry-after (in whole
 	// seconds) changes.
@@ -87,13 +91,17 @@ type Plugin struct {
 	localMap []byte // p.local serialized
 	// quotas are the control plane's grants in advance (see quota.go).
 	quotas quotas
+	// settle is the settlement queue of usage-based limits (settle.go),
+	// whose batch tokens come from tokens, the VM's.
+	settle settler
+	tokens *tokenSource
 	// Warnings are logged at most once per logEvery.
 	lastWarn   int64
 	suppressed int
 }
 
-func newPlugin(id uint32, host Host) *Plugin {
-	return &Plugin{id: id, host: host, calls: make(map[uint32]*stream), req: host, lastWarn: -logEvery}
+func newPlugin(id uint32, host Host, tokens *tokenSource) *Plugin {
+	return &Plugin{id: id, host: host, calls: make(map[uint32]*stream), req: host, lastWarn: -logEvery, tokens: tokens}
 }
 
 // configure reads and applies the plugin configuration.
@@ -152,6 +160,11 @@ func (p *Plugin) configure(size int) bool {
 		}
 		*m.id = id
 	}
+	p.settle.configure(p, cfg, p.tokens)
+	if cfg.HasUsage() {
+		p.metrics.usageMissing = p.defineCounter(MetricUsageMissing)
+		p.metrics.usageDisconnects = p.defineCounter(MetricUsageDisconnects)
+	}
 	if id, err := p.host.DefineGauge(MetricHeld); err != nil {
 		p.host.Log(LogWarn, "sluice: cannot define metric "+MetricHeld+": "+err.Error())
 	} else {
@@ -160,7 +173,7 @@ func (p *Plugin) configure(size int) bool {
 	if err := p.host.SetTickPeriod(tickPeriodMs); err != nil {
 		p.host.Log(LogWarn, "sluice: cannot set the tick period: "+err.Error())
 	}
-	p.tickMs = tickPeriodMs
+	p.tickMs, p.nextTick = tickPeriodMs, p.host.Now()+tickPeriodMs*config.Millisecond
 	p.host.Log(LogInfo, "sluice: configured for domain "+cfg.Domain+" with "+
 		strconv.Itoa(len(cfg.RateLimits))+" rate limits, control plane cluster "+cfg.Cluster)
 	return true
