@@ -104,12 +104,19 @@ type Config struct {
 	// worker) holds at once while the control plane makes them wait
 	// (algorithm reserve); a request beyond it is answered 429.
 	MaxHeld int
+	// Settle is how the settlements of usage-based rate limits are sent.
+	Settle Settle
 }
 
 // RateLimit builds one descriptor from its actions.
 type RateLimit struct {
-	Actions    []Action // entries, in order
-	HitsAddend uint32   // cost of one request for this descriptor, >= 1
+	Actions []Action // entries, in order
+	// HitsAddend is the cost of one request for this descriptor: >= 1, or
+	// for a usage-based rate limit its reserve (0 = a probe).
+	HitsAddend uint32
+	// Usage makes the rate limit usage-based (nil: it is not): the actual
+	// cost is read from the response and settled at stream end.
+	Usage *Usage
 }
 
 // Action produces one descriptor entry.
@@ -167,6 +174,7 @@ func Parse(data []byte) (*Config, error) {
 		Precheck:      Precheck{Enabled: true, MaxEntries: DefaultMaxEntries},
 		Headers:       Headers{Draft10: true, RetryAfter: true},
 		MaxHeld:       DefaultMaxHeld,
+		Settle:        defaultSettle,
 	}
 	if err := c.decode(root); err != nil {
 		return nil, err
@@ -247,6 +255,11 @@ func (c *Config) decode(root value) error {
 		}
 		c.MaxHeld = int(n)
 	}
+	if v, ok := o.get("settle"); ok {
+		if err := c.Settle.decode(v, "settle"); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -326,6 +339,15 @@ func rateLimits(v value, field string) ([]RateLimit, error) {
 				return nil, err
 			}
 			out[i].HitsAddend = uint32(n)
+		}
+		if uv, ok := o.get("usage"); ok {
+			if _, both := o.get("hits_addend"); both {
+				return nil, &FieldError{o.path("usage"), "cannot be set with hits_addend: usage.reserve is the request-time cost"}
+			}
+			if out[i].Usage, err = usage(uv, o.path("usage")); err != nil {
+				return nil, err
+			}
+			out[i].HitsAddend = out[i].Usage.Reserve
 		}
 		av, ok := o.get("actions")
 		if !ok {
@@ -471,113 +493,4 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
-}
-
-// object is a JSON object with the path it was found at.
-type object struct {
-	v     value
-	field string
-}
-
-func asObject(v value, field string) (object, error) {
-	if v.kind != kindObject {
-		what := "the configuration"
-		if field != "" {
-			return object{}, &FieldError{field, "must be an object, not " + v.kind.String()}
-		}
-		return object{}, &FieldError{"", what + " must be a JSON object, not " + v.kind.String()}
-	}
-	return object{v: v, field: field}, nil
-}
-
-func (o object) path(name string) string {
-	if o.field == "" {
-		return name
-	}
-	return o.field + "." + name
-}
-
-func (o object) get(name string) (value, bool) {
-	for _, m := range o.v.members {
-		if m.name == name {
-			return m.value, true
-		}
-	}
-	return value{}, false
-}
-
-// only rejects members other than the named ones.
-func (o object) only(names ...string) error {
-	for _, m := range o.v.members {
-		known := false
-		for _, n := range names {
-			if m.name == n {
-				known = true
-				break
-			}
-		}
-		if !known {
-			return &FieldError{o.path(m.name), "is not a known field"}
-		}
-	}
-	return nil
-}
-
-func (o object) requiredString(name string) (string, error) {
-	v, ok := o.get(name)
-	if !ok {
-		return "", &FieldError{o.path(name), "is required"}
-	}
-	return nonEmptyString(v, o.path(name))
-}
-
-func asString(v value, field string) (string, error) {
-	if v.kind != kindString {
-		return "", &FieldError{field, "must be a string, not " + v.kind.String()}
-	}
-	return v.text, nil
-}
-
-func nonEmptyString(v value, field string) (string, error) {
-	s, err := asString(v, field)
-	if err == nil && s == "" {
-		err = &FieldError{field, "must not be empty"}
-	}
-	return s, err
-}
-
-func asBool(v value, field string) (bool, error) {
-	if v.kind != kindBool {
-		return false, &FieldError{field, "must be true or false, not " + v.kind.String()}
-	}
-	return v.boolean, nil
-}
-
-// integer accepts a JSON number that is a whole number within [lo, hi].
-func integer(v value, field string, lo, hi int64) (int64, error) {
-	if v.kind != kindNumber {
-		return 0, &FieldError{field, "must be a number, not " + v.kind.String()}
-	}
-	n, err := strconv.ParseInt(v.text, 10, 64)
-	if err != nil {
-		return 0, &FieldError{field, "must be a whole number, not " + v.text}
-	}
-	if n < lo || n > hi {
-		return 0, &FieldError{field, "must be between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10)}
-	}
-	return n, nil
-}
-
-// duration accepts a Go duration string ("20ms", "1.5s") or, as protobuf
-// JSON writes durations, seconds with an "s" suffix ("0.020s").
-func duration(v value, field string) (int64, error) {
-	s, err := asString(v, field)
-	if err != nil {
-		return 0, &FieldError{field, "must be a duration string such as \"20ms\", not " + v.kind.String()}
-	}
-	d, ok := parseDuration(s)
-	if !ok {
-		return 0, &FieldError{field, "is not a duration: " + strconv.Quote(s)}
-	}
-	return d, nil
 }
