@@ -88,7 +88,8 @@ const (
 const (
 	boundReserve = 100
 	discReserve  = 7
-	killQueueMax = 8
+	killQueueMax = 8 // settlements waiting per VM
+	killBatchMax = 4 // settlements per call: few leave the queue for a call that fails
 )
 
 // env is the stack the tests share: a memory-store control plane, two
@@ -192,7 +193,7 @@ var (
 // listeners returns the Envoy's listeners (see the ln* constants).
 func listeners() []stack.M {
 	kill := usagePlugin(cpKill, "exact_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})
-	kill.Settle = &stack.Settle{QueueMax: stack.Int(killQueueMax), TimeoutMS: stack.Int(500)}
+	kill.Settle = &stack.Settle{BatchMax: stack.Int(killBatchMax), QueueMax: stack.Int(killQueueMax), TimeoutMS: stack.Int(500)}
 	return []stack.M{
 		wasmListener(lnHeader, usagePlugin(cpMemory, "api_key", stack.Usage{Reserve: stack.Int(0), Source: fromHeader})),
 		wasmListener(lnTrailer, usagePlugin(cpMemory, "api_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})),

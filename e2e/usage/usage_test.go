@@ -288,7 +288,7 @@ func testOvershoot(t *testing.T, e *env) {
 	}
 }
 
-// testKilled: 32 streams admitted on a key (reserve 0, trailer), then the
+// testKilled: 48 streams admitted on a key (reserve 0, trailer), then the
 // control plane is killed (SIGKILL, by PID) and the streams end: their
 // settlements cannot be delivered and queue in the VMs (at most
 // killQueueMax each; past that they are lost, and counted). The control
@@ -296,7 +296,7 @@ func testOvershoot(t *testing.T, e *env) {
 // delivered, and the charged total is what the upstream reported minus
 // the lost settlements' usage.
 func testKilled(t *testing.T, e *env) {
-	const n, tokens = 32, 10
+	const n, tokens = 48, 10
 	key := freshKey("killed")
 	reqs := make([]request, n)
 	for i := range reqs {
