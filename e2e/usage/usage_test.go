@@ -404,6 +404,24 @@ func testDisconnect(t *testing.T, e *env, ln, onDisconnect string) {
 		t.Errorf("the upstream reported %d tokens for a stream it never finished", got)
 	}
 
+	// Nothing is left held: no stream open in Envoy, downstream or
+	// upstream, and no request held by the filter.
+	gauges := []string{"http." + ln + ".downstream_rq_active", "cluster.up.upstream_rq_active", "wasmcustom.sluice.held"}
+	for deadline := time.Now().Add(settleWait); ; time.Sleep(20 * time.Millisecond) {
+		var open []string
+		for _, g := range gauges {
+			if v := e.envoy.Stat(g); v != 0 {
+				open = append(open, g+"="+strconv.FormatInt(v, 10))
+			}
+		}
+		if len(open) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after the disconnect: %v", settleWait, open)
+		}
+	}
+
 	// A later request on the key: charged its usage (beyond its reserve).
 	settled = e.filterStat(statSettled)
 	later, err := e.client.Do(e.newRequest(context.Background(), ln, request{key: key, tokens: 20, mode: "trailer"}))
