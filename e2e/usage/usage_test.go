@@ -83,6 +83,9 @@ func testMinute(t *testing.T, e *env, ln, mode string) {
 		}
 		s := steps[3]
 		windowEnd := time.Unix((start.Unix()/60+1)*60, 0)
+		// Retry-After is whole seconds: from the time left when the answer
+		// arrived, rounded down, to the time left when it was sent,
+		// rounded up.
 		lo, hi := int64(windowEnd.Sub(s.after)/time.Second), int64(math.Ceil(windowEnd.Sub(s.before).Seconds()))
 		ra, err := strconv.ParseInt(s.retryAfter, 10, 64)
 		if s.status != 429 || err != nil || ra < lo || ra > hi {
