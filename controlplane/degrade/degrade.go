@@ -286,8 +286,33 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 // touching the caller's slices.
 type call struct {
 	checks []store.Check
+	onces  []store.Once // the checks' Once, which the primary writes
 	out    []algorithms.Result
 	done   chan error // buffered: the attempt never blocks on send
+}
+
+// ownOnces points the Once of c's checks at c's own copies, so that an
+// attempt left running past the deadline writes nothing of the caller's.
+func (c *call) ownOnces() {
+	n := 0
+	for k := range c.checks {
+		if c.checks[k].Once != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	if cap(c.onces) < n {
+		c.onces = make([]store.Once, 0, n)
+	}
+	c.onces = c.onces[:0]
+	for k := range c.checks {
+		if o := c.checks[k].Once; o != nil {
+			c.onces = append(c.onces, *o)
+			c.checks[k].Once = &c.onces[len(c.onces)-1]
+		}
+	}
 }
 
 // withinDecider is a primary that bounds a decision by a timeout itself,
@@ -319,6 +344,7 @@ func (s *Store) tryPrimary(ctx context.Context, checks []store.Check, out []algo
 	}
 	c := s.calls.Get().(*call)
 	c.checks = append(c.checks[:0], checks...)
+	c.ownOnces()
 	if cap(c.out) < len(checks) {
 		c.out = make([]algorithms.Result, len(checks))
 	}
@@ -330,8 +356,14 @@ func (s *Store) tryPrimary(ctx context.Context, checks []store.Check, out []algo
 	case err := <-c.done:
 		if err == nil {
 			copy(out, c.out)
+			for k := range checks {
+				if o := checks[k].Once; o != nil {
+					o.Duplicate = c.checks[k].Once.Duplicate
+				}
+			}
 		}
 		clear(c.checks) // drop key references while pooled
+		clear(c.onces)
 		s.calls.Put(c)
 		if err != nil && pctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
 			return fmt.Errorf("%w (%v): %v", ErrDeadline, s.deadline, err)

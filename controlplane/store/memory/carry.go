@@ -26,10 +26,17 @@ type seedState struct{ a, b, c int64 }
 // limit more than the primary would have. The state is derived so as
 // never to admit more than the primary's state (see each case); entries
 // seeded later are overwritten, what the fallback admitted meanwhile too.
+// Every check's store.Once token is remembered as applied: the primary
+// applied it, so a retry that this store answers charges nothing.
 func (s *Store) Seed(checks []store.Check, out []algorithms.Result) {
 	now := s.now().UnixNano()
 	for i := range checks {
 		c, r := &checks[i], &out[i]
+		if c.Once != nil && store.ValidOnce(c) == nil {
+			// The primary has applied it: a retry that this store
+			// answers must not charge it again.
+			s.once.claim(onceID(c.Key, c.Once.Token), now)
+		}
 		if r.Remaining*2 > r.Limit || r.ResetAfter <= 0 || validate(c) != nil {
 			continue
 		}
