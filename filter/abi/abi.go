@@ -153,6 +153,8 @@ type Handler interface {
 	RequestHeaders(id uint32, numHeaders int, endOfStream bool) uint32
 	RecoverRequestHeaders(r any) uint32
 	OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) uint32
+	OnResponseBody(id uint32, bodySize int, endOfStream bool) uint32
+	OnResponseTrailers(id uint32, numTrailers int) uint32
 	OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, numTrailers int)
 	OnTick(rootID uint32)
 	OnDone(id uint32) bool

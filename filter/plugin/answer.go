@@ -39,6 +39,7 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 		if s.deleted {
 			return
 		}
+		p.arm(s, true)
 		p.buildPolicies(s)
 		s.response.reset()
 		p.addLimitHeaders(&s.response, p.policies)

@@ -23,10 +23,16 @@ type fakeHost struct {
 
 	headers map[uint32]map[string]string // request headers per stream
 	remote  map[uint32]string
+	// Per stream: response headers, response trailers, properties.
+	respHeaders  map[uint32]map[string]string
+	respTrailers map[uint32]map[string]string
+	props        map[uint32]map[string][]byte
+	propReads    int
 
-	calls    []fakeCall
-	nextCall uint32
-	callErr  error
+	calls     []fakeCall
+	nextCall  uint32
+	callErr   error
+	settleErr error // fails the settle calls only
 
 	answer *fakeAnswer // the answer being delivered
 
@@ -78,7 +84,25 @@ func newFakeHost(t testing.TB, config string) *fakeHost {
 		local: map[uint32]fakeLocal{}, resumed: map[uint32]int{},
 		addedReq: map[uint32][][2]string{}, addedRsp: map[uint32][][2]string{},
 		counters: map[string]int64{}, shared: newSharedData(),
+		respHeaders: map[uint32]map[string]string{}, respTrailers: map[uint32]map[string]string{},
+		props: map[uint32]map[string][]byte{},
 	}
+}
+
+func (h *fakeHost) ResponseHeader(name string) (string, bool) {
+	v, ok := h.respHeaders[h.current][name]
+	return v, ok
+}
+
+func (h *fakeHost) ResponseTrailer(name string) (string, bool) {
+	v, ok := h.respTrailers[h.current][name]
+	return v, ok
+}
+
+func (h *fakeHost) Property(path string) ([]byte, bool) {
+	h.propReads++
+	v, ok := h.props[h.current][path]
+	return v, ok
 }
 
 func (h *fakeHost) Now() int64 { return h.now }
@@ -156,6 +180,9 @@ func (h *fakeHost) SetEffectiveContext(id uint32) error {
 func (h *fakeHost) HTTPCall(cluster string, headers, body []byte, timeoutMs uint32) (uint32, error) {
 	if h.callErr != nil {
 		return 0, h.callErr
+	}
+	if h.settleErr != nil && strings.Contains(string(headers), "x-sluice-settle") {
+		return 0, h.settleErr
 	}
 	h.nextCall++
 	h.calls = append(h.calls, fakeCall{h.nextCall, h.current, cluster, h.parse(headers), append([]byte(nil), body...), timeoutMs})

@@ -51,6 +51,7 @@ type metrics struct {
 	allowed, overLimit, precheckRejected, errors, failureOpen, failureClosed uint32
 	held, delayed, delayedMs, holdRejected, holdAbandon                      uint32
 	precheckShared, sharedRetries, sharedLost                                uint32
+	usageMissing, usageDisconnects                                           uint32
 }
 
 // Plugin is one plugin instance (root context) and its configuration.
@@ -87,13 +88,17 @@ type Plugin struct {
 	localMap []byte // p.local serialized
 	// quotas are the control plane's grants in advance (see quota.go).
 	quotas quotas
+	// settle is the settlement queue of usage-based limits (settle.go),
+	// whose batch tokens come from tokens, the VM's.
+	settle settler
+	tokens *tokenSource
 	// Warnings are logged at most once per logEvery.
 	lastWarn   int64
 	suppressed int
 }
 
-func newPlugin(id uint32, host Host) *Plugin {
-	return &Plugin{id: id, host: host, calls: make(map[uint32]*stream), req: host, lastWarn: -logEvery}
+func newPlugin(id uint32, host Host, tokens *tokenSource) *Plugin {
+	return &Plugin{id: id, host: host, calls: make(map[uint32]*stream), req: host, lastWarn: -logEvery, tokens: tokens}
 }
 
 // configure reads and applies the plugin configuration.
@@ -151,6 +156,11 @@ func (p *Plugin) configure(size int) bool {
 			p.host.Log(LogWarn, "sluice: cannot define metric "+m.name+": "+err.Error())
 		}
 		*m.id = id
+	}
+	p.settle.configure(p, cfg, p.tokens)
+	if cfg.HasUsage() {
+		p.metrics.usageMissing = p.defineCounter(MetricUsageMissing)
+		p.metrics.usageDisconnects = p.defineCounter(MetricUsageDisconnects)
 	}
 	if id, err := p.host.DefineGauge(MetricHeld); err != nil {
 		p.host.Log(LogWarn, "sluice: cannot define metric "+MetricHeld+": "+err.Error())

@@ -8,15 +8,16 @@ package plugin
 // logged and handled as the plugin's failure mode.
 type VM struct {
 	host    Host
-	roots   []*Plugin   // the plugin instances; a VM has one or a few
-	streams streamTable // the streams, by context id
-	free    []*stream   // streams kept for reuse: their buffers have grown
-	current *stream     // the stream a callback is working on, for recovery
+	roots   []*Plugin    // the plugin instances; a VM has one or a few
+	streams streamTable  // the streams, by context id
+	free    []*stream    // streams kept for reuse: their buffers have grown
+	current *stream      // the stream a callback is working on, for recovery
+	tokens  *tokenSource // the settlement batch tokens of this VM
 }
 
 // NewVM returns a VM that talks to the proxy through host.
 func NewVM(host Host) *VM {
-	return &VM{host: host}
+	return &VM{host: host, tokens: newTokenSource()}
 }
 
 // root returns the plugin instance of root context id, or nil.
@@ -37,7 +38,7 @@ func (vm *VM) OnContextCreate(id, parent uint32) {
 	defer vm.recoverRoot("proxy_on_context_create")
 	if parent == 0 {
 		vm.removeRoot(id)
-		vm.roots = append(vm.roots, newPlugin(id, vm.host))
+		vm.roots = append(vm.roots, newPlugin(id, vm.host, vm.tokens))
 		return
 	}
 	p := vm.root(parent)
@@ -61,7 +62,7 @@ func (vm *VM) OnConfigure(rootID uint32, configSize int) (ok bool) {
 	defer vm.recoverRoot("proxy_on_configure")
 	p := vm.root(rootID)
 	if p == nil {
-		p = newPlugin(rootID, vm.host)
+		p = newPlugin(rootID, vm.host, vm.tokens)
 		vm.roots = append(vm.roots, p)
 	}
 	return p.configure(configSize)
@@ -106,11 +107,35 @@ func (vm *VM) RecoverRequestHeaders(r any) uint32 {
 // response.
 func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) (action uint32) {
 	s := vm.streams.get(id)
-	if s == nil || len(s.response.spans) == 0 {
+	if s == nil || (len(s.response.spans) == 0 && !s.usage.armed) {
 		return ActionContinue // nothing to add (a local reply, most often): no deferred recover either
 	}
 	defer vm.recoverRoot("proxy_on_response_headers")
+	if s.usage.armed {
+		s.plugin.captureHeaders(s, endOfStream)
+	}
 	s.plugin.onResponseHeaders(s)
+	return ActionContinue
+}
+
+// OnResponseBody counts the response body of a stream with usage-based
+// limits.
+func (vm *VM) OnResponseBody(id uint32, bodySize int, endOfStream bool) uint32 {
+	if s := vm.streams.get(id); s != nil && s.usage.armed {
+		s.plugin.captureBody(s, bodySize, endOfStream)
+	}
+	return ActionContinue
+}
+
+// OnResponseTrailers reads the cost values of a stream with usage-based
+// limits from its response trailers.
+func (vm *VM) OnResponseTrailers(id uint32, numTrailers int) uint32 {
+	s := vm.streams.get(id)
+	if s == nil || !s.usage.armed {
+		return ActionContinue
+	}
+	defer vm.recoverRoot("proxy_on_response_trailers")
+	s.plugin.captureTrailers(s)
 	return ActionContinue
 }
 
@@ -118,6 +143,11 @@ func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) (ac
 func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, numTrailers int) {
 	p := vm.root(rootID)
 	if p == nil {
+		return
+	}
+	if p.settle.owns(callID) {
+		defer vm.recoverRoot("proxy_on_http_call_response (settlement)")
+		p.settle.onAnswer(p, callID, numHeaders, bodySize)
 		return
 	}
 	s, ok := p.calls[callID]
@@ -142,6 +172,7 @@ func (vm *VM) OnTick(rootID uint32) {
 		return
 	}
 	now := vm.host.Now()
+	p.settle.tick(p, now)
 	for _, s := range p.overdue(now) {
 		vm.current = s
 		p.giveUp(s)
@@ -164,22 +195,28 @@ func (vm *VM) OnTick(rootID uint32) {
 // OnDone lets the proxy finish any context at once. A request still held
 // (shaping) is dropped: its stream is ending, so its client went away.
 func (vm *VM) OnDone(id uint32) bool {
-	vm.dropHeld(id)
+	vm.endStream(id)
 	return true
 }
 
 // OnLog has nothing to log. A request still held is dropped, as in OnDone:
 // some hosts end a stream with proxy_on_log alone (tetratelabs' proxytest).
-func (vm *VM) OnLog(id uint32) { vm.dropHeld(id) }
+// Envoy calls it before proxy_on_done, with the stream's dynamic metadata
+// complete: the usage-based limits settle on the first of the two.
+func (vm *VM) OnLog(id uint32) { vm.endStream(id) }
 
-// dropHeld stops holding stream id's request, if it is held.
-func (vm *VM) dropHeld(id uint32) {
+// endStream stops holding stream id's request, if it is held, and settles
+// its usage-based limits, if it has any.
+func (vm *VM) endStream(id uint32) {
 	s := vm.streams.get(id)
-	if s == nil || s.state != stateHeld {
+	if s == nil || (s.state != stateHeld && !s.usage.armed) {
 		return // the common case, without a deferred recover
 	}
-	defer vm.recoverRoot("dropping a held request")
-	s.plugin.unhold(s)
+	defer vm.recoverRoot("ending a stream")
+	if s.state == stateHeld {
+		s.plugin.unhold(s)
+	}
+	s.plugin.settleStream(s)
 }
 
 // OnDelete forgets a context. A stream whose call is still out is kept
@@ -190,12 +227,14 @@ func (vm *VM) OnDelete(id uint32) {
 		if s.state == stateHeld {
 			s.plugin.unhold(s)
 		}
+		s.plugin.settleStream(s) // a host that ends streams with proxy_on_delete alone
 		s.deleted = true
 		vm.release(s)
 		return
 	}
 	if p := vm.removeRoot(id); p != nil {
 		p.calls = nil
+		p.settle.drop(p)
 	}
 }
 
