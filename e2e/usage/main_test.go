@@ -331,6 +331,28 @@ func (e *env) charged(t *testing.T, cp, key, value string, limit int64) int64 {
 	return limit - int64(st.GetLimitRemaining())
 }
 
+// waitCharged polls charged until it reaches at least want or d passes,
+// and returns its last value.
+func (e *env) waitCharged(t *testing.T, cp, key, value string, limit, want int64, d time.Duration) int64 {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if v := e.charged(t, cp, key, value, limit); v >= want || time.Now().After(deadline) {
+			return v
+		}
+	}
+}
+
+// cpMetric returns the sum of a control plane's metric name over the
+// samples whose labels match (alternating names and values).
+func (e *env) cpMetric(t *testing.T, cp, name string, match ...string) float64 {
+	t.Helper()
+	s, err := stack.Scrape(e.cps[cp].HTTPURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Sum(name, match...)
+}
+
 // freshKey returns an API key no earlier run has used.
 func freshKey(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
