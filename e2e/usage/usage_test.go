@@ -45,6 +45,7 @@ func TestUsageEnvoy(t *testing.T) {
 	t.Run("exact", func(t *testing.T) { testExact(t, e) })
 	t.Run("overshoot", func(t *testing.T) { testOvershoot(t, e) })
 	t.Run("killed", func(t *testing.T) { testKilled(t, e) })
+	t.Run("frozen", func(t *testing.T) { testFrozen(t, e) })
 	t.Run("disconnect/bytes", func(t *testing.T) { testDisconnect(t, e, lnDiscBytes, "bytes") })
 	t.Run("disconnect/reserve", func(t *testing.T) { testDisconnect(t, e, lnDiscReserve, "reserve") })
 }
@@ -360,6 +361,52 @@ func testKilled(t *testing.T, e *env) {
 	if reported != n*tokens || charged != reported-nLost*tokens || zero != nLost {
 		t.Errorf("charged %d (%d keys charged nothing), want reported %d - lost %d x %d = %d", charged, zero, reported, nLost, tokens, reported-nLost*tokens)
 	}
+}
+
+// testFrozen: 8 streams end while the control plane is frozen (SIGSTOP:
+// its sockets accept, nothing answers), so each settle call times out
+// (timeout_ms 500) and is sent again with the same token; the control plane
+// then thaws and may apply a call the filter has given up on, then its
+// retry. Each key is charged its usage exactly once.
+func testFrozen(t *testing.T, e *env) {
+	const n, tokens = 8, 10
+	base := freshKey("frozen")
+	reqs := make([]request, n)
+	for i := range reqs {
+		reqs[i] = request{key: base + "-" + strconv.Itoa(i), tokens: tokens + i, mode: "trailer"}
+	}
+	lost, retries := e.filterStat(statLost), e.filterStat(statRetries)
+	cp := e.cps[cpKill]
+	applied0 := e.cpMetric(t, cpKill, "sluice_settlements_total", "result", "applied")
+	dup0 := e.cpMetric(t, cpKill, "sluice_settlements_total", "result", "duplicate")
+	e.burst(t, lnKill, base, reqs, func(out []answer) {
+		for i, a := range out {
+			if a.status != 200 {
+				t.Fatalf("request %d: status %d before the freeze, want 200", i, a.status)
+			}
+		}
+		if err := cp.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	got := e.waitStat(statRetries, retries+2, settleWait)
+	if err := cp.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if got < retries+2 {
+		t.Fatalf("%s went from %d to %d while the control plane was frozen, want 2 retries at least", statRetries, retries, got)
+	}
+	for _, r := range reqs {
+		if c := e.waitCharged(t, cpKill, "exact_key", r.key, exactLimit, int64(r.tokens), settleWait); c != int64(r.tokens) || e.up.Reported(r.key) != int64(r.tokens) {
+			t.Errorf("key %s: charged %d, the upstream reported %d", r.key, c, e.up.Reported(r.key))
+		}
+	}
+	if l := e.filterStat(statLost) - lost; l != 0 {
+		t.Errorf("%d charges lost", l)
+	}
+	t.Logf("frozen: %d retries; the control plane applied %v charges and answered %v duplicates; each of %d keys charged its usage once",
+		e.filterStat(statRetries)-retries, e.cpMetric(t, cpKill, "sluice_settlements_total", "result", "applied")-applied0,
+		e.cpMetric(t, cpKill, "sluice_settlements_total", "result", "duplicate")-dup0, n)
 }
 
 // testDisconnect: a client reads the first chunk of a streamed response,
