@@ -104,6 +104,8 @@ type Store struct {
 	seeder            seeder   // nil: the fallback starts from nothing
 	unloader          unloader // with carrier: outage counts go back to the primary
 	carrier           carrier
+	onceUnloader      onceUnloader // with marker: settlement tokens go back to the primary
+	marker            onceMarker
 	noSeed            atomic.Bool // while degraded or carrying: the fallback's state must stay
 
 	degraded atomic.Bool
@@ -215,6 +217,8 @@ func New(primary, fallback store.Store, opts Options) (*Store, error) {
 	s.seeder, _ = fallback.(seeder)
 	s.unloader, _ = fallback.(unloader)
 	s.carrier, _ = primary.(carrier)
+	s.onceUnloader, _ = fallback.(onceUnloader)
+	s.marker, _ = primary.(onceMarker)
 	if s.deadline == 0 {
 		s.deadline = DefaultDeadline
 	}

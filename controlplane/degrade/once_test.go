@@ -18,6 +18,8 @@ import (
 // Redis; once Redis is gone, its retry, answered by the memory fallback,
 // is a duplicate too (the fallback was told of it with the primary's
 // answer), and a settlement the fallback applies is applied once there.
+// When Redis returns (empty), the fallback's tokens go to it with the
+// carried counts: retries of both settlements charge nothing there.
 func TestOnceAcrossFailover(t *testing.T) {
 	redis.SetLogger(discard{})
 	srv := redistest.StartServer(t)
@@ -33,6 +35,7 @@ func TestOnceAcrossFailover(t *testing.T) {
 		ProbeInterval: time.Hour, // the test probes itself
 		Deadline:      5 * time.Second,
 		TrustContext:  true,
+		Trip:          Trip{Failures: 1}, // the first failure degrades: the way back carries
 		Logger:        quiet,
 	})
 	if err != nil {
@@ -54,18 +57,30 @@ func TestOnceAcrossFailover(t *testing.T) {
 		token     string
 		cost      int64
 		kill      bool
+		back      bool // Redis restarts and the store returns to it
 		dup       bool
 		remaining int64
 	}{
-		{"b1/0", 60, false, false, 40}, // Redis applies it
-		{"b1/0", 60, false, true, 40},  // Redis: a retry
-		{"b1/0", 60, true, true, 40},   // Redis gone: the fallback (seeded with 60 used) knows the token
-		{"b2/0", 30, false, false, 10}, // the fallback applies a new one...
-		{"b2/0", 30, false, true, 10},  // ...once
+		{"b1/0", 60, false, false, false, 40}, // Redis applies it
+		{"b1/0", 60, false, false, true, 40},  // Redis: a retry
+		{"b1/0", 60, true, false, true, 40},   // Redis gone: the fallback (seeded with 60 used) knows the token
+		{"b2/0", 30, false, false, false, 10}, // the fallback applies a new one...
+		{"b2/0", 30, false, false, true, 10},  // ...once
+		// Redis returns, empty: the carry restores 90 used, and the
+		// fallback's tokens (its own and those it learnt) go with it.
+		{"b2/0", 30, false, true, true, 10},
+		{"b1/0", 60, false, false, true, 10},
+		{"b3/0", 5, false, false, false, 5},
 	}
 	for i, st := range steps {
 		if st.kill {
 			srv.Kill()
+		}
+		if st.back {
+			srv.Restart() // empty: Redis kept nothing
+			if !s.ProbeOnce(context.Background()) || s.Degraded() {
+				t.Fatalf("step %d: not back on Redis", i)
+			}
 		}
 		r, dup := settle(st.token, st.cost)
 		if dup != st.dup || r.Remaining != st.remaining {

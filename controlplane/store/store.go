@@ -127,6 +127,14 @@ type Store interface {
 	Name() string
 }
 
+// OnceMark is a store.Once token that a fallback store remembers, for the
+// primary to remember as well when it decides again (see
+// memory.Store.UnloadOnce): the pair (Token, Key) for Left more.
+type OnceMark struct {
+	Key, Token string
+	Left       time.Duration
+}
+
 // ValidOnce reports whether c's Once (if any) is usable: a Charge check
 // with a token of 1 to MaxOnceToken bytes.
 func ValidOnce(c *Check) error {

@@ -243,11 +243,10 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 // applied within the TTL, then a Probe of the key (see store.Once).
 func (s *Store) decideOnce(c *store.Check, now int64) (algorithms.Result, error) {
 	sh := s.shardOf(c.Key)
-	id := onceID(c.Key, c.Once.Token)
-	c.Once.Duplicate = !s.once.claim(id, now)
+	c.Once.Duplicate = !s.once.claim(c.Key, c.Once.Token, now)
 	if !c.Once.Duplicate {
 		if _, err := sh.decide(c, now, &s.evicted); err != nil {
-			s.once.release(id)
+			s.once.release(c.Key, c.Once.Token)
 			return algorithms.Result{}, err
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/controlplane/store"
 )
 
 // Defaults for the table of applied Once tokens (store.Once).
@@ -37,8 +39,10 @@ type onceTable struct {
 
 // onceSlot is one remembered pair, in the ring.
 type onceSlot struct {
-	id  string // key, NUL, token
-	exp int64  // Unix ns from which the pair is forgotten
+	id      string // key, NUL, token
+	exp     int64  // Unix ns from which the pair is forgotten
+	keyLen  int    // id[:keyLen] is the key
+	carried bool   // UnloadOnce reported it
 }
 
 // onceSlotBytes estimates what one remembered pair holds beyond its id's
@@ -53,9 +57,10 @@ func newOnceTable(ttl time.Duration, max int) *onceTable {
 // onceID returns the table's name of the pair (token, key).
 func onceID(key, token string) string { return key + "\x00" + token }
 
-// claim records id as applied at now and reports true, or reports false
-// when it was applied within the TTL already.
-func (t *onceTable) claim(id string, now int64) bool {
+// claim records the pair (token, key) as applied at now and reports true,
+// or reports false when it was applied within the TTL already.
+func (t *onceTable) claim(key, token string, now int64) bool {
+	id := onceID(key, token)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expire(now)
@@ -71,19 +76,63 @@ func (t *onceTable) claim(id string, now int64) bool {
 	}
 	exp := now + t.ttl
 	t.m[id] = exp
-	t.ring[(t.head+t.n)%len(t.ring)] = onceSlot{id, exp}
+	t.ring[(t.head+t.n)%len(t.ring)] = onceSlot{id: id, exp: exp, keyLen: len(key)}
 	t.n++
 	t.bytes += (int64(len(id)) + 15) &^ 15 // as allocated
 	return true
 }
 
-// release forgets id, claimed at now, whose charge failed: a retry must
-// charge. Its ring slot stays until it expires; pop leaves the map alone
-// then.
-func (t *onceTable) release(id string) {
+// release forgets the pair (token, key), whose charge failed: a retry
+// must charge. Its ring slot stays until it expires; pop leaves the map
+// alone then.
+func (t *onceTable) release(key, token string) {
 	t.mu.Lock()
-	delete(t.m, id)
+	delete(t.m, onceID(key, token))
 	t.mu.Unlock()
+}
+
+// unload reports the pairs remembered at now that no earlier unload
+// reported to fn, at most batch per call, and marks them reported once fn
+// accepts them (an error leaves them to the next unload and is returned).
+func (t *onceTable) unload(now int64, batch int, fn func([]store.OnceMark) error) error {
+	var marks []store.OnceMark
+	var ids []string
+	t.mu.Lock()
+	t.expire(now)
+	for i := 0; i < t.n; i++ {
+		sl := &t.ring[(t.head+i)%len(t.ring)]
+		if exp, ok := t.m[sl.id]; !ok || exp != sl.exp || sl.carried {
+			continue // released or claimed again since, or reported
+		}
+		sl.carried = true
+		marks = append(marks, store.OnceMark{Key: sl.id[:sl.keyLen], Token: sl.id[sl.keyLen+1:], Left: time.Duration(sl.exp - now)})
+		ids = append(ids, sl.id)
+	}
+	t.mu.Unlock()
+	for len(marks) > 0 {
+		n := min(len(marks), batch)
+		if err := fn(marks[:n]); err != nil {
+			t.unmark(ids)
+			return err
+		}
+		marks, ids = marks[n:], ids[n:]
+	}
+	return nil
+}
+
+// unmark clears the reported mark of the pairs ids, which fn refused.
+func (t *onceTable) unmark(ids []string) {
+	left := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		left[id] = true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := 0; i < t.n; i++ {
+		if sl := &t.ring[(t.head+i)%len(t.ring)]; left[sl.id] {
+			sl.carried = false
+		}
+	}
 }
 
 // expire forgets the pairs whose TTL has passed. t.mu must be held.

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -106,5 +107,31 @@ func TestOnceBounded(t *testing.T) {
 	}
 	if _, dup := onceCharge(t, s, "k", "t-0", 0); dup {
 		t.Fatal("the oldest token was kept past the bound")
+	}
+}
+
+// TestUnloadOnce: the tokens remembered are reported once each, with the
+// time they have left; a batch fn refuses is reported again.
+func TestUnloadOnce(t *testing.T) {
+	c := newClock()
+	s := newStore(c, Options{OnceTTL: time.Minute})
+	onceCharge(t, s, "k1", "a", 1)
+	c.Advance(10 * time.Second)
+	s.Seed([]store.Check{{Key: "k2", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Hour}, Cost: 1, Mode: store.Charge, Once: &store.Once{Token: "b"}}}, make([]algorithms.Result, 1))
+	refuse := errors.New("primary refused")
+	if err := s.UnloadOnce(func([]store.OnceMark) error { return refuse }); err != refuse {
+		t.Fatalf("UnloadOnce: %v, want fn's error", err)
+	}
+	var got []store.OnceMark
+	if err := s.UnloadOnce(func(ms []store.OnceMark) error { got = append(got, ms...); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := []store.OnceMark{{Key: "k1", Token: "a", Left: 50 * time.Second}, {Key: "k2", Token: "b", Left: time.Minute}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("marks %v, want %v", got, want)
+	}
+	got = nil
+	if err := s.UnloadOnce(func(ms []store.OnceMark) error { got = append(got, ms...); return nil }); err != nil || len(got) != 0 {
+		t.Fatalf("second UnloadOnce: %v %v, want nothing", got, err)
 	}
 }

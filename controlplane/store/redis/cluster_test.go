@@ -108,6 +108,7 @@ func TestCluster(t *testing.T) {
 		// Keys over several slots and nodes, two replicas, one token: each
 		// key charged once (the dedupe key shares its key's slot).
 		onceReplicas(t, client, "cluster-once")
+		markOnce(t, client, "cluster-mark")
 		differentialOnce(t, client, store.TokenBucket, 100, 40, false, false, true, true, 1100)
 	})
 

@@ -102,3 +102,51 @@ func TestOnceKeySlot(t *testing.T) {
 		}
 	}
 }
+
+// markOnce checks MarkOnce through client: marked tokens are duplicates
+// for a charge within their time left and not after it; a token Redis
+// remembers for longer keeps its time.
+func markOnce(t *testing.T, client redis.UniversalClient, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	clk := newClock(1_700_000_000_000_000)
+	s := newStore(t, client, Options{Now: clk.Now, OnceTTL: time.Hour})
+	lim := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Hour}
+	var marks []store.OnceMark
+	for i := range 8 {
+		key := store.Key(prefix, []store.Entry{{Key: "user", Value: strconv.Itoa(i)}}, "l", store.FixedWindow)
+		marks = append(marks, store.OnceMark{Key: key, Token: "m/0", Left: time.Minute})
+	}
+	// Key 0's token is applied here first, for the hour: the mark keeps it.
+	charge := func(i int, token string) bool {
+		o := &store.Once{Token: token}
+		if err := s.Decide(ctx, []store.Check{{Key: marks[i].Key, Limit: lim, Cost: 1, Mode: store.Charge, Once: o}}, make([]algorithms.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+		return o.Duplicate
+	}
+	charge(0, "m/0")
+	if err := s.MarkOnce(ctx, marks); err != nil {
+		t.Fatal(err)
+	}
+	for i := range marks {
+		if !charge(i, "m/0") {
+			t.Fatalf("key %d: a marked token charged", i)
+		}
+	}
+	clk.add(int64(time.Minute / time.Microsecond))
+	if !charge(0, "m/0") {
+		t.Fatal("key 0: the mark shortened a token Redis remembered for an hour")
+	}
+	for i := 1; i < len(marks); i++ {
+		if charge(i, "m/0") {
+			t.Fatalf("key %d: a mark outlived its time left", i)
+		}
+	}
+}
+
+// TestMarkOnce is markOnce on one standalone Redis.
+func TestMarkOnce(t *testing.T) {
+	_, client := startClient(t)
+	markOnce(t, client, "mark")
+}
