@@ -179,7 +179,7 @@ func (p *Plugin) schedule(now int64) {
 	if !held && p.tickMs == ms {
 		return
 	}
-	p.tickMs = ms
+	p.tickMs, p.nextTick = ms, now+int64(ms)*config.Millisecond
 	if err := p.host.SetTickPeriod(ms); err != nil {
 		p.warn("sluice: cannot set the tick period: " + err.Error())
 	}

@@ -45,6 +45,7 @@ type fakeHost struct {
 	counters map[string]int64
 	names    []string // counter names by id-1
 	tick     uint32
+	tickSets int // SetTickPeriod calls
 	locals   int // local responses sent (also when quiet)
 
 	panicOnHeader bool
@@ -211,6 +212,7 @@ func (h *fakeHost) CallResponseBody(size int) ([]byte, error) {
 
 func (h *fakeHost) SetTickPeriod(ms uint32) error {
 	h.tick = ms
+	h.tickSets++
 	return nil
 }
 

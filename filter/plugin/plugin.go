@@ -67,14 +67,17 @@ type Plugin struct {
 	precheck bool // the precheck is on
 	// shared is the over-limit blocks the VMs of the proxy share (see
 	// shared.go); nil with the precheck off.
-	shared  *sharedblocks.Store
-	calls   map[uint32]*stream // calls out, by call id
-	held    []*stream          // requests held (shaping), by release time
-	tickMs  uint32             // the tick period last set
-	names   []string           // default policy name of each rate limit
-	headers []byte             // request headers of the gRPC call, serialized
-	timeout uint32             // call timeout, ms
-	metrics metrics
+	shared *sharedblocks.Store
+	calls  map[uint32]*stream // calls out, by call id
+	held   []*stream          // requests held (shaping), by release time
+	tickMs uint32             // the tick period last set
+	// nextTick is when the next tick is expected (ns): the last tick, or
+	// the last change of period, plus the period.
+	nextTick int64
+	names    []string // default policy name of each rate limit
+	headers  []byte   // request headers of the gRPC call, serialized
+	timeout  uint32   // call timeout, ms
+	metrics  metrics
 	// The last precheck reply's headers, serialized: a flood of requests for
 	// one descriptor gets the same reply until its retry-after (in whole
 	// seconds) changes.
@@ -170,7 +173,7 @@ func (p *Plugin) configure(size int) bool {
 	if err := p.host.SetTickPeriod(tickPeriodMs); err != nil {
 		p.host.Log(LogWarn, "sluice: cannot set the tick period: "+err.Error())
 	}
-	p.tickMs = tickPeriodMs
+	p.tickMs, p.nextTick = tickPeriodMs, p.host.Now()+tickPeriodMs*config.Millisecond
 	p.host.Log(LogInfo, "sluice: configured for domain "+cfg.Domain+" with "+
 		strconv.Itoa(len(cfg.RateLimits))+" rate limits, control plane cluster "+cfg.Cluster)
 	return true

@@ -34,9 +34,11 @@ import (
 // into) is dropped and counted in sluice.usage_settle_lost, as is one whose
 // descriptor key is longer than maxSettleKey. So one plugin instance holds
 // at most 2 × queue_max charges, each a key of at most maxSettleKey bytes
-// and about 64 bytes of bookkeeping: 2 × 4096 × (1024 + 64) bytes, about
-// 8.9 MB, with the defaults and the longest keys (typical keys are tens of
-// bytes: about 1 MB).
+// (one copy, shared by the queue and the batch) and under 100 bytes of
+// bookkeeping (the queue's entry and index, the batch's key and charge):
+// at most 2 × 4096 × (1024 + 100) bytes, about 9.2 MB, with the defaults
+// and the longest keys; with keys of tens of bytes, about 1 MB. The
+// scratch of one call (its descriptors and body) is under 70 KB.
 //
 // The tick: while charges wait or batches are unacknowledged, the tick
 // period is shortened to the next thing due (a batch forming, a retry, a

@@ -243,3 +243,34 @@ func TestUsageRefusedBatchIsLost(t *testing.T) {
 		t.Fatalf("%d calls, lost %d, %d batches", n, b.host.counters[MetricUsageSettleLost], len(st.batches))
 	}
 }
+
+// TestUsageTickSetOncePerInterval: stream ends that queue charges within
+// one interval set the tick period once, not once each.
+func TestUsageTickSetOncePerInterval(t *testing.T) {
+	b := newTestbed(t, usageConfig(`{"source": {"response_header": "x-u"}}`, `{"interval_ms": 100}`))
+	sets := b.host.tickSets
+	for i := range 20 {
+		id := b.admit("k"+string(rune('a'+i)), nil)
+		b.complete(id, map[string]string{"x-u": "5"}, nil, 0)
+		b.host.now += int64(4 * time.Millisecond)
+	}
+	if n := b.host.tickSets - sets; n != 1 || b.host.tick != 100 {
+		t.Fatalf("%d tick period changes for 20 stream ends (period %d), want 1 (100)", n, b.host.tick)
+	}
+	b.host.now += int64(20 * time.Millisecond)
+	b.vm.OnTick(rootID)
+	if n := len(settleCalls(t, b.host)); n != 1 {
+		t.Fatalf("%d settle calls at the interval, want 1", n)
+	}
+}
+
+// TestUsageLongKeyIsLost: a charge whose descriptor key is over
+// maxSettleKey bytes is not queued: it is lost and counted.
+func TestUsageLongKeyIsLost(t *testing.T) {
+	b := newTestbed(t, usageConfig(`{"source": {"response_header": "x-u"}}`, perStream))
+	id := b.admit(strings.Repeat("k", maxSettleKey), nil)
+	b.complete(id, map[string]string{"x-u": "9"}, nil, 0)
+	if n := len(settleCalls(t, b.host)); n != 0 || b.host.counters[MetricUsageSettleLost] != 1 {
+		t.Fatalf("%d settle calls, lost %d", n, b.host.counters[MetricUsageSettleLost])
+	}
+}

@@ -215,7 +215,11 @@ func (p *Plugin) settleStream(s *stream) {
 	}
 	if queued {
 		p.settle.flush(p, now)
-		p.schedule(now)
+		// Shorten the tick only if the next one would come after the
+		// settlements are due: not once per stream end.
+		if due, ok := p.settle.nextDue(); ok && due < p.nextTick {
+			p.schedule(now)
+		}
 	}
 }
 

@@ -1,5 +1,7 @@
 package plugin
 
+import "github.com/sluicehq/sluice/filter/config"
+
 // VM receives the proxy-wasm callbacks of one Wasm VM: it keeps the plugin
 // instances (root contexts, one per filter configuration sharing the VM)
 // and their streams. It implements abi.Handler.
@@ -172,6 +174,7 @@ func (vm *VM) OnTick(rootID uint32) {
 		return
 	}
 	now := vm.host.Now()
+	p.nextTick = now + int64(p.tickMs)*config.Millisecond
 	p.settle.tick(p, now)
 	for _, s := range p.overdue(now) {
 		vm.current = s

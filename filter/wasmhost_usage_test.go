@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/binary"
+	"fmt"
+	"maps"
 	"math"
+	"strconv"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -84,5 +87,55 @@ func TestWasmUsageSettles(t *testing.T) {
 	}
 	if len(tokens) != 2 {
 		t.Fatalf("tokens %v: want two distinct", tokens)
+	}
+}
+
+// TestUsageStreamHostCalls counts the host calls a usage-based stream adds
+// to an admitted request's, with settlements batched (interval_ms 100):
+// the response header read, and the clock at stream end. The settle call
+// itself is shared by the batch and made on the tick.
+func TestUsageStreamHostCalls(t *testing.T) {
+	const usageCfg = `{"cluster": "rls", "domain": "llm", "timeout": "100ms",
+	  "rate_limits": [{"actions": [{"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}}]%s}],
+	  "settle": {"interval_ms": 100}}`
+	counts := func(usage string) map[string]int {
+		var c hostCounter
+		h := newWasmHostShared(t, c.context(), filterWasmDev, fmt.Sprintf(usageCfg, usage), newHostShared())
+		if !h.configure() {
+			t.Fatalf("configuration refused: %v", h.logs)
+		}
+		stream := func(id uint32) {
+			req := map[string]string{":method": "POST", ":path": "/", "x-api-key": "k" + strconv.Itoa(int(id))}
+			h.headers[id], h.current = req, id
+			h.call("proxy_on_context_create", uint64(id), 1)
+			h.call("proxy_on_request_headers", uint64(id), uint64(len(req)), 1)
+			h.deliver(uint32(len(h.calls)), &hostAnswer{
+				headers: map[string]string{":status": "200"}, trailers: map[string]string{"grpc-status": "0"},
+				body: grpcAnswer(t, &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+					Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: 1}}}),
+			})
+			h.current = id
+			h.respHeaders[id] = map[string]string{"x-usage-tokens": "100"}
+			h.call("proxy_on_response_headers", uint64(id), 1, 0)
+			h.call("proxy_on_response_body", uint64(id), 100, 1)
+			h.call("proxy_on_log", uint64(id))
+			h.call("proxy_on_done", uint64(id))
+			h.call("proxy_on_delete", uint64(id))
+		}
+		stream(2) // warm, and the first pending charge sets the tick
+		h.call("sluice_test_gc")
+		c.counts = map[string]int{}
+		c.counting = true
+		stream(3)
+		c.counting = false
+		return c.counts
+	}
+	plain := counts("")
+	usage := counts(`, "usage": {"source": {"response_header": "x-usage-tokens"}}`)
+	want := maps.Clone(plain)
+	want["env.proxy_get_header_map_value"]++        // x-usage-tokens
+	want["wasi_snapshot_preview1.clock_time_get"]++ // the stream's end
+	if !maps.Equal(usage, want) {
+		t.Fatalf("host calls of a usage-based stream: %v, want %v (a plain one: %v)", usage, want, plain)
 	}
 }
