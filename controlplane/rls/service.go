@@ -239,6 +239,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, settl
 			}
 			p.dm.storeErrors.Inc()
 			s.logStoreError(p.label, storeErr)
+			if p.onces != nil {
+				return nil, errSettleUndecided
+			}
 		}
 	}
 	return s.finish(&p, results, storeErr), nil

@@ -6,6 +6,9 @@ package rls
 import (
 	"strconv"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/sluicehq/sluice/controlplane/store"
 )
 
@@ -115,3 +118,9 @@ func (s *Service) countSettled(p *pending) {
 	s.metrics.Settlements.WithLabelValues(settleApplied).Add(float64(n[applied]))
 	s.metrics.Settlements.WithLabelValues(settleDuplicate).Add(float64(n[duplicate]))
 }
+
+// errSettleUndecided answers a settlement that no store could decide:
+// UNAVAILABLE, never a failure mode's OK, so that the filter keeps the
+// charge and sends it again under the same token (which dedupes it if a
+// store did apply it before failing).
+var errSettleUndecided = status.Error(codes.Unavailable, "sluice: no store could decide the settlement; send it again with the same x-sluice-settle token")

@@ -291,3 +291,26 @@ func TestSettleTokenDescriptorIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleStoreDown: a settlement that no store could decide is answered
+// UNAVAILABLE, both ways in, never the failure mode's OK: the filter takes
+// an answer as delivery, so an OK would lose the charge, while an error
+// makes it send the batch again under the same token.
+func TestSettleStoreDown(t *testing.T) {
+	for way, send := range settlers {
+		t.Run(way, func(t *testing.T) {
+			st := &failingStore{}
+			svc, _ := newSettleService(t, st)
+			if _, err := send(svc, []string{"t-1"}, settleReq("key=k0:5", "key=k1:7")); status.Code(err) != codes.Unavailable {
+				t.Fatalf("settlement with the store down: %v, want Unavailable", err)
+			}
+			if st.calls.Load() == 0 {
+				t.Fatal("the store was not asked")
+			}
+			// A decision with the store down still follows its failure mode.
+			if _, err := send(svc, nil, settleReq("key=k0:0")); err != nil {
+				t.Fatalf("a decision with the store down: %v, want its failure mode's answer", err)
+			}
+		})
+	}
+}

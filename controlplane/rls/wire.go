@@ -132,6 +132,9 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, calls []WireCall) {
 		switch {
 		case abandoned:
 			c.Err = status.FromContextError(ctx.Err()).Err()
+		case storeErr != nil && p.onces != nil:
+			p.dm.storeErrors.Inc()
+			c.Err = errSettleUndecided
 		default:
 			if storeErr != nil {
 				p.dm.storeErrors.Inc()
