@@ -21,7 +21,8 @@
 //	  ],
 //	  "precheck": {"enabled": true, "max_entries": 10000},
 //	  "headers": {"draft10": true, "legacy": false, "retry_after": true, "failure_mode": false, "delayed": false},
-//	  "max_held": 1000
+//	  "max_held": 1000,
+//	  "shared_state": true
 //	}
 //
 // Each entry of rate_limits produces at most one descriptor, built from its
@@ -104,6 +105,11 @@ type Config struct {
 	// worker) holds at once while the control plane makes them wait
 	// (algorithm reserve); a request beyond it is answered 429.
 	MaxHeld int
+	// SharedState makes the VMs of one proxy share their state through
+	// proxy-wasm shared data: the precheck's over-limit blocks and the
+	// lease pools (package sharedblocks). Off, each VM keeps its own, as
+	// if it were alone: a benchmark's baseline.
+	SharedState bool
 }
 
 // RateLimit builds one descriptor from its actions.
@@ -167,6 +173,7 @@ func Parse(data []byte) (*Config, error) {
 		Precheck:      Precheck{Enabled: true, MaxEntries: DefaultMaxEntries},
 		Headers:       Headers{Draft10: true, RetryAfter: true},
 		MaxHeld:       DefaultMaxHeld,
+		SharedState:   true,
 	}
 	if err := c.decode(root); err != nil {
 		return nil, err
@@ -246,6 +253,11 @@ func (c *Config) decode(root value) error {
 			return err
 		}
 		c.MaxHeld = int(n)
+	}
+	if v, ok := o.get("shared_state"); ok {
+		if c.SharedState, err = asBool(v, "shared_state"); err != nil {
+			return err
+		}
 	}
 	return nil
 }

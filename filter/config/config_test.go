@@ -26,7 +26,8 @@ const full = `{
   ],
   "precheck": {"enabled": false, "max_entries": 50},
   "headers": {"draft10": false, "legacy": true, "retry_after": false, "failure_mode": true, "delayed": true},
-  "max_held": 7
+  "max_held": 7,
+  "shared_state": false
 }`
 
 func TestParseFull(t *testing.T) {
@@ -50,9 +51,10 @@ func TestParseFull(t *testing.T) {
 			}},
 			{HitsAddend: 1, Actions: []Action{{Kind: GenericKey, DescriptorKey: "generic_key", DescriptorValue: "all"}}},
 		},
-		Precheck: Precheck{Enabled: false, MaxEntries: 50},
-		Headers:  Headers{Draft10: false, Legacy: true, RetryAfter: false, FailureMode: true, Delayed: true},
-		MaxHeld:  7,
+		Precheck:    Precheck{Enabled: false, MaxEntries: 50},
+		Headers:     Headers{Draft10: false, Legacy: true, RetryAfter: false, FailureMode: true, Delayed: true},
+		MaxHeld:     7,
+		SharedState: false,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -66,7 +68,7 @@ func TestParseDefaults(t *testing.T) {
 	}
 	if c.Authority != "cp" || c.Timeout != int64(20*time.Millisecond) || c.FailureMode != FailOpen ||
 		c.StatusOnError != 500 || !c.Precheck.Enabled || c.Precheck.MaxEntries != DefaultMaxEntries ||
-		c.Headers != (Headers{Draft10: true, RetryAfter: true}) {
+		c.Headers != (Headers{Draft10: true, RetryAfter: true}) || !c.SharedState {
 		t.Fatalf("defaults wrong: %+v", c)
 	}
 	c, err = Parse([]byte(`{"cluster":"cp","domain":"d","precheck":false,"timeout":"0.5s","rate_limits":[{"actions":[{"method":{}}]}]}`))
@@ -120,6 +122,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"headers unknown", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"headers":{"draft9":true}}`, "headers.draft9", "is not a known field"},
 		{"max_held negative", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"max_held":-1}`, "max_held", "between 0 and"},
 		{"max_held too large", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"max_held":100001}`, "max_held", "between 0 and"},
+		{"shared_state type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"shared_state":"no"}`, "shared_state", "must be true or false"},
 		{"headers type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"headers":{"legacy":1}}`, "headers.legacy", "must be true or false"},
 	}
 	for _, tt := range tests {
@@ -184,7 +187,7 @@ func docWith(path string, bogus bool) string {
 	}
 	val := map[string]string{"enabled": "true", "max_entries": "5", "draft10": "true", "legacy": "true", "retry_after": "true",
 		"failure_mode": `"open"`, "delayed": "true", "hits_addend": "2", "skip_if_absent": "true", "timeout": `"5ms"`,
-		"status_on_error": "503", "max_held": "3", "precheck": "true", "headers": "{}", "header_name": `"x-a"`}[leaf]
+		"status_on_error": "503", "max_held": "3", "shared_state": "false", "precheck": "true", "headers": "{}", "header_name": `"x-a"`}[leaf]
 	if strings.HasPrefix(path, "headers.") {
 		val = strings.Replace(val, `"open"`, "true", 1)
 	}
