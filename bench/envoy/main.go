@@ -14,7 +14,7 @@
 // the rate limit service and of Redis.
 //
 //	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,3,4,5,6,6f,7]
-//	            [-sweep 1,2,4,8] [-flood-rate 500] [-flood-duration 5s] [-flood-conns 32]
+//	            [-sweep 1,2,4,8] [-sweep-loads flood,spread] [-flood-rate 500] [-flood-duration 5s] [-flood-conns 32]
 //
 // Then the worker sweep (sweep.go): the shipped envoy/envoy.yaml at each
 // -sweep --concurrency, with the VMs sharing their state and with
@@ -54,6 +54,7 @@ func main() {
 	flag.IntVar(&cfg.floodRate, "flood-rate", 500, "worker sweep: requests per second of the flood (its key's limit is 50/s)")
 	flag.DurationVar(&cfg.floodDuration, "flood-duration", 5*time.Second, "worker sweep: length of one flood")
 	flag.IntVar(&cfg.floodConns, "flood-conns", 32, "worker sweep: keep-alive connections of the flood")
+	flag.StringVar(&cfg.sweepLoads, "sweep-loads", "flood,spread", "worker sweep: loads (flood: one key at 10x its limit; spread: 10,000 keys under no limit)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -70,7 +71,7 @@ type config struct {
 	setups, loads            string
 	keep, memory             bool
 	// The worker sweep (sweep.go).
-	sweep                 string
+	sweep, sweepLoads     string
 	floodRate, floodConns int
 	floodDuration         time.Duration
 }

@@ -25,7 +25,7 @@ func TestRuns(t *testing.T) {
 	defer cancel()
 	err := run(ctx, config{runs: 1, duration: time.Second, warmup: time.Second, concurrency: 2,
 		connections: 4, setups: "1,2r,4,6", loads: "flood",
-		sweep: "1,2", floodRate: 100, floodDuration: time.Second, floodConns: 4})
+		sweep: "1,2", sweepLoads: "flood", floodRate: 100, floodDuration: time.Second, floodConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

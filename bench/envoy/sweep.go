@@ -40,10 +40,22 @@ descriptors:
 // sweepKey is the flooded API key.
 const sweepKey = "hot"
 
-// sweepCase is one Envoy of the sweep.
+// The sweep's loads, both paced at -flood-rate.
+const (
+	// sweepFlood is every request on sweepKey, 10x its limit.
+	sweepFlood = "flood"
+	// sweepSpread is 10,000 keys that match no limit: every request calls
+	// the control plane, and with shared state every VM first reads the
+	// shared store for each of its three descriptors (the store's most
+	// expensive case).
+	sweepSpread = "spread"
+)
+
+// sweepCase is one Envoy of the sweep under one load.
 type sweepCase struct {
 	workers int
 	shared  bool
+	load    string
 }
 
 func (c sweepCase) String() string {
@@ -51,7 +63,15 @@ func (c sweepCase) String() string {
 	if !c.shared {
 		s = "per-VM"
 	}
-	return fmt.Sprintf("c=%d %s", c.workers, s)
+	return fmt.Sprintf("%s c=%d %s", c.load, c.workers, s)
+}
+
+// key returns the x-api-key of request i of the case's load.
+func (c sweepCase) key(i int) string {
+	if c.load == sweepSpread {
+		return "u" + strconv.Itoa(i%10000)
+	}
+	return sweepKey
 }
 
 // sweepResult is what one flood through one Envoy measured.
@@ -88,11 +108,18 @@ func parseWorkers(s string) ([]int, error) {
 // then the medians and the goals.
 func (b *built) sweep(ctx context.Context, dir string, cfg config, workers []int) error {
 	var cases []sweepCase
-	for _, w := range workers {
-		cases = append(cases, sweepCase{w, true}, sweepCase{w, false})
+	for _, l := range strings.Split(cfg.sweepLoads, ",") {
+		l = strings.TrimSpace(l)
+		if l != sweepFlood && l != sweepSpread {
+			return fmt.Errorf("-sweep-loads: no load %q (flood, spread)", l)
+		}
+		for _, w := range workers {
+			cases = append(cases, sweepCase{w, true, l}, sweepCase{w, false, l})
+		}
 	}
-	fmt.Printf("worker sweep: envoy/envoy.yaml, API key %q flooded at %d requests/s for %v on a limit of 50/s, from %d keep-alive connections; sluice-controlplane on Redis\n",
-		sweepKey, cfg.floodRate, cfg.floodDuration, cfg.floodConns)
+	fmt.Printf("worker sweep: envoy/envoy.yaml at %d requests/s for %v from %d keep-alive connections, sluice-controlplane on Redis; "+
+		"flood: API key %q on a limit of 50/s; spread: 10,000 keys under no limit\n",
+		cfg.floodRate, cfg.floodDuration, cfg.floodConns, sweepKey)
 	fmt.Println(sweepHeader())
 	results := map[sweepCase][]sweepResult{}
 	for r := 1; r <= cfg.runs; r++ {
@@ -120,16 +147,16 @@ func (b *built) sweep(ctx context.Context, dir string, cfg config, workers []int
 		fmt.Println(med[c].row(c, "med"))
 	}
 	fmt.Println()
-	one, ok := med[sweepCase{workers[0], true}]
 	for _, c := range cases {
 		if !c.shared {
 			continue
 		}
-		m, off := med[c], med[sweepCase{c.workers, false}]
-		line := fmt.Sprintf("c=%d: OVER_LIMIT calls per request %.4f shared vs %.4f per-VM", c.workers, m.overPerReq, off.overPerReq)
-		if ok && c.workers != workers[0] && one.overPerReq > 0 {
+		one, ok := med[sweepCase{workers[0], true, c.load}]
+		m, off := med[c], med[sweepCase{c.workers, false, c.load}]
+		line := fmt.Sprintf("%s c=%d: OVER_LIMIT calls per request %.4f shared vs %.4f per-VM", c.load, c.workers, m.overPerReq, off.overPerReq)
+		if ok && c.load == sweepFlood && c.workers != workers[0] && one.overPerReq > 0 {
 			line += fmt.Sprintf("; %.2fx those at %d worker(s) (goal <= 1.25x; per-VM %.2fx)", m.overPerReq/one.overPerReq,
-				workers[0], off.overPerReq/med[sweepCase{workers[0], false}].overPerReq)
+				workers[0], off.overPerReq/med[sweepCase{workers[0], false, c.load}].overPerReq)
 		}
 		line += fmt.Sprintf("; Envoy CPU %.1f vs %.1f us per request (%+.1f us); %.0f CAS retries, %.0f blocks not shared",
 			m.envoyUS, off.envoyUS, m.envoyUS-off.envoyUS, m.casRetries, m.lost)
@@ -161,7 +188,7 @@ func (b *built) flood(ctx context.Context, dir string, cfg config, c sweepCase) 
 		}
 	}
 	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Binary: b.envoy, Dir: dir,
-		Name: fmt.Sprintf("sweep-%d-%v", c.workers, c.shared), Bootstrap: boot, Concurrency: c.workers, LogLevel: "warning"})
+		Name: fmt.Sprintf("sweep-%s-%d-%v", c.load, c.workers, c.shared), Bootstrap: boot, Concurrency: c.workers, LogLevel: "warning"})
 	if err != nil {
 		return sweepResult{}, err
 	}
@@ -180,7 +207,7 @@ func (b *built) flood(ctx context.Context, dir string, cfg config, c sweepCase) 
 	cpu0 := stack.ProcCPU(e.PID())
 	n := int(float64(cfg.floodRate) * cfg.floodDuration.Seconds())
 	start := time.Now()
-	codes, err := pacedLoad(ctx, url, n, cfg.floodConns, cfg.floodRate, func(int) string { return sweepKey })
+	codes, err := pacedLoad(ctx, url, n, cfg.floodConns, cfg.floodRate, c.key)
 	if err != nil {
 		return sweepResult{}, err
 	}
@@ -311,12 +338,12 @@ func setPluginField(boot map[string]any, field string, v any) error {
 }
 
 func sweepHeader() string {
-	return fmt.Sprintf("%-14s %-4s %6s %6s %6s %9s %9s %8s %8s %7s %7s %6s %6s %9s %s",
+	return fmt.Sprintf("%-21s %-4s %6s %6s %6s %9s %9s %8s %8s %7s %7s %6s %6s %9s %s",
 		"case", "run", "sent", "200", "429", "over/req", "allow/req", "prec%", "shared%", "casRtr", "lost", "errs", "secs", "envoy_us", "conns/worker")
 }
 
 func (r sweepResult) row(c sweepCase, run string) string {
-	return fmt.Sprintf("%-14s %-4s %6.0f %6.0f %6.0f %9.4f %9.4f %8.1f %8.1f %7.0f %7.0f %6.0f %6.1f %9.1f %v",
+	return fmt.Sprintf("%-21s %-4s %6.0f %6.0f %6.0f %9.4f %9.4f %8.1f %8.1f %7.0f %7.0f %6.0f %6.1f %9.1f %v",
 		c, run, r.sent, r.ok, r.limited, r.overPerReq, r.allowedPerReq, 100*r.precheckShare, 100*r.sharedOfPrec,
 		r.casRetries, r.lost, r.errs, r.seconds, r.envoyUS, r.perWorker)
 }
