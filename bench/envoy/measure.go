@@ -62,7 +62,7 @@ func lookWrk() (string, error) {
 // measure starts the setup's service and Envoy, warms up, and measures one
 // run of its load.
 func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase) (result, error) {
-	svc, err := b.startService(ctx, dir, c.setup.rls)
+	svc, err := b.startService(ctx, dir, c.setup.rls, "")
 	if err != nil {
 		return result{}, err
 	}

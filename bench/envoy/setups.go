@@ -207,8 +207,8 @@ type service struct {
 }
 
 // startService starts the setup's rate limit service on a fresh port, after
-// emptying Redis.
-func (b *built) startService(ctx context.Context, dir string, kind rls) (*service, error) {
+// emptying Redis, on the policy doc ("" for the setups' policy).
+func (b *built) startService(ctx context.Context, dir string, kind rls, doc string) (*service, error) {
 	if kind == rlsNone {
 		return &service{stop: func() {}}, nil
 	}
@@ -249,7 +249,9 @@ func (b *built) startService(ctx context.Context, dir string, kind rls) (*servic
 		cmd = exec.Command(b.floor, "-addr", addr)
 	case rlsSluice, rlsSluiceMemory, rlsSluiceLease:
 		pf := filepath.Join(dir, "bench.yaml")
-		doc := policy
+		if doc == "" {
+			doc = policy
+		}
 		if kind == rlsSluiceLease {
 			doc = strings.Replace(policy, "domain: bench\n", "domain: bench\nlease: auto\n", 1)
 		}

@@ -21,7 +21,8 @@
 //	  ],
 //	  "precheck": {"enabled": true, "max_entries": 10000},
 //	  "headers": {"draft10": true, "legacy": false, "retry_after": true, "failure_mode": false, "delayed": false},
-//	  "max_held": 1000
+//	  "max_held": 1000,
+//	  "shared_state": true
 //	}
 //
 // Each entry of rate_limits produces at most one descriptor, built from its
@@ -106,6 +107,11 @@ type Config struct {
 	MaxHeld int
 	// Settle is how the settlements of usage-based rate limits are sent.
 	Settle Settle
+	// SharedState makes the VMs of one proxy share their state through
+	// proxy-wasm shared data: the precheck's over-limit blocks and the
+	// lease pools (package sharedblocks). Off, each VM keeps its own, as
+	// if it were alone: a benchmark's baseline.
+	SharedState bool
 }
 
 // RateLimit builds one descriptor from its actions.
@@ -175,6 +181,7 @@ func Parse(data []byte) (*Config, error) {
 		Headers:       Headers{Draft10: true, RetryAfter: true},
 		MaxHeld:       DefaultMaxHeld,
 		Settle:        defaultSettle,
+		SharedState:   true,
 	}
 	if err := c.decode(root); err != nil {
 		return nil, err
@@ -257,6 +264,11 @@ func (c *Config) decode(root value) error {
 	}
 	if v, ok := o.get("settle"); ok {
 		if err := c.Settle.decode(v, "settle"); err != nil {
+			return err
+		}
+	}
+	if v, ok := o.get("shared_state"); ok {
+		if c.SharedState, err = asBool(v, "shared_state"); err != nil {
 			return err
 		}
 	}

@@ -30,7 +30,8 @@ const full = `{
   "settle": {"batch_max": 8, "interval_ms": 0, "queue_max": 100, "timeout_ms": 250},
   "precheck": {"enabled": false, "max_entries": 50},
   "headers": {"draft10": false, "legacy": true, "retry_after": false, "failure_mode": true, "delayed": true},
-  "max_held": 7
+  "max_held": 7,
+  "shared_state": false
 }`
 
 func TestParseFull(t *testing.T) {
@@ -59,10 +60,11 @@ func TestParseFull(t *testing.T) {
 			{HitsAddend: 1, Actions: []Action{{Kind: RemoteAddress, DescriptorKey: "remote_address"}},
 				Usage: &Usage{Reserve: 1, Source: SourceDynamicMetadata, Namespace: "io.envoy.ai_gateway", Key: "llm_total_token"}},
 		},
-		Settle:   Settle{BatchMax: 8, IntervalMs: 0, QueueMax: 100, TimeoutMs: 250},
-		Precheck: Precheck{Enabled: false, MaxEntries: 50},
-		Headers:  Headers{Draft10: false, Legacy: true, RetryAfter: false, FailureMode: true, Delayed: true},
-		MaxHeld:  7,
+		Settle:      Settle{BatchMax: 8, IntervalMs: 0, QueueMax: 100, TimeoutMs: 250},
+		Precheck:    Precheck{Enabled: false, MaxEntries: 50},
+		Headers:     Headers{Draft10: false, Legacy: true, RetryAfter: false, FailureMode: true, Delayed: true},
+		MaxHeld:     7,
+		SharedState: false,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -76,7 +78,7 @@ func TestParseDefaults(t *testing.T) {
 	}
 	if c.Authority != "cp" || c.Timeout != int64(20*time.Millisecond) || c.FailureMode != FailOpen ||
 		c.StatusOnError != 500 || !c.Precheck.Enabled || c.Precheck.MaxEntries != DefaultMaxEntries ||
-		c.Headers != (Headers{Draft10: true, RetryAfter: true}) ||
+		c.Headers != (Headers{Draft10: true, RetryAfter: true}) || !c.SharedState ||
 		c.Settle != (Settle{BatchMax: 64, IntervalMs: 100, QueueMax: 4096, TimeoutMs: 1000}) {
 		t.Fatalf("defaults wrong: %+v", c)
 	}
@@ -158,6 +160,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"settle interval", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"interval_ms":-1}}`, "settle.interval_ms", "between 0 and 60000"},
 		{"settle queue", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"queue_max":0}}`, "settle.queue_max", "between 1 and 65536"},
 		{"settle timeout type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"timeout_ms":"1s"}}`, "settle.timeout_ms", "must be a number, not a string"},
+		{"shared_state type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"shared_state":"no"}`, "shared_state", "must be true or false"},
 		{"headers type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"headers":{"legacy":1}}`, "headers.legacy", "must be true or false"},
 	}
 	for _, tt := range tests {
@@ -222,7 +225,7 @@ func docWith(path string, bogus bool) string {
 	}
 	val := map[string]string{"enabled": "true", "max_entries": "5", "draft10": "true", "legacy": "true", "retry_after": "true",
 		"failure_mode": `"open"`, "delayed": "true", "hits_addend": "2", "skip_if_absent": "true", "timeout": `"5ms"`,
-		"status_on_error": "503", "max_held": "3", "precheck": "true", "headers": "{}", "header_name": `"x-a"`}[leaf]
+		"status_on_error": "503", "max_held": "3", "shared_state": "false", "precheck": "true", "headers": "{}", "header_name": `"x-a"`}[leaf]
 	if strings.HasPrefix(path, "headers.") {
 		val = strings.Replace(val, `"open"`, "true", 1)
 	}

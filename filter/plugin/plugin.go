@@ -66,7 +66,7 @@ type Plugin struct {
 	table    *precheck.Table
 	precheck bool // the precheck is on
 	// shared is the over-limit blocks the VMs of the proxy share (see
-	// shared.go); nil with the precheck off.
+	// shared.go); nil with the precheck or shared_state off.
 	shared *sharedblocks.Store
 	calls  map[uint32]*stream // calls out, by call id
 	held   []*stream          // requests held (shaping), by release time
@@ -119,10 +119,16 @@ func (p *Plugin) configure(size int) bool {
 	p.cfg = cfg
 	p.table = precheck.NewTable(cfg.Precheck.MaxEntries, cfg.Timeout)
 	p.precheck = cfg.Precheck.Enabled
+	// With shared_state off, the blocks stay in the VM's table and the
+	// leases make a pool of the VM's own.
+	var shared sharedblocks.Data = p.host
+	if !cfg.SharedState {
+		shared = sharedblocks.NewLocal()
+	}
 	p.shared = nil
-	p.quotas = quotas{pool: sharedblocks.NewLeases(p.host, cfg.Domain, sharedblocks.LeaseSlots)}
-	if p.precheck {
-		p.shared = sharedblocks.New(p.host, cfg.Domain, sharedblocks.Slots)
+	p.quotas = quotas{pool: sharedblocks.NewLeases(shared, cfg.Domain, sharedblocks.LeaseSlots)}
+	if p.precheck && cfg.SharedState {
+		p.shared = sharedblocks.New(shared, cfg.Domain, sharedblocks.Slots)
 	}
 	p.timeout = uint32(cfg.Timeout / config.Millisecond)
 	p.headers = headermap.Append(nil, [][2]string{
