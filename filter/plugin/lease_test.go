@@ -30,14 +30,15 @@ func tick(vms []*testbed) {
 // the VMs of the proxy, each unit once: with four VMs taking turns, the
 // granted units admit exactly that many requests without a call, then
 // every VM calls out. A VM reads the pool only once a lease has been
-// announced (its own, or another's, read on its tick): before that, a
-// request makes no read of the shared data.
+// announced (its own, or another's, read when it is configured and on its
+// tick): before that, a request makes no read of the shared data.
 func TestLeaseIsOnePoolPerProxy(t *testing.T) {
 	vms, _ := leaseVMs(t, 4)
 	req := map[string]string{":method": "GET", ":path": "/"}
 	b1 := vms[1]
-	if _, a := b1.request(req, "10.0.0.1:1"); a != ActionPause || b1.host.leaseGets != 0 {
-		t.Fatalf("before any lease: action %d, %d reads of the lease pools", a, b1.host.leaseGets)
+	gets := b1.host.leaseGets // configuring the plugin read whether a lease was announced
+	if _, a := b1.request(req, "10.0.0.1:1"); a != ActionPause || b1.host.leaseGets != gets {
+		t.Fatalf("before any lease: action %d, %d reads of the lease pools", a, b1.host.leaseGets-gets)
 	}
 	b1.deliver(grpcOK(t, &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}}}))
@@ -70,6 +71,29 @@ func TestLeaseIsOnePoolPerProxy(t *testing.T) {
 	}
 	if fromQuota != granted-1 || calls()-before != 3*granted-admitted {
 		t.Fatalf("%d counted from quotas, %d calls", fromQuota, calls()-before)
+	}
+}
+
+// TestLeaseReadFromTheStart: a VM configured after another received a
+// lease (Envoy's reload of a VM that trapped, or a new worker) spends the
+// pool from its first request, without waiting for its first tick: a
+// lease lasts about a tick period, and the units a trapped VM left would
+// otherwise expire unspent (e2e/abi TestLeaseSurvivesReload).
+func TestLeaseReadFromTheStart(t *testing.T) {
+	d := newSharedData()
+	a := newTestbedOn(t, quotaConfig, d)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	a.request(req, "10.0.0.1:1")
+	const granted = 5
+	a.deliver(quotaAnswer(t, a.host, granted, time.Second)) // the answered request took one
+	fresh := newTestbedOn(t, quotaConfig, d)
+	for i := range granted - 1 {
+		if _, act := fresh.request(req, "10.0.0.1:1"); act != ActionContinue || len(fresh.host.calls) != 0 {
+			t.Fatalf("request %d of the fresh VM: action %d, %d calls", i, act, len(fresh.host.calls))
+		}
+	}
+	if _, act := fresh.request(req, "10.0.0.1:1"); act != ActionPause {
+		t.Fatalf("the pool of %d units admitted one more: action %d", granted-1, act)
 	}
 }
 

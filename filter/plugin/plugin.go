@@ -127,6 +127,11 @@ func (p *Plugin) configure(size int) bool {
 	}
 	p.shared = nil
 	p.quotas = quotas{pool: sharedblocks.NewLeases(shared, cfg.Domain, sharedblocks.LeaseSlots)}
+	// A VM that starts after another received a lease (a reload after a
+	// trap, a new worker) reads the pools at once, not from its first
+	// tick: a lease lasts about as long as the tick period, and one that a
+	// trapped VM left would otherwise expire unspent.
+	p.quotas.seen = p.quotas.pool.Announced()
 	if p.precheck && cfg.SharedState {
 		p.shared = sharedblocks.New(shared, cfg.Domain, sharedblocks.Slots)
 	}

@@ -31,9 +31,10 @@ const (
 // out, a slot overwritten) can only admit less.
 //
 // A VM reads the pools only once a VM of the proxy has received a lease
-// (seen: itself, or another that announced it, read on the tick): with no
-// lease-enabled policy, requests make no more host calls than without
-// leases; until then, a VM calls out as before.
+// (seen: itself, or another that announced it, read when the plugin is
+// configured and on the tick): with no lease-enabled policy, requests make
+// no more host calls than without leases; until then, a VM calls out as
+// before.
 type quotas struct {
 	pool    *sharedblocks.Leases
 	seen    bool
