@@ -51,6 +51,10 @@ type wasmHost struct {
 	quiet    bool // record nothing per request (benchmark)
 	nLocals  int
 	shared   *hostShared // the proxy's shared data; hosts of one test may share it
+
+	grpcCalls   int    // calls made over proxy_grpc_call
+	grpcStatus  uint32 // the status of a gRPC call being closed
+	grpcMessage string
 }
 
 type hostAnswer struct {
@@ -97,7 +101,7 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 		switch abi.BufferType(s[0]) {
 		case abi.BufferPluginConfiguration:
 			buf = h.config
-		case abi.BufferCallResponseBody:
+		case abi.BufferCallResponseBody, abi.BufferGRPCCallMessage:
 			buf = h.answer.body
 		}
 		s[0] = h.give(m, buf, uint32(s[3]), uint32(s[4]))
@@ -161,6 +165,7 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 		s[0] = 0
 	})
 	h.exportSharedData(export)
+	h.exportGRPC(export)
 	export("proxy_increment_metric", []api.ValueType{i32, i64}, func(_ context.Context, m api.Module, s []uint64) {
 		s[0] = 0
 	})

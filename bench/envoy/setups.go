@@ -62,6 +62,16 @@ var setups = map[string]setup{
 	"2g": {id: "2g", name: "Envoy, empty Go filter making sluice's callout over proxy_grpc_call, sluice-controlplane, Redis (callout floor)",
 		load: loadSpread, rls: rlsSluice,
 		filter: func(b *built) []stack.M { return []stack.M{wasmFilter(b.emptyWasm, []byte(`{"callout":"grpc"}`))} }},
+	"2hr": {id: "2hr", name: "2h, reading the answer (:status, grpc-status, body)",
+		load: loadSpread, rls: rlsSluice,
+		filter: func(b *built) []stack.M {
+			return []stack.M{wasmFilter(b.emptyWasm, []byte(`{"callout":"http","read":true}`))}
+		}},
+	"2gr": {id: "2gr", name: "2g, reading the answer (the message)",
+		load: loadSpread, rls: rlsSluice,
+		filter: func(b *built) []stack.M {
+			return []stack.M{wasmFilter(b.emptyWasm, []byte(`{"callout":"grpc","read":true}`))}
+		}},
 	"3": {id: "3", name: "Envoy, native local_ratelimit (C++), admits all", load: loadSpread,
 		filter: func(*built) []stack.M { return []stack.M{localRateLimit()} }},
 	"4": {id: "4", name: "Envoy, sluice filter, every request decided by the precheck", load: loadBlocked,

@@ -4,7 +4,7 @@ package config
 // ("is not a known field"). Fields lists them all for the reference
 // documentation's test (docs/filter.md).
 var (
-	topFields       = []string{"cluster", "authority", "domain", "timeout", "failure_mode", "status_on_error", "rate_limits", "precheck", "headers", "max_held"}
+	topFields       = []string{"cluster", "authority", "transport", "domain", "timeout", "failure_mode", "status_on_error", "rate_limits", "precheck", "headers", "max_held"}
 	rateLimitFields = []string{"actions", "hits_addend"}
 	precheckFields  = []string{"enabled", "max_entries"}
 	headersFields   = []string{"draft10", "legacy", "retry_after", "failure_mode", "delayed"}

@@ -10,8 +10,16 @@ import (
 	"github.com/sluicehq/sluice/filter/rlsproto"
 )
 
-// onAnswer takes the control plane's answer for a stream's call.
+// onAnswer takes the control plane's answer for a stream's call made over
+// proxy_http_call.
 func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
+	p.beginAnswer(s)
+	reason, timedOut := p.readAnswer(numHeaders, bodySize)
+	p.decide(s, reason, timedOut)
+}
+
+// beginAnswer makes the stream of an answered call the current one.
+func (p *Plugin) beginAnswer(s *stream) {
 	s.state = stateAnswering
 	if !s.deleted {
 		if err := p.host.SetEffectiveContext(s.id); err != nil {
@@ -19,7 +27,12 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 			s.deleted = true
 		}
 	}
-	if reason, timedOut := p.readAnswer(numHeaders, bodySize); reason != "" {
+}
+
+// decide applies the answer decoded into p.resp to the stream's request,
+// or the failure mode when reason says why there is no usable answer.
+func (p *Plugin) decide(s *stream, reason string, timedOut bool) {
+	if reason != "" {
 		if timedOut {
 			reason += timeoutHint(p.cfg.Timeout)
 		}

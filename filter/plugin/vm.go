@@ -116,21 +116,32 @@ func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) (ac
 
 // OnHTTPCallResponse takes the control plane's answer to a call.
 func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, numTrailers int) {
-	p := vm.root(rootID)
-	if p == nil {
+	p, s := vm.answered(rootID, callID)
+	if s == nil {
 		return
 	}
-	s, ok := p.calls[callID]
-	if !ok || s.callID != callID {
-		return // an answer after the tick gave up on the call, or not ours
-	}
-	delete(p.calls, callID)
 	vm.current = s
 	var action uint32
 	defer vm.recoverStream("proxy_on_http_call_response", &action, true)
 	p.onAnswer(s, numHeaders, bodySize)
 	vm.current = nil
 	vm.release(s)
+}
+
+// answered returns the plugin and the stream of a call being answered, and
+// forgets the call; the stream is nil when the call is not (or no longer)
+// one of ours.
+func (vm *VM) answered(rootID, callID uint32) (*Plugin, *stream) {
+	p := vm.root(rootID)
+	if p == nil {
+		return nil, nil
+	}
+	s, ok := p.calls[callID]
+	if !ok || s.callID != callID {
+		return nil, nil // an answer after the tick gave up on the call, or not ours
+	}
+	delete(p.calls, callID)
+	return p, s
 }
 
 // OnTick gives up on calls the proxy never answered and resumes the held

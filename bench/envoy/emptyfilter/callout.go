@@ -36,6 +36,11 @@ const (
 // callout is the configured mode: 0 none, calloutHTTP or calloutGRPC.
 var callout int
 
+// readAnswer, with "read":true, reads the answer as the least a filter
+// must to decide on it: over HTTP its :status, its grpc-status trailer and
+// its body; over gRPC its message (Envoy's client has checked the status).
+var readAnswer bool
+
 const (
 	calloutHTTP = 1
 	calloutGRPC = 2
@@ -63,6 +68,7 @@ func configureCallout(conf []byte) {
 	default:
 		return
 	}
+	readAnswer = bytes.Contains(conf, []byte(`"read":true`))
 	calloutHeaders = appendPairs(nil, [][2]string{
 		{":method", "POST"},
 		{":path", "/" + rlsService + "/" + rlsMethod},
@@ -129,13 +135,24 @@ func callOut(id uint32) uint32 {
 	return 1
 }
 
-// answered resumes the stream of call token.
-func answered(token uint32) {
+// answered resumes the stream of call token; size is the body's or the
+// message's size, if read.
+func answered(token, size uint32) {
 	id, ok := calls[token]
 	if !ok {
 		return
 	}
 	delete(calls, token)
+	if readAnswer && size > 0 {
+		var d, n uint32
+		if callout == calloutHTTP {
+			proxyGetHeaderMapValue(6, ":status", &d, &n)     // HTTP call response headers
+			proxyGetHeaderMapValue(7, "grpc-status", &d, &n) // and trailers
+			proxyGetBufferBytes(4, 0, size, &d, &n)          // HTTP call response body
+		} else {
+			proxyGetBufferBytes(5, 0, size, &d, &n) // gRPC receive buffer
+		}
+	}
 	if proxySetEffectiveContext(id) == 0 {
 		proxyContinueStream(0)
 	}
@@ -143,14 +160,14 @@ func answered(token uint32) {
 
 //go:wasmexport proxy_on_http_call_response
 func proxyOnHTTPCallResponse(rootID, token, numHeaders, bodySize, numTrailers uint32) {
-	answered(token)
+	answered(token, bodySize)
 }
 
 //go:wasmexport proxy_on_grpc_receive
-func proxyOnGRPCReceive(rootID, token, size uint32) { answered(token) }
+func proxyOnGRPCReceive(rootID, token, size uint32) { answered(token, size) }
 
 //go:wasmexport proxy_on_grpc_close
-func proxyOnGRPCClose(rootID, token, status uint32) { answered(token) }
+func proxyOnGRPCClose(rootID, token, status uint32) { answered(token, 0) }
 
 //go:wasmimport env proxy_http_call
 func proxyHTTPCall(upstream string, headers unsafe.Pointer, headersSize uint32, body unsafe.Pointer, bodySize uint32,
