@@ -1,7 +1,6 @@
 package precheck
 
 import (
-	"bytes"
 	"strings"
 
 	"github.com/sluicehq/sluice/shared/algorithms"
@@ -354,6 +353,7 @@ func (t *Table) blockEnd(b Block) int64 {
 // least recently used one when the table is full, and returns its index.
 func (t *Table) insert(key []byte, h uint64) int32 {
 	var i int32
+	var buf []byte
 	if len(t.entries) < t.max {
 		t.entries = append(t.entries, entry{})
 		i = int32(len(t.entries) - 1)
@@ -361,8 +361,9 @@ func (t *Table) insert(key []byte, h uint64) int32 {
 		i = t.tail
 		t.unlink(i)
 		t.indexRemove(i)
+		buf = t.entries[i].key[:0] // the evicted key's memory: a full table allocates nothing
 	}
-	t.entries[i] = entry{key: bytes.Clone(key), hash: h, prev: -1, next: -1}
+	t.entries[i] = entry{key: append(buf, key...), hash: h, prev: -1, next: -1}
 	t.indexAdd(i)
 	t.pushFront(i)
 	return i
