@@ -135,9 +135,9 @@ func TestLeaseSpendHostCalls(t *testing.T) {
 // TestGRPCCalloutHostCalls counts the host calls of a request sent to the
 // control plane over proxy_grpc_call (transport "grpc") and admitted, over
 // its whole stream: the proxy's gRPC client checks the answer's HTTP and
-// gRPC statuses itself, so the filter reads neither (two host calls, each
-// with a callback to allocate, fewer than over proxy_http_call; see
-// TestCalloutHostCalls).
+// gRPC statuses itself, so the filter reads no header of the answer (one
+// host call, and its callback to allocate, fewer than over proxy_http_call;
+// see TestCalloutHostCalls).
 func TestGRPCCalloutHostCalls(t *testing.T) {
 	var c hostCounter
 	config := strings.Replace(sharedConfig, `"domain"`, `"transport": "grpc", "domain"`, 1)

@@ -84,6 +84,8 @@ var setups = map[string]setup{
 		native: true, rls: rlsFloor, filter: nativeFilter},
 	"7": {id: "7", name: "Envoy, sluice filter, sluice-controlplane, Redis", rls: rlsSluice,
 		filter: sluiceFilter},
+	"7g": {id: "7g", name: "Envoy, sluice filter calling over proxy_grpc_call (transport grpc), sluice-controlplane, Redis",
+		rls: rlsSluice, filter: sluiceFilterGRPC},
 	"7L": {id: "7L", name: "Envoy, sluice filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
 		filter: sluiceFilter},
 }
@@ -118,15 +120,27 @@ func wasmFilter(path string, plugin []byte) stack.M { return stack.WasmFilter(pa
 // the precheck, whose blocks end one timeout before the global limiter's
 // retry-after (so that it never rejects what the global limiter admits), to
 // hold a per-second window's denials.
-func sluiceFilter(b *built) []stack.M {
-	plugin, _ := json.Marshal(map[string]any{
+func sluiceFilter(b *built) []stack.M { return sluiceFilterWith(b, "") }
+
+// sluiceFilterWith is sluiceFilter with a transport ("": the default).
+func sluiceFilterWith(b *built, transport string) []stack.M {
+	cfg := map[string]any{
 		"cluster": rlsCluster, "domain": domain, "timeout": "100ms", "failure_mode": "open",
 		"rate_limits": []any{map[string]any{"actions": []any{map[string]any{
 			"request_headers": map[string]any{"header_name": userHeader, "descriptor_key": "user"}}}}},
 		"precheck": map[string]any{"enabled": true, "max_entries": 20000},
 		"headers":  map[string]any{"draft10": true, "legacy": false, "retry_after": true},
-	})
+	}
+	if transport != "" {
+		cfg["transport"] = transport
+	}
+	plugin, _ := json.Marshal(cfg)
 	return []stack.M{wasmFilter(b.filterWasm, plugin)}
+}
+
+// sluiceFilterGRPC is sluiceFilter with transport "grpc".
+func sluiceFilterGRPC(b *built) []stack.M {
+	return sluiceFilterWith(b, "grpc")
 }
 
 func nativeFilter(*built) []stack.M {
