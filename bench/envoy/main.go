@@ -13,7 +13,7 @@
 // and the CPU seconds per request (from /proc, user plus system) of Envoy, of
 // the rate limit service and of Redis.
 //
-//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,3,4,5,6,6f,7]
+//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g]
 //
 // Run it from the repository (it builds what it runs).
 package main
@@ -41,7 +41,7 @@ func main() {
 	flag.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
 	flag.IntVar(&cfg.concurrency, "concurrency", 2, "Envoy worker threads (one Wasm VM each)")
 	flag.IntVar(&cfg.connections, "connections", 32, "wrk connections")
-	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,3,4,5,6,6f,7", "setups to run (see the setups table in setups.go)")
+	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g", "setups to run (see the setups table in setups.go)")
 	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7L: spread, flood, steady")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
 	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// TestRuns runs a short bench-envoy (one run of setups 1, 2r, 4 and 6, one second
-// each) so that the tool behind the bench-envoy figures cannot break
+// TestRuns runs a short bench-envoy (one run of setups 1, 2r, 2g, 4 and 6, one
+// second each) so that the tool behind the bench-envoy figures cannot break
 // unnoticed. It measures nothing.
 func TestRuns(t *testing.T) {
 	if testing.Short() {
@@ -20,7 +20,7 @@ func TestRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	err := run(ctx, config{runs: 1, duration: time.Second, warmup: time.Second, concurrency: 2,
-		connections: 4, setups: "1,2r,4,6", loads: "flood"})
+		connections: 4, setups: "1,2r,2g,4,6", loads: "flood"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,11 +63,3 @@ func proxyGetSharedData(key string, retValue, retSize, retCas *uint32) uint32
 
 //go:wasmimport env proxy_set_shared_data
 func proxySetSharedData(key string, value unsafe.Pointer, valueSize uint32, cas uint32) uint32
-
-//go:wasmimport env proxy_grpc_call
-func proxyGRPCCall(service unsafe.Pointer, serviceSize uint32, serviceName, methodName string,
-	metadata unsafe.Pointer, metadataSize uint32, message unsafe.Pointer, messageSize uint32,
-	timeoutMs uint32, retCallID *uint32) uint32
-
-//go:wasmimport env proxy_get_status
-func proxyGetStatus(retCode, retMessage, retMessageSize *uint32) uint32
