@@ -15,7 +15,8 @@ import (
 
 // TestPrecheckRejectionHostCalls counts the host functions filter.wasm calls
 // for a request its precheck rejects, over the whole stream (context
-// create, request and response headers, log, done, delete), with the
+// create, request and response headers, response body and trailers, log,
+// done, delete), with the
 // configuration of bench-envoy's setup 4. In Envoy each host call costs
 // microseconds (reading one header costs about 2.8 us, the host calling
 // back to allocate), more than the filter's own code: bench-envoy's setup
@@ -55,6 +56,9 @@ func TestPrecheckRejectionHostCalls(t *testing.T) {
 		h.call("proxy_on_context_create", uint64(id), 1)
 		h.call("proxy_on_request_headers", uint64(id), uint64(len(req)), 1)
 		h.call("proxy_on_response_headers", uint64(id), 3, 0)
+		h.call("proxy_on_response_body", uint64(id), 100, 0)
+		h.call("proxy_on_response_body", uint64(id), 100, 1)
+		h.call("proxy_on_response_trailers", uint64(id), 1)
 		h.call("proxy_on_log", uint64(id))
 		h.call("proxy_on_done", uint64(id))
 		h.call("proxy_on_delete", uint64(id))

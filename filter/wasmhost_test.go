@@ -51,6 +51,10 @@ type wasmHost struct {
 	quiet    bool // record nothing per request (benchmark)
 	nLocals  int
 	shared   *hostShared // the proxy's shared data; hosts of one test may share it
+	// Per stream: response headers, trailers, properties (usage-based limits).
+	respHeaders, respTrailers map[uint32]map[string]string
+	props                     map[uint32]map[string][]byte
+	callHeaders, callBodies   [][]byte // of each call, unless quiet
 
 	grpcCalls   int    // calls made over proxy_grpc_call
 	grpcStatus  uint32 // the status of a gRPC call being closed
@@ -83,6 +87,8 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 		tb: tb, ctx: ctx, config: []byte(config), stack: make([]uint64, 16), mstack: make([]uint64, 1),
 		fn: map[string]api.Function{}, headers: map[uint32]map[string]string{},
 		locals: map[uint32]uint32{}, resumed: map[uint32]int{}, remote: "198.51.100.4:5000",
+		respHeaders: map[uint32]map[string]string{}, respTrailers: map[uint32]map[string]string{},
+		props: map[uint32]map[string][]byte{},
 	}
 	h.runtime = wazero.NewRuntimeWithConfig(h.ctx, wazero.NewRuntimeConfigCompiler().WithCompilationCache(compiled))
 	tb.Cleanup(func() { h.runtime.Close(h.ctx) })
@@ -117,6 +123,10 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 			v, ok = h.answer.headers[string(key)]
 		case abi.MapCallResponseTrailers:
 			v, ok = h.answer.trailers[string(key)]
+		case abi.MapResponseHeaders:
+			v, ok = h.respHeaders[h.current][string(key)]
+		case abi.MapResponseTrailers:
+			v, ok = h.respTrailers[h.current][string(key)]
 		}
 		if !ok {
 			s[0] = uint64(abi.StatusNotFound)
@@ -129,6 +139,10 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 	})
 	export("proxy_get_property", []api.ValueType{i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
 		path, _ := m.Memory().Read(uint32(s[0]), uint32(s[1]))
+		if v, ok := h.props[h.current][string(path)]; ok {
+			s[0] = h.give(m, v, uint32(s[2]), uint32(s[3]))
+			return
+		}
 		if string(path) != "source\x00address" {
 			s[0] = uint64(abi.StatusNotFound)
 			return
@@ -150,6 +164,12 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 	})
 	export("proxy_http_call", []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
 		h.calls = append(h.calls, h.current)
+		if !h.quiet {
+			hs, _ := m.Memory().Read(uint32(s[2]), uint32(s[3]))
+			body, _ := m.Memory().Read(uint32(s[4]), uint32(s[5]))
+			h.callHeaders = append(h.callHeaders, append([]byte(nil), hs...))
+			h.callBodies = append(h.callBodies, append([]byte(nil), body...))
+		}
 		m.Memory().WriteUint32Le(uint32(s[9]), uint32(len(h.calls)))
 		s[0] = 0
 	})

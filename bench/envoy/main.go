@@ -13,7 +13,17 @@
 // and the CPU seconds per request (from /proc, user plus system) of Envoy, of
 // the rate limit service and of Redis.
 //
-//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g]
+// Setups u and u1 measure usage-based limits (issue 24): the backend
+// reports a usage per answer, the filter settles it at the end of each
+// stream, batched (u, the default settle configuration) or one call per
+// settlement (u1); against setup 7 they give what settlements cost.
+//
+//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g,u,u1]
+//	            [-sweep 1,2,4,8] [-sweep-loads flood,spread] [-flood-rate 500] [-flood-duration 5s] [-flood-conns 32]
+//
+// Then the worker sweep (sweep.go): the shipped envoy/envoy.yaml at each
+// -sweep --concurrency, with the VMs sharing their state and with
+// shared_state off, under a paced flood of one key at 10x its limit.
 //
 // Run it from the repository (it builds what it runs).
 package main
@@ -41,10 +51,15 @@ func main() {
 	flag.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
 	flag.IntVar(&cfg.concurrency, "concurrency", 2, "Envoy worker threads (one Wasm VM each)")
 	flag.IntVar(&cfg.connections, "connections", 32, "wrk connections")
-	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g", "setups to run (see the setups table in setups.go)")
+	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g,u,u1", "setups to run (see the setups table in setups.go)")
 	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7L: spread, flood, steady")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
 	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")
+	flag.StringVar(&cfg.sweep, "sweep", "1,2,4,8", "worker counts of the worker sweep (\"\": none)")
+	flag.IntVar(&cfg.floodRate, "flood-rate", 500, "worker sweep: requests per second of the flood (its key's limit is 50/s)")
+	flag.DurationVar(&cfg.floodDuration, "flood-duration", 5*time.Second, "worker sweep: length of one flood")
+	flag.IntVar(&cfg.floodConns, "flood-conns", 32, "worker sweep: keep-alive connections of the flood")
+	flag.StringVar(&cfg.sweepLoads, "sweep-loads", "flood,spread", "worker sweep: loads (flood: one key at 10x its limit; spread: 10,000 keys under no limit)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -60,6 +75,10 @@ type config struct {
 	concurrency, connections int
 	setups, loads            string
 	keep, memory             bool
+	// The worker sweep (sweep.go).
+	sweep, sweepLoads     string
+	floodRate, floodConns int
+	floodDuration         time.Duration
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -72,9 +91,16 @@ func run(ctx context.Context, cfg config) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
+	workers, err := parseWorkers(cfg.sweep)
+	if err != nil {
+		return err
+	}
 	var cases []benchCase
 	peer := false
 	for _, id := range strings.Split(cfg.setups, ",") {
+		if strings.TrimSpace(id) == "" {
+			continue
+		}
 		s, ok := setups[strings.TrimSpace(id)]
 		if !ok {
 			return fmt.Errorf("no setup %q", id)
@@ -132,6 +158,13 @@ func run(ctx context.Context, cfg config) error {
 	}
 	fmt.Println()
 	summarize(med, cfg.concurrency)
+	if len(workers) > 0 {
+		fmt.Printf("\nload average before the sweep: %s\n", loadAverage())
+		if err := b.sweep(ctx, dir, cfg, workers); err != nil {
+			return err
+		}
+		fmt.Printf("load average after the sweep: %s\n", loadAverage())
+	}
 	if cfg.memory {
 		fmt.Println()
 		return b.memory(ctx, dir)

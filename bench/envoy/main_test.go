@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/envoy"
 )
 
-// TestRuns runs a short bench-envoy (one run of setups 1, 2r, 2g, 4 and 6, one
-// second each) so that the tool behind the bench-envoy figures cannot break
+// TestRuns runs a short bench-envoy (one run of setups 1, 2r, 2g, 4 and 6, one second
+// each, and a worker sweep of 1 and 2 workers) so that the tool behind the bench-envoy figures cannot break
 // unnoticed. It measures nothing.
 func TestRuns(t *testing.T) {
 	if testing.Short() {
@@ -20,7 +24,8 @@ func TestRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	err := run(ctx, config{runs: 1, duration: time.Second, warmup: time.Second, concurrency: 2,
-		connections: 4, setups: "1,2r,2g,4,6", loads: "flood"})
+		connections: 4, setups: "1,2r,2g,4,6", loads: "flood",
+		sweep: "1,2", sweepLoads: "flood", floodRate: 100, floodDuration: time.Second, floodConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,5 +34,31 @@ func TestRuns(t *testing.T) {
 func TestEnvoyVersion(t *testing.T) {
 	if v := envoyVersion("envoy  version: 9e5580/1.40.0/Clean/RELEASE/BoringSSL\n"); v != "1.40.0" {
 		t.Fatalf("envoyVersion = %q", v)
+	}
+}
+
+// TestSetPluginField: the sweep's per-VM case is the shipped envoy.yaml with
+// shared_state false in its plugin configuration, and nothing else changed.
+func TestSetPluginField(t *testing.T) {
+	boot, err := envoy.Local{Wasm: "/x.wasm", Listen: "127.0.0.1:0", ControlPlane: "127.0.0.1:1", Backend: "127.0.0.1:2"}.Bootstrap(envoy.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := json.Marshal(boot)
+	if err := setPluginField(boot, "shared_state", false); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := json.Marshal(boot)
+	if !strings.Contains(string(after), `\"shared_state\":false`) || strings.Contains(string(before), "shared_state") {
+		t.Fatalf("shared_state not set:\n%s", after)
+	}
+	if err := setPluginField(map[string]any{}, "shared_state", false); err == nil {
+		t.Fatal("a bootstrap with no plugin configuration was accepted")
+	}
+	if _, err := parseWorkers("1,2,x"); err == nil {
+		t.Fatal("-sweep 1,2,x accepted")
+	}
+	if w, err := parseWorkers("1, 8"); err != nil || len(w) != 2 || w[1] != 8 {
+		t.Fatalf("parseWorkers: %v %v", w, err)
 	}
 }

@@ -36,6 +36,8 @@ type result struct {
 	non2xx                float64 // share of answers that were not 2xx (429s)
 	rlsCalls              float64 // calls to the rate limit service per request
 	local                 float64 // share of requests the filter answered without a call (precheck, quota)
+	settleCalls           float64 // settle calls per request (usage setups)
+	settled               float64 // settlements acknowledged per request (usage setups)
 	rssMB                 float64 // Envoy's RSS after the run
 }
 
@@ -60,7 +62,7 @@ func lookWrk() (string, error) {
 // measure starts the setup's service and Envoy, warms up, and measures one
 // run of its load.
 func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase) (result, error) {
-	svc, err := b.startService(ctx, dir, c.setup.rls)
+	svc, err := b.startService(ctx, dir, c.setup.rls, "")
 	if err != nil {
 		return result{}, err
 	}
@@ -106,14 +108,16 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 	delta := func(name string) float64 { return float64(s1[name] - s0[name]) }
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
 	res := result{
-		rps:      n / (float64(w.DurationUS) / 1e6),
-		p50ms:    float64(w.P50US) / 1e3,
-		p99ms:    float64(w.P99US) / 1e3,
-		envoyUS:  per(e1 - e0),
-		non2xx:   float64(w.Non2xx) / n,
-		rlsCalls: delta("cluster."+rlsCluster+".upstream_rq_total") / n,
-		local:    (delta("wasmcustom.sluice.precheck_rejected") + delta("wasmcustom.sluice.quota_allowed")) / n,
-		rssMB:    float64(e.RSS()) / (1 << 20),
+		rps:         n / (float64(w.DurationUS) / 1e6),
+		p50ms:       float64(w.P50US) / 1e3,
+		p99ms:       float64(w.P99US) / 1e3,
+		envoyUS:     per(e1 - e0),
+		non2xx:      float64(w.Non2xx) / n,
+		rlsCalls:    delta("cluster."+rlsCluster+".upstream_rq_total") / n,
+		local:       (delta("wasmcustom.sluice.precheck_rejected") + delta("wasmcustom.sluice.quota_allowed")) / n,
+		settleCalls: delta("wasmcustom.sluice.usage_settle_calls") / n,
+		settled:     delta("wasmcustom.sluice.usage_settled") / n,
+		rssMB:       float64(e.RSS()) / (1 << 20),
 	}
 	if c.load == loadBlocked && res.non2xx < 0.99 {
 		// The blocked setups compare the costs of local 429s: a setup
@@ -186,6 +190,7 @@ func median(rs []result) result {
 		rlsUS: f(func(r result) float64 { return r.rlsUS }), redUS: f(func(r result) float64 { return r.redUS }),
 		non2xx: f(func(r result) float64 { return r.non2xx }), rlsCalls: f(func(r result) float64 { return r.rlsCalls }),
 		local: f(func(r result) float64 { return r.local }), rssMB: f(func(r result) float64 { return r.rssMB }),
+		settleCalls: f(func(r result) float64 { return r.settleCalls }), settled: f(func(r result) float64 { return r.settled }),
 	}
 }
 
@@ -238,6 +243,7 @@ func summarize(m map[string]result, workers int) {
 		}
 	}
 	summarizeCallout(get)
+	summarizeUsage(m)
 	if five, ok := get("5/flood"); ok {
 		if seven, ok := get("7/flood"); ok {
 			fmt.Printf("whole system, flood (7 vs 5): %.2fx req/s (goal >= 4), p99 %.3f vs %.3f ms; %.1f%% of setup 7's requests answered in the filter, %.3f service calls per request\n",
@@ -273,4 +279,29 @@ func summarizeCallout(get func(string) (result, bool)) {
 			fmt.Println()
 		}
 	}
+}
+
+// summarizeUsage prints what settlements cost (issue 24's goal): setups u
+// (batched) and u1 (one settle call per request) against setup 7 (the same
+// filter without usage) under the spread load, in CPU per request of Envoy,
+// of the control plane and of Redis.
+func summarizeUsage(m map[string]result) {
+	seven, ok7 := m["7/spread"]
+	u, oku := m["u/spread"]
+	u1, oku1 := m["u1/spread"]
+	if !oku || !oku1 {
+		return
+	}
+	fmt.Printf("usage, spread: settle calls per request %.3f batched (u) vs %.3f one per settlement (u1), settlements acknowledged per request %.3f vs %.3f; %.2fx req/s\n",
+		u.settleCalls, u1.settleCalls, u.settled, u1.settled, u.rps/u1.rps)
+	if !ok7 {
+		return
+	}
+	cost := func(r result) (envoy, cp float64) {
+		return r.envoyUS - seven.envoyUS, r.rlsUS + r.redUS - seven.rlsUS - seven.redUS
+	}
+	be, bc := cost(u)
+	oe, oc := cost(u1)
+	fmt.Printf("what settlements cost per request over setup 7: Envoy %.2f vs %.2f us, control plane + Redis %.2f vs %.2f us; batched / one call each = %.2f (goal <= 0.5)\n",
+		be, oe, bc, oc, (be+bc)/(oe+oc))
 }

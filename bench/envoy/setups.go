@@ -45,6 +45,7 @@ type setup struct {
 	direct   bool                     // the ingress route answers 429 itself (no upstream)
 	rls      rls
 	load     load // the setup's one load; "" for setups 5-7, which run every -loads
+	usage    bool // the backend reports usageTokens per request in usageHeader
 }
 
 var setups = map[string]setup{
@@ -88,6 +89,12 @@ var setups = map[string]setup{
 		rls: rlsSluice, filter: sluiceFilterGRPC},
 	"7L": {id: "7L", name: "Envoy, sluice filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
 		filter: sluiceFilter},
+	"u": {id: "u", name: "Envoy, sluice filter, usage from a response header, settlements batched (default settle)",
+		rls: rlsSluice, usage: true, load: loadSpread, filter: func(b *built) []stack.M { return usageFilter(b, nil) }},
+	"u1": {id: "u1", name: "Envoy, sluice filter, usage from a response header, one settle call per request",
+		rls: rlsSluice, usage: true, load: loadSpread, filter: func(b *built) []stack.M {
+			return usageFilter(b, map[string]any{"batch_max": 1, "interval_ms": 0})
+		}},
 }
 
 // The rate limit service's cluster, domain and descriptor key in every setup.
@@ -143,6 +150,34 @@ func sluiceFilterGRPC(b *built) []stack.M {
 	return sluiceFilterWith(b, "grpc")
 }
 
+// Usage setups: the backend reports usageTokens in usageHeader on every
+// answer; the filter reserves 1 at request time and settles the rest.
+const (
+	usageHeader = "x-usage-tokens"
+	usageTokens = 10
+)
+
+// usageFilter is sluiceFilter with its rate limit usage-based (issue 24):
+// reserve 1, the actual cost from the response header usageHeader, and the
+// plugin's settle configuration settle (nil: the defaults, batched).
+func usageFilter(b *built, settle map[string]any) []stack.M {
+	plugin := map[string]any{
+		"cluster": rlsCluster, "domain": domain, "timeout": "100ms", "failure_mode": "open",
+		"rate_limits": []any{map[string]any{
+			"actions": []any{map[string]any{
+				"request_headers": map[string]any{"header_name": userHeader, "descriptor_key": "user"}}},
+			"usage": map[string]any{"reserve": 1, "source": map[string]any{"response_header": usageHeader}},
+		}},
+		"precheck": map[string]any{"enabled": true, "max_entries": 20000},
+		"headers":  map[string]any{"draft10": true, "legacy": false, "retry_after": true},
+	}
+	if settle != nil {
+		plugin["settle"] = settle
+	}
+	js, _ := json.Marshal(plugin)
+	return []stack.M{wasmFilter(b.filterWasm, js)}
+}
+
 func nativeFilter(*built) []stack.M {
 	return []stack.M{stack.RateLimitFilter(domain, rlsCluster, stack.M{"failure_mode_deny": false, "timeout": "0.1s"})}
 }
@@ -179,10 +214,13 @@ func (s setup) bootstrap(b *built, backendPort int, rlsAddr string) stack.M {
 	if s.filter != nil {
 		filters = s.filter(b)
 	}
+	backend := stack.VirtualHost("backend", stack.DirectResponse("/", 200, "ok\n"))
+	if s.usage {
+		backend["response_headers_to_add"] = []stack.M{{"header": stack.M{"key": usageHeader, "value": strconv.Itoa(usageTokens)}}}
+	}
 	listeners := []stack.M{
 		stack.HTTPListener("ingress", 0, []stack.M{stack.VirtualHost("ingress", route)}, filters...),
-		stack.HTTPListener("backend", backendPort, []stack.M{stack.VirtualHost("backend",
-			stack.DirectResponse("/", 200, "ok\n"))}),
+		stack.HTTPListener("backend", backendPort, []stack.M{backend}),
 	}
 	clusters := []stack.M{stack.Cluster("upstream", "127.0.0.1:"+strconv.Itoa(backendPort))}
 	if rlsAddr != "" {
@@ -199,8 +237,8 @@ type service struct {
 }
 
 // startService starts the setup's rate limit service on a fresh port, after
-// emptying Redis.
-func (b *built) startService(ctx context.Context, dir string, kind rls) (*service, error) {
+// emptying Redis, on the policy doc ("" for the setups' policy).
+func (b *built) startService(ctx context.Context, dir string, kind rls, doc string) (*service, error) {
 	if kind == rlsNone {
 		return &service{stop: func() {}}, nil
 	}
@@ -241,7 +279,9 @@ func (b *built) startService(ctx context.Context, dir string, kind rls) (*servic
 		cmd = exec.Command(b.floor, "-addr", addr)
 	case rlsSluice, rlsSluiceMemory, rlsSluiceLease:
 		pf := filepath.Join(dir, "bench.yaml")
-		doc := policy
+		if doc == "" {
+			doc = policy
+		}
 		if kind == rlsSluiceLease {
 			doc = strings.Replace(policy, "domain: bench\n", "domain: bench\nlease: auto\n", 1)
 		}

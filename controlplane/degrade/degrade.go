@@ -18,7 +18,9 @@
 // method is told every answer of the primary), and on the way back what
 // the fallback admitted is added to the primary's state (a fallback with an
 // Unload method, a primary with a Carry method: the memory and Redis
-// stores) before and right after decisions return to the primary.
+// stores) before and right after decisions return to the primary, with
+// the settlement tokens (store.Once) the fallback remembers (UnloadOnce,
+// MarkOnce), so that a retried settlement is not charged twice.
 //
 // When the fallback fails too, Decide returns the error; the caller then
 // applies each limit's failure mode.
@@ -104,6 +106,8 @@ type Store struct {
 	seeder            seeder   // nil: the fallback starts from nothing
 	unloader          unloader // with carrier: outage counts go back to the primary
 	carrier           carrier
+	onceUnloader      onceUnloader // with marker: settlement tokens go back to the primary
+	marker            onceMarker
 	noSeed            atomic.Bool // while degraded or carrying: the fallback's state must stay
 
 	degraded atomic.Bool
@@ -215,6 +219,8 @@ func New(primary, fallback store.Store, opts Options) (*Store, error) {
 	s.seeder, _ = fallback.(seeder)
 	s.unloader, _ = fallback.(unloader)
 	s.carrier, _ = primary.(carrier)
+	s.onceUnloader, _ = fallback.(onceUnloader)
+	s.marker, _ = primary.(onceMarker)
 	if s.deadline == 0 {
 		s.deadline = DefaultDeadline
 	}
@@ -286,8 +292,33 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 // touching the caller's slices.
 type call struct {
 	checks []store.Check
+	onces  []store.Once // the checks' Once, which the primary writes
 	out    []algorithms.Result
 	done   chan error // buffered: the attempt never blocks on send
+}
+
+// ownOnces points the Once of c's checks at c's own copies, so that an
+// attempt left running past the deadline writes nothing of the caller's.
+func (c *call) ownOnces() {
+	n := 0
+	for k := range c.checks {
+		if c.checks[k].Once != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	if cap(c.onces) < n {
+		c.onces = make([]store.Once, 0, n)
+	}
+	c.onces = c.onces[:0]
+	for k := range c.checks {
+		if o := c.checks[k].Once; o != nil {
+			c.onces = append(c.onces, *o)
+			c.checks[k].Once = &c.onces[len(c.onces)-1]
+		}
+	}
 }
 
 // withinDecider is a primary that bounds a decision by a timeout itself,
@@ -319,6 +350,7 @@ func (s *Store) tryPrimary(ctx context.Context, checks []store.Check, out []algo
 	}
 	c := s.calls.Get().(*call)
 	c.checks = append(c.checks[:0], checks...)
+	c.ownOnces()
 	if cap(c.out) < len(checks) {
 		c.out = make([]algorithms.Result, len(checks))
 	}
@@ -330,8 +362,14 @@ func (s *Store) tryPrimary(ctx context.Context, checks []store.Check, out []algo
 	case err := <-c.done:
 		if err == nil {
 			copy(out, c.out)
+			for k := range checks {
+				if o := checks[k].Once; o != nil {
+					o.Duplicate = c.checks[k].Once.Duplicate
+				}
+			}
 		}
 		clear(c.checks) // drop key references while pooled
+		clear(c.onces)
 		s.calls.Put(c)
 		if err != nil && pctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
 			return fmt.Errorf("%w (%v): %v", ErrDeadline, s.deadline, err)

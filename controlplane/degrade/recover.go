@@ -26,12 +26,25 @@ type carrier interface {
 	Carry(ctx context.Context, carries []store.Carry) (int, error)
 }
 
+// onceUnloader is a fallback that reports the store.Once tokens it
+// remembers (memory.Store.UnloadOnce).
+type onceUnloader interface {
+	UnloadOnce(fn func([]store.OnceMark) error) error
+}
+
+// onceMarker is a primary that remembers a fallback's store.Once tokens
+// (redisstore.Store.MarkOnce).
+type onceMarker interface {
+	MarkOnce(ctx context.Context, marks []store.OnceMark) error
+}
+
 // carryTimeout bounds each carry pass on the way back to the primary.
 const carryTimeout = 5 * time.Second
 
 // recover switches decisions back to the primary after a good probe,
-// carrying what the fallback admitted during the outage to the primary in
-// two passes: the first while the fallback still decides (every key the
+// carrying what the fallback admitted during the outage to the primary
+// (and the settlement tokens it remembers, see onceUnloader) in two
+// passes: the first while the fallback still decides (every key the
 // outage touched; if the primary fails it, the Store stays degraded and
 // the next probe tries again), the second right after the switch (what
 // the fallback admitted during the first pass; it also empties the
@@ -49,12 +62,26 @@ func (s *Store) recover(ctx context.Context) {
 		s.metrics.Carried.Add(float64(n))
 		return err
 	}
+	mark := func(ms []store.OnceMark) error {
+		cctx, cancel := context.WithTimeout(ctx, carryTimeout)
+		defer cancel()
+		return s.marker.MarkOnce(cctx, ms)
+	}
 	start := s.now()
 	canCarry := s.unloader != nil && s.carrier != nil
+	canMark := s.onceUnloader != nil && s.marker != nil
 	if canCarry {
 		if err := s.unloader.Unload(false, carry); err != nil {
 			s.metrics.ProbeFailures.Inc()
 			s.log.Warn("primary store answers again but refused the outage's counts: still deciding from the fallback store",
+				"primary", s.primary.Name(), "error", err.Error())
+			return
+		}
+	}
+	if canMark {
+		if err := s.onceUnloader.UnloadOnce(mark); err != nil {
+			s.metrics.ProbeFailures.Inc()
+			s.log.Warn("primary store answers again but refused the outage's settlement tokens: still deciding from the fallback store",
 				"primary", s.primary.Name(), "error", err.Error())
 			return
 		}
@@ -68,6 +95,12 @@ func (s *Store) recover(ctx context.Context) {
 	if canCarry {
 		if err := s.unloader.Unload(true, carry); err != nil {
 			s.log.Warn("carrying the last outage counts to the primary store failed: they are lost",
+				"primary", s.primary.Name(), "error", err.Error())
+		}
+	}
+	if canMark {
+		if err := s.onceUnloader.UnloadOnce(mark); err != nil {
+			s.log.Warn("giving the last settlement tokens of the outage to the primary store failed: a retry of those settlements may be charged again",
 				"primary", s.primary.Name(), "error", err.Error())
 		}
 	}

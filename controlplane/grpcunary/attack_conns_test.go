@@ -27,6 +27,14 @@ func (s *Server) openConns() []*conn {
 	return cs
 }
 
+// closingConns returns how many connections closed to make room have not
+// ended yet (each waits up to evictGrace for its peer to hang up).
+func (s *Server) closingConns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
 // TestAttackConnectionFlood: there was no cap on connections. Now a
 // connection beyond MaxConns makes room by closing the idlest (GOAWAY
 // NO_ERROR), or, when MaxConns of those are still closing, is sent GOAWAY

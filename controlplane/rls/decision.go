@@ -70,11 +70,14 @@ type pending struct {
 	n     int  // descriptors
 	quota bool // the caller spends quotas (see QuotaField)
 	req   *rlsv3.RateLimitRequest
+	onces []store.Once // a settlement's: per check (see attachOnce); nil otherwise
 }
 
-// prepare checks req and lists the store checks it needs. On success the
-// caller owns p.sc (putScratch once done with the results).
-func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
+// prepare checks req and lists the store checks it needs. settle holds the
+// call's x-sluice-settle values: nil for a decision, else the call is a
+// settlement (see settle.go). On success the caller owns p.sc (putScratch
+// once done with the results).
+func (s *Service) prepare(req *rlsv3.RateLimitRequest, settle []string) (p pending, err error) {
 	domainName := req.GetDomain()
 	descs := req.GetDescriptors()
 	switch {
@@ -84,6 +87,12 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 		return p, s.invalid(reasonNoDescriptors, "descriptors: must not be empty")
 	case len(descs) > s.maxDescriptors:
 		return p, s.invalid(reasonTooMany, "descriptors: %d in one request, more than the %d allowed", len(descs), s.maxDescriptors)
+	}
+	var token string
+	if settle != nil {
+		if token, err = s.checkSettle(settle, len(descs)); err != nil {
+			return p, err
+		}
 	}
 	ver := s.policies.Load()
 	dom := ver.set.Domain(domainName)
@@ -169,13 +178,21 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 			}
 			info := ver.infoOf(l)
 			cost, mode, tooLarge := s.checkCost(l, info, costs[i])
+			if settle != nil {
+				cost, mode = settleCost(costs[i])
+				tooLarge = false // charged whatever its size
+			}
 			checks = append(checks, store.Check{Key: store.Key(dom.Name, sc.entries, l.ID, info.store.Algorithm), Limit: info.store, Cost: cost, Mode: mode})
 			rule := info.counters(l, descs[i].GetEntries())
 			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge, cost: costs[i], rule: rule})
 		}
 	}
 	sc.checks, sc.slots = checks, slots
-	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, quota: acceptsQuota(req), req: req}, nil
+	var onces []store.Once
+	if settle != nil {
+		onces = attachOnce(token, checks, slots)
+	}
+	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, quota: acceptsQuota(req), req: req, onces: onces}, nil
 }
 
 // checkCost returns what the store is asked for one limit of a descriptor
@@ -206,6 +223,9 @@ func (s *Service) checkCost(l *policy.Limit, info *limitInfo, cost int64) (c int
 func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error) *rlsv3.RateLimitResponse {
 	sc, dom, dm, n := p.sc, p.dom, p.dm, p.n
 	outs, unlimited, slots := sc.outs, sc.unlimited, sc.slots
+	if p.onces != nil && storeErr == nil {
+		s.countSettled(p)
+	}
 	for k := range slots {
 		sl := &slots[k]
 		o := outcome{lim: sl.lim, info: sl.info}

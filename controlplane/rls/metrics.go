@@ -30,6 +30,9 @@ type Metrics struct {
 	Invalid *prometheus.CounterVec
 	// Latency is the time to answer a request, in seconds.
 	Latency prometheus.Histogram
+	// Settlements counts settled descriptors (x-sluice-settle) by result:
+	// applied (charged) or duplicate (a retry: nothing charged).
+	Settlements *prometheus.CounterVec
 
 	children sync.Map // domain label -> *domainMetrics
 }
@@ -82,13 +85,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time to answer a ShouldRateLimit request.",
 			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 17), // 25 µs .. 1.6 s
 		}),
+		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_settlements_total",
+			Help: "Descriptors of settlements (x-sluice-settle) by result: applied (charged) or duplicate (already applied: nothing charged).",
+		}, []string{"result"}),
 	}
+	m.Settlements.WithLabelValues(settleApplied)
+	m.Settlements.WithLabelValues(settleDuplicate)
 	for _, r := range []string{reasonEmptyDomain, reasonNoDescriptors, reasonTooMany, reasonBadOverride,
-		reasonNegativeHits, reasonNilDescriptor, reasonTooManyEntries} {
+		reasonNegativeHits, reasonNilDescriptor, reasonTooManyEntries, reasonBadSettleToken, reasonTooManySettled} {
 		m.Invalid.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.OverLimit, m.ShadowOverLimit, m.StoreErrors, m.FailureMode, m.Invalid, m.Latency)
+		reg.MustRegister(m.Decisions, m.OverLimit, m.ShadowOverLimit, m.StoreErrors, m.FailureMode, m.Invalid, m.Latency, m.Settlements)
 	}
 	return m
 }

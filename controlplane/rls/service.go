@@ -45,6 +45,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
@@ -198,17 +199,30 @@ func (s *Service) Register(r grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitSer
 // ShouldRateLimit decides one request. Malformed requests are refused with
 // InvalidArgument naming the field; store failures are not errors (see the
 // package comment); an error is returned otherwise only when ctx ends.
+//
+// A call whose gRPC metadata (grpc-go's incoming context) holds
+// x-sluice-settle is a settlement (see SettleHeader).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	var settle []string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		settle = md.Get(SettleHeader)
+	}
+	return s.shouldRateLimit(ctx, req, settle)
+}
+
+// shouldRateLimit is ShouldRateLimit with the call's x-sluice-settle values
+// (nil: none).
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, settle []string) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
-	resp, err := s.decide(ctx, req)
+	resp, err := s.decide(ctx, req, settle)
 	s.metrics.Latency.Observe(time.Since(start).Seconds())
 	return resp, err
 }
 
 // decide is ShouldRateLimit without the latency measurement: prepare, one
 // store call, finish.
-func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	p, err := s.prepare(req)
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, settle []string) (*rlsv3.RateLimitResponse, error) {
+	p, err := s.prepare(req, settle)
 	if err != nil {
 		return nil, err
 	}
@@ -225,6 +239,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 			}
 			p.dm.storeErrors.Inc()
 			s.logStoreError(p.label, storeErr)
+			if p.onces != nil {
+				return nil, errSettleUndecided
+			}
 		}
 	}
 	return s.finish(&p, results, storeErr), nil

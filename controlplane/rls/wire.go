@@ -67,9 +67,10 @@ func (s *Service) appendWire(dst []byte, resp *rlsv3.RateLimitResponse) ([]byte,
 
 // WireCall is one call of ShouldRateLimitBatch.
 type WireCall struct {
-	Req  []byte // the RateLimitRequest's wire bytes
-	Resp []byte // the RateLimitResponse's, appended by ShouldRateLimitBatch...
-	Err  error  // ...or why the call failed, as a gRPC status error
+	Req    []byte   // the RateLimitRequest's wire bytes
+	Settle []string // the call's x-sluice-settle values: nil but for a settlement (SettleHeader)
+	Resp   []byte   // the RateLimitResponse's, appended by ShouldRateLimitBatch...
+	Err    error    // ...or why the call failed, as a gRPC status error
 }
 
 // batch is the working storage of one ShouldRateLimitBatch.
@@ -106,7 +107,7 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, calls []WireCall) {
 			c.Err = err
 			continue
 		}
-		p, err := s.prepare(r)
+		p, err := s.prepare(r, c.Settle)
 		if err != nil {
 			c.Err = err
 			continue
@@ -131,6 +132,9 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, calls []WireCall) {
 		switch {
 		case abandoned:
 			c.Err = status.FromContextError(ctx.Err()).Err()
+		case storeErr != nil && p.onces != nil:
+			p.dm.storeErrors.Inc()
+			c.Err = errSettleUndecided
 		default:
 			if storeErr != nil {
 				p.dm.storeErrors.Inc()

@@ -42,8 +42,9 @@ var wireCalls = sync.Pool{New: func() any { return new([]rls.WireCall) }}
 // together share one store call), and the health check.
 func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options, log *slog.Logger, tr *tracing.Tracer) *unaryServer {
 	opts.Logger = log
+	opts.KeepHeaders = []string{rls.SettleHeader} // a settlement (sluice's filter)
 	if tr != nil {
-		opts.KeepHeaders = tr.Headers()
+		opts.KeepHeaders = append(opts.KeepHeaders, tr.Headers()...)
 	}
 	u := &unaryServer{grpcunary.New(opts)}
 	u.HandleBatch(shouldRateLimitMethod, func(ctx context.Context, calls []grpcunary.Call) {
@@ -57,7 +58,7 @@ func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options,
 		wc := wireCalls.Get().(*[]rls.WireCall)
 		ws := (*wc)[:0]
 		for i := range calls {
-			ws = append(ws, rls.WireCall{Req: calls[i].Req, Resp: calls[i].Resp})
+			ws = append(ws, rls.WireCall{Req: calls[i].Req, Resp: calls[i].Resp, Settle: settleValues(calls[i].Headers)})
 		}
 		svc.ShouldRateLimitBatch(ctx, ws)
 		for i := range calls {
@@ -82,6 +83,18 @@ func newUnaryServer(svc *rls.Service, hs *health.Server, opts grpcunary.Options,
 		return proto.Marshal(out)
 	})
 	return u
+}
+
+// settleValues returns the x-sluice-settle values among the headers
+// grpcunary kept: nil when the call is not a settlement.
+func settleValues(hs []grpcunary.Header) []string {
+	var vs []string
+	for _, h := range hs {
+		if h.Name == rls.SettleHeader {
+			vs = append(vs, h.Value)
+		}
+	}
+	return vs
 }
 
 // headerCarrier reads the headers grpcunary kept for tracing.

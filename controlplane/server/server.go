@@ -174,6 +174,10 @@ type Config struct {
 	// its defaults.
 	MemoryMaxEntries int
 	MemoryMaxBytes   int64
+	// SettleDedupeTTL is how long a settlement's token is remembered
+	// (x-sluice-settle: applied at most once within it), by Redis and by
+	// the memory store; 0 means 15 minutes.
+	SettleDedupeTTL time.Duration
 	// ShutdownTimeout bounds the graceful drain; 0 means
 	// DefaultShutdownTimeout. Calls still running then are cut.
 	ShutdownTimeout time.Duration
@@ -302,7 +306,7 @@ func (s *Server) build() error {
 	cfg := s.cfg
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	s.memory = memory.New(memory.Options{MaxEntries: cfg.MemoryMaxEntries, MaxBytes: cfg.MemoryMaxBytes})
+	s.memory = memory.New(memory.Options{MaxEntries: cfg.MemoryMaxEntries, MaxBytes: cfg.MemoryMaxBytes, OnceTTL: cfg.SettleDedupeTTL})
 	s.registerMemoryMetrics()
 	if err := s.buildStore(); err != nil {
 		return err

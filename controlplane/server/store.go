@@ -95,7 +95,7 @@ func (s *Server) buildStore() error {
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50 µs .. 1.6 s
 	})
 	s.registry.MustRegister(latency)
-	primary, err := redisstore.New(s.client, redisstore.Options{MaxInFlight: 1, NoFunctions: rc.NoFunctions,
+	primary, err := redisstore.New(s.client, redisstore.Options{MaxInFlight: 1, NoFunctions: rc.NoFunctions, OnceTTL: s.cfg.SettleDedupeTTL,
 		RoundTrip: func(d time.Duration) { latency.Observe(d.Seconds()) }})
 	if err != nil {
 		return err
@@ -152,6 +152,10 @@ func (s *Server) registerMemoryMetrics() {
 			stat(func(st memory.Stats) float64 { return float64(st.Evicted) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memory_expired_total", Help: "Expired memory-store entries swept."},
 			stat(func(st memory.Stats) float64 { return float64(st.Expired) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_memory_settle_tokens", Help: "Settlement tokens the memory store remembers as applied (at most 100,000)."},
+			stat(func(st memory.Stats) float64 { return float64(st.Once) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memory_settle_tokens_dropped_total", Help: "Settlement tokens the memory store forgot before their TTL to stay within its bound (a retry of one would be charged again)."},
+			stat(func(st memory.Stats) float64 { return float64(st.OnceDropped) })),
 	)
 }
 

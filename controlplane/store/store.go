@@ -7,6 +7,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice/shared/algorithms"
@@ -92,6 +93,26 @@ type Check struct {
 	Limit Limit
 	Cost  int64 // hits_addend; 0 peeks (Take)
 	Mode  Mode  // Take (the zero value), Probe or Charge
+	// Once, when not nil, makes a Charge apply at most once per
+	// (Once.Token, Key) within the store's dedupe TTL (see Once). Only
+	// Charge checks take it.
+	Once *Once
+}
+
+// MaxOnceToken bounds the length of Once.Token.
+const MaxOnceToken = 128
+
+// Once makes a Charge check idempotent: the settlement of usage that a
+// client may send again (a retry after a lost answer). The first check of a
+// (Token, Key) pair within the store's dedupe TTL is charged; a later one
+// charges nothing. Either way the check's Result is a Probe of the key
+// after it: Allowed reports whether a request of cost 1 would pass now,
+// RetryAfter how long until one would, Remaining the true remaining. The
+// store sets Duplicate when it did not charge. A Redis store records the
+// pair in the key's hash slot in the same script call as the charge.
+type Once struct {
+	Token     string // 1 to MaxOnceToken bytes, chosen by the client
+	Duplicate bool   // set by Decide: the pair was applied before
 }
 
 // Store decides checks against shared state.
@@ -104,6 +125,28 @@ type Store interface {
 	Decide(ctx context.Context, checks []Check, out []algorithms.Result) error
 	// Name identifies the store in logs and metrics ("memory", "redis").
 	Name() string
+}
+
+// OnceMark is a store.Once token that a fallback store remembers, for the
+// primary to remember as well when it decides again (see
+// memory.Store.UnloadOnce): the pair (Token, Key) for Left more.
+type OnceMark struct {
+	Key, Token string
+	Left       time.Duration
+}
+
+// ValidOnce reports whether c's Once (if any) is usable: a Charge check
+// with a token of 1 to MaxOnceToken bytes.
+func ValidOnce(c *Check) error {
+	switch {
+	case c.Once == nil:
+		return nil
+	case c.Mode != Charge:
+		return errors.New("once: only a charge takes a token")
+	case len(c.Once.Token) == 0 || len(c.Once.Token) > MaxOnceToken:
+		return fmt.Errorf("once: token of %d bytes, want 1 to %d", len(c.Once.Token), MaxOnceToken)
+	}
+	return nil
 }
 
 // ErrInvalidLimit is returned (wrapped) for a check whose limit the

@@ -20,13 +20,36 @@ type PluginConfig struct {
 	RateLimits    []RateLimit `json:"rate_limits"`               // one descriptor each
 	Precheck      *Precheck   `json:"precheck,omitempty"`        // local precheck
 	Headers       *Headers    `json:"headers,omitempty"`         // rate limit headers to emit
+	Settle        *Settle     `json:"settle,omitempty"`          // how usage settlements are sent
 }
 
 // RateLimit builds one descriptor from its actions.
 type RateLimit struct {
 	Actions    []Action `json:"actions"`               // descriptor entries, in order
 	HitsAddend int      `json:"hits_addend,omitempty"` // cost of one request
+	Usage      *Usage   `json:"usage,omitempty"`       // charge what the response says it cost
 }
+
+// Usage makes a rate limit usage-based (issue 24): a reserve is asked at
+// request time, the actual cost is settled at the end of the stream.
+type Usage struct {
+	Reserve       *int   `json:"reserve,omitempty"`        // cost asked at request time (nil: the filter's default, 1)
+	Source        M      `json:"source"`                   // where the cost comes from, e.g. {"response_trailer": "x-usage-tokens"}
+	RequestHeader string `json:"request_header,omitempty"` // request-time cost from this header
+	Missing       any    `json:"missing,omitempty"`        // "reserve" | "zero" | a number
+	OnDisconnect  string `json:"on_disconnect,omitempty"`  // "reserve" | "bytes"
+}
+
+// Settle configures how the filter sends settlements (plugin level).
+type Settle struct {
+	BatchMax   *int `json:"batch_max,omitempty"`   // settlements per call
+	IntervalMS *int `json:"interval_ms,omitempty"` // how often batches are sent (0: at stream end)
+	QueueMax   *int `json:"queue_max,omitempty"`   // settlements queued per VM; beyond, lost and counted
+	TimeoutMS  *int `json:"timeout_ms,omitempty"`  // deadline of one settle call
+}
+
+// Int returns a pointer to n, for the optional numbers of Usage and Settle.
+func Int(n int) *int { return &n }
 
 // Action is one descriptor entry: a single-key object such as
 // {"remote_address": {}}.

@@ -153,6 +153,8 @@ type Handler interface {
 	RequestHeaders(id uint32, numHeaders int, endOfStream bool) uint32
 	RecoverRequestHeaders(r any) uint32
 	OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) uint32
+	OnResponseBody(id uint32, bodySize int, endOfStream bool) uint32
+	OnResponseTrailers(id uint32, numTrailers int) uint32
 	OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, numTrailers int)
 	// OnGRPCReceive delivers the response message of a unary gRPC call;
 	// OnGRPCClose says that the call failed with a gRPC status.

@@ -99,6 +99,20 @@ func proxyOnResponseHeaders(id, numHeaders uint32, endOfStream bool) (action uin
 	return handler.OnResponseHeaders(id, int(numHeaders), endOfStream)
 }
 
+//go:wasmexport proxy_on_response_body
+func proxyOnResponseBody(id, bodySize uint32, endOfStream bool) (action uint32) {
+	scratch.enter()
+	defer guard()
+	return handler.OnResponseBody(id, int(bodySize), endOfStream)
+}
+
+//go:wasmexport proxy_on_response_trailers
+func proxyOnResponseTrailers(id, numTrailers uint32) (action uint32) {
+	scratch.enter()
+	defer guard()
+	return handler.OnResponseTrailers(id, int(numTrailers))
+}
+
 //go:wasmexport proxy_on_http_call_response
 func proxyOnHTTPCallResponse(rootID, callID, numHeaders, bodySize, numTrailers uint32) {
 	scratch.enter()

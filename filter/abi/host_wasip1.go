@@ -109,6 +109,24 @@ func (h *Host) header(m MapType, name string) (string, bool) {
 // RequestHeader returns a request header of the current stream.
 func (h *Host) RequestHeader(name string) (string, bool) { return h.header(MapRequestHeaders, name) }
 
+// ResponseHeader returns a response header of the current stream.
+func (h *Host) ResponseHeader(name string) (string, bool) { return h.header(MapResponseHeaders, name) }
+
+// ResponseTrailer returns a response trailer of the current stream.
+func (h *Host) ResponseTrailer(name string) (string, bool) {
+	return h.header(MapResponseTrailers, name)
+}
+
+// Property returns a property of the current stream (path segments
+// separated by NUL), as the host serializes it.
+func (h *Host) Property(path string) ([]byte, bool) {
+	outData, outSize = 0, 0
+	if Status(proxyGetProperty(path, &outData, &outSize)) != StatusOK {
+		return nil, false
+	}
+	return viewBytes(outData, outSize), true
+}
+
 // CallResponseHeader returns a header of an HTTP call's response.
 func (h *Host) CallResponseHeader(name string) (string, bool) {
 	return h.header(MapCallResponseHeaders, name)

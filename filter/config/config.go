@@ -21,14 +21,18 @@
 //	  ],
 //	  "precheck": {"enabled": true, "max_entries": 10000},
 //	  "headers": {"draft10": true, "legacy": false, "retry_after": true, "failure_mode": false, "delayed": false},
-//	  "max_held": 1000
+//	  "max_held": 1000,
+//	  "shared_state": true
 //	}
 //
 // Each entry of rate_limits produces at most one descriptor, built from its
 // actions in order, as Envoy's route rate_limits do.
 package config
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // Defaults and bounds.
 const (
@@ -122,12 +126,24 @@ type Config struct {
 	// worker) holds at once while the control plane makes them wait
 	// (algorithm reserve); a request beyond it is answered 429.
 	MaxHeld int
+	// Settle is how the settlements of usage-based rate limits are sent.
+	Settle Settle
+	// SharedState makes the VMs of one proxy share their state through
+	// proxy-wasm shared data: the precheck's over-limit blocks and the
+	// lease pools (package sharedblocks). Off, each VM keeps its own, as
+	// if it were alone: a benchmark's baseline.
+	SharedState bool
 }
 
 // RateLimit builds one descriptor from its actions.
 type RateLimit struct {
-	Actions    []Action // entries, in order
-	HitsAddend uint32   // cost of one request for this descriptor, >= 1
+	Actions []Action // entries, in order
+	// HitsAddend is the cost of one request for this descriptor: >= 1, or
+	// for a usage-based rate limit its reserve (0 = a probe).
+	HitsAddend uint32
+	// Usage makes the rate limit usage-based (nil: it is not): the actual
+	// cost is read from the response and settled at stream end.
+	Usage *Usage
 }
 
 // Action produces one descriptor entry.
@@ -185,6 +201,8 @@ func Parse(data []byte) (*Config, error) {
 		Precheck:      Precheck{Enabled: true, MaxEntries: DefaultMaxEntries},
 		Headers:       Headers{Draft10: true, RetryAfter: true},
 		MaxHeld:       DefaultMaxHeld,
+		Settle:        defaultSettle,
+		SharedState:   true,
 	}
 	if err := c.decode(root); err != nil {
 		return nil, err
@@ -279,6 +297,16 @@ func (c *Config) decode(root value) error {
 		}
 		c.MaxHeld = int(n)
 	}
+	if v, ok := o.get("settle"); ok {
+		if err := c.Settle.decode(v, "settle"); err != nil {
+			return err
+		}
+	}
+	if v, ok := o.get("shared_state"); ok {
+		if c.SharedState, err = asBool(v, "shared_state"); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -331,111 +359,185 @@ func (h *Headers) decode(v value, field string) error {
 	return nil
 }
 
-// object is a JSON object with the path it was found at.
-type object struct {
-	v     value
-	field string
-}
-
-func asObject(v value, field string) (object, error) {
-	if v.kind != kindObject {
-		what := "the configuration"
-		if field != "" {
-			return object{}, &FieldError{field, "must be an object, not " + v.kind.String()}
+func rateLimits(v value, field string) ([]RateLimit, error) {
+	if v.kind != kindArray {
+		return nil, &FieldError{field, "must be an array, not " + v.kind.String()}
+	}
+	if len(v.items) == 0 {
+		return nil, &FieldError{field, "must hold at least one rate limit"}
+	}
+	if len(v.items) > MaxRateLimits {
+		return nil, &FieldError{field, "must hold at most " + strconv.Itoa(MaxRateLimits) + " rate limits"}
+	}
+	out := make([]RateLimit, len(v.items))
+	for i, item := range v.items {
+		path := field + "[" + strconv.Itoa(i) + "]"
+		o, err := asObject(item, path)
+		if err != nil {
+			return nil, err
 		}
-		return object{}, &FieldError{"", what + " must be a JSON object, not " + v.kind.String()}
-	}
-	return object{v: v, field: field}, nil
-}
-
-func (o object) path(name string) string {
-	if o.field == "" {
-		return name
-	}
-	return o.field + "." + name
-}
-
-func (o object) get(name string) (value, bool) {
-	for _, m := range o.v.members {
-		if m.name == name {
-			return m.value, true
+		if err := o.only(rateLimitFields...); err != nil {
+			return nil, err
 		}
-	}
-	return value{}, false
-}
-
-// only rejects members other than the named ones.
-func (o object) only(names ...string) error {
-	for _, m := range o.v.members {
-		known := false
-		for _, n := range names {
-			if m.name == n {
-				known = true
-				break
+		out[i].HitsAddend = 1
+		if v, ok := o.get("hits_addend"); ok {
+			n, err := integer(v, o.path("hits_addend"), 1, 1<<32-1)
+			if err != nil {
+				return nil, err
 			}
+			out[i].HitsAddend = uint32(n)
 		}
-		if !known {
-			return &FieldError{o.path(m.name), "is not a known field"}
+		if uv, ok := o.get("usage"); ok {
+			if _, both := o.get("hits_addend"); both {
+				return nil, &FieldError{o.path("usage"), "cannot be set with hits_addend: usage.reserve is the request-time cost"}
+			}
+			if out[i].Usage, err = usage(uv, o.path("usage")); err != nil {
+				return nil, err
+			}
+			out[i].HitsAddend = out[i].Usage.Reserve
+		}
+		av, ok := o.get("actions")
+		if !ok {
+			return nil, &FieldError{o.path("actions"), "is required"}
+		}
+		if out[i].Actions, err = actions(av, o.path("actions")); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func actions(v value, field string) ([]Action, error) {
+	if v.kind != kindArray {
+		return nil, &FieldError{field, "must be an array, not " + v.kind.String()}
+	}
+	if len(v.items) == 0 {
+		return nil, &FieldError{field, "must hold at least one action"}
+	}
+	if len(v.items) > MaxActions {
+		return nil, &FieldError{field, "must hold at most " + strconv.Itoa(MaxActions) + " actions"}
+	}
+	out := make([]Action, len(v.items))
+	for i, item := range v.items {
+		path := field + "[" + strconv.Itoa(i) + "]"
+		o, err := asObject(item, path)
+		if err != nil {
+			return nil, err
+		}
+		if len(o.v.members) != 1 {
+			return nil, &FieldError{path, "must have exactly one of remote_address, request_headers, path, method, generic_key"}
+		}
+		m := o.v.members[0]
+		body, err := asObject(m.value, o.path(m.name))
+		if err != nil {
+			return nil, err
+		}
+		a := &out[i]
+		switch m.name {
+		case "remote_address":
+			a.Kind = RemoteAddress
+			err = body.keyOnly(a, DefaultRemoteAddressKey)
+		case "path":
+			a.Kind = Path
+			err = body.keyOnly(a, DefaultPathKey)
+		case "method":
+			a.Kind = Method
+			err = body.keyOnly(a, DefaultMethodKey)
+		case "generic_key":
+			a.Kind = GenericKey
+			err = body.genericKey(a)
+		case "request_headers":
+			a.Kind = RequestHeader
+			err = body.requestHeaders(a)
+		default:
+			return nil, &FieldError{o.path(m.name), "is not a known action (remote_address, request_headers, path, method, generic_key)"}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (o object) keyOnly(a *Action, def string) error {
+	if err := o.only(actionFieldsOf(a.Kind)...); err != nil {
+		return err
+	}
+	return o.descriptorKey(a, def)
+}
+
+func (o object) descriptorKey(a *Action, def string) error {
+	a.DescriptorKey = def
+	if v, ok := o.get("descriptor_key"); ok {
+		var err error
+		if a.DescriptorKey, err = nonEmptyString(v, o.path("descriptor_key")); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-func (o object) requiredString(name string) (string, error) {
-	v, ok := o.get(name)
-	if !ok {
-		return "", &FieldError{o.path(name), "is required"}
+func (o object) genericKey(a *Action) error {
+	if err := o.only(actionFieldsOf(GenericKey)...); err != nil {
+		return err
 	}
-	return nonEmptyString(v, o.path(name))
+	var err error
+	if a.DescriptorValue, err = o.requiredString("descriptor_value"); err != nil {
+		return err
+	}
+	return o.descriptorKey(a, DefaultGenericKey)
 }
 
-func asString(v value, field string) (string, error) {
-	if v.kind != kindString {
-		return "", &FieldError{field, "must be a string, not " + v.kind.String()}
+func (o object) requestHeaders(a *Action) error {
+	if err := o.only(actionFieldsOf(RequestHeader)...); err != nil {
+		return err
 	}
-	return v.text, nil
-}
-
-func nonEmptyString(v value, field string) (string, error) {
-	s, err := asString(v, field)
-	if err == nil && s == "" {
-		err = &FieldError{field, "must not be empty"}
-	}
-	return s, err
-}
-
-func asBool(v value, field string) (bool, error) {
-	if v.kind != kindBool {
-		return false, &FieldError{field, "must be true or false, not " + v.kind.String()}
-	}
-	return v.boolean, nil
-}
-
-// integer accepts a JSON number that is a whole number within [lo, hi].
-func integer(v value, field string, lo, hi int64) (int64, error) {
-	if v.kind != kindNumber {
-		return 0, &FieldError{field, "must be a number, not " + v.kind.String()}
-	}
-	n, err := strconv.ParseInt(v.text, 10, 64)
+	name, err := o.requiredString("header_name")
 	if err != nil {
-		return 0, &FieldError{field, "must be a whole number, not " + v.text}
+		return err
 	}
-	if n < lo || n > hi {
-		return 0, &FieldError{field, "must be between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10)}
+	if !validHeaderName(name) {
+		return &FieldError{o.path("header_name"), "is not a valid header name: " + strconv.Quote(name)}
 	}
-	return n, nil
+	a.HeaderName = strings.ToLower(name)
+	if a.DescriptorKey, err = o.requiredString("descriptor_key"); err != nil {
+		return err
+	}
+	if v, ok := o.get("skip_if_absent"); ok {
+		if a.SkipIfAbsent, err = asBool(v, o.path("skip_if_absent")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// duration accepts a Go duration string ("20ms", "1.5s") or, as protobuf
-// JSON writes durations, seconds with an "s" suffix ("0.020s").
-func duration(v value, field string) (int64, error) {
-	s, err := asString(v, field)
-	if err != nil {
-		return 0, &FieldError{field, "must be a duration string such as \"20ms\", not " + v.kind.String()}
+// actionFieldsOf returns the fields of the action of kind k.
+func actionFieldsOf(k ActionKind) []string {
+	name := map[ActionKind]string{RemoteAddress: "remote_address", RequestHeader: "request_headers", Path: "path",
+		Method: "method", GenericKey: "generic_key"}[k]
+	for _, a := range actionFields {
+		if a.name == name {
+			return a.fields
+		}
 	}
-	d, ok := parseDuration(s)
-	if !ok {
-		return 0, &FieldError{field, "is not a duration: " + strconv.Quote(s)}
+	return nil
+}
+
+// validHeaderName accepts an HTTP token, optionally with a leading ':' for
+// the HTTP/2 pseudo-headers (:authority, :path, ...).
+func validHeaderName(s string) bool {
+	s = strings.TrimPrefix(s, ":")
+	if s == "" {
+		return false
 	}
-	return d, nil
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -23,11 +23,16 @@ const full = `{
       {"path": {"descriptor_key": "route"}},
       {"method": {}}
     ], "hits_addend": 3},
-    {"actions": [{"generic_key": {"descriptor_value": "all"}}]}
+    {"actions": [{"generic_key": {"descriptor_value": "all"}}]},
+    {"actions": [{"remote_address": {}}], "usage": {"reserve": 0, "source": {"response_trailer": "X-Usage-Tokens"},
+      "request_header": "X-Request-Cost", "missing": 7, "on_disconnect": "bytes"}},
+    {"actions": [{"remote_address": {}}], "usage": {"source": {"dynamic_metadata": {"namespace": "io.envoy.ai_gateway", "key": "llm_total_token"}}}}
   ],
+  "settle": {"batch_max": 8, "interval_ms": 0, "queue_max": 100, "timeout_ms": 250},
   "precheck": {"enabled": false, "max_entries": 50},
   "headers": {"draft10": false, "legacy": true, "retry_after": false, "failure_mode": true, "delayed": true},
-  "max_held": 7
+  "max_held": 7,
+  "shared_state": false
 }`
 
 func TestParseFull(t *testing.T) {
@@ -51,10 +56,17 @@ func TestParseFull(t *testing.T) {
 				{Kind: Method, DescriptorKey: "method"},
 			}},
 			{HitsAddend: 1, Actions: []Action{{Kind: GenericKey, DescriptorKey: "generic_key", DescriptorValue: "all"}}},
+			{HitsAddend: 0, Actions: []Action{{Kind: RemoteAddress, DescriptorKey: "remote_address"}},
+				Usage: &Usage{Reserve: 0, Source: SourceResponseTrailer, Name: "x-usage-tokens", RequestHeader: "x-request-cost",
+					Missing: MissingCost, MissingCost: 7, OnDisconnect: DisconnectBytes}},
+			{HitsAddend: 1, Actions: []Action{{Kind: RemoteAddress, DescriptorKey: "remote_address"}},
+				Usage: &Usage{Reserve: 1, Source: SourceDynamicMetadata, Namespace: "io.envoy.ai_gateway", Key: "llm_total_token"}},
 		},
-		Precheck: Precheck{Enabled: false, MaxEntries: 50},
-		Headers:  Headers{Draft10: false, Legacy: true, RetryAfter: false, FailureMode: true, Delayed: true},
-		MaxHeld:  7,
+		Settle:      Settle{BatchMax: 8, IntervalMs: 0, QueueMax: 100, TimeoutMs: 250},
+		Precheck:    Precheck{Enabled: false, MaxEntries: 50},
+		Headers:     Headers{Draft10: false, Legacy: true, RetryAfter: false, FailureMode: true, Delayed: true},
+		MaxHeld:     7,
+		SharedState: false,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -68,7 +80,8 @@ func TestParseDefaults(t *testing.T) {
 	}
 	if c.Authority != "cp" || c.Transport != TransportHTTP || c.Timeout != int64(20*time.Millisecond) || c.FailureMode != FailOpen ||
 		c.StatusOnError != 500 || !c.Precheck.Enabled || c.Precheck.MaxEntries != DefaultMaxEntries ||
-		c.Headers != (Headers{Draft10: true, RetryAfter: true}) {
+		c.Headers != (Headers{Draft10: true, RetryAfter: true}) || !c.SharedState ||
+		c.Settle != (Settle{BatchMax: 64, IntervalMs: 100, QueueMax: 4096, TimeoutMs: 1000}) {
 		t.Fatalf("defaults wrong: %+v", c)
 	}
 	c, err = Parse([]byte(`{"cluster":"cp","domain":"d","precheck":false,"timeout":"0.5s","rate_limits":[{"actions":[{"method":{}}]}]}`))
@@ -123,6 +136,34 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"headers unknown", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"headers":{"draft9":true}}`, "headers.draft9", "is not a known field"},
 		{"max_held negative", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"max_held":-1}`, "max_held", "between 0 and"},
 		{"max_held too large", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"max_held":100001}`, "max_held", "between 0 and"},
+		{"usage type", base(`[{"actions":[{"method":{}}],"usage":1}]`), "rate_limits[0].usage", "must be an object, not a number"},
+		{"usage with hits", base(`[{"actions":[{"method":{}}],"hits_addend":2,"usage":{"source":{"response_body_bytes":{}}}}]`), "rate_limits[0].usage", "cannot be set with hits_addend"},
+		{"usage unknown", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{}},"reserv":1}}]`), "rate_limits[0].usage.reserv", "is not a known field"},
+		{"usage no source", base(`[{"actions":[{"method":{}}],"usage":{"reserve":1}}]`), "rate_limits[0].usage.source", "is required"},
+		{"usage two sources", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_header":"a","response_trailer":"b"}}}]`), "rate_limits[0].usage.source", "exactly one of"},
+		{"usage unknown source", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_cookie":"a"}}}]`), "rate_limits[0].usage.source.response_cookie", "is not a known source"},
+		{"usage header type", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_header":5}}}]`), "rate_limits[0].usage.source.response_header", "must be a string, not a number"},
+		{"usage header bad", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_trailer":"x y"}}}]`), "rate_limits[0].usage.source.response_trailer", "not a valid header name"},
+		{"usage pseudo header", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_header":":status"}}}]`), "rate_limits[0].usage.source.response_header", "not a valid header name"},
+		{"usage metadata key", base(`[{"actions":[{"method":{}}],"usage":{"source":{"dynamic_metadata":{"namespace":"n"}}}}]`), "rate_limits[0].usage.source.dynamic_metadata.key", "is required"},
+		{"usage metadata extra", base(`[{"actions":[{"method":{}}],"usage":{"source":{"dynamic_metadata":{"namespace":"n","key":"k","path":"p"}}}}]`), "rate_limits[0].usage.source.dynamic_metadata.path", "is not a known field"},
+		{"usage body field", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{"max":1}}}}]`), "rate_limits[0].usage.source.response_body_bytes.max", "is not a known field"},
+		{"usage reserve negative", base(`[{"actions":[{"method":{}}],"usage":{"reserve":-1,"source":{"response_body_bytes":{}}}}]`), "rate_limits[0].usage.reserve", "between 0 and"},
+		{"usage reserve frac", base(`[{"actions":[{"method":{}}],"usage":{"reserve":1.5,"source":{"response_body_bytes":{}}}}]`), "rate_limits[0].usage.reserve", "whole number"},
+		{"usage reserve huge", base(`[{"actions":[{"method":{}}],"usage":{"reserve":4294967296,"source":{"response_body_bytes":{}}}}]`), "rate_limits[0].usage.reserve", "between 0 and 4294967295"},
+		{"usage missing word", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{}},"missing":"none"}}]`), "rate_limits[0].usage.missing", `must be "reserve", "zero" or a number`},
+		{"usage missing type", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{}},"missing":true}}]`), "rate_limits[0].usage.missing", "not a boolean"},
+		{"usage missing negative", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{}},"missing":-3}}]`), "rate_limits[0].usage.missing", "between 0 and"},
+		{"usage disconnect", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{}},"on_disconnect":"zero"}}]`), "rate_limits[0].usage.on_disconnect", `must be "reserve" or "bytes"`},
+		{"usage request header", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{}},"request_header":""}}]`), "rate_limits[0].usage.request_header", "must not be empty"},
+		{"settle type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":[]}`, "settle", "must be an object, not an array"},
+		{"settle unknown", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"batch":2}}`, "settle.batch", "is not a known field"},
+		{"settle batch zero", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"batch_max":0}}`, "settle.batch_max", "between 1 and 64"},
+		{"settle batch big", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"batch_max":65}}`, "settle.batch_max", "between 1 and 64"},
+		{"settle interval", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"interval_ms":-1}}`, "settle.interval_ms", "between 0 and 60000"},
+		{"settle queue", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"queue_max":0}}`, "settle.queue_max", "between 1 and 65536"},
+		{"settle timeout type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"timeout_ms":"1s"}}`, "settle.timeout_ms", "must be a number, not a string"},
+		{"shared_state type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"shared_state":"no"}`, "shared_state", "must be true or false"},
 		{"headers type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"headers":{"legacy":1}}`, "headers.legacy", "must be true or false"},
 	}
 	for _, tt := range tests {
@@ -187,7 +228,7 @@ func docWith(path string, bogus bool) string {
 	}
 	val := map[string]string{"enabled": "true", "max_entries": "5", "draft10": "true", "legacy": "true", "retry_after": "true",
 		"failure_mode": `"open"`, "delayed": "true", "hits_addend": "2", "skip_if_absent": "true", "timeout": `"5ms"`,
-		"status_on_error": "503", "max_held": "3", "precheck": "true", "headers": "{}", "header_name": `"x-a"`}[leaf]
+		"status_on_error": "503", "max_held": "3", "shared_state": "false", "precheck": "true", "headers": "{}", "header_name": `"x-a"`}[leaf]
 	if strings.HasPrefix(path, "headers.") {
 		val = strings.Replace(val, `"open"`, "true", 1)
 	}
@@ -196,6 +237,9 @@ func docWith(path string, bogus bool) string {
 	}
 	base := map[string]string{"cluster": `"c"`, "domain": `"d"`}
 	rl := `[{"actions": [{"remote_address": {}}]}]`
+	if doc, ok := usageDocWith(parts, leaf, bogus); ok {
+		return doc
+	}
 	switch {
 	case len(parts) == 1 && (leaf == "rate_limits" || leaf == "cluster" || leaf == "domain"):
 		// always present
@@ -239,4 +283,44 @@ func docWith(path string, bogus bool) string {
 		out += `, "` + k + `": ` + v
 	}
 	return out + "}"
+}
+
+// usageDocWith is docWith for the usage and settle fields; ok is false for
+// the others.
+func usageDocWith(parts []string, leaf string, bogus bool) (doc string, ok bool) {
+	const head = `{"cluster": "c", "domain": "d", `
+	const rlHead = `"rate_limits": [{"actions": [{"remote_address": {}}]`
+	source := `{"response_body_bytes": {}}`
+	switch {
+	case parts[0] == "settle" && len(parts) == 1:
+		return head + `"rate_limits": [{"actions": [{"remote_address": {}}]}], "` + leaf + `": {}}`, true
+	case parts[0] == "settle":
+		return head + `"rate_limits": [{"actions": [{"remote_address": {}}]}], "settle": {"` + leaf + `": 5}}`, true
+	case len(parts) < 2 || parts[1] != "usage":
+		return "", false
+	case len(parts) == 2:
+		return head + rlHead + `, "` + leaf + `": {"source": ` + source + `}}]}`, true
+	case len(parts) == 3: // a usage field
+		val := map[string]string{"reserve": "0", "request_header": `"x-cost"`, "missing": `"zero"`, "on_disconnect": `"bytes"`}[strings.TrimPrefix(leaf, "bogus_")]
+		if parts[2] == "source" {
+			if bogus {
+				return head + rlHead + `, "usage": {"source": ` + source + `, "bogus_source": 1}}]}`, true
+			}
+			return head + rlHead + `, "usage": {"source": ` + source + `}}]}`, true
+		}
+		return head + rlHead + `, "usage": {"source": ` + source + `, "` + leaf + `": ` + val + `}}]}`, true
+	case len(parts) == 4: // a source
+		body := map[string]string{"response_header": `"x-u"`, "response_trailer": `"x-u"`,
+			"dynamic_metadata": `{"namespace": "n", "key": "k"}`, "response_body_bytes": `{}`}[parts[3]]
+		if bogus {
+			return head + rlHead + `, "usage": {"source": {"response_body_bytes": {"bogus": 1}}}}]}`, true
+		}
+		return head + rlHead + `, "usage": {"source": {"` + parts[3] + `": ` + body + `}}}]}`, true
+	default: // a dynamic_metadata field
+		md := `"namespace": "n", "key": "k"`
+		if bogus {
+			md += `, "` + leaf + `": "v"`
+		}
+		return head + rlHead + `, "usage": {"source": {"dynamic_metadata": {` + md + `}}}}]}`, true
+	}
 }

@@ -4,10 +4,15 @@ package config
 // ("is not a known field"). Fields lists them all for the reference
 // documentation's test (docs/filter.md).
 var (
-	topFields       = []string{"cluster", "authority", "transport", "domain", "timeout", "failure_mode", "status_on_error", "rate_limits", "precheck", "headers", "max_held"}
-	rateLimitFields = []string{"actions", "hits_addend"}
-	precheckFields  = []string{"enabled", "max_entries"}
-	headersFields   = []string{"draft10", "legacy", "retry_after", "failure_mode", "delayed"}
+	topFields       = []string{"cluster", "authority", "transport", "domain", "timeout", "failure_mode", "status_on_error", "rate_limits", "precheck", "headers", "max_held", "settle", "shared_state"}
+	rateLimitFields = []string{"actions", "hits_addend", "usage"}
+	usageFields     = []string{"reserve", "source", "request_header", "missing", "on_disconnect"}
+	// usageSourceFields are the sources of usage.source, one of which is set.
+	usageSourceFields     = []string{"response_header", "response_trailer", "dynamic_metadata", "response_body_bytes"}
+	dynamicMetadataFields = []string{"namespace", "key"}
+	settleFields          = []string{"batch_max", "interval_ms", "queue_max", "timeout_ms"}
+	precheckFields        = []string{"enabled", "max_entries"}
+	headersFields         = []string{"draft10", "legacy", "retry_after", "failure_mode", "delayed"}
 	// actionFields are the actions and each one's fields.
 	actionFields = []struct {
 		name   string
@@ -29,6 +34,18 @@ func Fields() []string {
 	out = append(out, topFields...)
 	for _, f := range rateLimitFields {
 		out = append(out, "rate_limits[]."+f)
+	}
+	for _, f := range usageFields {
+		out = append(out, "rate_limits[].usage."+f)
+	}
+	for _, f := range usageSourceFields {
+		out = append(out, "rate_limits[].usage.source."+f)
+	}
+	for _, f := range dynamicMetadataFields {
+		out = append(out, "rate_limits[].usage.source.dynamic_metadata."+f)
+	}
+	for _, f := range settleFields {
+		out = append(out, "settle."+f)
 	}
 	for _, a := range actionFields {
 		out = append(out, "rate_limits[].actions[]."+a.name)

@@ -72,11 +72,15 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if s := c.Settle; s.BatchMax < 1 || s.BatchMax > MaxSettleBatchMax || s.QueueMax < 1 || s.IntervalMs < 0 || s.TimeoutMs < 1 {
+			t.Fatalf("accepted invalid settle options: %+v", s)
+		}
 		if c.Cluster == "" || c.Domain == "" || len(c.RateLimits) == 0 || len(c.RateLimits) > MaxRateLimits {
 			t.Fatalf("accepted an invalid configuration: %+v", c)
 		}
 		for _, rl := range c.RateLimits {
-			if rl.HitsAddend == 0 || len(rl.Actions) == 0 {
+			if (rl.HitsAddend == 0 && rl.Usage == nil) || len(rl.Actions) == 0 ||
+				(rl.Usage != nil && (rl.Usage.Source == 0 || rl.HitsAddend != rl.Usage.Reserve)) {
 				t.Fatalf("accepted an invalid rate limit: %+v", rl)
 			}
 		}

@@ -22,9 +22,15 @@ type Entry struct {
 // Descriptor is one rate limit descriptor.
 type Descriptor struct {
 	Entries    []Entry // in action order; never empty
-	HitsAddend uint32  // cost of the request for this descriptor, >= 1
+	HitsAddend uint32  // cost of the request for this descriptor: >= 1, or 0 for a usage-based probe
 	RateLimit  int     // index of the configured rate limit that produced it
+	Usage      bool    // the rate limit is usage-based (config.RateLimit.Usage)
 }
+
+// PrecheckCost is the cost the precheck checks the descriptor at: its
+// cost, or 1 for a probe (cost 0), which the control plane refuses exactly
+// when a request of cost 1 would be refused.
+func (d *Descriptor) PrecheckCost() int64 { return max(1, int64(d.HitsAddend)) }
 
 // Request is what the actions read from a request. Returned strings need only
 // stay valid until Build returns. The filter's proxy host implements it.
@@ -104,7 +110,7 @@ func (s *Set) Add(rl *config.RateLimit, index int, req Request) bool {
 		s.Descriptors = append(s.Descriptors, Descriptor{})
 	}
 	d := &s.Descriptors[n]
-	d.HitsAddend, d.RateLimit = rl.HitsAddend, index
+	d.HitsAddend, d.RateLimit, d.Usage = rl.HitsAddend, index, rl.Usage != nil
 	d.Entries = s.entries[start:len(s.entries):len(s.entries)]
 	if cap(s.entries) != oldCap {
 		// The appends moved the storage: slice the earlier ones again.
@@ -239,6 +245,37 @@ func AppendKey(dst []byte, d *Descriptor) []byte {
 		dst = append(dst, e.Value...)
 	}
 	return dst
+}
+
+// ParseKey decodes a key AppendKey wrote into entries appended to dst,
+// whose strings are substrings of key; ok is false when key is not such an
+// encoding.
+func ParseKey(dst []Entry, key string) (entries []Entry, ok bool) {
+	for len(key) > 0 {
+		var kv [2]string
+		for j := range kv {
+			var n uint64
+			w := 0
+			for shift := 0; ; shift += 7 {
+				if w >= len(key) || shift > 56 {
+					return dst, false
+				}
+				c := key[w]
+				w++
+				n |= uint64(c&0x7f) << shift
+				if c < 0x80 {
+					break
+				}
+			}
+			if n > uint64(len(key)-w) {
+				return dst, false
+			}
+			kv[j] = key[w : w+int(n)]
+			key = key[w+int(n):]
+		}
+		dst = append(dst, Entry{Key: kv[0], Value: kv[1]})
+	}
+	return dst, true
 }
 
 // appendLen appends n as an unsigned varint; a length under 128, the usual

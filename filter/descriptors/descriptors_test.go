@@ -219,3 +219,17 @@ func TestAddKeepsEarlierDescriptors(t *testing.T) {
 		}
 	}
 }
+
+// TestParseKeyRoundTrip: ParseKey reads back what AppendKey wrote, and
+// refuses a truncated key.
+func TestParseKeyRoundTrip(t *testing.T) {
+	d := Descriptor{Entries: []Entry{{"api_key", "k1"}, {"path", strings.Repeat("p", 300)}, {"e", ""}}}
+	key := AppendKey(nil, &d)
+	got, ok := ParseKey(nil, string(key))
+	if !ok || len(got) != 3 || got[0] != d.Entries[0] || got[1] != d.Entries[1] || got[2] != d.Entries[2] {
+		t.Fatalf("ParseKey = %v, %v", got, ok)
+	}
+	if _, ok := ParseKey(nil, string(key[:len(key)-1])); ok {
+		t.Fatal("a truncated key was accepted")
+	}
+}

@@ -52,6 +52,7 @@ func (p *Plugin) decide(s *stream, reason string, timedOut bool) {
 		if s.deleted {
 			return
 		}
+		p.arm(s, true)
 		p.buildPolicies(s)
 		s.response.reset()
 		p.addLimitHeaders(&s.response, p.policies)

@@ -61,6 +61,7 @@ func (p *Plugin) fail(s *stream, reason string, paused bool) uint32 {
 	p.warn("sluice: rate limit check failed, failing " + mode.String() + source + ": " + reason)
 	if mode == config.FailOpen {
 		p.count(p.metrics.failureOpen)
+		p.arm(s, false) // it runs, its reserves not charged
 		if p.cfg.Headers.FailureMode {
 			s.response.add(HeaderFailureMode, "open")
 		}

@@ -14,7 +14,11 @@ import (
 
 // OnGRPCReceive takes the control plane's answer to a call.
 func (vm *VM) OnGRPCReceive(rootID, callID uint32, size int) {
-	p, s := vm.answered(rootID, callID)
+	p := vm.root(rootID)
+	if p == nil {
+		return
+	}
+	s := p.answered(callID)
 	if s == nil {
 		return
 	}
@@ -29,7 +33,11 @@ func (vm *VM) OnGRPCReceive(rootID, callID uint32, size int) {
 
 // OnGRPCClose applies the failure mode to a call that failed.
 func (vm *VM) OnGRPCClose(rootID, callID, status uint32) {
-	p, s := vm.answered(rootID, callID)
+	p := vm.root(rootID)
+	if p == nil {
+		return
+	}
+	s := p.answered(callID)
 	if s == nil {
 		return
 	}

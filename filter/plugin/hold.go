@@ -75,6 +75,7 @@ func (p *Plugin) answerWait() int64 {
 func (p *Plugin) hold(s *stream, now, wait int64) {
 	if len(p.held) >= p.cfg.MaxHeld {
 		s.state = stateDone
+		s.usage.armed = false // refused: it does not run
 		p.count(p.metrics.holdRejected)
 		p.local.reset()
 		p.local.add("content-type", "text/plain")
@@ -141,6 +142,12 @@ func (p *Plugin) releaseDue(now int64) {
 	p.schedule(now)
 }
 
+// untilMs returns the tick period (ms) for something due in until ns: at
+// least 1, at most tickPeriodMs.
+func untilMs(until int64) uint32 {
+	return uint32(max(1, min(tickPeriodMs, (until+config.Millisecond-1)/config.Millisecond)))
+}
+
 // unhold drops a held stream whose context the proxy deleted.
 func (p *Plugin) unhold(s *stream) {
 	for i, h := range p.held {
@@ -154,19 +161,25 @@ func (p *Plugin) unhold(s *stream) {
 		}
 	}
 	s.state = stateDone
+	s.usage.armed = false // it never ran
 }
 
 // schedule sets the tick period: until the earliest release while requests
-// are held, else tickPeriodMs.
+// are held, or until the settlements' next due time (settle.go) if sooner,
+// else tickPeriodMs.
 func (p *Plugin) schedule(now int64) {
 	ms := uint32(tickPeriodMs)
-	if len(p.held) > 0 {
-		until := p.held[0].releaseAt - now
-		ms = uint32(max(1, min(tickPeriodMs, (until+config.Millisecond-1)/config.Millisecond)))
-	} else if p.tickMs == ms {
+	held := len(p.held) > 0
+	if held {
+		ms = untilMs(p.held[0].releaseAt - now)
+	}
+	if due, ok := p.settle.nextDue(); ok {
+		ms = min(ms, untilMs(due-now))
+	}
+	if !held && p.tickMs == ms {
 		return
 	}
-	p.tickMs = ms
+	p.tickMs, p.nextTick = ms, now+int64(ms)*config.Millisecond
 	if err := p.host.SetTickPeriod(ms); err != nil {
 		p.warn("sluice: cannot set the tick period: " + err.Error())
 	}

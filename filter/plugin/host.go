@@ -78,6 +78,15 @@ type Host interface {
 	RequestHeader(name string) (string, bool)
 	// RemoteAddress returns the downstream peer's address ("ip:port").
 	RemoteAddress() (string, bool)
+	// ResponseHeader returns a response header of the current stream.
+	ResponseHeader(name string) (string, bool)
+	// ResponseTrailer returns a response trailer of the current stream.
+	ResponseTrailer(name string) (string, bool)
+	// Property returns a property of the current stream (path segments
+	// separated by NUL, e.g. "metadata\x00filter_metadata\x00ns\x00key"),
+	// serialized as the proxy does: a number as its 8 little-endian bytes,
+	// a string as its bytes.
+	Property(path string) ([]byte, bool)
 	// AddRequestHeader adds a header to the current stream's request.
 	AddRequestHeader(name, value string) error
 	// AddResponseHeader adds a header to the current stream's response.

@@ -24,10 +24,16 @@ type fakeHost struct {
 
 	headers map[uint32]map[string]string // request headers per stream
 	remote  map[uint32]string
+	// Per stream: response headers, response trailers, properties.
+	respHeaders  map[uint32]map[string]string
+	respTrailers map[uint32]map[string]string
+	props        map[uint32]map[string][]byte
+	propReads    int
 
-	calls    []fakeCall
-	nextCall uint32
-	callErr  error
+	calls     []fakeCall
+	nextCall  uint32
+	callErr   error
+	settleErr error // fails the settle calls only
 
 	answer *fakeAnswer // the answer being delivered
 	// The status of a gRPC call being closed.
@@ -43,6 +49,7 @@ type fakeHost struct {
 	counters map[string]int64
 	names    []string // counter names by id-1
 	tick     uint32
+	tickSets int // SetTickPeriod calls
 	locals   int // local responses sent (also when quiet)
 
 	panicOnHeader bool
@@ -83,7 +90,25 @@ func newFakeHost(t testing.TB, config string) *fakeHost {
 		local: map[uint32]fakeLocal{}, resumed: map[uint32]int{},
 		addedReq: map[uint32][][2]string{}, addedRsp: map[uint32][][2]string{},
 		counters: map[string]int64{}, shared: newSharedData(),
+		respHeaders: map[uint32]map[string]string{}, respTrailers: map[uint32]map[string]string{},
+		props: map[uint32]map[string][]byte{},
 	}
+}
+
+func (h *fakeHost) ResponseHeader(name string) (string, bool) {
+	v, ok := h.respHeaders[h.current][name]
+	return v, ok
+}
+
+func (h *fakeHost) ResponseTrailer(name string) (string, bool) {
+	v, ok := h.respTrailers[h.current][name]
+	return v, ok
+}
+
+func (h *fakeHost) Property(path string) ([]byte, bool) {
+	h.propReads++
+	v, ok := h.props[h.current][path]
+	return v, ok
 }
 
 func (h *fakeHost) Now() int64 { return h.now }
@@ -162,6 +187,9 @@ func (h *fakeHost) HTTPCall(cluster string, headers, body []byte, timeoutMs uint
 	if h.callErr != nil {
 		return 0, h.callErr
 	}
+	if h.settleErr != nil && strings.Contains(string(headers), "x-sluice-settle") {
+		return 0, h.settleErr
+	}
 	h.nextCall++
 	h.calls = append(h.calls, fakeCall{id: h.nextCall, stream: h.current, cluster: cluster, headers: h.parse(headers), body: append([]byte(nil), body...), timeout: timeoutMs})
 	return h.nextCall, nil
@@ -208,6 +236,7 @@ func (h *fakeHost) CallResponseBody(size int) ([]byte, error) {
 
 func (h *fakeHost) SetTickPeriod(ms uint32) error {
 	h.tick = ms
+	h.tickSets++
 	return nil
 }
 

@@ -51,6 +51,7 @@ type metrics struct {
 	allowed, overLimit, precheckRejected, errors, failureOpen, failureClosed uint32
 	held, delayed, delayedMs, holdRejected, holdAbandon                      uint32
 	precheckShared, sharedRetries, sharedLost                                uint32
+	usageMissing, usageDisconnects                                           uint32
 }
 
 // Plugin is one plugin instance (root context) and its configuration.
@@ -65,13 +66,16 @@ type Plugin struct {
 	table    *precheck.Table
 	precheck bool // the precheck is on
 	// shared is the over-limit blocks the VMs of the proxy share (see
-	// shared.go); nil with the precheck off.
-	shared  *sharedblocks.Store
-	calls   map[uint32]*stream // calls out, by call id
-	held    []*stream          // requests held (shaping), by release time
-	tickMs  uint32             // the tick period last set
-	names   []string           // default policy name of each rate limit
-	headers []byte             // request headers of the gRPC call, serialized
+	// shared.go); nil with the precheck or shared_state off.
+	shared *sharedblocks.Store
+	calls  map[uint32]*stream // calls out, by call id
+	held   []*stream          // requests held (shaping), by release time
+	tickMs uint32             // the tick period last set
+	// nextTick is when the next tick is expected (ns): the last tick, or
+	// the last change of period, plus the period.
+	nextTick int64
+	names    []string // default policy name of each rate limit
+	headers  []byte   // request headers of the gRPC call, serialized
 	// grpcService is the GrpcService of proxy_grpc_call, serialized; nil
 	// when the calls go over proxy_http_call (transport "http").
 	grpcService []byte
@@ -90,13 +94,17 @@ type Plugin struct {
 	localMap []byte // p.local serialized
 	// quotas are the control plane's grants in advance (see quota.go).
 	quotas quotas
+	// settle is the settlement queue of usage-based limits (settle.go),
+	// whose batch tokens come from tokens, the VM's.
+	settle settler
+	tokens *tokenSource
 	// Warnings are logged at most once per logEvery.
 	lastWarn   int64
 	suppressed int
 }
 
-func newPlugin(id uint32, host Host) *Plugin {
-	return &Plugin{id: id, host: host, calls: make(map[uint32]*stream), req: host, lastWarn: -logEvery}
+func newPlugin(id uint32, host Host, tokens *tokenSource) *Plugin {
+	return &Plugin{id: id, host: host, calls: make(map[uint32]*stream), req: host, lastWarn: -logEvery, tokens: tokens}
 }
 
 // configure reads and applies the plugin configuration.
@@ -114,10 +122,16 @@ func (p *Plugin) configure(size int) bool {
 	p.cfg = cfg
 	p.table = precheck.NewTable(cfg.Precheck.MaxEntries, cfg.Timeout)
 	p.precheck = cfg.Precheck.Enabled
+	// With shared_state off, the blocks stay in the VM's table and the
+	// leases make a pool of the VM's own.
+	var shared sharedblocks.Data = p.host
+	if !cfg.SharedState {
+		shared = sharedblocks.NewLocal()
+	}
 	p.shared = nil
-	p.quotas = quotas{pool: sharedblocks.NewLeases(p.host, cfg.Domain, sharedblocks.LeaseSlots)}
-	if p.precheck {
-		p.shared = sharedblocks.New(p.host, cfg.Domain, sharedblocks.Slots)
+	p.quotas = quotas{pool: sharedblocks.NewLeases(shared, cfg.Domain, sharedblocks.LeaseSlots)}
+	if p.precheck && cfg.SharedState {
+		p.shared = sharedblocks.New(shared, cfg.Domain, sharedblocks.Slots)
 	}
 	p.timeout = uint32(cfg.Timeout / config.Millisecond)
 	p.headers = headermap.Append(nil, [][2]string{
@@ -159,6 +173,11 @@ func (p *Plugin) configure(size int) bool {
 		}
 		*m.id = id
 	}
+	p.settle.configure(p, cfg, p.tokens)
+	if cfg.HasUsage() {
+		p.metrics.usageMissing = p.defineCounter(MetricUsageMissing)
+		p.metrics.usageDisconnects = p.defineCounter(MetricUsageDisconnects)
+	}
 	if id, err := p.host.DefineGauge(MetricHeld); err != nil {
 		p.host.Log(LogWarn, "sluice: cannot define metric "+MetricHeld+": "+err.Error())
 	} else {
@@ -167,7 +186,7 @@ func (p *Plugin) configure(size int) bool {
 	if err := p.host.SetTickPeriod(tickPeriodMs); err != nil {
 		p.host.Log(LogWarn, "sluice: cannot set the tick period: "+err.Error())
 	}
-	p.tickMs = tickPeriodMs
+	p.tickMs, p.nextTick = tickPeriodMs, p.host.Now()+tickPeriodMs*config.Millisecond
 	p.host.Log(LogInfo, "sluice: configured for domain "+cfg.Domain+" with "+
 		strconv.Itoa(len(cfg.RateLimits))+" rate limits, control plane cluster "+cfg.Cluster)
 	return true

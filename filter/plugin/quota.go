@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"github.com/sluicehq/sluice/filter/descriptors"
 	"github.com/sluicehq/sluice/filter/rlsproto"
 	"github.com/sluicehq/sluice/filter/sharedblocks"
 )
@@ -60,8 +61,8 @@ func (p *Plugin) spendQuota(s *stream, now int64) bool {
 	}
 	descs := p.descs.Descriptors
 	for i := range descs {
-		if descs[i].HitsAddend != 1 {
-			return false
+		if descs[i].HitsAddend != 1 || descs[i].Usage {
+			return false // leases are requests of cost 1; usage-based limits use none
 		}
 	}
 	q.untils = q.untils[:0]
@@ -86,13 +87,14 @@ func (p *Plugin) spendQuota(s *stream, now int64) bool {
 	return true
 }
 
-// quotaCovers reports whether a quota covers a request of cost for the
-// descriptor key: the control plane granted it in advance, so the precheck
-// must not reject it (that could only admit less than the limit). One read
-// of the shared data, made only when the precheck would reject.
-func (p *Plugin) quotaCovers(key []byte, cost uint32, now int64) bool {
+// quotaCovers reports whether a quota covers the request's descriptor d,
+// whose key is key: the control plane granted it in advance, so the
+// precheck must not reject it (that could only admit less than the limit).
+// One read of the shared data, made only when the precheck would reject.
+// A usage-based descriptor uses no quota.
+func (p *Plugin) quotaCovers(key []byte, d *descriptors.Descriptor, now int64) bool {
 	q := &p.quotas
-	return q.seen && cost == 1 && q.pool.Covers(key, now)
+	return q.seen && d.HitsAddend == 1 && !d.Usage && q.pool.Covers(key, now)
 }
 
 // countQuota counts one request admitted from quotas.
@@ -159,7 +161,8 @@ func (p *Plugin) recordQuotas(s *stream, now int64) {
 	var wall int64
 	for i := range resp.Statuses {
 		qt := &resp.Statuses[i].Quota
-		if qt.Requests < 2 || qt.ValidUntil == 0 || resp.Statuses[i].Code != rlsproto.CodeOK || s.costs[i] != 1 {
+		if qt.Requests < 2 || qt.ValidUntil == 0 || resp.Statuses[i].Code != rlsproto.CodeOK || s.costs[i] != 1 ||
+			p.cfg.RateLimits[s.rateLimits[i]].Usage != nil {
 			continue
 		}
 		if wall == 0 {

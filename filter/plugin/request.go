@@ -32,6 +32,9 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 			continue
 		}
 		d := &p.descs.Descriptors[len(p.descs.Descriptors)-1]
+		if d.Usage {
+			p.requestCost(d)
+		}
 		start := len(s.keys)
 		s.keys = descriptors.AppendKey(s.keys, d)
 		s.keyEnds = append(s.keyEnds, len(s.keys))
@@ -41,7 +44,7 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 		if !haveNow {
 			now, haveNow = p.host.Now(), true
 		}
-		if v := p.table.Check(s.keys[start:], int64(d.HitsAddend), now); v.Reject && !p.quotaCovers(s.keys[start:], d.HitsAddend, now) {
+		if v := p.table.Check(s.keys[start:], d.PrecheckCost(), now); v.Reject && !p.quotaCovers(s.keys[start:], d, now) {
 			p.count(p.metrics.precheckRejected)
 			return p.rejectLocally(s, d.RateLimit, v)
 		}
@@ -70,6 +73,10 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 // its branches costs.
 func (p *Plugin) callOut(s *stream, now int64) uint32 {
 	descs := p.descs.Descriptors
+	for i := range descs {
+		s.costs = append(s.costs, int64(descs[i].HitsAddend))
+		s.rateLimits = append(s.rateLimits, descs[i].RateLimit)
+	}
 	var callID uint32
 	var err error
 	if p.grpcService != nil {
@@ -80,13 +87,10 @@ func (p *Plugin) callOut(s *stream, now int64) uint32 {
 		callID, err = p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
 	}
 	if err != nil {
+		// (a usage-based request failed open settles its whole usage)
 		return p.fail(s, "cannot call the control plane (cluster "+p.cfg.Cluster+"): "+err.Error(), false)
 	}
 	s.state, s.callID, s.sentAt = statePending, callID, now
-	for i := range descs {
-		s.costs = append(s.costs, int64(descs[i].HitsAddend))
-		s.rateLimits = append(s.rateLimits, descs[i].RateLimit)
-	}
 	p.calls[callID] = s
 	return ActionPause
 }

@@ -33,8 +33,7 @@ func (p *Plugin) checkShared(s *stream, now int64) (action uint32, rejected bool
 			continue
 		}
 		p.table.Import(key, b, now)
-		cost := descs[i].HitsAddend
-		if v := p.table.Check(key, int64(cost), now); v.Reject && !p.quotaCovers(key, cost, now) {
+		if v := p.table.Check(key, descs[i].PrecheckCost(), now); v.Reject && !p.quotaCovers(key, &descs[i], now) {
 			p.count(p.metrics.precheckRejected)
 			p.count(p.metrics.precheckShared)
 			return p.rejectLocally(s, descs[i].RateLimit, v), true

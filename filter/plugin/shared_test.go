@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSharedBlockRejectsInEveryVM: one VM hears the control plane deny a
@@ -118,4 +119,44 @@ func equalHeaders(a, b [][2]string) bool {
 		}
 	}
 	return true
+}
+
+// TestSharedStateOff: with shared_state false each VM keeps its own state,
+// as before the VMs shared it: a block one VM heard is not another's (it
+// calls the control plane), and a lease one VM was granted is spent by
+// that VM alone; neither touches the proxy's shared data.
+func TestSharedStateOff(t *testing.T) {
+	off := strings.Replace(testConfig, `"timeout"`, `"shared_state": false, "timeout"`, 1)
+	d := newSharedData()
+	a, b := newTestbedOn(t, off, d), newTestbedOn(t, off, d)
+	a.request(apiRequest, "10.0.0.9:1")
+	a.deliver(overLimitAnswer(t, 6000))
+	if id, _ := a.request(apiRequest, "10.0.0.9:1"); a.host.local[id].details != DetailsPrecheck {
+		t.Fatal("the VM that heard the denial does not reject")
+	}
+	b.host.now = a.host.now
+	if _, action := b.request(apiRequest, "10.0.0.9:1"); action != ActionPause || len(b.host.calls) != 1 {
+		t.Fatalf("another VM did not call: %d calls", len(b.host.calls))
+	}
+
+	offQ := strings.Replace(quotaConfig, `"timeout"`, `"shared_state": false, "timeout"`, 1)
+	q0, q1 := newTestbedOn(t, offQ, d), newTestbedOn(t, offQ, d)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	q0.request(req, "10.0.0.1:1")
+	q0.deliver(quotaAnswer(t, q0.host, 3, time.Second)) // 2 left, for q0
+	tick([]*testbed{q0, q1})
+	for i := range 2 {
+		if _, act := q0.request(req, "10.0.0.1:1"); act != ActionContinue {
+			t.Fatalf("unit %d of the VM's own lease: action %d", i, act)
+		}
+	}
+	if _, act := q0.request(req, "10.0.0.1:1"); act != ActionPause {
+		t.Fatal("more units than granted")
+	}
+	if _, act := q1.request(req, "10.0.0.1:1"); act != ActionPause {
+		t.Fatal("another VM spent the lease")
+	}
+	if gets := a.host.sharedGets + b.host.sharedGets + q0.host.sharedGets + q1.host.sharedGets; len(d.m) != 0 || gets != 0 {
+		t.Fatalf("the proxy's shared data was used: %d keys, %d reads", len(d.m), gets)
+	}
 }

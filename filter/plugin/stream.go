@@ -28,6 +28,8 @@ type stream struct {
 	rateLimits []int   // index of the configured rate limit
 	// Headers to add to the response.
 	response headerList
+	// The usage-based limits' state (usage.go).
+	usage streamUsage
 }
 
 func (s *stream) reset(id uint32, p *Plugin) {
@@ -35,6 +37,7 @@ func (s *stream) reset(id uint32, p *Plugin) {
 	s.heldAt, s.releaseAt = 0, 0
 	s.keys, s.keyEnds, s.costs, s.rateLimits = s.keys[:0], s.keyEnds[:0], s.costs[:0], s.rateLimits[:0]
 	s.response.reset()
+	s.usage.reset()
 }
 
 func (s *stream) key(i int) []byte {

@@ -1,5 +1,7 @@
 package plugin
 
+import "github.com/sluicehq/sluice/filter/config"
+
 // VM receives the proxy-wasm callbacks of one Wasm VM: it keeps the plugin
 // instances (root contexts, one per filter configuration sharing the VM)
 // and their streams. It implements abi.Handler.
@@ -8,15 +10,16 @@ package plugin
 // logged and handled as the plugin's failure mode.
 type VM struct {
 	host    Host
-	roots   []*Plugin   // the plugin instances; a VM has one or a few
-	streams streamTable // the streams, by context id
-	free    []*stream   // streams kept for reuse: their buffers have grown
-	current *stream     // the stream a callback is working on, for recovery
+	roots   []*Plugin    // the plugin instances; a VM has one or a few
+	streams streamTable  // the streams, by context id
+	free    []*stream    // streams kept for reuse: their buffers have grown
+	current *stream      // the stream a callback is working on, for recovery
+	tokens  *tokenSource // the settlement batch tokens of this VM
 }
 
 // NewVM returns a VM that talks to the proxy through host.
 func NewVM(host Host) *VM {
-	return &VM{host: host}
+	return &VM{host: host, tokens: newTokenSource()}
 }
 
 // root returns the plugin instance of root context id, or nil.
@@ -37,7 +40,7 @@ func (vm *VM) OnContextCreate(id, parent uint32) {
 	defer vm.recoverRoot("proxy_on_context_create")
 	if parent == 0 {
 		vm.removeRoot(id)
-		vm.roots = append(vm.roots, newPlugin(id, vm.host))
+		vm.roots = append(vm.roots, newPlugin(id, vm.host, vm.tokens))
 		return
 	}
 	p := vm.root(parent)
@@ -61,7 +64,7 @@ func (vm *VM) OnConfigure(rootID uint32, configSize int) (ok bool) {
 	defer vm.recoverRoot("proxy_on_configure")
 	p := vm.root(rootID)
 	if p == nil {
-		p = newPlugin(rootID, vm.host)
+		p = newPlugin(rootID, vm.host, vm.tokens)
 		vm.roots = append(vm.roots, p)
 	}
 	return p.configure(configSize)
@@ -106,17 +109,50 @@ func (vm *VM) RecoverRequestHeaders(r any) uint32 {
 // response.
 func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) (action uint32) {
 	s := vm.streams.get(id)
-	if s == nil || len(s.response.spans) == 0 {
+	if s == nil || (len(s.response.spans) == 0 && !s.usage.armed) {
 		return ActionContinue // nothing to add (a local reply, most often): no deferred recover either
 	}
 	defer vm.recoverRoot("proxy_on_response_headers")
+	if s.usage.armed {
+		s.plugin.captureHeaders(s, endOfStream)
+	}
 	s.plugin.onResponseHeaders(s)
+	return ActionContinue
+}
+
+// OnResponseBody counts the response body of a stream with usage-based
+// limits.
+func (vm *VM) OnResponseBody(id uint32, bodySize int, endOfStream bool) uint32 {
+	if s := vm.streams.get(id); s != nil && s.usage.armed {
+		s.plugin.captureBody(s, bodySize, endOfStream)
+	}
+	return ActionContinue
+}
+
+// OnResponseTrailers reads the cost values of a stream with usage-based
+// limits from its response trailers.
+func (vm *VM) OnResponseTrailers(id uint32, numTrailers int) uint32 {
+	s := vm.streams.get(id)
+	if s == nil || !s.usage.armed {
+		return ActionContinue
+	}
+	defer vm.recoverRoot("proxy_on_response_trailers")
+	s.plugin.captureTrailers(s)
 	return ActionContinue
 }
 
 // OnHTTPCallResponse takes the control plane's answer to a call.
 func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, numTrailers int) {
-	p, s := vm.answered(rootID, callID)
+	p := vm.root(rootID)
+	if p == nil {
+		return
+	}
+	if p.settle.owns(callID) {
+		defer vm.recoverRoot("proxy_on_http_call_response (settlement)")
+		p.settle.onAnswer(p, callID, numHeaders, bodySize)
+		return
+	}
+	s := p.answered(callID)
 	if s == nil {
 		return
 	}
@@ -128,20 +164,15 @@ func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, nu
 	vm.release(s)
 }
 
-// answered returns the plugin and the stream of a call being answered, and
-// forgets the call; the stream is nil when the call is not (or no longer)
-// one of ours.
-func (vm *VM) answered(rootID, callID uint32) (*Plugin, *stream) {
-	p := vm.root(rootID)
-	if p == nil {
-		return nil, nil
-	}
+// answered returns the stream of a call being answered, and forgets the
+// call; nil when the call is not (or no longer) one of ours.
+func (p *Plugin) answered(callID uint32) *stream {
 	s, ok := p.calls[callID]
 	if !ok || s.callID != callID {
-		return nil, nil // an answer after the tick gave up on the call, or not ours
+		return nil // an answer after the tick gave up on the call, or not ours
 	}
 	delete(p.calls, callID)
-	return p, s
+	return s
 }
 
 // OnTick gives up on calls the proxy never answered and resumes the held
@@ -153,6 +184,8 @@ func (vm *VM) OnTick(rootID uint32) {
 		return
 	}
 	now := vm.host.Now()
+	p.nextTick = now + int64(p.tickMs)*config.Millisecond
+	p.settle.tick(p, now)
 	for _, s := range p.overdue(now) {
 		vm.current = s
 		p.giveUp(s)
@@ -175,22 +208,28 @@ func (vm *VM) OnTick(rootID uint32) {
 // OnDone lets the proxy finish any context at once. A request still held
 // (shaping) is dropped: its stream is ending, so its client went away.
 func (vm *VM) OnDone(id uint32) bool {
-	vm.dropHeld(id)
+	vm.endStream(id)
 	return true
 }
 
 // OnLog has nothing to log. A request still held is dropped, as in OnDone:
 // some hosts end a stream with proxy_on_log alone (tetratelabs' proxytest).
-func (vm *VM) OnLog(id uint32) { vm.dropHeld(id) }
+// Envoy calls it before proxy_on_done, with the stream's dynamic metadata
+// complete: the usage-based limits settle on the first of the two.
+func (vm *VM) OnLog(id uint32) { vm.endStream(id) }
 
-// dropHeld stops holding stream id's request, if it is held.
-func (vm *VM) dropHeld(id uint32) {
+// endStream stops holding stream id's request, if it is held, and settles
+// its usage-based limits, if it has any.
+func (vm *VM) endStream(id uint32) {
 	s := vm.streams.get(id)
-	if s == nil || s.state != stateHeld {
+	if s == nil || (s.state != stateHeld && !s.usage.armed) {
 		return // the common case, without a deferred recover
 	}
-	defer vm.recoverRoot("dropping a held request")
-	s.plugin.unhold(s)
+	defer vm.recoverRoot("ending a stream")
+	if s.state == stateHeld {
+		s.plugin.unhold(s)
+	}
+	s.plugin.settleStream(s)
 }
 
 // OnDelete forgets a context. A stream whose call is still out is kept
@@ -201,12 +240,14 @@ func (vm *VM) OnDelete(id uint32) {
 		if s.state == stateHeld {
 			s.plugin.unhold(s)
 		}
+		s.plugin.settleStream(s) // a host that ends streams with proxy_on_delete alone
 		s.deleted = true
 		vm.release(s)
 		return
 	}
 	if p := vm.removeRoot(id); p != nil {
 		p.calls = nil
+		p.settle.drop(p)
 	}
 }
 

@@ -2,6 +2,7 @@ package precheck
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/shared/algorithms"
 )
@@ -135,6 +136,18 @@ func NewTable(maxEntries int, delay int64) *Table {
 		maxEntries = 1
 	}
 	return &Table{delay: delay, max: maxEntries, head: -1, tail: -1, seed: newSeed()}
+}
+
+// Bound returns the most bytes a table of at most maxEntries descriptors
+// holds live: its entries (the slice's capacity at most twice its length),
+// each one's copy of its key (at most MaxKeyLen bytes) and of its limit's
+// name (at most MaxNameLen), with the allocator's rounding (at most 1/8),
+// and its index (at most half full: fewer than 4*maxEntries slots of 4
+// bytes). A garbage-collected heap may hold as much again of what evicted
+// entries left.
+func Bound(maxEntries int) int {
+	maxEntries = max(maxEntries, 1)
+	return maxEntries * (2*int(unsafe.Sizeof(entry{})) + (MaxKeyLen+MaxNameLen)*9/8 + 4*4)
 }
 
 // Len returns the number of descriptors remembered.
@@ -361,7 +374,12 @@ func (t *Table) insert(key []byte, h uint64) int32 {
 		i = t.tail
 		t.unlink(i)
 		t.indexRemove(i)
-		buf = t.entries[i].key[:0] // the evicted key's memory: a full table allocates nothing
+		// The evicted key's memory, when the new key fits: a full table
+		// allocates nothing, and a copy is never bigger than one clone of
+		// a key (Bound).
+		if old := t.entries[i].key; cap(old) >= len(key) {
+			buf = old[:0]
+		}
 	}
 	t.entries[i] = entry{key: append(buf, key...), hash: h, prev: -1, next: -1}
 	t.indexAdd(i)

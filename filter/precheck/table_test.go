@@ -2,6 +2,7 @@ package precheck
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -132,6 +133,33 @@ func TestTableIsBoundedUnderHostileKeys(t *testing.T) {
 	if n != tab.Len() {
 		t.Fatalf("list holds %d entries, index %d", n, tab.Len())
 	}
+}
+
+// TestTableBound: a table filled and churned with keys and names of the
+// longest length it keeps holds no more live memory than Bound says.
+func TestTableBound(t *testing.T) {
+	const max = 2000
+	lim := Limit{Algorithm: FixedWindow, Limit: 1, Window: 1000 * ms}
+	name := strings.Repeat("n", MaxNameLen)
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	tab := NewTable(max, 20*ms)
+	key := make([]byte, MaxKeyLen)
+	for i := range 3 * max {
+		copy(key, strconv.Itoa(i))
+		tab.Record(key, Outcome{Cost: 1, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 10000 * ms, Name: name}, 0)
+	}
+	used := heap() - before
+	runtime.KeepAlive(tab)
+	if tab.Len() != max || used > uint64(Bound(max)) {
+		t.Fatalf("%d entries hold %d bytes, over Bound(%d) = %d", tab.Len(), used, max, Bound(max))
+	}
+	t.Logf("%d entries of %d-byte keys and names: %d bytes live, Bound %d", max, MaxKeyLen, used, Bound(max))
 }
 
 func TestTableIgnoresLongKeys(t *testing.T) {

@@ -42,19 +42,27 @@ func appendBytesField(dst []byte, field uint64, s string) []byte {
 	return append(dst, s...)
 }
 
-// requestCost returns the request-level hits_addend and whether every
-// descriptor has that cost.
-func requestCost(descs []descriptors.Descriptor) (cost uint32, uniform bool) {
+// requestCost returns the request-level hits_addend, whether every
+// descriptor has that cost, and whether the request may spend quotas (no
+// descriptor is usage-based). A cost of 0 (a probe) is never sent at the
+// request level, where 0 means 1: each descriptor of cost 0 carries its own.
+func requestCost(descs []descriptors.Descriptor) (cost uint32, uniform, quota bool) {
 	if len(descs) == 0 {
-		return 1, true
+		return 1, true, true
 	}
-	cost = descs[0].HitsAddend
+	cost, uniform, quota = descs[0].HitsAddend, true, true
 	for i := range descs {
 		if descs[i].HitsAddend != cost {
-			return 1, false
+			uniform = false
+		}
+		if descs[i].Usage {
+			quota = false
 		}
 	}
-	return cost, true
+	if !uniform || cost == 0 {
+		return 1, false, quota
+	}
+	return cost, true, quota
 }
 
 func entryLen(e *descriptors.Entry) int {
@@ -76,14 +84,35 @@ func descriptorLen(d *descriptors.Descriptor, perDescriptorCost bool) int {
 		n += bytesFieldLen(entryLen(&d.Entries[i]))
 	}
 	if perDescriptorCost {
-		n += bytesFieldLen(1 + uvarintLen(uint64(d.HitsAddend))) // UInt64Value{value}
+		n += bytesFieldLen(wrapperLen(uint64(d.HitsAddend))) // UInt64Value{value}
 	}
 	return n
 }
 
+// wrapperLen returns the size of a UInt64Value holding v: empty for 0, as
+// proto3 leaves a zero scalar out.
+func wrapperLen(v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return 1 + uvarintLen(v)
+}
+
+// appendWrapper appends field 3 of a RateLimitDescriptor, the UInt64Value
+// hits_addend holding v.
+func appendWrapper(dst []byte, v uint64) []byte {
+	dst = binary.AppendUvarint(dst, tag(3, wireBytes))
+	dst = binary.AppendUvarint(dst, uint64(wrapperLen(v)))
+	if v != 0 {
+		dst = binary.AppendUvarint(dst, tag(1, wireVarint))
+		dst = binary.AppendUvarint(dst, v)
+	}
+	return dst
+}
+
 // RequestLen returns the size of the RateLimitRequest AppendRequest encodes.
 func RequestLen(domain string, descs []descriptors.Descriptor) int {
-	cost, uniform := requestCost(descs)
+	cost, uniform, quota := requestCost(descs)
 	n := 0
 	if domain != "" {
 		n += bytesFieldLen(len(domain))
@@ -91,14 +120,20 @@ func RequestLen(domain string, descs []descriptors.Descriptor) int {
 	for i := range descs {
 		n += bytesFieldLen(descriptorLen(&descs[i], !uniform && descs[i].HitsAddend != 1))
 	}
-	return n + 1 + uvarintLen(uint64(cost)) + len(quotaMarker)
+	n += 1 + uvarintLen(uint64(cost))
+	if quota {
+		n += len(quotaMarker)
+	}
+	return n
 }
 
 // AppendRequest appends an encoded RateLimitRequest to dst.
 //
 // It ends with field QuotaField = 1, which is not in rls.proto: it tells
 // sluice's control plane that this caller spends DescriptorStatus.quota
-// (other RLS servers skip it as an unknown field).
+// (other RLS servers skip it as an unknown field). A request with a
+// usage-based descriptor leaves it out: usage-based limits do not use
+// leases, whose units are requests of cost 1.
 //
 // The cost of a request is hits_addend: when every descriptor has the same
 // cost it is sent once, at the request level (what every RLS implementation
@@ -106,7 +141,7 @@ func RequestLen(domain string, descs []descriptors.Descriptor) int {
 // differs carries its own hits_addend (RateLimitDescriptor.hits_addend, which
 // overrides the request's).
 func AppendRequest(dst []byte, domain string, descs []descriptors.Descriptor) []byte {
-	cost, uniform := requestCost(descs)
+	cost, uniform, quota := requestCost(descs)
 	if domain != "" {
 		dst = appendBytesField(dst, 1, domain)
 	}
@@ -127,15 +162,15 @@ func AppendRequest(dst []byte, domain string, descs []descriptors.Descriptor) []
 			}
 		}
 		if own {
-			dst = binary.AppendUvarint(dst, tag(3, wireBytes))
-			dst = binary.AppendUvarint(dst, uint64(1+uvarintLen(uint64(d.HitsAddend))))
-			dst = binary.AppendUvarint(dst, tag(1, wireVarint))
-			dst = binary.AppendUvarint(dst, uint64(d.HitsAddend))
+			dst = appendWrapper(dst, uint64(d.HitsAddend))
 		}
 	}
 	dst = binary.AppendUvarint(dst, tag(3, wireVarint))
 	dst = binary.AppendUvarint(dst, uint64(cost))
-	return append(dst, quotaMarker...)
+	if quota {
+		dst = append(dst, quotaMarker...)
+	}
+	return dst
 }
 
 // FrameHeaderLen is the size of gRPC's message prefix: a compressed flag and

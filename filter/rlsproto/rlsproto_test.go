@@ -24,7 +24,7 @@ import (
 // generated converts descriptors to the generated request the encoder must
 // be equivalent to.
 func generated(domain string, descs []descriptors.Descriptor) *rlsv3.RateLimitRequest {
-	cost, uniform := requestCost(descs)
+	cost, uniform, _ := requestCost(descs)
 	req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: cost}
 	for _, d := range descs {
 		gd := &ratelimitv3.RateLimitDescriptor{}
@@ -56,6 +56,11 @@ func TestRequestMatchesGeneratedTypes(t *testing.T) {
 		}},
 		{"empty value", "d", []descriptors.Descriptor{{HitsAddend: 1, Entries: []descriptors.Entry{{Key: "k", Value: ""}}}}},
 		{"no descriptors", "d", nil},
+		{"probe", "llm", []descriptors.Descriptor{{HitsAddend: 0, Usage: true, Entries: []descriptors.Entry{{Key: "k", Value: "v"}}}}},
+		{"usage reserve", "llm", []descriptors.Descriptor{
+			{HitsAddend: 1, Entries: []descriptors.Entry{{Key: "a", Value: "1"}}},
+			{HitsAddend: 1, Usage: true, Entries: []descriptors.Entry{{Key: "c", Value: "3"}}},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,7 +80,9 @@ func checkRequest(t *testing.T, domain string, descs []descriptors.Descriptor) {
 		t.Fatalf("generated code cannot parse the request: %v", err)
 	}
 	want := generated(domain, descs)
-	want.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, QuotaField, protowire.VarintType), 1))
+	if _, _, quota := requestCost(descs); quota {
+		want.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, QuotaField, protowire.VarintType), 1))
+	}
 	if !proto.Equal(&got, want) {
 		t.Fatalf("got  %v\nwant %v", &got, want)
 	}
@@ -94,6 +101,31 @@ func checkRequest(t *testing.T, domain string, descs []descriptors.Descriptor) {
 	body, err := ParseFrame(frame[len("prefix"):])
 	if err != nil || !bytes.Equal(body, msg) {
 		t.Fatalf("frame round trip: %v", err)
+	}
+}
+
+// TestProbeAndUsageRequest: a descriptor of cost 0 (a usage-based probe)
+// carries its own hits_addend 0, since a request-level 0 means 1; a
+// request with a usage-based descriptor does not ask for quotas (leases).
+func TestProbeAndUsageRequest(t *testing.T) {
+	probe := descriptors.Descriptor{HitsAddend: 0, Usage: true, Entries: []descriptors.Entry{{Key: "user", Value: "u1"}}}
+	plain := descriptors.Descriptor{HitsAddend: 1, Entries: []descriptors.Entry{{Key: "ip", Value: "10.0.0.1"}}}
+	var got rlsv3.RateLimitRequest
+	if err := proto.Unmarshal(AppendRequest(nil, "llm", []descriptors.Descriptor{probe, plain}), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.HitsAddend != 1 || got.Descriptors[0].HitsAddend == nil || got.Descriptors[0].HitsAddend.Value != 0 ||
+		got.Descriptors[1].HitsAddend != nil {
+		t.Fatalf("probe not sent as a per-descriptor hits_addend 0: %v", &got)
+	}
+	if len(got.ProtoReflect().GetUnknown()) != 0 {
+		t.Fatalf("a usage-based request asked for quotas: unknown fields %x", got.ProtoReflect().GetUnknown())
+	}
+	if err := proto.Unmarshal(AppendRequest(nil, "llm", []descriptors.Descriptor{plain}), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.ProtoReflect().GetUnknown()) == 0 {
+		t.Fatal("a request-priced request no longer asks for quotas")
 	}
 }
 

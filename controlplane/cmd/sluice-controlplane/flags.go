@@ -46,6 +46,7 @@ type config struct {
 	policyWatch         time.Duration
 	nearLimitRatio      float64
 	ruleValues          int
+	settleTTL           time.Duration
 	memEntries          int
 	memBytes            int64
 	shutdown            time.Duration
@@ -154,6 +155,7 @@ func newFlagSet(c *config) (*flag.FlagSet, map[string]string) {
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", rls.DefaultNearLimitRatio, "share of a limit past which admitted hits count as near the limit (sluice_rule_near_limit_total) ($SLUICE_NEAR_LIMIT_RATIO)")
 	envOf["near-limit-ratio"] = "SLUICE_NEAR_LIMIT_RATIO"
 	num(&c.ruleValues, "rule-metric-values", "SLUICE_RULE_METRIC_VALUES", rls.DefaultMaxRuleValues, "request values a detailed_metric or value_to_metric rule labels in its statistics; the rest share <rule>@_other")
+	dur(&c.settleTTL, "settle-dedupe-ttl", "SLUICE_SETTLE_DEDUPE_TTL", memory.DefaultOnceTTL, "how long a settlement's token (x-sluice-settle, from sluice's filter) is remembered: a retry within it charges nothing (at least 1ms)")
 	num(&c.memEntries, "memory-max-entries", "SLUICE_MEMORY_MAX_ENTRIES", memory.DefaultMaxEntries, "memory store bound on keys")
 	fs.Int64Var(&c.memBytes, "memory-max-bytes", memory.DefaultMaxBytes, "memory store bound on approximate bytes ($SLUICE_MEMORY_MAX_BYTES)")
 	envOf["memory-max-bytes"] = "SLUICE_MEMORY_MAX_BYTES"
@@ -224,6 +226,8 @@ func (c *config) finish(fs *flag.FlagSet, envOf map[string]string, getenv func(s
 		errs = append(errs, fmt.Errorf("-degrade-after-failures, -degrade-failure-ratio and -degrade-failure-window must be positive (got %d, %v, %v)", c.trip.Failures, c.trip.Ratio, c.trip.Window))
 	case c.shutdown <= 0:
 		errs = append(errs, fmt.Errorf("-shutdown-timeout must be positive (got %v)", c.shutdown))
+	case c.settleTTL < time.Millisecond:
+		errs = append(errs, fmt.Errorf("-settle-dedupe-ttl must be at least 1ms (got %v)", c.settleTTL))
 	case c.maxDescriptors <= 0:
 		errs = append(errs, fmt.Errorf("-max-descriptors must be positive (got %d)", c.maxDescriptors))
 	case c.maxConns <= 0 || c.maxStreamsPerConn <= 0 || c.maxConnBufferBytes <= 0 || c.maxBufferBytes <= 0 || c.idleTimeout <= 0 || c.maxMsgBytes <= 0:

@@ -53,6 +53,8 @@
 //	                                                the limit, as envoyproxy/ratelimit's NEAR_LIMIT_RATIO (0.8)
 //	-rule-metric-values  SLUICE_RULE_METRIC_VALUES  request values one detailed_metric or value_to_metric
 //	                                                rule labels in the per-rule statistics (100)
+//	-settle-dedupe-ttl   SLUICE_SETTLE_DEDUPE_TTL   how long a settlement's token (x-sluice-settle) is
+//	                                                remembered: a retry within it charges nothing (15m)
 //	-memory-max-entries  SLUICE_MEMORY_MAX_ENTRIES  memory store bound on keys (1048576)
 //	-memory-max-bytes    SLUICE_MEMORY_MAX_BYTES    memory store bound on bytes (268435456)
 //	-shutdown-timeout    SLUICE_SHUTDOWN_TIMEOUT    graceful drain limit on SIGTERM/SIGINT (10s)
@@ -300,6 +302,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		MaxDescriptors:   c.maxDescriptors,
 		NearLimitRatio:   c.nearLimitRatio,
 		MaxRuleValues:    c.ruleValues,
+		SettleDedupeTTL:  c.settleTTL,
 		ChargePastLimit:  c.chargePastLimit,
 		QuotaMode:        c.quotaMode,
 		ResponseMetadata: c.responseMetadata,

@@ -67,6 +67,13 @@ func TestParseFlags(t *testing.T) {
 		c.firstCallTimeout != 3*time.Second || c.requestBodyTimeout != 600*time.Millisecond {
 		t.Fatalf("bounds: %+v, %v", c, err)
 	}
+	if c, err := parseFlags(nil, func(string) string { return "" }, io.Discard); err != nil || c.settleTTL != 15*time.Minute {
+		t.Fatalf("-settle-dedupe-ttl default: %+v, %v", c, err)
+	}
+	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_SETTLE_DEDUPE_TTL": "1h"}[k] }, io.Discard); err != nil ||
+		c.settleTTL != time.Hour {
+		t.Fatalf("$SLUICE_SETTLE_DEDUPE_TTL: %+v, %v", c, err)
+	}
 	if c, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_GC_PERCENT": "150"}[k] }, io.Discard); err != nil ||
 		c.gcPercent != 150 || !c.gcPercentSet {
 		t.Fatalf("$SLUICE_GC_PERCENT: %+v, %v", c, err)
@@ -97,6 +104,7 @@ func TestParseFlags(t *testing.T) {
 		{nil, map[string]string{"SLUICE_IDLE_TIMEOUT": "-1s"}, "-idle-timeout must be positive"},
 		{[]string{"-request-body-timeout", "0s"}, nil, "-first-call-timeout and -request-body-timeout must be positive"},
 		{[]string{"-max-streams-per-conn", "4294967296"}, nil, "-max-streams-per-conn must be at most"},
+		{[]string{"-settle-dedupe-ttl", "500us"}, nil, "-settle-dedupe-ttl must be at least 1ms"},
 	}
 	for _, b := range bad {
 		_, err := parseFlags(b.args, func(k string) string { return b.env[k] }, io.Discard)

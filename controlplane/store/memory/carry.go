@@ -26,10 +26,17 @@ type seedState struct{ a, b, c int64 }
 // limit more than the primary would have. The state is derived so as
 // never to admit more than the primary's state (see each case); entries
 // seeded later are overwritten, what the fallback admitted meanwhile too.
+// Every check's store.Once token is remembered as applied: the primary
+// applied it, so a retry that this store answers charges nothing.
 func (s *Store) Seed(checks []store.Check, out []algorithms.Result) {
 	now := s.now().UnixNano()
 	for i := range checks {
 		c, r := &checks[i], &out[i]
+		if c.Once != nil && store.ValidOnce(c) == nil {
+			// The primary has applied it: a retry that this store
+			// answers must not charge it again.
+			s.once.claim(c.Key, c.Once.Token, now)
+		}
 		if r.Remaining*2 > r.Limit || r.ResetAfter <= 0 || validate(c) != nil {
 			continue
 		}
@@ -183,6 +190,21 @@ func (s *Store) Unload(drain bool, fn func([]store.Carry) error) error {
 	}
 	return nil
 }
+
+// UnloadOnce reports to fn, in batches, the store.Once tokens this store
+// remembers (those it applied, and those the primary's answers told it
+// of: Seed) that no earlier UnloadOnce reported, with the time each has
+// left, for the primary to remember them too (see redisstore's MarkOnce):
+// a settlement the fallback applied during an outage, retried once the
+// primary decides again, is then not charged a second time, and a primary
+// that lost its data gets back the tokens of the charges a carry restores.
+// Tokens fn refuses are reported again next time; fn's error is returned.
+func (s *Store) UnloadOnce(fn func([]store.OnceMark) error) error {
+	return s.once.unload(s.now().UnixNano(), onceUnloadBatch, fn)
+}
+
+// onceUnloadBatch is how many tokens one call of UnloadOnce's fn gets.
+const onceUnloadBatch = 4096
 
 // carried is an entry and the state Unload reported for it.
 type carried struct {

@@ -106,6 +106,12 @@ type Options struct {
 	// It is divided evenly among the shards. One entry larger than its
 	// shard's share (a huge sliding log) is still kept, alone.
 	MaxBytes int64
+	// OnceTTL is how long an applied store.Once token is remembered; 0
+	// means DefaultOnceTTL.
+	OnceTTL time.Duration
+	// MaxOnce bounds the tokens remembered; 0 means DefaultMaxOnce. Past
+	// it the oldest is forgotten first (Stats.OnceDropped).
+	MaxOnce int
 }
 
 // Store is the in-process store. It is safe for concurrent use.
@@ -113,6 +119,7 @@ type Store struct {
 	now    func() time.Time
 	seed   maphash.Seed
 	shards [shardCount]shard
+	once   *onceTable
 
 	evicted atomic.Uint64 // live entries dropped to respect the bounds
 	expired atomic.Uint64 // expired entries dropped by Sweep
@@ -158,6 +165,10 @@ type Stats struct {
 	Bytes   int64  // approximate bytes held now
 	Evicted uint64 // live entries dropped to respect the bounds, ever
 	Expired uint64 // expired entries dropped by Sweep, ever
+
+	Once        int    // Once tokens remembered now
+	OnceBytes   int64  // approximate bytes they hold
+	OnceDropped uint64 // tokens forgotten before their TTL to respect MaxOnce, ever
 }
 
 // New returns an empty Store.
@@ -174,6 +185,14 @@ func New(opts Options) *Store {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
 	}
+	onceTTL, maxOnce := opts.OnceTTL, opts.MaxOnce
+	if onceTTL <= 0 {
+		onceTTL = DefaultOnceTTL
+	}
+	if maxOnce <= 0 {
+		maxOnce = DefaultMaxOnce
+	}
+	s.once = newOnceTable(onceTTL, maxOnce)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.m = make(map[string]*entry)
@@ -205,13 +224,34 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 	now := s.now().UnixNano()
 	for i := range checks {
 		c := &checks[i]
-		r, err := s.shardOf(c.Key).decide(c, now, &s.evicted)
+		var r algorithms.Result
+		var err error
+		if c.Once != nil {
+			r, err = s.decideOnce(c, now)
+		} else {
+			r, err = s.shardOf(c.Key).decide(c, now, &s.evicted)
+		}
 		if err != nil {
 			return fmt.Errorf("memory: checks[%d]: %w", i, err)
 		}
 		out[i] = r
 	}
 	return nil
+}
+
+// decideOnce decides a check with a Once: the charge if its pair was not
+// applied within the TTL, then a Probe of the key (see store.Once).
+func (s *Store) decideOnce(c *store.Check, now int64) (algorithms.Result, error) {
+	sh := s.shardOf(c.Key)
+	c.Once.Duplicate = !s.once.claim(c.Key, c.Once.Token, now)
+	if !c.Once.Duplicate {
+		if _, err := sh.decide(c, now, &s.evicted); err != nil {
+			s.once.release(c.Key, c.Once.Token)
+			return algorithms.Result{}, err
+		}
+	}
+	probe := store.Check{Key: c.Key, Limit: c.Limit, Mode: store.Probe}
+	return sh.decide(&probe, now, &s.evicted)
 }
 
 // shardOf returns the shard holding key.
@@ -257,7 +297,8 @@ func (s *Store) RunSweeper(ctx context.Context, interval time.Duration) {
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	st := Stats{Evicted: s.evicted.Load(), Expired: s.expired.Load()}
+	st := Stats{Evicted: s.evicted.Load(), Expired: s.expired.Load(), OnceDropped: s.once.dropped.Load()}
+	st.Once, st.OnceBytes = s.once.size()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -448,6 +489,8 @@ func validate(c *store.Check) error {
 	switch {
 	case err != nil:
 		return err
+	case store.ValidOnce(c) != nil:
+		return store.ValidOnce(c)
 	case c.Cost < 0:
 		return algorithms.ErrCostNegative
 	case c.Mode > store.Charge:

@@ -16,7 +16,7 @@ import (
 // TestCluster runs the decision tests on a 3-master Redis Cluster: the
 // differential for every algorithm (each Decide spreads over many slots and
 // all three nodes), one Decide whose keys land on different slots and nodes,
-// and NOSCRIPT recovery on every node.
+// store.Once across two replicas, and NOSCRIPT recovery on every node.
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
@@ -102,6 +102,14 @@ func TestCluster(t *testing.T) {
 				t.Errorf("second decide, check %d: %+v, want allowed=%v", i, r, i%2 == 0)
 			}
 		}
+	})
+
+	t.Run("once", func(t *testing.T) {
+		// Keys over several slots and nodes, two replicas, one token: each
+		// key charged once (the dedupe key shares its key's slot).
+		onceReplicas(t, client, "cluster-once")
+		markOnce(t, client, "cluster-mark")
+		differentialOnce(t, client, store.TokenBucket, 100, 40, false, false, true, true, 1100)
 	})
 
 	t.Run("noscript", func(t *testing.T) {

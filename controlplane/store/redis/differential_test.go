@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"strconv"
 	"testing"
@@ -26,9 +27,24 @@ import (
 // With modes, checks are also probes and charges (see randomMode).
 func differential(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits, shared, modes bool, seed int64) {
 	t.Helper()
+	differentialOnce(t, client, alg, keys, rounds, changeLimits, shared, modes, false, seed)
+}
+
+// onceTTL is the dedupe TTL of differentialOnce: shorter than the longest
+// clock steps, so that tokens are forgotten too.
+const onceTTL = 20 * time.Minute
+
+// differentialOnce is differential; with once, half the charges carry a
+// store.Once token drawn from a few per key, so that many are duplicates
+// (and some come back after onceTTL), against an oracle that charges a
+// token's first use within the TTL and answers a probe after it.
+func differentialOnce(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits, shared, modes, once bool, seed int64) {
+	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	clk := newClock(1_700_000_000_000_000 + rng.Int63n(1_000_000_000_000))
-	s := newStore(t, client, Options{MaxBatch: keys, Now: clk.Now})
+	s := newStore(t, client, Options{MaxBatch: keys, Now: clk.Now, OnceTTL: onceTTL})
+	applied := make([]map[string]int64, keys) // per key: token -> when it is forgotten (us)
+	var dups, charged int
 	const maxRequests = 1000
 	checks := make([]store.Check, keys)
 	oracles := make([]*oracle, keys)
@@ -62,6 +78,13 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 				checks[i].Limit, checks[i].Cost, checks[i].Mode = l, cost, mode
 				oracles[i].l = l
 			}
+			tok := onceToken(rng, once && mode == store.Charge)
+			for i := range checks {
+				checks[i].Once = nil
+				if tok != "" {
+					checks[i].Once = &store.Once{Token: tok}
+				}
+			}
 		} else {
 			for i := range checks {
 				if changeLimits && rng.Intn(8) == 0 {
@@ -71,6 +94,10 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 				checks[i].Cost = randomCost(rng, checks[i].Limit)
 				if modes {
 					checks[i].Mode, checks[i].Cost = randomMode(rng, checks[i].Limit)
+				}
+				checks[i].Once = nil
+				if tok := onceToken(rng, once && checks[i].Mode == store.Charge); tok != "" {
+					checks[i].Once = &store.Once{Token: tok}
 				}
 			}
 		}
@@ -88,7 +115,18 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 		}
 		for k, c := range round {
 			i := idx[k]
-			want, err := oracles[i].decide(clk.get(), c.Cost, c.Mode)
+			var want algorithms.Result
+			var err error
+			if c.Once != nil {
+				want, err = onceOracle(oracles[i], &applied[i], clk.get(), c)
+				if c.Once.Duplicate {
+					dups++
+				} else {
+					charged++
+				}
+			} else {
+				want, err = oracles[i].decide(clk.get(), c.Cost, c.Mode)
+			}
 			if err != nil {
 				t.Fatalf("round %d key %d: Go: %v", r, i, err)
 			}
@@ -118,7 +156,43 @@ func differential(t *testing.T, client redis.UniversalClient, alg store.Algorith
 	if alg == store.Reserve && !shared && waited < steps/100 { // shared rounds change the limit too often to queue much
 		t.Fatalf("%d of %d allowed reservations waited: the random steps do not exercise waiting", waited, allowed)
 	}
+	if once && (dups < steps/200 || charged < steps/200) {
+		t.Fatalf("%d duplicates, %d once-charges applied of %d steps: the random steps do not exercise both", dups, charged, steps)
+	}
 	t.Logf("%d steps: %d allowed (%d waited), %d denied", steps, allowed, waited, denied)
+	if once {
+		t.Logf("once: %d charges applied, %d duplicates", charged, dups)
+	}
+}
+
+// onceToken returns "" (no token) unless on, then half the time a token of
+// four per key.
+func onceToken(rng *rand.Rand, on bool) string {
+	if !on || rng.Intn(2) == 0 {
+		return ""
+	}
+	return "t" + strconv.Itoa(rng.Intn(4))
+}
+
+// onceOracle decides c, a charge with a Once, on o at now (us), with
+// applied the key's tokens: the charge unless the token was applied within
+// onceTTL, then a probe. It fails when the store's Duplicate disagrees.
+func onceOracle(o *oracle, applied *map[string]int64, now int64, c store.Check) (algorithms.Result, error) {
+	if *applied == nil {
+		*applied = map[string]int64{}
+	}
+	exp, seen := (*applied)[c.Once.Token]
+	dup := seen && exp > now
+	if dup != c.Once.Duplicate {
+		return algorithms.Result{}, fmt.Errorf("token %s at %d us (remembered until %d, %v): store says duplicate=%v", c.Once.Token, now, exp, seen, c.Once.Duplicate)
+	}
+	if !dup {
+		(*applied)[c.Once.Token] = now + onceTTL.Microseconds()
+		if _, err := o.decide(now, c.Cost, store.Charge); err != nil {
+			return algorithms.Result{}, err
+		}
+	}
+	return o.decide(now, 0, store.Probe)
 }
 
 // TestDifferential: for every algorithm, 12,000 random (time, cost, limit)
@@ -169,6 +243,22 @@ func TestDifferentialUsage(t *testing.T) {
 		})
 		t.Run(alg.String()+"/shared", func(t *testing.T) {
 			differential(t, client, alg, 200, 120, true, true, true, int64(800+i))
+		})
+	}
+}
+
+// TestDifferentialOnce is TestDifferentialUsage with Once tokens on half
+// the charges, many of them duplicates: a token charges once within the
+// TTL and every once-check answers a probe after it, in the scripts as in
+// shared/algorithms with a map of tokens.
+func TestDifferentialOnce(t *testing.T) {
+	_, client := startClient(t)
+	for i, alg := range algs {
+		t.Run(alg.String(), func(t *testing.T) {
+			differentialOnce(t, client, alg, 200, 60, true, false, true, true, int64(900+i))
+		})
+		t.Run(alg.String()+"/shared", func(t *testing.T) {
+			differentialOnce(t, client, alg, 200, 120, true, true, true, true, int64(1000+i))
 		})
 	}
 }

@@ -1,18 +1,26 @@
 -- dispatch.lua: the script's body. It decides one check per key:
 --
---   KEYS[i]                the check's key
+--   KEYS[k]                the check's key; a check of mode 3 (charge
+--                          once) takes two keys in a row: its key, then its
+--                          dedupe key (in the same hash slot)
 --   ARGV[1]                "" to read the clock from TIME, or the time in
 --                          microseconds (tests only: production never sets
 --                          it; expiries then get a day of slack)
---   ARGV[2]                n, the number of distinct limits in this call
---   ARGV[3 .. 2+5n]        each limit: algorithm (1 fixed_window,
+--   ARGV[2]                how long a dedupe key lives, in milliseconds
+--   ARGV[3]                n, the number of distinct limits in this call
+--   ARGV[4 .. 3+5n]        each limit: algorithm (1 fixed_window,
 --                          2 sliding_window, 3 sliding_log, 4 token_bucket,
 --                          5 gcra, 6 reserve) plus 10 times the mode of its
---                          checks (0 allow, 1 probe, 2 charge), and four
---                          parameters (see script.go)
---   ARGV[3+5n ...]         each check: its limit's number (1 to n), cost;
+--                          checks (0 allow, 1 probe, 2 charge, 3 charge
+--                          once), and four parameters (see script.go)
+--   ARGV[4+5n ...]         each check: its limit's number (1 to n), cost;
 --                          or, when every check has the same, that one
---                          pair alone (with one key the two forms agree)
+--                          pair alone (with one check the two forms agree)
+--
+-- A charge once (store.Once) is a charge when its dedupe key is missing or
+-- has passed the time it holds (then set to now plus the TTL, with PX that
+-- long), else nothing; either way it answers a probe of its key afterwards,
+-- as a long answer whose allowed value is 2 more when it charged nothing.
 --
 -- Each algorithm is called as f(key, now, p1, p2, p3, cost, cost_text, p4,
 -- mode):
@@ -47,8 +55,8 @@ local now = start(ARGV[1])
 fw_fields = {}
 local decide = { fixed_window, sliding_window, sliding_log, token_bucket, gcra, reserve }
 local fs, p1s, p2s, p3s, p4s, ms = {}, {}, {}, {}, {}, {}
-local j = 3
-for l = 1, tonumber(ARGV[2]) do
+local j = 4
+for l = 1, tonumber(ARGV[3]) do
   local a = tonumber(ARGV[j])
   fs[l], ms[l] = decide[a % 10], floor(a / 10)
   p1s[l], p2s[l], p3s[l], p4s[l] = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
@@ -69,7 +77,34 @@ local function put(i, allowed, remaining, retry, reset)
   out[i + 1] = -nlong / 4
 end
 
-local n = #KEYS
+-- once decides a charge once on key (dedupe key dk): the charge, if the
+-- dedupe key was not set, then a probe, as a long answer for check i.
+local function once(i, f, key, dk, p1, p2, p3, cost, cs, p4)
+  local dup, seen = 2, rpcall('GET', dk)
+  if type(seen) ~= 'string' or (tonumber(seen) or MAX) <= now then
+    -- The value is when the key is forgotten, in the call's clock (an
+    -- injected one too); PX, plus pad, removes it after that.
+    local ttl = tonumber(ARGV[2])
+    call('SET', dk, fmt('%d', now + ttl * 1000), 'PX', fmt('%d', ttl + pad))
+    dup = 0
+    local a = f(key, now, p1, p2, p3, cost, cs, p4, 2)
+    if a == BAD then
+      call('DEL', dk) -- nothing was charged: a retry must charge
+      put(i, BAD, 0, 0, 0)
+      return
+    end
+  end
+  local a, rem, retry, reset = f(key, now, p1, p2, p3, 0, '0', p4, 1)
+  if a == BAD then
+    put(i, BAD, 0, 0, 0)
+    return
+  end
+  long[nlong + 1], long[nlong + 2], long[nlong + 3], long[nlong + 4] = a + dup, rem, retry, reset
+  nlong = nlong + 4
+  out[i + 1] = -nlong / 4
+end
+
+local n, k = #KEYS, 1
 if #ARGV == j + 1 then
   -- one limit and cost for every key
   local l = tonumber(ARGV[j])
@@ -90,6 +125,15 @@ if #ARGV == j + 1 then
         put(i, fw_counted(KEYS[i], now, p1, p2, cost, cs, ws, field, c))
       end
     end
+  elseif mode == 3 then
+    n = n / 2
+    for i = 1, n do
+      if f then
+        once(i, f, KEYS[2 * i - 1], KEYS[2 * i], p1, p2, p3, cost, cs, p4)
+      else
+        put(i, BAD, 0, 0, 0)
+      end
+    end
   else
     for i = 1, n do
       if f then
@@ -100,14 +144,19 @@ if #ARGV == j + 1 then
     end
   end
 else
+  n = (#ARGV - j + 1) / 2
   for i = 1, n do
     local l = tonumber(ARGV[j])
     local f = fs[l]
-    if f then
-      put(i, f(KEYS[i], now, p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1], p4s[l], ms[l]))
-    else
+    if not f then
       put(i, BAD, 0, 0, 0)
+    elseif ms[l] == 3 then
+      once(i, f, KEYS[k], KEYS[k + 1], p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1], p4s[l])
+      k = k + 1
+    else
+      put(i, f(KEYS[k], now, p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1], p4s[l], ms[l]))
     end
+    k = k + 1
     j = j + 2
   end
 end

@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/store"
@@ -119,10 +120,24 @@ var (
 
 // wire is one check as the script receives it.
 type wire struct {
-	key   string
-	lim   params
-	cost  int64
-	limit int64 // the capacity, reported as Result.Limit
+	key    string
+	lim    params
+	cost   int64
+	limit  int64       // the capacity, reported as Result.Limit
+	once   *store.Once // a charge once: told whether it was a duplicate
+	dedupe string      // its dedupe key, in key's hash slot (onceKey)
+}
+
+// modeOnce is dispatch.lua's mode of a charge once (store.Once).
+const modeOnce = 3
+
+// onceKey returns the dedupe key of token on key: in key's hash slot, so
+// that one script call on a Cluster can set it with the charge.
+func onceKey(key, token string) string {
+	if hashTag(key) == key && !strings.ContainsAny(key, "{}") {
+		return "{" + key + "}:once:" + token // key has no tag: Redis hashes it whole
+	}
+	return key + ":once:" + token // the tag is in key, before the token
 }
 
 // params is a limit as the script receives it.
@@ -200,6 +215,8 @@ func encode(c store.Check) (wire, error) {
 		return wire{}, errMode
 	case c.Mode == store.Probe && c.Cost != 0:
 		return wire{}, errProbeCost
+	case store.ValidOnce(&c) != nil:
+		return wire{}, &algorithms.LimitError{Field: "once", Problem: store.ValidOnce(&c).Error()}
 	case c.Mode == store.Charge:
 		// The algorithms clamp a charge at twice the capacity (the debt
 		// ceiling); clamping here keeps the script's numbers small.
@@ -208,6 +225,10 @@ func encode(c store.Check) (wire, error) {
 		return wire{}, algorithms.ErrCostTooLarge
 	}
 	x.lim.alg += modeScale * int64(c.Mode)
+	if c.Once != nil {
+		x.lim.alg += modeScale * (modeOnce - int64(store.Charge))
+		x.once, x.dedupe = c.Once, onceKey(c.Key, c.Once.Token)
+	}
 	return x, nil
 }
 

@@ -69,7 +69,7 @@ func (s *Store) build(ctx context.Context, batch []*call, now any, functions boo
 	for _, g := range groups {
 		for len(g) > 0 {
 			n := min(len(g), s.maxBatch)
-			cmds = append(cmds, newScriptCmd(ctx, g[:n], now, functions))
+			cmds = append(cmds, newScriptCmd(ctx, g[:n], now, s.onceTTL, functions))
 			g = g[n:]
 		}
 	}
@@ -78,7 +78,7 @@ func (s *Store) build(ctx context.Context, batch []*call, now any, functions boo
 
 // newScriptCmd returns the FCALL (with functions) or EVALSHA that decides
 // refs (see dispatch.lua for the arguments).
-func newScriptCmd(ctx context.Context, refs []ref, now any, functions bool) *scriptCmd {
+func newScriptCmd(ctx context.Context, refs []ref, now any, onceTTL int64, functions bool) *scriptCmd {
 	// The distinct limits, numbered from 1 in order of first use; a call
 	// rarely holds more than a few, so a linear search beats a map.
 	var lims []params
@@ -92,16 +92,26 @@ func newScriptCmd(ctx context.Context, refs []ref, now any, functions bool) *scr
 		}
 		nums[k] = n + 1
 	}
-	args := make([]any, 0, 5+len(refs)*(1+argsPerCheck)+len(lims)*argsPerLimit)
+	keys := len(refs)
+	for _, r := range refs {
+		if r.c.wires[r.i].once != nil {
+			keys++
+		}
+	}
+	args := make([]any, 0, 6+keys+len(refs)*argsPerCheck+len(lims)*argsPerLimit)
 	if functions {
-		args = append(args, "fcall", libraryName, len(refs))
+		args = append(args, "fcall", libraryName, keys)
 	} else {
-		args = append(args, "evalsha", scriptSHA, len(refs))
+		args = append(args, "evalsha", scriptSHA, keys)
 	}
 	for _, r := range refs {
-		args = append(args, r.c.wires[r.i].key)
+		w := &r.c.wires[r.i]
+		args = append(args, w.key)
+		if w.once != nil {
+			args = append(args, w.dedupe)
+		}
 	}
-	args = append(args, now, len(lims))
+	args = append(args, now, onceTTL, len(lims))
 	for _, p := range lims {
 		args = append(args, p.alg, p.p1, p.p2, p.p3, p.p4)
 	}
@@ -240,13 +250,16 @@ func decode(sc *scriptCmd) {
 		}
 		long := vals[1+len(sc.refs)+longAnswer*int(-v-1):]
 		switch long[0] {
-		case 0, 1:
+		case 0, 1, 2, 3: // 2 and 3: a charge once that charged nothing (dispatch.lua)
 			c.out[r.i] = algorithms.Result{
-				Allowed:    long[0] == 1,
+				Allowed:    long[0]%2 == 1,
 				Limit:      w.limit,
 				Remaining:  long[1],
 				RetryAfter: long[2] * int64(time.Microsecond),
 				ResetAfter: long[3] * int64(time.Microsecond),
+			}
+			if w.once != nil {
+				w.once.Duplicate = long[0] >= 2
 			}
 			if w.lim.alg%modeScale == algReserve { // the third value is an allowed request's wait (reserve.lua)
 				res := &c.out[r.i]

@@ -112,7 +112,13 @@ type Options struct {
 	// (every script call of one batch, and their EVAL retries), for a
 	// latency histogram.
 	RoundTrip func(time.Duration)
+	// OnceTTL is how long a store.Once token is remembered (its dedupe
+	// key's PX), at least a millisecond; 0 means DefaultOnceTTL.
+	OnceTTL time.Duration
 }
+
+// DefaultOnceTTL is Options.OnceTTL's default.
+const DefaultOnceTTL = 15 * time.Minute
 
 // loadRetry is how long the store waits after a failed FUNCTION LOAD before
 // it tries again.
@@ -129,6 +135,7 @@ type Store struct {
 	now         func() time.Time // nil: Redis TIME
 	noFunctions bool
 	roundTrip   func(time.Duration)
+	onceTTL     int64 // milliseconds
 
 	functions atomic.Bool  // the library is loaded: script calls are FCALLs
 	loading   atomic.Bool  // a FUNCTION LOAD is under way
@@ -154,8 +161,14 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.MaxInFlight < 0 {
 		return nil, fmt.Errorf("redisstore: MaxInFlight %d is negative", opts.MaxInFlight)
 	}
+	if opts.OnceTTL < 0 || (opts.OnceTTL > 0 && opts.OnceTTL < time.Millisecond) {
+		return nil, fmt.Errorf("redisstore: OnceTTL %v is below a millisecond", opts.OnceTTL)
+	}
 	s := &Store{client: client, maxBatch: opts.MaxBatch, maxInFlight: opts.MaxInFlight, now: opts.Now,
-		noFunctions: opts.NoFunctions, roundTrip: opts.RoundTrip}
+		noFunctions: opts.NoFunctions, roundTrip: opts.RoundTrip, onceTTL: opts.OnceTTL.Milliseconds()}
+	if s.onceTTL == 0 {
+		s.onceTTL = DefaultOnceTTL.Milliseconds()
+	}
 	if s.maxBatch == 0 {
 		s.maxBatch = DefaultMaxBatch
 	}

@@ -1,0 +1,374 @@
+package usage
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/e2e/stack"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Built by TestMain.
+var controlPlane, filterWasm string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(stack.RunWithControlPlane("e2e/usage", testing.Short(), &controlPlane, &filterWasm, m.Run))
+}
+
+const (
+	domain    = "usage"
+	keyHeader = "x-api-key"
+	workers   = 2 // Envoy's --concurrency: one Wasm VM each
+)
+
+// Limits of policy.
+const (
+	minuteLimit = 250           // api_key: tokens a minute, the README's example
+	exactLimit  = 1_000_000_000 // exact_key: never reached, so a probe's remaining tells the charged total
+	boundLimit  = 1000          // bound_key, native_key: tokens a day
+	discLimit   = 1_000_000     // disc_key
+)
+
+// policy is what every control plane serves. Keys are fresh per test, and
+// the windows other than the README's minute are days, so that counts are
+// exact whatever the test's speed; the minute test reruns with a fresh key
+// when its requests straddle a window boundary (windows are aligned to the
+// clock).
+var policy = fmt.Sprintf(`
+domain: usage
+descriptors:
+  - key: api_key
+    rate_limit: {name: tokens, algorithm: fixed_window, unit: minute, requests_per_unit: %d}
+  - key: exact_key
+    rate_limit: {name: exact, algorithm: fixed_window, unit: day, requests_per_unit: %d}
+  - key: bound_key
+    rate_limit: {name: bound, algorithm: fixed_window, unit: day, requests_per_unit: %d}
+  - key: native_key
+    charge_past_limit: true
+    rate_limit: {name: native, algorithm: fixed_window, unit: day, requests_per_unit: %d}
+  - key: disc_key
+    rate_limit: {name: disc, algorithm: fixed_window, unit: day, requests_per_unit: %d}
+`, minuteLimit, exactLimit, boundLimit, boundLimit, discLimit)
+
+// Control-plane clusters of the Envoy.
+const (
+	cpMemory = "cp_memory" // embedded memory store
+	cpRedis  = "cp_redis"  // Redis
+	cpKill   = "cp_kill"   // Redis, killed and restarted by TestUsageEnvoy/killed
+)
+
+// Listeners of the Envoy, and what their filter configuration is.
+const (
+	lnHeader      = "header"       // api_key, reserve 0, usage from the response header (memory)
+	lnTrailer     = "trailer"      // api_key, reserve 0, usage from the response trailer (memory)
+	lnExact       = "exact"        // exact_key, reserve 0, trailer (Redis)
+	lnBound       = "bound"        // bound_key, reserve boundReserve, header (Redis)
+	lnNative      = "native"       // Envoy's ratelimit filter, apply_on_stream_done, native_key (Redis)
+	lnKill        = "kill"         // exact_key, reserve 0, trailer, small queue (cp_kill)
+	lnDiscBytes   = "disc-bytes"   // disc_key, reserve 0, trailer, on_disconnect bytes (memory)
+	lnDiscReserve = "disc-reserve" // disc_key, reserve discReserve, trailer, on_disconnect reserve (memory)
+)
+
+// Reserves and queue bound of the listeners.
+const (
+	boundReserve = 100
+	discReserve  = 7
+	killQueueMax = 8 // settlements waiting per VM
+	killBatchMax = 4 // settlements per call: few leave the queue for a call that fails
+)
+
+// env is the stack the tests share: a memory-store control plane, two
+// control planes on one redis-server, a UsageUpstream, and one Envoy with a
+// listener per configuration (one Wasm VM per worker runs them all).
+type env struct {
+	dir    string
+	cps    map[string]*stack.ControlPlane // by cluster name
+	up     *stack.UsageUpstream
+	envoy  *stack.Envoy
+	client *http.Client
+}
+
+// startEnv starts the stack; everything stops when t ends.
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end: skipped in -short mode")
+	}
+	ctx := context.Background()
+	e := &env{dir: t.TempDir(), cps: map[string]*stack.ControlPlane{}}
+	pol := filepath.Join(e.dir, "usage.yaml")
+	if err := os.WriteFile(pol, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rs := redistest.StartServer(t)
+	for _, c := range []struct{ name, redis string }{{cpMemory, ""}, {cpRedis, rs.Addr()}, {cpKill, rs.Addr()}} {
+		cfg := stack.ControlPlaneConfig{Binary: controlPlane, Dir: e.dir, Policies: []string{pol}, RedisAddr: c.redis}
+		if c.redis != "" {
+			cfg.Args = []string{"-deadline", "500ms"} // two busy cores: no degrading mid-count
+		}
+		cp, err := stack.StartControlPlane(ctx, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		e.cps[c.name] = cp
+		t.Cleanup(func() {
+			cp.Stop()
+			if t.Failed() {
+				b, _ := os.ReadFile(cp.LogPath())
+				t.Logf("%s's log (%s):\n%s", c.name, cp.LogPath(), lastLines(string(b), 30))
+			}
+		})
+	}
+	up, err := stack.StartUsageUpstream("127.0.0.1:0", keyHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close(ctx) })
+	e.up = up
+
+	clusters := []stack.M{h2Cluster("up", up.Addr())}
+	for name, cp := range e.cps {
+		clusters = append(clusters, stack.GRPCCluster(name, cp.GRPCAddr()))
+	}
+	boot := stack.Bootstrap(listeners(), clusters)
+	start := time.Now()
+	envoy, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: e.dir, Bootstrap: boot, Concurrency: workers,
+		LogLevel: "warn", Args: []string{"--component-log-level", "wasm:info"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Envoy (filter.wasm under V8, %d workers, %d listeners) started in %v", workers, len(listeners()), time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("Envoy's log (%s):\n%s", envoy.LogPath(), envoy.LogExcerpt())
+		}
+		envoy.Stop()
+	})
+	e.envoy = envoy
+	e.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
+	t.Cleanup(e.client.CloseIdleConnections)
+	return e
+}
+
+// h2Cluster returns a cluster speaking HTTP/2 without TLS to addr: the
+// upstream's trailers reach Envoy's filters whatever the downstream
+// protocol.
+func h2Cluster(name, addr string) stack.M {
+	c := stack.GRPCCluster(name, addr)
+	c["connect_timeout"] = "1s"
+	return c
+}
+
+// usagePlugin returns the filter configuration of one usage-based rate
+// limit whose descriptor is key from the x-api-key header, calling cluster.
+func usagePlugin(cluster, key string, u stack.Usage) stack.PluginConfig {
+	return stack.PluginConfig{
+		Cluster: cluster, Domain: domain, Timeout: "1s", FailureMode: "closed",
+		RateLimits: []stack.RateLimit{{Actions: []stack.Action{stack.RequestHeader(keyHeader, key)}, Usage: &u}},
+		Precheck:   &stack.Precheck{Enabled: true},
+		Headers:    &stack.Headers{Draft10: true, RetryAfter: true},
+	}
+}
+
+var (
+	fromHeader  = stack.M{"response_header": stack.UsageReportHeader}
+	fromTrailer = stack.M{"response_trailer": stack.UsageReportHeader}
+)
+
+// listeners returns the Envoy's listeners (see the ln* constants).
+func listeners() []stack.M {
+	kill := usagePlugin(cpKill, "exact_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})
+	kill.Settle = &stack.Settle{BatchMax: stack.Int(killBatchMax), QueueMax: stack.Int(killQueueMax), TimeoutMS: stack.Int(500)}
+	return []stack.M{
+		wasmListener(lnHeader, usagePlugin(cpMemory, "api_key", stack.Usage{Reserve: stack.Int(0), Source: fromHeader})),
+		wasmListener(lnTrailer, usagePlugin(cpMemory, "api_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})),
+		wasmListener(lnExact, usagePlugin(cpRedis, "exact_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})),
+		wasmListener(lnBound, usagePlugin(cpRedis, "bound_key", stack.Usage{Reserve: stack.Int(boundReserve), Source: fromHeader})),
+		wasmListener(lnKill, kill),
+		wasmListener(lnDiscBytes, usagePlugin(cpMemory, "disc_key",
+			stack.Usage{Reserve: stack.Int(0), Source: fromTrailer, OnDisconnect: "bytes"})),
+		wasmListener(lnDiscReserve, usagePlugin(cpMemory, "disc_key",
+			stack.Usage{Reserve: stack.Int(discReserve), Source: fromTrailer, OnDisconnect: "reserve"})),
+		nativeListener(lnNative, cpRedis),
+	}
+}
+
+// route returns the route of every path to the upstream, without a
+// response timeout (held streams last as long as a test holds them).
+func route() stack.M {
+	r := stack.RouteTo("/", "up")
+	r["route"].(stack.M)["timeout"] = "0s"
+	return r
+}
+
+// wasmListener returns listener name running filter.wasm with pc, under a
+// plugin name of its own.
+func wasmListener(name string, pc stack.PluginConfig) stack.M {
+	f := stack.WasmFilter(filterWasm, pc.JSON())
+	f["typed_config"].(stack.M)["config"].(stack.M)["name"] = "sluice-" + name
+	return stack.HTTPListener(name, 0, []stack.M{stack.VirtualHost("all", route())}, f)
+}
+
+// nativeListener returns listener name running Envoy's own ratelimit
+// filter the way Envoy Gateway configures a response cost (and Envoy AI
+// Gateway its token limits): a request-time rate limit whose descriptor has
+// hits_addend 0, and the same descriptor again with apply_on_stream_done
+// and hits_addend from dynamic metadata, which a Lua filter sets from the
+// upstream's x-usage-tokens (e2e/native's TestResponseCostEnvoy runs the
+// same configuration).
+func nativeListener(name, cluster string) stack.M {
+	key := []stack.M{{"request_headers": stack.M{"header_name": keyHeader, "descriptor_key": "native_key"}}}
+	r := route()
+	r["typed_per_filter_config"] = stack.M{"envoy.filters.http.ratelimit": stack.M{
+		"@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
+		"rate_limits": []stack.M{
+			{"actions": key, "hits_addend": stack.M{"number": 0}},
+			{"actions": key, "apply_on_stream_done": true,
+				"hits_addend": stack.M{"format": "%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%"}},
+		},
+	}}
+	lua := stack.M{
+		"name": "envoy.filters.http.lua",
+		"typed_config": stack.M{
+			"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+			"default_source_code": stack.M{"inline_string": `
+function envoy_on_response(h)
+  local n = h:headers():get("` + stack.UsageReportHeader + `")
+  if n and n ~= "" then
+    h:streamInfo():dynamicMetadata():set("io.envoy.ai_gateway", "llm_total_token", tonumber(n))
+  end
+end`},
+		},
+	}
+	rl := stack.RateLimitFilter(domain, cluster, stack.M{
+		"enable_x_ratelimit_headers":         "DRAFT_VERSION_03",
+		"disable_x_envoy_ratelimited_header": true,
+	})
+	return stack.HTTPListener(name, 0, []stack.M{stack.VirtualHost("all", r)}, lua, rl)
+}
+
+// request describes one request to a listener.
+type request struct {
+	key    string // x-api-key
+	tokens int    // usage the upstream reports
+	mode   string // "header" or "trailer"
+	hold   string // gate the upstream waits on after the first chunk ("" for none)
+}
+
+// newRequest returns the HTTP request r to listener ln.
+func (e *env) newRequest(ctx context.Context, ln string, r request) *http.Request {
+	req, err := http.NewRequestWithContext(ctx, "GET", e.envoy.URL(ln)+"/v1/chat/completions", nil)
+	if err != nil {
+		panic(err) // a constant URL
+	}
+	req.Header.Set(keyHeader, r.key)
+	req.Header.Set(stack.UsageTokensHeader, strconv.Itoa(r.tokens))
+	if r.mode != "" {
+		req.Header.Set(stack.UsageModeHeader, r.mode)
+	}
+	if r.hold != "" {
+		req.Header.Set(stack.UsageHoldHeader, r.hold)
+	}
+	return req
+}
+
+// filterStat returns one of the filter's counters (Envoy's /stats shows
+// them as wasmcustom.<name>, one counter shared by the VMs and plugins).
+func (e *env) filterStat(name string) int64 { return e.envoy.Stat("wasmcustom." + name) }
+
+// waitStat polls the filter's counter name until it reaches at least want
+// or d passes, and returns its last value.
+func (e *env) waitStat(name string, want int64, d time.Duration) int64 {
+	var v int64
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if v = e.filterStat(name); v >= want || time.Now().After(deadline) {
+			return v
+		}
+	}
+}
+
+// charged returns what control plane cluster cp has charged descriptor
+// key=value of a limit, read with a probe (a descriptor cost of 0): the
+// limit minus the remaining. Only exact for limits not yet reached.
+func (e *env) charged(t *testing.T, cp, key, value string, limit int64) int64 {
+	t.Helper()
+	conn, err := grpc.NewClient(e.cps[cp].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain: domain,
+		Descriptors: []*rlscommon.RateLimitDescriptor{{
+			Entries:    []*rlscommon.RateLimitDescriptor_Entry{{Key: key, Value: value}},
+			HitsAddend: wrapperspb.UInt64(0),
+		}},
+	})
+	if err != nil {
+		t.Fatalf("probe %s=%s on %s: %v", key, value, cp, err)
+	}
+	st := r.GetStatuses()[0]
+	if st.GetCurrentLimit().GetRequestsPerUnit() != uint32(limit) {
+		t.Fatalf("probe %s=%s on %s: limit %d, want %d", key, value, cp, st.GetCurrentLimit().GetRequestsPerUnit(), limit)
+	}
+	return limit - int64(st.GetLimitRemaining())
+}
+
+// waitCharged polls charged until it reaches at least want or d passes,
+// and returns its last value.
+func (e *env) waitCharged(t *testing.T, cp, key, value string, limit, want int64, d time.Duration) int64 {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if v := e.charged(t, cp, key, value, limit); v >= want || time.Now().After(deadline) {
+			return v
+		}
+	}
+}
+
+// cpMetric returns the sum of a control plane's metric name over the
+// samples whose labels match (alternating names and values).
+func (e *env) cpMetric(t *testing.T, cp, name string, match ...string) float64 {
+	t.Helper()
+	s, err := stack.Scrape(e.cps[cp].HTTPURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Sum(name, match...)
+}
+
+// freshKey returns an API key no earlier run has used.
+func freshKey(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// untilMidnight is how long the day windows (aligned to UTC midnight) have
+// left.
+func untilMidnight(now time.Time) time.Duration {
+	return now.Truncate(24 * time.Hour).Add(24 * time.Hour).Sub(now)
+}
