@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,5 +133,52 @@ func TestLeaseSpendHostCalls(t *testing.T) {
 	}
 	if !maps.Equal(c.counts, call) {
 		t.Fatalf("host calls of a request that calls out: %v, want %v", c.counts, call)
+	}
+}
+
+// TestGRPCCalloutHostCalls counts the host calls of a request sent to the
+// control plane over proxy_grpc_call (transport "grpc") and admitted, over
+// its whole stream: the proxy's gRPC client checks the answer's HTTP and
+// gRPC statuses itself, so the filter reads no header of the answer (one
+// host call, and its callback to allocate, fewer than over proxy_http_call;
+// see TestCalloutHostCalls).
+func TestGRPCCalloutHostCalls(t *testing.T) {
+	var c hostCounter
+	config := strings.Replace(sharedConfig, `"domain"`, `"transport": "grpc", "domain"`, 1)
+	h := newWasmHostShared(t, c.context(), filterWasmDev, config, newHostShared())
+	if !h.configure() {
+		t.Fatalf("configuration refused: %v", h.logs)
+	}
+	msg := hostAdmittedOne(t).body[5:] // unframed
+	run := func(id uint32, user string) map[string]int {
+		req := map[string]string{":method": "GET", ":path": "/", "x-user": user}
+		c.counts = map[string]int{}
+		c.counting = true
+		h.headers[id], h.current = req, id
+		h.call("proxy_on_context_create", uint64(id), 1)
+		h.call("proxy_on_request_headers", uint64(id), uint64(len(req)), 1)
+		h.deliverGRPC(uint32(len(h.calls)), msg)
+		h.current = id
+		h.call("proxy_on_response_headers", uint64(id), 3, 0)
+		h.call("proxy_on_log", uint64(id))
+		h.call("proxy_on_done", uint64(id))
+		h.call("proxy_on_delete", uint64(id))
+		c.counting = false
+		return c.counts
+	}
+	run(2, "warm")
+	want := map[string]int{
+		"env.proxy_get_header_map_value":        1, // x-user
+		"wasi_snapshot_preview1.clock_time_get": 2, // the request, the answer
+		"env.proxy_get_shared_data":             1, // another VM's block for x-user?
+		"env.proxy_grpc_call":                   1,
+		"env.proxy_set_effective_context":       1,
+		"env.proxy_get_buffer_bytes":            1, // the response message
+		"env.proxy_increment_metric":            1, // sluice.allowed
+		"env.proxy_continue_stream":             1,
+		"env.proxy_add_header_map_value":        2, // RateLimit-Policy, RateLimit
+	}
+	if got := run(3, "u1"); !maps.Equal(got, want) || h.resumed[3] != 1 || h.grpcCalls != 2 {
+		t.Errorf("host calls of an admitted request: %v, want %v (resumed %d, %d gRPC calls)", got, want, h.resumed[3], h.grpcCalls)
 	}
 }

@@ -190,7 +190,7 @@ func TestCalloutHostCalls(t *testing.T) {
 	}
 	run(2, "warm", admitted)
 	common := map[string]int{
-		"env.proxy_get_header_map_value":        3, // x-user; the answer's :status and grpc-status (trailer)
+		"env.proxy_get_header_map_value":        2, // x-user; the answer's grpc-status (trailer)
 		"wasi_snapshot_preview1.clock_time_get": 2, // the request, the answer
 		"env.proxy_get_shared_data":             1, // another VM's block for x-user?
 		"env.proxy_http_call":                   1,

@@ -18,6 +18,7 @@ import (
 var (
 	filterWasm    []byte // the production build
 	filterWasmDev []byte // with the sluicetest tag: exports sluice_test_mallocs
+	wasmDir       string // where TestMain builds them
 )
 
 func TestMain(m *testing.M) {
@@ -26,6 +27,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	wasmDir = dir
 	code := func() int {
 		defer os.RemoveAll(dir)
 		var err error

@@ -55,6 +55,10 @@ type wasmHost struct {
 	respHeaders, respTrailers map[uint32]map[string]string
 	props                     map[uint32]map[string][]byte
 	callHeaders, callBodies   [][]byte // of each call, unless quiet
+
+	grpcCalls   int    // calls made over proxy_grpc_call
+	grpcStatus  uint32 // the status of a gRPC call being closed
+	grpcMessage string
 }
 
 type hostAnswer struct {
@@ -103,7 +107,7 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 		switch abi.BufferType(s[0]) {
 		case abi.BufferPluginConfiguration:
 			buf = h.config
-		case abi.BufferCallResponseBody:
+		case abi.BufferCallResponseBody, abi.BufferGRPCCallMessage:
 			buf = h.answer.body
 		}
 		s[0] = h.give(m, buf, uint32(s[3]), uint32(s[4]))
@@ -181,6 +185,7 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 		s[0] = 0
 	})
 	h.exportSharedData(export)
+	h.exportGRPC(export)
 	export("proxy_increment_metric", []api.ValueType{i32, i64}, func(_ context.Context, m api.Module, s []uint64) {
 		s[0] = 0
 	})

@@ -18,7 +18,7 @@
 // stream, batched (u, the default settle configuration) or one call per
 // settlement (u1); against setup 7 they give what settlements cost.
 //
-//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,3,4,5,6,6f,7,u,u1]
+//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g,u,u1]
 //	            [-sweep 1,2,4,8] [-sweep-loads flood,spread] [-flood-rate 500] [-flood-duration 5s] [-flood-conns 32]
 //
 // Then the worker sweep (sweep.go): the shipped envoy/envoy.yaml at each
@@ -51,7 +51,7 @@ func main() {
 	flag.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
 	flag.IntVar(&cfg.concurrency, "concurrency", 2, "Envoy worker threads (one Wasm VM each)")
 	flag.IntVar(&cfg.connections, "connections", 32, "wrk connections")
-	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,3,4,5,6,6f,7,u,u1", "setups to run (see the setups table in setups.go)")
+	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g,u,u1", "setups to run (see the setups table in setups.go)")
 	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7L: spread, flood, steady")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
 	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")

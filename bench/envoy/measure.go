@@ -242,11 +242,41 @@ func summarize(m map[string]result, workers int) {
 			fmt.Println()
 		}
 	}
+	summarizeCallout(get)
 	summarizeUsage(m)
 	if five, ok := get("5/flood"); ok {
 		if seven, ok := get("7/flood"); ok {
 			fmt.Printf("whole system, flood (7 vs 5): %.2fx req/s (goal >= 4), p99 %.3f vs %.3f ms; %.1f%% of setup 7's requests answered in the filter, %.3f service calls per request\n",
 				seven.rps/five.rps, seven.p99ms, five.p99ms, 100*seven.local, seven.rlsCalls)
+		}
+	}
+}
+
+// summarizeCallout prints the callout goal of the spread load: setup 7's
+// Envoy CPU per request at most setup 6's plus what an empty Go filter adds
+// (2 - 1), and its requests/s at least setup 6's; with the callout floors
+// (2h, 2g: an empty Go filter making the same call) beside them.
+func summarizeCallout(get func(string) (result, bool)) {
+	one, ok1 := get("1/spread")
+	two, ok2 := get("2/spread")
+	six, ok6 := get("6/spread")
+	if !ok1 || !ok2 || !ok6 {
+		return
+	}
+	goal := six.envoyUS + two.envoyUS - one.envoyUS
+	for _, id := range []string{"7", "7g"} {
+		if r, ok := get(id + "/spread"); ok {
+			fmt.Printf("callout (%s vs 6, spread): Envoy CPU %.2f us per request against the goal %.2f (6 + (2 - 1)) = %.2fx; %.2fx setup 6's req/s (goal >= 1)\n",
+				id, r.envoyUS, goal, r.envoyUS/goal, r.rps/six.rps)
+		}
+	}
+	for _, id := range []string{"2h", "2g"} {
+		if f, ok := get(id + "/spread"); ok {
+			fmt.Printf("callout floor %s: %.2f us of Envoy CPU per request (%.2fx setup 6's)", id, f.envoyUS, f.envoyUS/six.envoyUS)
+			if seven, ok := get("7/spread"); ok {
+				fmt.Printf("; setup 7 is %.2fx it, %.2f us above", seven.envoyUS/f.envoyUS, seven.envoyUS-f.envoyUS)
+			}
+			fmt.Println()
 		}
 	}
 }

@@ -57,6 +57,22 @@ var setups = map[string]setup{
 	"2r": {id: "2r", name: "Envoy, empty Go filter making a precheck rejection's host calls (floor of a Wasm 429)",
 		load:   loadBlocked,
 		filter: func(b *built) []stack.M { return []stack.M{wasmFilter(b.emptyWasm, []byte(`{"reply":true}`))} }},
+	"2h": {id: "2h", name: "Envoy, empty Go filter making sluice's callout over proxy_http_call, sluice-controlplane, Redis (callout floor)",
+		load: loadSpread, rls: rlsSluice,
+		filter: func(b *built) []stack.M { return []stack.M{wasmFilter(b.emptyWasm, []byte(`{"callout":"http"}`))} }},
+	"2g": {id: "2g", name: "Envoy, empty Go filter making sluice's callout over proxy_grpc_call, sluice-controlplane, Redis (callout floor)",
+		load: loadSpread, rls: rlsSluice,
+		filter: func(b *built) []stack.M { return []stack.M{wasmFilter(b.emptyWasm, []byte(`{"callout":"grpc"}`))} }},
+	"2hr": {id: "2hr", name: "2h, reading the answer (:status, grpc-status, body)",
+		load: loadSpread, rls: rlsSluice,
+		filter: func(b *built) []stack.M {
+			return []stack.M{wasmFilter(b.emptyWasm, []byte(`{"callout":"http","read":true}`))}
+		}},
+	"2gr": {id: "2gr", name: "2g, reading the answer (the message)",
+		load: loadSpread, rls: rlsSluice,
+		filter: func(b *built) []stack.M {
+			return []stack.M{wasmFilter(b.emptyWasm, []byte(`{"callout":"grpc","read":true}`))}
+		}},
 	"3": {id: "3", name: "Envoy, native local_ratelimit (C++), admits all", load: loadSpread,
 		filter: func(*built) []stack.M { return []stack.M{localRateLimit()} }},
 	"4": {id: "4", name: "Envoy, sluice filter, every request decided by the precheck", load: loadBlocked,
@@ -69,6 +85,8 @@ var setups = map[string]setup{
 		native: true, rls: rlsFloor, filter: nativeFilter},
 	"7": {id: "7", name: "Envoy, sluice filter, sluice-controlplane, Redis", rls: rlsSluice,
 		filter: sluiceFilter},
+	"7g": {id: "7g", name: "Envoy, sluice filter calling over proxy_grpc_call (transport grpc), sluice-controlplane, Redis",
+		rls: rlsSluice, filter: sluiceFilterGRPC},
 	"7L": {id: "7L", name: "Envoy, sluice filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
 		filter: sluiceFilter},
 	"u": {id: "u", name: "Envoy, sluice filter, usage from a response header, settlements batched (default settle)",
@@ -109,15 +127,27 @@ func wasmFilter(path string, plugin []byte) stack.M { return stack.WasmFilter(pa
 // the precheck, whose blocks end one timeout before the global limiter's
 // retry-after (so that it never rejects what the global limiter admits), to
 // hold a per-second window's denials.
-func sluiceFilter(b *built) []stack.M {
-	plugin, _ := json.Marshal(map[string]any{
+func sluiceFilter(b *built) []stack.M { return sluiceFilterWith(b, "") }
+
+// sluiceFilterWith is sluiceFilter with a transport ("": the default).
+func sluiceFilterWith(b *built, transport string) []stack.M {
+	cfg := map[string]any{
 		"cluster": rlsCluster, "domain": domain, "timeout": "100ms", "failure_mode": "open",
 		"rate_limits": []any{map[string]any{"actions": []any{map[string]any{
 			"request_headers": map[string]any{"header_name": userHeader, "descriptor_key": "user"}}}}},
 		"precheck": map[string]any{"enabled": true, "max_entries": 20000},
 		"headers":  map[string]any{"draft10": true, "legacy": false, "retry_after": true},
-	})
+	}
+	if transport != "" {
+		cfg["transport"] = transport
+	}
+	plugin, _ := json.Marshal(cfg)
 	return []stack.M{wasmFilter(b.filterWasm, plugin)}
+}
+
+// sluiceFilterGRPC is sluiceFilter with transport "grpc".
+func sluiceFilterGRPC(b *built) []stack.M {
+	return sluiceFilterWith(b, "grpc")
 }
 
 // Usage setups: the backend reports usageTokens in usageHeader on every

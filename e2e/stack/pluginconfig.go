@@ -12,6 +12,7 @@ const DefaultCluster = "sluice_control_plane"
 type PluginConfig struct {
 	Cluster       string      `json:"cluster"`                   // control-plane cluster name
 	Authority     string      `json:"authority,omitempty"`       // :authority of the gRPC call
+	Transport     string      `json:"transport,omitempty"`       // "http" (proxy_http_call) or "grpc" (proxy_grpc_call)
 	Domain        string      `json:"domain"`                    // rate limit domain
 	Timeout       string      `json:"timeout,omitempty"`         // control-plane call deadline, e.g. "50ms"
 	FailureMode   string      `json:"failure_mode,omitempty"`    // "open" or "closed"

@@ -98,7 +98,7 @@ const (
 	BufferDownstreamData      BufferType = 2
 	BufferUpstreamData        BufferType = 3
 	BufferCallResponseBody    BufferType = 4
-	BufferGRPCCallMessage     BufferType = 5
+	BufferGRPCCallMessage     BufferType = 5 // a gRPC call's response message
 	BufferVMConfiguration     BufferType = 6
 	BufferPluginConfiguration BufferType = 7
 	BufferForeignArguments    BufferType = 8
@@ -156,6 +156,10 @@ type Handler interface {
 	OnResponseBody(id uint32, bodySize int, endOfStream bool) uint32
 	OnResponseTrailers(id uint32, numTrailers int) uint32
 	OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, numTrailers int)
+	// OnGRPCReceive delivers the response message of a unary gRPC call;
+	// OnGRPCClose says that the call failed with a gRPC status.
+	OnGRPCReceive(rootID, callID uint32, size int)
+	OnGRPCClose(rootID, callID, status uint32)
 	OnTick(rootID uint32)
 	OnDone(id uint32) bool
 	OnLog(id uint32)

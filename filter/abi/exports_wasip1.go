@@ -120,6 +120,20 @@ func proxyOnHTTPCallResponse(rootID, callID, numHeaders, bodySize, numTrailers u
 	handler.OnHTTPCallResponse(rootID, callID, int(numHeaders), int(bodySize), int(numTrailers))
 }
 
+//go:wasmexport proxy_on_grpc_receive
+func proxyOnGRPCReceive(rootID, callID, size uint32) {
+	scratch.enter()
+	defer guard()
+	handler.OnGRPCReceive(rootID, callID, int(size))
+}
+
+//go:wasmexport proxy_on_grpc_close
+func proxyOnGRPCClose(rootID, callID, status uint32) {
+	scratch.enter()
+	defer guard()
+	handler.OnGRPCClose(rootID, callID, status)
+}
+
 //go:wasmexport proxy_on_tick
 func proxyOnTick(rootID uint32) {
 	scratch.enter()

@@ -187,6 +187,43 @@ func (h *Host) HTTPCall(cluster string, headers, body []byte, timeoutMs uint32) 
 	return outID, nil
 }
 
+// GRPCCall sends one unary gRPC request through the proxy's gRPC client
+// and returns the call's id; the answer arrives in proxy_on_grpc_receive
+// (the response message) or proxy_on_grpc_close (the call failed).
+// service is a serialized envoy.config.core.v3.GrpcService (which Envoy
+// reads as a bare cluster name when it does not parse); message is the
+// request message, unframed: the client frames it and sets the gRPC
+// headers, grpc-timeout included.
+func (h *Host) GRPCCall(service []byte, serviceName, method string, message []byte, timeoutMs uint32) (uint32, error) {
+	sp, sn := data(service)
+	mp, mn := data(message)
+	ep, en := data(h.trailers) // no initial metadata: an empty map
+	outID = 0
+	if err := Status(proxyGRPCCall(sp, sn, serviceName, method, ep, en, mp, mn, timeoutMs, &outID)).err(); err != nil {
+		return 0, err
+	}
+	return outID, nil
+}
+
+// GRPCMessage returns the response message of a gRPC call, during
+// proxy_on_grpc_receive.
+func (h *Host) GRPCMessage(size int) ([]byte, error) {
+	return h.buffer(BufferGRPCCallMessage, size)
+}
+
+// outCode receives proxy_get_status's code.
+var outCode uint32
+
+// GRPCStatus returns the status of a gRPC call that failed, during
+// proxy_on_grpc_close: its code and its message.
+func (h *Host) GRPCStatus() (code uint32, message string) {
+	outCode, outData, outSize = 0, 0, 0
+	if Status(proxyGetStatus(&outCode, &outData, &outSize)) != StatusOK {
+		return 0, ""
+	}
+	return outCode, view(outData, outSize)
+}
+
 // SetEffectiveContext makes id the context later host calls act on.
 func (h *Host) SetEffectiveContext(id uint32) error {
 	return Status(proxySetEffectiveContext(id)).err()

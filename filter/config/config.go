@@ -66,6 +66,26 @@ func (m FailureMode) String() string {
 	return "open"
 }
 
+// Transport is how the filter calls the control plane.
+type Transport uint8
+
+const (
+	// TransportHTTP sends the gRPC request as an HTTP/2 request through
+	// proxy_http_call, framing it and reading the gRPC status itself.
+	TransportHTTP Transport = iota
+	// TransportGRPC sends it through proxy_grpc_call, the proxy's own gRPC
+	// client (the one Envoy's ratelimit filter uses).
+	TransportGRPC
+)
+
+// String returns the transport as written in the configuration.
+func (t Transport) String() string {
+	if t == TransportGRPC {
+		return "grpc"
+	}
+	return "http"
+}
+
 // ActionKind is what a descriptor entry is taken from.
 type ActionKind uint8
 
@@ -94,6 +114,7 @@ const (
 type Config struct {
 	Cluster       string      // Envoy cluster of the control plane, the proxy_http_call upstream
 	Authority     string      // :authority of the gRPC request; defaults to Cluster
+	Transport     Transport   // proxy_http_call or proxy_grpc_call
 	Domain        string      // rate limit domain sent in every RateLimitRequest
 	Timeout       int64       // deadline of one control-plane call, ns
 	FailureMode   FailureMode // what to do when the call fails or times out, unless the control plane reported the descriptors' own (package plugin)
@@ -207,6 +228,20 @@ func (c *Config) decode(root value) error {
 	if v, ok := o.get("authority"); ok {
 		if c.Authority, err = nonEmptyString(v, "authority"); err != nil {
 			return err
+		}
+	}
+	if v, ok := o.get("transport"); ok {
+		s, err := asString(v, "transport")
+		if err != nil {
+			return err
+		}
+		switch s {
+		case "http":
+			c.Transport = TransportHTTP
+		case "grpc":
+			c.Transport = TransportGRPC
+		default:
+			return &FieldError{"transport", "must be \"http\" or \"grpc\", not " + strconv.Quote(s)}
 		}
 	}
 	if v, ok := o.get("timeout"); ok {

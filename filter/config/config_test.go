@@ -11,6 +11,7 @@ import (
 const full = `{
   "cluster": "sluice_control_plane",
   "authority": "sluice.internal",
+  "transport": "grpc",
   "domain": "edge",
   "timeout": "35ms",
   "failure_mode": "closed",
@@ -42,6 +43,7 @@ func TestParseFull(t *testing.T) {
 	want := &Config{
 		Cluster:       "sluice_control_plane",
 		Authority:     "sluice.internal",
+		Transport:     TransportGRPC,
 		Domain:        "edge",
 		Timeout:       int64(35 * time.Millisecond),
 		FailureMode:   FailClosed,
@@ -76,7 +78,7 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Authority != "cp" || c.Timeout != int64(20*time.Millisecond) || c.FailureMode != FailOpen ||
+	if c.Authority != "cp" || c.Transport != TransportHTTP || c.Timeout != int64(20*time.Millisecond) || c.FailureMode != FailOpen ||
 		c.StatusOnError != 500 || !c.Precheck.Enabled || c.Precheck.MaxEntries != DefaultMaxEntries ||
 		c.Headers != (Headers{Draft10: true, RetryAfter: true}) || !c.SharedState ||
 		c.Settle != (Settle{BatchMax: 64, IntervalMs: 100, QueueMax: 4096, TimeoutMs: 1000}) {
@@ -109,6 +111,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"timeout zero", `{"cluster":"c","domain":"d","timeout":"0s"}`, "timeout", "between 1ms"},
 		{"timeout huge", `{"cluster":"c","domain":"d","timeout":"2m"}`, "timeout", "between 1ms"},
 		{"failure mode", `{"cluster":"c","domain":"d","failure_mode":"ajar"}`, "failure_mode", `must be "open" or "closed"`},
+		{"transport", `{"cluster":"c","domain":"d","transport":"h2"}`, "transport", `must be "http" or "grpc"`},
 		{"status", `{"cluster":"c","domain":"d","status_on_error":99}`, "status_on_error", "between 200 and 599"},
 		{"status frac", `{"cluster":"c","domain":"d","status_on_error":500.5}`, "status_on_error", "whole number"},
 		{"no rate limits", `{"cluster":"c","domain":"d"}`, "rate_limits", "is required"},

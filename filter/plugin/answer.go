@@ -10,8 +10,16 @@ import (
 	"github.com/sluicehq/sluice/filter/rlsproto"
 )
 
-// onAnswer takes the control plane's answer for a stream's call.
+// onAnswer takes the control plane's answer for a stream's call made over
+// proxy_http_call.
 func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
+	p.beginAnswer(s)
+	reason, timedOut := p.readAnswer(numHeaders, bodySize)
+	p.decide(s, reason, timedOut)
+}
+
+// beginAnswer makes the stream of an answered call the current one.
+func (p *Plugin) beginAnswer(s *stream) {
 	s.state = stateAnswering
 	if !s.deleted {
 		if err := p.host.SetEffectiveContext(s.id); err != nil {
@@ -19,7 +27,12 @@ func (p *Plugin) onAnswer(s *stream, numHeaders, bodySize int) {
 			s.deleted = true
 		}
 	}
-	if reason, timedOut := p.readAnswer(numHeaders, bodySize); reason != "" {
+}
+
+// decide applies the answer decoded into p.resp to the stream's request,
+// or the failure mode when reason says why there is no usable answer.
+func (p *Plugin) decide(s *stream, reason string, timedOut bool) {
+	if reason != "" {
 		if timedOut {
 			reason += timeoutHint(p.cfg.Timeout)
 		}
@@ -98,10 +111,17 @@ func (p *Plugin) readAnswer(numHeaders, bodySize int) (reason string, timedOut b
 	if numHeaders == 0 {
 		return reasonNoAnswer, true
 	}
+	// A gRPC OK in the trailers is the common answer, and its :status is
+	// not read (a host call, and a callback to allocate, fewer): a gRPC
+	// server sends trailers after a 200 and a message, and a body that
+	// does not decode as the answer fails below anyway.
+	gs, ok := p.host.CallResponseTrailer("grpc-status")
+	if ok && gs == "0" {
+		return p.decodeAnswer(bodySize), false
+	}
 	if status, _ := p.host.CallResponseHeader(":status"); status != "200" {
 		return "the control plane answered HTTP status " + strconv.Quote(status), false
 	}
-	gs, ok := p.host.CallResponseTrailer("grpc-status")
 	if !ok {
 		gs, ok = p.host.CallResponseHeader("grpc-status") // a trailers-only answer
 	}
@@ -120,21 +140,27 @@ func (p *Plugin) readAnswer(numHeaders, bodySize int) (reason string, timedOut b
 		return "the control plane answered gRPC status " + gs + ": " + msg,
 			code == rlsproto.GRPCDeadlineExceeded || (code == rlsproto.GRPCUnavailable && strings.Contains(msg, "timeout"))
 	}
+	return p.decodeAnswer(bodySize), false
+}
+
+// decodeAnswer reads the body of a gRPC OK answer and decodes it into
+// p.resp; it returns why the answer is unusable, or "".
+func (p *Plugin) decodeAnswer(bodySize int) string {
 	if bodySize > maxAnswer {
-		return "the control plane's answer is too large (" + strconv.Itoa(bodySize) + " bytes)", false
+		return "the control plane's answer is too large (" + strconv.Itoa(bodySize) + " bytes)"
 	}
 	body, err := p.host.CallResponseBody(bodySize)
 	if err != nil {
-		return "cannot read the control plane's answer: " + err.Error(), false
+		return "cannot read the control plane's answer: " + err.Error()
 	}
 	msg, err := rlsproto.ParseFrame(body)
 	if err != nil {
-		return err.Error(), false
+		return err.Error()
 	}
 	if err := rlsproto.Decode(msg, &p.resp); err != nil {
-		return err.Error(), false
+		return err.Error()
 	}
-	return "", false
+	return ""
 }
 
 // record tells the precheck what the control plane said about each

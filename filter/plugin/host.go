@@ -1,7 +1,7 @@
 // Package plugin is the filter's behaviour: for each request it builds the
 // descriptors, rejects locally what the precheck knows the control plane
 // would reject, and otherwise asks the control plane (RLS v3
-// ShouldRateLimit over proxy_http_call) while the request waits, then lets
+// ShouldRateLimit over proxy_http_call or proxy_grpc_call) while the request waits, then lets
 // it through with rate limit headers, answers 429, or applies the failure
 // mode. It talks to the proxy through Host, so it runs natively in tests;
 // in filter.wasm, abi.Host implements Host and the abi callbacks call VM.
@@ -107,6 +107,16 @@ type Host interface {
 	CallResponseTrailer(name string) (string, bool)
 	// CallResponseBody returns the body of the answer being delivered.
 	CallResponseBody(size int) ([]byte, error)
+
+	// GRPCCall sends one unary gRPC request (the message unframed) through
+	// the proxy's gRPC client to service (a serialized GrpcService) and
+	// returns the call's id; the answer comes to VM.OnGRPCReceive or
+	// VM.OnGRPCClose.
+	GRPCCall(service []byte, serviceName, method string, message []byte, timeoutMs uint32) (uint32, error)
+	// GRPCMessage returns the response message being delivered.
+	GRPCMessage(size int) ([]byte, error)
+	// GRPCStatus returns the status of the gRPC call being closed.
+	GRPCStatus() (code uint32, message string)
 
 	// SetTickPeriod asks for OnTick every ms milliseconds.
 	SetTickPeriod(ms uint32) error

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/filter/headermap"
+	"github.com/sluicehq/sluice/filter/rlsproto"
 )
 
 // fakeHost is a proxy for the plugin's tests: it serves request headers per
@@ -35,6 +36,9 @@ type fakeHost struct {
 	settleErr error // fails the settle calls only
 
 	answer *fakeAnswer // the answer being delivered
+	// The status of a gRPC call being closed.
+	grpcStatus  uint32
+	grpcMessage string
 
 	local    map[uint32]fakeLocal
 	resumed  map[uint32]int
@@ -63,6 +67,7 @@ type fakeCall struct {
 	headers [][2]string
 	body    []byte
 	timeout uint32
+	service []byte // the GrpcService of a proxy_grpc_call; nil for proxy_http_call
 }
 
 type fakeAnswer struct {
@@ -186,9 +191,28 @@ func (h *fakeHost) HTTPCall(cluster string, headers, body []byte, timeoutMs uint
 		return 0, h.settleErr
 	}
 	h.nextCall++
-	h.calls = append(h.calls, fakeCall{h.nextCall, h.current, cluster, h.parse(headers), append([]byte(nil), body...), timeoutMs})
+	h.calls = append(h.calls, fakeCall{id: h.nextCall, stream: h.current, cluster: cluster, headers: h.parse(headers), body: append([]byte(nil), body...), timeout: timeoutMs})
 	return h.nextCall, nil
 }
+
+func (h *fakeHost) GRPCCall(service []byte, serviceName, method string, message []byte, timeoutMs uint32) (uint32, error) {
+	if h.callErr != nil {
+		return 0, h.callErr
+	}
+	if serviceName != rlsproto.ServiceName || method != rlsproto.MethodName {
+		h.t.Errorf("gRPC call to %s/%s", serviceName, method)
+	}
+	h.nextCall++
+	h.calls = append(h.calls, fakeCall{id: h.nextCall, stream: h.current, body: append([]byte(nil), message...),
+		timeout: timeoutMs, service: append([]byte(nil), service...)})
+	return h.nextCall, nil
+}
+
+// GRPCMessage returns the answer's body, which for a gRPC call is the bare
+// message.
+func (h *fakeHost) GRPCMessage(size int) ([]byte, error) { return h.CallResponseBody(size) }
+
+func (h *fakeHost) GRPCStatus() (uint32, string) { return h.grpcStatus, h.grpcMessage }
 
 func (h *fakeHost) CallResponseHeader(name string) (string, bool) {
 	v, ok := h.answer.headers[name]

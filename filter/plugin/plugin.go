@@ -76,8 +76,11 @@ type Plugin struct {
 	nextTick int64
 	names    []string // default policy name of each rate limit
 	headers  []byte   // request headers of the gRPC call, serialized
-	timeout  uint32   // call timeout, ms
-	metrics  metrics
+	// grpcService is the GrpcService of proxy_grpc_call, serialized; nil
+	// when the calls go over proxy_http_call (transport "http").
+	grpcService []byte
+	timeout     uint32 // call timeout, ms
+	metrics     metrics
 	// The last precheck reply's headers, serialized: a flood of requests for
 	// one descriptor gets the same reply until its retry-after (in whole
 	// seconds) changes.
@@ -145,6 +148,10 @@ func (p *Plugin) configure(size int) bool {
 		{"te", "trailers"},
 		{"grpc-timeout", string(rlsproto.AppendGRPCTimeout(nil, cfg.Timeout))},
 	})
+	p.grpcService = nil
+	if cfg.Transport == config.TransportGRPC {
+		p.grpcService = rlsproto.AppendGRPCService(nil, cfg.Cluster, cfg.Authority)
+	}
 	p.reply = replyCache{}
 	p.names = policyNames(cfg.RateLimits)
 	for _, m := range []struct {

@@ -73,12 +73,19 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 // its branches costs.
 func (p *Plugin) callOut(s *stream, now int64) uint32 {
 	descs := p.descs.Descriptors
-	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs)
 	for i := range descs {
 		s.costs = append(s.costs, int64(descs[i].HitsAddend))
 		s.rateLimits = append(s.rateLimits, descs[i].RateLimit)
 	}
-	callID, err := p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
+	var callID uint32
+	var err error
+	if p.grpcService != nil {
+		p.body = rlsproto.AppendRequest(p.body[:0], p.cfg.Domain, descs)
+		callID, err = p.host.GRPCCall(p.grpcService, rlsproto.ServiceName, rlsproto.MethodName, p.body, p.timeout)
+	} else {
+		p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs)
+		callID, err = p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
+	}
 	if err != nil {
 		// (a usage-based request failed open settles its whole usage)
 		return p.fail(s, "cannot call the control plane (cluster "+p.cfg.Cluster+"): "+err.Error(), false)

@@ -152,17 +152,27 @@ func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, nu
 		p.settle.onAnswer(p, callID, numHeaders, bodySize)
 		return
 	}
-	s, ok := p.calls[callID]
-	if !ok || s.callID != callID {
-		return // an answer after the tick gave up on the call, or not ours
+	s := p.answered(callID)
+	if s == nil {
+		return
 	}
-	delete(p.calls, callID)
 	vm.current = s
 	var action uint32
 	defer vm.recoverStream("proxy_on_http_call_response", &action, true)
 	p.onAnswer(s, numHeaders, bodySize)
 	vm.current = nil
 	vm.release(s)
+}
+
+// answered returns the stream of a call being answered, and forgets the
+// call; nil when the call is not (or no longer) one of ours.
+func (p *Plugin) answered(callID uint32) *stream {
+	s, ok := p.calls[callID]
+	if !ok || s.callID != callID {
+		return nil // an answer after the tick gave up on the call, or not ours
+	}
+	delete(p.calls, callID)
+	return s
 }
 
 // OnTick gives up on calls the proxy never answered and resumes the held

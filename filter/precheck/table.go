@@ -1,7 +1,6 @@
 package precheck
 
 import (
-	"bytes"
 	"strings"
 	"unsafe"
 
@@ -367,6 +366,7 @@ func (t *Table) blockEnd(b Block) int64 {
 // least recently used one when the table is full, and returns its index.
 func (t *Table) insert(key []byte, h uint64) int32 {
 	var i int32
+	var buf []byte
 	if len(t.entries) < t.max {
 		t.entries = append(t.entries, entry{})
 		i = int32(len(t.entries) - 1)
@@ -374,8 +374,14 @@ func (t *Table) insert(key []byte, h uint64) int32 {
 		i = t.tail
 		t.unlink(i)
 		t.indexRemove(i)
+		// The evicted key's memory, when the new key fits: a full table
+		// allocates nothing, and a copy is never bigger than one clone of
+		// a key (Bound).
+		if old := t.entries[i].key; cap(old) >= len(key) {
+			buf = old[:0]
+		}
 	}
-	t.entries[i] = entry{key: bytes.Clone(key), hash: h, prev: -1, next: -1}
+	t.entries[i] = entry{key: append(buf, key...), hash: h, prev: -1, next: -1}
 	t.indexAdd(i)
 	t.pushFront(i)
 	return i

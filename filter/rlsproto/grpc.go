@@ -1,6 +1,9 @@
 package rlsproto
 
-import "strconv"
+import (
+	"encoding/binary"
+	"strconv"
+)
 
 // gRPC status codes the filter distinguishes.
 const (
@@ -36,4 +39,28 @@ func AppendGRPCTimeout(dst []byte, ns int64) []byte {
 	}
 	n = min((ns+second-1)/second, 99999999)
 	return append(strconv.AppendInt(dst, n, 10), 'S')
+}
+
+// The RLS service and method, as proxy_grpc_call names them.
+const (
+	ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+	MethodName  = "ShouldRateLimit"
+)
+
+// AppendGRPCService appends an encoded envoy.config.core.v3.GrpcService
+// that names Envoy's own gRPC client on cluster, with authority as the
+// calls' :authority (cluster's name when empty): what proxy_grpc_call
+// takes.
+func AppendGRPCService(dst []byte, cluster, authority string) []byte {
+	n := bytesFieldLen(len(cluster)) // EnvoyGrpc.cluster_name = 1
+	if authority != "" {
+		n += bytesFieldLen(len(authority)) // EnvoyGrpc.authority = 2
+	}
+	dst = binary.AppendUvarint(dst, tag(1, wireBytes)) // GrpcService.envoy_grpc = 1
+	dst = binary.AppendUvarint(dst, uint64(n))
+	dst = appendBytesField(dst, 1, cluster)
+	if authority != "" {
+		dst = appendBytesField(dst, 2, authority)
+	}
+	return dst
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -393,4 +394,24 @@ func FuzzDecode(f *testing.F) {
 		_ = Decode(data, &r)
 		_, _ = ParseFrame(data)
 	})
+}
+
+// TestAppendGRPCService checks the GrpcService of proxy_grpc_call against
+// the generated type.
+func TestAppendGRPCService(t *testing.T) {
+	for _, tc := range []struct{ cluster, authority string }{
+		{"rls", ""},
+		{"sluice_control_plane", "sluice-control-plane.internal"},
+		{strings.Repeat("c", 200), strings.Repeat("a", 300)}, // lengths past one varint byte
+	} {
+		var got corev3.GrpcService
+		if err := proto.Unmarshal(AppendGRPCService(nil, tc.cluster, tc.authority), &got); err != nil {
+			t.Fatalf("%q: %v", tc.cluster, err)
+		}
+		want := &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+			EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: tc.cluster, Authority: tc.authority}}}
+		if !proto.Equal(&got, want) {
+			t.Errorf("AppendGRPCService(%q, %q) decodes to %v, want %v", tc.cluster, tc.authority, &got, want)
+		}
+	}
 }

@@ -45,7 +45,9 @@ func proxyOnConfigure(rootID, size uint32) bool {
 	if size == 0 || proxyGetBufferBytes(bufferPluginConfiguration, 0, size, &data, &n) != 0 {
 		return true
 	}
-	reply = bytes.Contains(unsafe.Slice((*byte)(unsafe.Add(nil, uintptr(data))), n), []byte(`"reply":true`))
+	conf := unsafe.Slice((*byte)(unsafe.Add(nil, uintptr(data))), n)
+	configureCallout(conf)
+	reply = bytes.Contains(conf, []byte(`"reply":true`))
 	if reply {
 		proxyDefineMetric(0, "floor.rejected", &counter)
 		replyHeaders = appendPairs(nil, [][2]string{
@@ -121,6 +123,9 @@ func proxyOnContextCreate(id, parent uint32) {}
 func proxyOnRequestHeaders(id, n uint32, end bool) uint32 {
 	if reply {
 		return rejectRequest()
+	}
+	if callout != 0 {
+		return callOut(id)
 	}
 	return 0
 }
