@@ -181,6 +181,11 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	var steadyQuota, steadyCalled int64
+	win := &leaseWindows{cps: cps}
+	for _, s := range envoys {
+		win.stats = append(win.stats, s.Stats)
+	}
+	wg.Go(func() { win.run(start, end) })
 	wg.Go(func() {
 		time.Sleep(time.Until(rampAt))
 		for i, s := range envoys {
@@ -295,6 +300,7 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 	t.Logf("allowed through the Envoys, from quotas without a call / by a call: below the limit %d/%d (%.1f%% in the filter), at 5x %d/%d (%.1f%%); %v lease calls, %v units shared",
 		steadyQuota, steadyCalled, pct(steadyQuota, steadyCalled), quotaAllowed-steadyQuota, calledAllowed-steadyCalled,
 		pct(quotaAllowed-steadyQuota, calledAllowed-steadyCalled), cpm[3], cpm[2])
+	t.Logf("per second (all keys): %s", win)
 	t.Logf("shared lease pools in the filters: %d CAS retries, %d takes that lost every attempt, %d grants lost",
 		stat("wasmcustom.sluice.lease_cas_retries"), stat("wasmcustom.sluice.lease_exhausted"), stat("wasmcustom.sluice.lease_lost"))
 	if quotaAllowed == 0 {

@@ -91,7 +91,44 @@ type Store struct {
 	lastForget time.Time
 
 	local, perRequest, calls, granted, returned, expired, shared atomic.Int64
+	// why checks of leased limits went per request, and why Share gave
+	// nothing (indexed by Unleased and Unshared)
+	unleased [numUnleased]atomic.Int64
+	unshared [numUnshared]atomic.Int64
+	shares   atomic.Int64
 }
+
+// Unleased says why a check of a leased limit went to the per-request path.
+type Unleased int
+
+// The reasons of Unleased.
+const (
+	UnleasedUnknown  Unleased = iota // Redis's remaining not known yet
+	UnleasedRate                     // no rate observed yet
+	UnleasedSmall                    // the size came to 1 (remaining, capacity or rate)
+	UnleasedFetching                 // a lease call for the key was under way
+	UnleasedFull                     // the key table is full
+	numUnleased
+)
+
+// String names the reason, as the metrics label it.
+func (u Unleased) String() string {
+	return [...]string{"unknown_remaining", "no_rate", "small", "fetching", "keys_full"}[u]
+}
+
+// Unshared says why Share gave nothing.
+type Unshared int
+
+// The reasons of Unshared.
+const (
+	UnsharedNone  Unshared = iota // no lease on the key
+	UnsharedUnits                 // fewer than 2 units left
+	UnsharedValid                 // too little validity left
+	numUnshared
+)
+
+// String names the reason, as the metrics label it.
+func (u Unshared) String() string { return [...]string{"no_lease", "units", "validity"}[u] }
 
 // entry is one key's lease state.
 type entry struct {
@@ -205,6 +242,7 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 		}
 		e := s.entryLocked(c.Key, c.Limit, now)
 		if e == nil {
+			s.unleased[UnleasedFull].Add(1)
 			rest = append(rest, i)
 			continue
 		}
@@ -233,9 +271,19 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 			longest = min(longest, refillTime(c.Limit)/2)
 			pol.Target = min(pol.Target, longest/2)
 		}
-		k := pol.Size(Demand{Rate: e.rate.perSecond(now), Remaining: e.remaining,
-			Replicas: s.replicas(), Capacity: capacity(c.Limit)})
+		d := Demand{Rate: e.rate.perSecond(now), Remaining: e.remaining, Replicas: s.replicas(), Capacity: capacity(c.Limit)}
+		k := pol.Size(d)
 		if k <= 1 || e.fetching {
+			switch {
+			case e.fetching:
+				s.unleased[UnleasedFetching].Add(1)
+			case d.Remaining < 0:
+				s.unleased[UnleasedUnknown].Add(1)
+			case d.Rate <= 0:
+				s.unleased[UnleasedRate].Add(1)
+			default:
+				s.unleased[UnleasedSmall].Add(1)
+			}
 			rest = append(rest, i)
 			continue
 		}
@@ -370,9 +418,18 @@ func (s *Store) Share(key string, l store.Limit, minValid time.Duration) (n int6
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.keys[key]
-	if e == nil || e.limit != l || e.units < 2 || e.expiry.Sub(now) < minValid {
+	switch {
+	case e == nil || e.limit != l || e.units == 0:
+		s.unshared[UnsharedNone].Add(1)
+		return 0, 0
+	case e.units < 2:
+		s.unshared[UnsharedUnits].Add(1)
+		return 0, 0
+	case e.expiry.Sub(now) < minValid:
+		s.unshared[UnsharedValid].Add(1)
 		return 0, 0
 	}
+	s.shares.Add(1)
 	// Half of what is left, and no more than half of what this replica
 	// expects to use before the lease ends: a share a data plane cannot
 	// spend in time is lost to everyone.
@@ -459,12 +516,24 @@ type Stats struct {
 	Returned    int64 // units given back
 	Expired     int64 // units that expired unspent
 	Outstanding int64 // units held now
+	Shares      int64 // Share calls that gave units
+	// Unleased counts the checks of leased limits that went per request,
+	// by reason; Unshared the Share calls that gave nothing, by reason.
+	Unleased [numUnleased]int64
+	Unshared [numUnshared]int64
 }
 
 // Stats returns the counts.
 func (s *Store) Stats() Stats {
 	st := Stats{Local: s.local.Load(), PerRequest: s.perRequest.Load(), LeaseCalls: s.calls.Load(),
-		Granted: s.granted.Load(), Shared: s.shared.Load(), Returned: s.returned.Load(), Expired: s.expired.Load()}
+		Granted: s.granted.Load(), Shared: s.shared.Load(), Returned: s.returned.Load(), Expired: s.expired.Load(),
+		Shares: s.shares.Load()}
+	for i := range st.Unleased {
+		st.Unleased[i] = s.unleased[i].Load()
+	}
+	for i := range st.Unshared {
+		st.Unshared[i] = s.unshared[i].Load()
+	}
 	s.mu.Lock()
 	for _, e := range s.held {
 		st.Outstanding += e.units
