@@ -65,7 +65,7 @@ type Options struct {
 	// its units are given back; 0 means twice Policy.Target.
 	Idle time.Duration
 	// Replicas returns how many control plane replicas are active (leases
-	// are at most remaining / (2 x Replicas)); nil means 1.
+	// are at most remaining / Replicas); nil means 1.
 	Replicas func() int
 	// MaxKeys bounds the keys with lease state; more are decided per
 	// request. 0 means DefaultMaxKeys.
@@ -121,14 +121,13 @@ type Unshared int
 
 // The reasons of Unshared.
 const (
-	UnsharedNone  Unshared = iota // no lease on the key
-	UnsharedUnits                 // fewer than 2 units left
+	UnsharedNone  Unshared = iota // no unit left on the key
 	UnsharedValid                 // too little validity left
 	numUnshared
 )
 
 // String names the reason, as the metrics label it.
-func (u Unshared) String() string { return [...]string{"no_lease", "units", "validity"}[u] }
+func (u Unshared) String() string { return [...]string{"no_lease", "validity"}[u] }
 
 // entry is one key's lease state.
 type entry struct {
@@ -271,7 +270,7 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 			longest = min(longest, refillTime(c.Limit)/2)
 			pol.Target = min(pol.Target, longest/2)
 		}
-		d := Demand{Rate: e.rate.perSecond(now), Remaining: e.remaining, Replicas: s.replicas(), Capacity: capacity(c.Limit)}
+		d := Demand{Rate: e.rate.perSecond(now), Remaining: e.remainingAt(now), Replicas: s.replicas(), Capacity: capacity(c.Limit)}
 		k := pol.Size(d)
 		if k <= 1 || e.fetching {
 			switch {
@@ -388,6 +387,18 @@ func (s *Store) entryLocked(key string, l store.Limit, now time.Time) *entry {
 	return e
 }
 
+// remainingAt is what Redis has left for e's key at now as far as this
+// replica knows: its last answer, or the capacity once that answer's reset
+// time has passed (a fixed window's next window, a refilled bucket); -1
+// when unknown. It only sizes leases: lease.lua grants no more than Redis
+// really has.
+func (e *entry) remainingAt(now time.Time) int64 {
+	if e.remaining >= 0 && !e.resetAt.IsZero() && !now.Before(e.resetAt) {
+		return capacity(e.limit)
+	}
+	return e.remaining
+}
+
 // result is an allowed request answered from e's lease.
 func (e *entry) result(now time.Time) algorithms.Result {
 	return algorithms.Result{Allowed: true, Limit: capacity(e.limit), Remaining: max(e.remaining, 0) + e.units,
@@ -408,8 +419,8 @@ func capacity(l store.Limit) int64 {
 	return l.Requests
 }
 
-// Share hands up to half of this replica's unspent lease on key (of limit
-// l) to a data plane, which may admit that many requests of the key on its
+// Share hands this replica's unspent lease on key (of limit l), up to what
+// it expects to be used before the lease ends, to a data plane, which may admit that many requests of the key on its
 // own until valid has passed (nothing when less than minValid is left). The units leave this replica's lease at once,
 // so that they are spent once; they were debited in Redis when leased. It
 // returns 0 when there is nothing to share.
@@ -422,19 +433,17 @@ func (s *Store) Share(key string, l store.Limit, minValid time.Duration) (n int6
 	case e == nil || e.limit != l || e.units == 0:
 		s.unshared[UnsharedNone].Add(1)
 		return 0, 0
-	case e.units < 2:
-		s.unshared[UnsharedUnits].Add(1)
-		return 0, 0
 	case e.expiry.Sub(now) < minValid:
 		s.unshared[UnsharedValid].Add(1)
 		return 0, 0
 	}
 	s.shares.Add(1)
-	// Half of what is left, and no more than half of what this replica
-	// expects to use before the lease ends: a share a data plane cannot
-	// spend in time is lost to everyone.
+	// What this replica expects its callers to use before the lease ends
+	// (its rate counts the units it shared): a data plane that calls once
+	// per lease is covered until then, and a share it cannot spend in time
+	// would be lost to everyone.
 	valid = e.expiry.Sub(now)
-	n = min(e.units/2, max(1, int64(math.Ceil(e.rate.perSecond(now)*valid.Seconds()/2))))
+	n = min(e.units, max(1, int64(math.Ceil(e.rate.perSecond(now)*valid.Seconds()))))
 	e.units -= n
 	e.rate.add(now, n)
 	s.shared.Add(n)

@@ -225,3 +225,69 @@ func TestReturnIdle(t *testing.T) {
 	}
 	t.Logf("a held %d, b drained %d, then got %d after the return", held, got, more)
 }
+
+// TestNewWindowLeasedAtOnce: a fixed window's budget is spent, then the next
+// window starts. The first check of the new window is answered by a lease
+// sized from the full window (the last answer, 0 left, was the old window's
+// and its reset time has passed), not sent per request.
+func TestNewWindowLeasedAtOnce(t *testing.T) {
+	clk := &clock{}
+	start := int64(1_700_000_000_000_000)
+	clk.us.Store(start)
+	r := replicas(t, 1, clk, Options{})[0]
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Second, Lease: true}
+	ctx := context.Background()
+	res := make([]algorithms.Result, 1)
+	check := []store.Check{{Key: "fw", Limit: l, Cost: 1}}
+	for ms := range int64(900) { // 200/s until the window's 100 are spent
+		clk.us.Store(start + ms*1000)
+		if ms%5 == 0 {
+			if err := r.Decide(ctx, check, res); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if res[0].Allowed {
+		t.Fatalf("the window's budget is not spent: %+v", res[0])
+	}
+	before := r.Stats()
+	clk.us.Store(start + 1_010_000) // the next window
+	if err := r.Decide(ctx, check, res); err != nil || !res[0].Allowed {
+		t.Fatalf("first check of the new window: %+v %v", res[0], err)
+	}
+	after := r.Stats()
+	if after.PerRequest != before.PerRequest || after.LeaseCalls != before.LeaseCalls+1 || after.Outstanding < 50 {
+		t.Fatalf("first check of the new window: %d per request, %d lease calls, %d units held (before: %+v)",
+			after.PerRequest-before.PerRequest, after.LeaseCalls-before.LeaseCalls, after.Outstanding, before)
+	}
+}
+
+// TestShareCoversUntilExpiry: a data plane that calls once is handed what
+// the key is expected to use until the lease ends (the replica's rate times
+// the validity left), up to all the replica holds, so that it need not call
+// again for it; and never more than the replica holds.
+func TestShareCoversUntilExpiry(t *testing.T) {
+	clk := &clock{}
+	start := int64(1_700_000_000_000_000)
+	clk.us.Store(start)
+	r := replicas(t, 3, clk, Options{})[0]
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true}
+	ctx := context.Background()
+	res := make([]algorithms.Result, 1)
+	for ms := int64(0); ms <= 200; ms += 10 { // 100/s
+		clk.us.Store(start + ms*1000)
+		if err := r.Decide(ctx, []store.Check{{Key: "fw", Limit: l, Cost: 1}}, res); err != nil || !res[0].Allowed {
+			t.Fatalf("%+v %v", res[0], err)
+		}
+	}
+	held := r.Stats().Outstanding
+	n, valid := r.Share("fw", l, 20*time.Millisecond)
+	// 100/s for the 800 ms left of the window: about 80 units
+	want := min(held, int64(0.8*100*valid.Seconds()))
+	if held == 0 || n < want || n > held || valid <= 0 || valid > 800*time.Millisecond {
+		t.Fatalf("held %d, shared %d valid %v: want at least %d", held, n, valid, want)
+	}
+	if left := r.Stats().Outstanding; left != held-n {
+		t.Fatalf("held %d, shared %d, %d left", held, n, left)
+	}
+}

@@ -52,12 +52,15 @@ type Sharer interface {
 }
 
 // Quota timing. A share is given only with at least minQuotaValid left,
-// and its valid_until is taken in by a tenth (at least quotaMargin): the
-// filter compares it with its own clock, so clocks are assumed to agree
-// within that margin.
+// and its valid_until is taken in by quotaMargin: the filter compares it
+// with its own wall clock, so the clocks of the control plane and the data
+// plane are assumed to agree within quotaMargin (a share spent after its
+// lease ended could be counted in the next window). A margin in proportion
+// to the validity (a tenth of a 1 s window) cut every window's last tenth
+// out of the quota, each Envoy calling again for it.
 const (
 	minQuotaValid = 20 * time.Millisecond
-	quotaMargin   = 2 * time.Millisecond
+	quotaMargin   = 10 * time.Millisecond
 )
 
 // addQuotas sets DescriptorStatus.quota on the allowed descriptors whose one
@@ -86,7 +89,7 @@ func (s *Service) addQuotas(p *pending, resp *rlsv3.RateLimitResponse, storeErr 
 		if now.IsZero() {
 			now = time.Now()
 		}
-		valid -= max(valid/10, quotaMargin)
+		valid -= quotaMargin
 		st.Quota = &rlsv3.RateLimitResponse_Quota{
 			Requests:            uint32(min(n+1, 1<<31)),
 			ExpirationSpecifier: &rlsv3.RateLimitResponse_Quota_ValidUntil{ValidUntil: timestamppb.New(now.Add(valid))},
