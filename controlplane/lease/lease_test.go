@@ -281,7 +281,7 @@ func TestShareCoversUntilExpiry(t *testing.T) {
 		}
 	}
 	held := r.Stats().Outstanding
-	n, valid := r.Share("fw", l, 20*time.Millisecond)
+	n, valid := r.Share("fw", l, 20*time.Millisecond, 7)
 	// 100/s for the 800 ms left of the window: about 80 units
 	want := min(held, int64(0.8*100*valid.Seconds()))
 	if held == 0 || n < want || n > held || valid <= 0 || valid > 800*time.Millisecond {
@@ -289,5 +289,139 @@ func TestShareCoversUntilExpiry(t *testing.T) {
 	}
 	if left := r.Stats().Outstanding; left != held-n {
 		t.Fatalf("held %d, shared %d, %d left", held, n, left)
+	}
+}
+
+// filterPool is a data plane's quota in TestFiltersExact: units it may
+// spend until until (microseconds), as the filter keeps RLS quotas.
+type filterPool struct{ units, until int64 }
+
+// TestFiltersExact: three replicas on one Redis, each called by two data
+// planes that spend the quotas the replica shares (Share, valid_until taken
+// in by the RLS margin) and call only when theirs is spent or ended; one
+// key per leasable algorithm at half the limit, then five times it. Every
+// admission, from a quota or by a call, replayed at its time through
+// shared/algorithms is allowed; for the fixed window, each window at 5x
+// admits the limit less at most the units that ended unspent (in replicas
+// and in data planes: the stated under-admission bound); below the limit,
+// none is refused (no data plane holds what another needs) and the share
+// decided in the data planes is at least 0.9 of what one call per lease
+// per data plane allows.
+func TestFiltersExact(t *testing.T) {
+	const margin = 10 * time.Millisecond // rls quotaMargin
+	limits := []store.Limit{
+		{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true},
+		{Algorithm: store.SlidingWindow, Requests: 1000, Window: time.Second, Lease: true},
+		{Algorithm: store.TokenBucket, Requests: 1000, Window: time.Second, Burst: 200, Lease: true},
+		{Algorithm: store.GCRA, Requests: 1000, Window: time.Second, Burst: 100, Lease: true},
+	}
+	for _, l := range limits {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			clk := &clock{}
+			start := int64(1_700_000_000_000_000)
+			clk.us.Store(start)
+			reps := replicas(t, 3, clk, Options{})
+			ctx := context.Background()
+			key := "k:" + l.Algorithm.String()
+			allow := oracle(l)
+			pools := make([]filterPool, 2*len(reps))
+			var perWindow, lost, lastExpired, steadyQuota, steadyCalled, steadyRefused int64
+			res := make([]algorithms.Result, 1)
+			// 4 s: each data plane gets one request every 12 ms (half the
+			// limit among six), then 5 every 2 ms (five times it).
+			for ms := int64(0); ms < 4000; ms++ {
+				now := start + ms*1000
+				clk.us.Store(now)
+				if ms%10 == 0 {
+					for _, r := range reps {
+						r.Sweep(ctx, 20*time.Millisecond)
+					}
+				}
+				if ms%1000 == 0 {
+					var expired int64
+					for i := range pools {
+						if pools[i].units > 0 && pools[i].until <= now {
+							lost += pools[i].units
+							pools[i].units = 0
+						}
+					}
+					for _, r := range reps {
+						expired += r.Stats().Expired
+					}
+					if ms > 2000 && l.Algorithm == store.FixedWindow {
+						if perWindow+(expired-lastExpired)+lost < l.Requests {
+							t.Errorf("window at %d ms: %d admitted, %d expired in replicas, %d in data planes, limit %d",
+								ms, perWindow, expired-lastExpired, lost, l.Requests)
+						}
+					}
+					perWindow, lost, lastExpired = 0, 0, expired
+				}
+				for f := range pools {
+					per := int64(0)
+					switch {
+					case ms >= 2000 && ms%2 == int64(f%2):
+						per = 5
+					case ms < 2000 && ms%12 == int64(2*f):
+						per = 1
+					}
+					p := &pools[f]
+					for range per {
+						if p.units > 0 && p.until <= now {
+							lost += p.units
+							p.units = 0
+						}
+						allowed, fromQuota := false, false
+						if p.units > 0 {
+							p.units--
+							allowed, fromQuota = true, true
+						} else {
+							r := reps[f/2]
+							if err := r.Decide(ctx, []store.Check{{Key: key, Limit: l, Cost: 1}}, res); err != nil {
+								t.Fatal(err)
+							}
+							allowed = res[0].Allowed
+							if allowed {
+								if n, valid := r.Share(key, l, 20*time.Millisecond, uint64(f+1)); n > 0 {
+									*p = filterPool{units: n, until: now + int64((valid-margin)/time.Microsecond)}
+								}
+							}
+						}
+						if !allowed {
+							if ms < 2000 {
+								steadyRefused++
+							}
+							continue
+						}
+						perWindow++
+						if !allow(now) {
+							t.Fatalf("at %d ms: admitted what the algorithm refuses (from a quota: %v)", ms, fromQuota)
+						}
+						if ms < 2000 && fromQuota {
+							steadyQuota++
+						} else if ms < 2000 {
+							steadyCalled++
+						}
+					}
+				}
+			}
+			// The floor: a data plane calls at least once per lease (a
+			// window; for token_bucket and gcra half the capacity's refill),
+			// less the margin.
+			v := l.Window
+			if redisstore.Returnable(l.Algorithm) {
+				v = refillTime(l) / 2
+			}
+			calls := float64(len(pools)) * 2 * float64(time.Second) / float64(v-margin)
+			ceiling := 1 - calls/float64(steadyQuota+steadyCalled)
+			share := float64(steadyQuota) / float64(steadyQuota+steadyCalled)
+			t.Logf("below the limit: %d admitted from quotas, %d by a call (%.1f%% in the data planes, %.2f of the %.1f%% a call per lease allows), %d refused",
+				steadyQuota, steadyCalled, 100*share, share/ceiling, 100*ceiling, steadyRefused)
+			if share < 0.9*ceiling {
+				t.Errorf("only %.1f%% of admissions below the limit decided in the data planes, ceiling %.1f%%", 100*share, 100*ceiling)
+			}
+			if steadyRefused != 0 {
+				t.Errorf("%d refused at half the limit: leases or quotas held what others needed", steadyRefused)
+			}
+		})
 	}
 }

@@ -63,13 +63,13 @@ func (o *outcome) reset() int64 {
 // pending is a request between prepare and finish: its scratch holds the
 // store checks to make (checks, with what each is for in slots).
 type pending struct {
-	sc    *scratch
-	dom   *policy.Domain // nil: a domain without policies
-	label string         // the domain's metrics label
-	dm    *domainMetrics
-	n     int  // descriptors
-	quota bool // the caller spends quotas (see QuotaField)
-	req   *rlsv3.RateLimitRequest
+	sc     *scratch
+	dom    *policy.Domain // nil: a domain without policies
+	label  string         // the domain's metrics label
+	dm     *domainMetrics
+	n      int    // descriptors
+	caller uint64 // the caller spending quotas, 0 if it spends none (see QuotaField)
+	req    *rlsv3.RateLimitRequest
 }
 
 // prepare checks req and lists the store checks it needs. On success the
@@ -175,7 +175,7 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest) (p pending, err error) {
 		}
 	}
 	sc.checks, sc.slots = checks, slots
-	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, quota: acceptsQuota(req), req: req}, nil
+	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, caller: quotaCaller(req), req: req}, nil
 }
 
 // checkCost returns what the store is asked for one limit of a descriptor
