@@ -70,7 +70,11 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 // its branches costs.
 func (p *Plugin) callOut(s *stream, now int64) uint32 {
 	descs := p.descs.Descriptors
-	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs)
+	caller := uint64(1) // any caller
+	if p.quotas.pool != nil {
+		caller = p.quotas.pool.Proxy() // this Envoy: a lease's share is divided among Envoys, not workers
+	}
+	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs, caller)
 	callID, err := p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
 	if err != nil {
 		return p.fail(s, "cannot call the control plane (cluster "+p.cfg.Cluster+"): "+err.Error(), false)

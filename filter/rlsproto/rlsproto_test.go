@@ -65,9 +65,24 @@ func TestRequestMatchesGeneratedTypes(t *testing.T) {
 
 func checkRequest(t *testing.T, domain string, descs []descriptors.Descriptor) {
 	t.Helper()
-	msg := AppendRequest(nil, domain, descs)
-	if len(msg) != RequestLen(domain, descs) {
-		t.Fatalf("RequestLen = %d, encoded %d bytes", RequestLen(domain, descs), len(msg))
+	for _, caller := range []uint64{1, 300, 1<<63 | 5} {
+		msg := AppendRequest(nil, domain, descs, caller)
+		if len(msg) != RequestLen(domain, descs, caller) {
+			t.Fatalf("caller %d: RequestLen = %d, encoded %d bytes", caller, RequestLen(domain, descs, caller), len(msg))
+		}
+		var got rlsv3.RateLimitRequest
+		if err := proto.Unmarshal(msg, &got); err != nil {
+			t.Fatalf("generated code cannot parse the request: %v", err)
+		}
+		want := generated(domain, descs)
+		want.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, QuotaField, protowire.VarintType), caller))
+		if !proto.Equal(&got, want) {
+			t.Fatalf("caller %d: got  %v\nwant %v", caller, &got, want)
+		}
+	}
+	msg := AppendRequest(nil, domain, descs, 0) // no caller named: 1
+	if !bytes.Equal(msg, AppendRequest(nil, domain, descs, 1)) {
+		t.Fatal("caller 0 is not sent as 1")
 	}
 	var got rlsv3.RateLimitRequest
 	if err := proto.Unmarshal(msg, &got); err != nil {
@@ -86,7 +101,7 @@ func checkRequest(t *testing.T, domain string, descs []descriptors.Descriptor) {
 	if !bytes.Equal(msg, gen) {
 		t.Fatalf("encoding differs from the generated code's:\n got  %x\n want %x", msg, gen)
 	}
-	frame := AppendRequestFrame([]byte("prefix"), domain, descs)
+	frame := AppendRequestFrame([]byte("prefix"), domain, descs, 1)
 	if !bytes.HasPrefix(frame, []byte("prefix")) {
 		t.Fatal("AppendRequestFrame overwrote dst")
 	}
@@ -337,7 +352,7 @@ func TestDecodeAllocatesNothingOnceWarm(t *testing.T) {
 	}
 	descs := []descriptors.Descriptor{{HitsAddend: 1, Entries: []descriptors.Entry{{Key: "a", Value: "b"}}}}
 	buf := make([]byte, 0, 256)
-	if n := testing.AllocsPerRun(100, func() { buf = AppendRequestFrame(buf[:0], "edge", descs) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { buf = AppendRequestFrame(buf[:0], "edge", descs, 1<<40) }); n != 0 {
 		t.Fatalf("AppendRequestFrame allocates %v times", n)
 	}
 }

@@ -216,3 +216,14 @@ func TestDecodeLeaseRefusesWhatEncodeDidNotWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestProxy: the VMs of one proxy (one shared data) name it alike, another
+// proxy is named apart, and the name is never 0.
+func TestProxy(t *testing.T) {
+	a := newMemData()
+	one, two := NewLeases(a, "d", 16), NewLeases(a, "e", 16)
+	other := NewLeases(newMemData(), "d", 16)
+	if one.Proxy() == 0 || one.Proxy() != two.Proxy() || one.Proxy() == other.Proxy() {
+		t.Fatalf("proxy %d and %d (same shared data), %d (another)", one.Proxy(), two.Proxy(), other.Proxy())
+	}
+}
