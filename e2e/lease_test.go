@@ -315,8 +315,9 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 	t.Logf("one call per Envoy, key and lease allows at most %.1f%% below the limit in the filter: %.2f of it",
 		100*ceiling, pct(steadyQuota, steadyCalled)/100/ceiling)
 	t.Logf("per second (all keys): %s", win)
-	t.Logf("shared lease pools in the filters: %d CAS retries, %d takes that lost every attempt, %d grants lost",
-		stat("wasmcustom.sluice.lease_cas_retries"), stat("wasmcustom.sluice.lease_exhausted"), stat("wasmcustom.sluice.lease_lost"))
+	t.Logf("shared lease pools in the filters: %d CAS retries, %d takes that lost every attempt, %d grants lost, %d requests waited for a call under way",
+		stat("wasmcustom.sluice.lease_cas_retries"), stat("wasmcustom.sluice.lease_exhausted"), stat("wasmcustom.sluice.lease_lost"),
+		stat("wasmcustom.sluice.lease_waited"))
 	if quotaAllowed == 0 {
 		t.Errorf("no request was admitted from a quota")
 	}

@@ -66,13 +66,17 @@ type Plugin struct {
 	precheck bool // the precheck is on
 	// shared is the over-limit blocks the VMs of the proxy share (see
 	// shared.go); nil with the precheck off.
-	shared  *sharedblocks.Store
-	calls   map[uint32]*stream // calls out, by call id
-	held    []*stream          // requests held (shaping), by release time
-	tickMs  uint32             // the tick period last set
-	names   []string           // default policy name of each rate limit
-	headers []byte             // request headers of the gRPC call, serialized
-	timeout uint32             // call timeout, ms
+	shared *sharedblocks.Store
+	calls  map[uint32]*stream // calls out, by call id
+	held   []*stream          // requests held (shaping), by release time
+	// Requests waiting for a call under way (wait.go), and those calls by
+	// their descriptors' precheck keys.
+	waiting []*stream
+	asking  map[string]*stream
+	tickMs  uint32   // the tick period last set
+	names   []string // default policy name of each rate limit
+	headers []byte   // request headers of the gRPC call, serialized
+	timeout uint32   // call timeout, ms
 	metrics metrics
 	// The last precheck reply's headers, serialized: a flood of requests for
 	// one descriptor gets the same reply until its retry-after (in whole

@@ -55,6 +55,9 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 	if p.spendQuota(s, now) {
 		return ActionContinue
 	}
+	if p.waitForCall(s, now) {
+		return ActionPause
+	}
 	if p.shared != nil {
 		if action, rejected := p.checkShared(s, now); rejected {
 			return action
@@ -70,11 +73,7 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 // its branches costs.
 func (p *Plugin) callOut(s *stream, now int64) uint32 {
 	descs := p.descs.Descriptors
-	caller := uint64(1) // any caller
-	if p.quotas.pool != nil {
-		caller = p.quotas.pool.Proxy() // this Envoy: a lease's share is divided among Envoys, not workers
-	}
-	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs, caller)
+	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs, p.caller())
 	callID, err := p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
 	if err != nil {
 		return p.fail(s, "cannot call the control plane (cluster "+p.cfg.Cluster+"): "+err.Error(), false)
@@ -85,7 +84,18 @@ func (p *Plugin) callOut(s *stream, now int64) uint32 {
 		s.rateLimits = append(s.rateLimits, descs[i].RateLimit)
 	}
 	p.calls[callID] = s
+	p.ask(s)
 	return ActionPause
+}
+
+// caller is how the filter names itself to the control plane
+// (rlsproto.QuotaField): this Envoy, so that a lease's share is divided
+// among Envoys, not workers.
+func (p *Plugin) caller() uint64 {
+	if p.quotas.pool == nil {
+		return 1 // any caller
+	}
+	return p.quotas.pool.Proxy()
 }
 
 // replyCache remembers the headers of the last precheck reply.

@@ -8,6 +8,7 @@ const (
 	statePending                // the control plane is being asked
 	stateAnswering              // its answer is being applied; the request still waits
 	stateHeld                   // admitted, held until releaseAt (shaping, see hold.go)
+	stateWaiting                // waits for another request's call for the same descriptors (wait.go)
 	stateDone                   // decided
 )
 
@@ -28,6 +29,9 @@ type stream struct {
 	rateLimits []int   // index of the configured rate limit
 	// Headers to add to the response.
 	response headerList
+	// The call a waiting request makes if the call it waits for brings
+	// no quota for it (wait.go).
+	frame []byte
 }
 
 func (s *stream) reset(id uint32, p *Plugin) {

@@ -130,6 +130,7 @@ func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, nu
 	defer vm.recoverStream("proxy_on_http_call_response", &action, true)
 	p.onAnswer(s, numHeaders, bodySize)
 	vm.current = nil
+	p.called(s)
 	vm.release(s)
 }
 
@@ -146,8 +147,10 @@ func (vm *VM) OnTick(rootID uint32) {
 		vm.current = s
 		p.giveUp(s)
 		vm.current = nil
+		p.called(s)
 		vm.release(s)
 	}
+	p.wakeStale(now)
 	p.releaseDue(now)
 	if p.shared != nil {
 		p.shared.RefreshSeed()
@@ -175,10 +178,14 @@ func (vm *VM) OnLog(id uint32) { vm.dropHeld(id) }
 // dropHeld stops holding stream id's request, if it is held.
 func (vm *VM) dropHeld(id uint32) {
 	s := vm.streams.get(id)
-	if s == nil || s.state != stateHeld {
+	if s == nil || (s.state != stateHeld && s.state != stateWaiting) {
 		return // the common case, without a deferred recover
 	}
 	defer vm.recoverRoot("dropping a held request")
+	if s.state == stateWaiting {
+		s.plugin.unwait(s)
+		return
+	}
 	s.plugin.unhold(s)
 }
 
@@ -187,8 +194,11 @@ func (vm *VM) dropHeld(id uint32) {
 func (vm *VM) OnDelete(id uint32) {
 	defer vm.recoverRoot("proxy_on_delete")
 	if s := vm.streams.remove(id); s != nil {
-		if s.state == stateHeld {
+		switch s.state {
+		case stateHeld:
 			s.plugin.unhold(s)
+		case stateWaiting:
+			s.plugin.unwait(s)
 		}
 		s.deleted = true
 		vm.release(s)

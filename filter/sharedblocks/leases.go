@@ -113,6 +113,13 @@ func (l *Leases) Covers(key []byte, now int64) bool {
 	return p.mine && p.live(now)
 }
 
+// Holds reports whether key's slot holds a pool of key, live, spent or
+// expired (the proxy received leases for key, and no other key took the
+// slot since): one host call, changing nothing.
+func (l *Leases) Holds(key []byte) bool {
+	return l.slot(key) && l.read().mine
+}
+
 // Take spends one unit of key's pool valid at now: a read and a CAS write
 // of the slot, at most MaxAttempts times. It returns the pool's expiry (for
 // Give) and true; false when there is no unit (one read) or every attempt

@@ -1,0 +1,128 @@
+package plugin
+
+import (
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// spentPool gives b a lease pool for 10.0.0.1's descriptor and spends it:
+// the next request finds the pool empty.
+func spentPool(t *testing.T, b *testbed) {
+	t.Helper()
+	req := map[string]string{":method": "GET", ":path": "/"}
+	b.request(req, "10.0.0.1:1")
+	b.deliver(quotaAnswer(t, b.host, 2, time.Second))
+	if _, a := b.request(req, "10.0.0.1:1"); a != ActionContinue {
+		t.Fatalf("the quota's unit: action %d", a)
+	}
+}
+
+// okNoQuota is an allowed answer without a quota.
+func okNoQuota(t *testing.T) *fakeAnswer {
+	return grpcOK(t, &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}}})
+}
+
+// TestWaitForCall: the pool is spent; the first request calls, the next
+// two wait for that call instead of calling, and its quota admits them.
+func TestWaitForCall(t *testing.T) {
+	b := newTestbed(t, quotaConfig)
+	spentPool(t, b)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	calls := len(b.host.calls)
+	first, _ := b.request(req, "10.0.0.1:1")
+	w1, a1 := b.request(req, "10.0.0.1:1")
+	w2, a2 := b.request(req, "10.0.0.1:1")
+	if a1 != ActionPause || a2 != ActionPause || len(b.host.calls) != calls+1 || b.host.counters[MetricLeaseWaited] != 2 {
+		t.Fatalf("actions %d %d, %d calls, %d waited", a1, a2, len(b.host.calls)-calls, b.host.counters[MetricLeaseWaited])
+	}
+	quota := b.host.counters[MetricQuotaAllowed]
+	b.deliver(quotaAnswer(t, b.host, 5, time.Second))
+	h := b.host
+	if h.resumed[first] != 1 || h.resumed[w1] != 1 || h.resumed[w2] != 1 || len(h.calls) != calls+1 || h.counters[MetricQuotaAllowed] != quota+2 {
+		t.Fatalf("resumed %d %d %d, %d calls, %d from quotas", h.resumed[first], h.resumed[w1], h.resumed[w2], len(h.calls)-calls, h.counters[MetricQuotaAllowed]-quota)
+	}
+	// 5 - the caller's - the two waiters' = 2 left
+	for i := range 3 {
+		if _, a := b.request(req, "10.0.0.1:1"); (a == ActionContinue) != (i < 2) {
+			t.Fatalf("request %d after the waiters: action %d", i, a)
+		}
+	}
+}
+
+// TestWaitThenCall: the call waited for brings no quota: the first waiter
+// calls, the second waits for that call, which brings none either: the
+// second calls. No request is admitted without a call or a quota.
+func TestWaitThenCall(t *testing.T) {
+	b := newTestbed(t, quotaConfig)
+	spentPool(t, b)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	calls := len(b.host.calls)
+	b.request(req, "10.0.0.1:1")
+	w1, _ := b.request(req, "10.0.0.1:1")
+	w2, _ := b.request(req, "10.0.0.1:1")
+	b.deliver(okNoQuota(t))
+	h := b.host
+	if len(h.calls) != calls+2 || h.calls[len(h.calls)-1].stream != w1 || h.resumed[w1] != 0 || h.resumed[w2] != 0 {
+		t.Fatalf("%d calls (want the first waiter's), resumed %d %d", len(h.calls)-calls, h.resumed[w1], h.resumed[w2])
+	}
+	b.deliver(okNoQuota(t))
+	if len(h.calls) != calls+3 || h.calls[len(h.calls)-1].stream != w2 || h.resumed[w1] != 1 || h.resumed[w2] != 0 {
+		t.Fatalf("%d calls (want the second waiter's), resumed %d %d", len(h.calls)-calls, h.resumed[w1], h.resumed[w2])
+	}
+	b.deliver(okNoQuota(t))
+	if h.resumed[w2] != 1 {
+		t.Fatalf("the second waiter's answer: resumed %d", h.resumed[w2])
+	}
+}
+
+// TestWaitEndsWithStream: a waiting request whose stream ends is neither
+// resumed nor called for.
+func TestWaitEndsWithStream(t *testing.T) {
+	b := newTestbed(t, quotaConfig)
+	spentPool(t, b)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	calls := len(b.host.calls)
+	b.request(req, "10.0.0.1:1")
+	w, _ := b.request(req, "10.0.0.1:1")
+	b.host.current = w
+	b.vm.OnLog(w)
+	b.vm.OnDone(w)
+	b.vm.OnDelete(w)
+	b.deliver(okNoQuota(t))
+	if len(b.host.calls) != calls+1 || b.host.resumed[w] != 0 {
+		t.Fatalf("%d calls, resumed %d", len(b.host.calls)-calls, b.host.resumed[w])
+	}
+}
+
+// TestWaitOnlyForLeased: a descriptor the proxy holds no lease pool for
+// never waits: two requests under way at once each call.
+func TestWaitOnlyForLeased(t *testing.T) {
+	b := newTestbed(t, quotaConfig)
+	spentPool(t, b)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	calls := len(b.host.calls)
+	b.request(req, "10.0.0.2:1")
+	if _, a := b.request(req, "10.0.0.2:1"); a != ActionPause || len(b.host.calls) != calls+2 || b.host.counters[MetricLeaseWaited] != 0 {
+		t.Fatalf("action %d, %d calls, %d waited", a, len(b.host.calls)-calls, b.host.counters[MetricLeaseWaited])
+	}
+}
+
+// TestWaitBoundedByTimeout: a call the proxy never answers is given up on
+// the tick (the failure mode applies to its request), and its waiter
+// calls then, itself.
+func TestWaitBoundedByTimeout(t *testing.T) {
+	b := newTestbed(t, quotaConfig)
+	spentPool(t, b)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	calls := len(b.host.calls)
+	b.request(req, "10.0.0.1:1")
+	w, _ := b.request(req, "10.0.0.1:1")
+	b.tick(2 * time.Second) // past the 25 ms timeout and the 1 s grace
+	h := b.host
+	if len(h.calls) != calls+2 || h.calls[len(h.calls)-1].stream != w {
+		t.Fatalf("%d calls after the timeout (want the waiter's own)", len(h.calls)-calls)
+	}
+}
