@@ -163,8 +163,11 @@ func (p *Plugin) schedule(now int64) {
 	if len(p.held) > 0 {
 		until := p.held[0].releaseAt - now
 		ms = uint32(max(1, min(tickPeriodMs, (until+config.Millisecond-1)/config.Millisecond)))
-	} else if p.tickMs == ms {
+	} else if p.tickMs == ms && !p.waitsRemote() {
 		return
+	}
+	if p.waitsRemote() {
+		ms = waitTickMs // requests wait for another VM's call (wait.go)
 	}
 	p.tickMs = ms
 	if err := p.host.SetTickPeriod(ms); err != nil {

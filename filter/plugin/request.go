@@ -55,7 +55,7 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 	if p.spendQuota(s, now) {
 		return ActionContinue
 	}
-	if p.waitForCall(s, now) {
+	if p.waitForCall(s, now) || p.waitForOther(s, now) {
 		return ActionPause
 	}
 	if p.shared != nil {

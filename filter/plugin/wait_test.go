@@ -52,9 +52,9 @@ func TestWaitForCall(t *testing.T) {
 	}
 }
 
-// TestWaitThenCall: the call waited for brings no quota: the first waiter
-// calls, the second waits for that call, which brings none either: the
-// second calls. No request is admitted without a call or a quota.
+// TestWaitThenCall: the call waited for brings no quota: the waiters call,
+// each (none waits twice). No request is admitted without a call or a
+// quota.
 func TestWaitThenCall(t *testing.T) {
 	b := newTestbed(t, quotaConfig)
 	spentPool(t, b)
@@ -65,16 +65,13 @@ func TestWaitThenCall(t *testing.T) {
 	w2, _ := b.request(req, "10.0.0.1:1")
 	b.deliver(okNoQuota(t))
 	h := b.host
-	if len(h.calls) != calls+2 || h.calls[len(h.calls)-1].stream != w1 || h.resumed[w1] != 0 || h.resumed[w2] != 0 {
-		t.Fatalf("%d calls (want the first waiter's), resumed %d %d", len(h.calls)-calls, h.resumed[w1], h.resumed[w2])
+	if len(h.calls) != calls+3 || h.calls[len(h.calls)-2].stream != w1 || h.calls[len(h.calls)-1].stream != w2 || h.resumed[w1] != 0 || h.resumed[w2] != 0 {
+		t.Fatalf("%d calls (want the two waiters'), resumed %d %d", len(h.calls)-calls, h.resumed[w1], h.resumed[w2])
 	}
-	b.deliver(okNoQuota(t))
-	if len(h.calls) != calls+3 || h.calls[len(h.calls)-1].stream != w2 || h.resumed[w1] != 1 || h.resumed[w2] != 0 {
-		t.Fatalf("%d calls (want the second waiter's), resumed %d %d", len(h.calls)-calls, h.resumed[w1], h.resumed[w2])
-	}
-	b.deliver(okNoQuota(t))
-	if h.resumed[w2] != 1 {
-		t.Fatalf("the second waiter's answer: resumed %d", h.resumed[w2])
+	b.deliverCall(len(h.calls)-2, okNoQuota(t))
+	b.deliverCall(len(h.calls)-1, okNoQuota(t))
+	if h.resumed[w1] != 1 || h.resumed[w2] != 1 {
+		t.Fatalf("the waiters' answers: resumed %d %d", h.resumed[w1], h.resumed[w2])
 	}
 }
 
@@ -124,5 +121,44 @@ func TestWaitBoundedByTimeout(t *testing.T) {
 	h := b.host
 	if len(h.calls) != calls+2 || h.calls[len(h.calls)-1].stream != w {
 		t.Fatalf("%d calls after the timeout (want the waiter's own)", len(h.calls)-calls)
+	}
+}
+
+// TestWaitForAnotherVM: the pool is spent; a request on one VM calls, a
+// request on another VM waits for that call (the pool's slot says it is
+// under way), looking at the pool on a 1 ms tick: the call's quota admits
+// it without a call of its own. When the call brings none, the waiter
+// calls on its next tick.
+func TestWaitForAnotherVM(t *testing.T) {
+	for _, quota := range []bool{true, false} {
+		vms, _ := leaseVMs(t, 2)
+		b0, b1 := vms[0], vms[1]
+		spentPool(t, b0)
+		tick(vms) // b1 learns that the proxy holds leases
+		req := map[string]string{":method": "GET", ":path": "/"}
+		b0.request(req, "10.0.0.1:1")
+		w, a := b1.request(req, "10.0.0.1:1")
+		if a != ActionPause || len(b1.host.calls) != 0 || b1.host.counters[MetricLeaseWaited] != 1 || b1.host.tick != waitTickMs {
+			t.Fatalf("action %d, %d calls, %d waited, tick %d ms", a, len(b1.host.calls), b1.host.counters[MetricLeaseWaited], b1.host.tick)
+		}
+		b1.tick(time.Millisecond)
+		if len(b1.host.calls) != 0 || b1.host.resumed[w] != 0 {
+			t.Fatal("the waiter did not wait for the call under way")
+		}
+		if quota {
+			b0.deliver(quotaAnswer(t, b0.host, 5, time.Second))
+		} else {
+			b0.deliver(okNoQuota(t))
+		}
+		b1.tick(time.Millisecond)
+		switch {
+		case quota && (b1.host.resumed[w] != 1 || len(b1.host.calls) != 0 || b1.host.counters[MetricQuotaAllowed] != 1):
+			t.Fatalf("with a quota: resumed %d, %d calls", b1.host.resumed[w], len(b1.host.calls))
+		case !quota && (b1.host.resumed[w] != 0 || len(b1.host.calls) != 1):
+			t.Fatalf("without a quota: resumed %d, %d calls", b1.host.resumed[w], len(b1.host.calls))
+		}
+		if b1.host.tick == waitTickMs {
+			t.Fatal("the 1 ms tick outlived the wait")
+		}
 	}
 }
