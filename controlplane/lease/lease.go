@@ -302,9 +302,11 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 		} else {
 			// A token bucket's lease holds back refill while it is valid,
 			// so lease.lua keeps it valid for half the capacity's worth of
-			// refill at most: size it to be spent in half that.
+			// refill at most: size it to be spent in that time (what is
+			// left unspent near its end goes back, Sweep), so that a
+			// filter's share covers its caller until the lease ends.
 			longest = min(longest, refillTime(c.Limit)/2)
-			pol.Target = min(pol.Target, longest/2)
+			pol.Target = min(pol.Target, longest)
 		}
 		d := Demand{Rate: e.rate.perSecond(now), Remaining: e.remainingAt(now), Replicas: s.replicas(), Capacity: capacity(c.Limit)}
 		k := pol.Size(d)
