@@ -79,6 +79,16 @@ func (m *meter) perSecond(now time.Time) float64 {
 	if m.start.IsZero() {
 		return 0
 	}
+	if m.rate == 0 {
+		// No period has ended yet: a key used more than once has a rate
+		// already (counted over tau at least, so that a burst does not
+		// count as faster than tau's worth of it); a key used once has
+		// none.
+		if m.count < 2 {
+			return 0
+		}
+		return float64(m.count) / max(now.Sub(m.start), tau).Seconds()
+	}
 	if d := now.Sub(m.start); d > 4*tau {
 		return min(m.rate, float64(m.count)/d.Seconds())
 	}

@@ -58,6 +58,17 @@ func TestMeter(t *testing.T) {
 	if r := m.perSecond(t0); r != 0 {
 		t.Fatalf("empty meter: %v", r)
 	}
+	// Before a period ends: one use is no rate; a burst of three is three
+	// per tau (not three per microsecond).
+	m.add(t0, 1)
+	if r := m.perSecond(t0.Add(time.Microsecond)); r != 0 {
+		t.Fatalf("one use: %v", r)
+	}
+	m.add(t0.Add(time.Microsecond), 2)
+	if r := m.perSecond(t0.Add(2 * time.Microsecond)); r != 3/tau.Seconds() {
+		t.Fatalf("a burst of 3: %v, want %v", r, 3/tau.Seconds())
+	}
+	m = meter{}
 	// 1000 per second for a second, one unit a millisecond.
 	for i := range 1000 {
 		m.add(t0.Add(time.Duration(i)*time.Millisecond), 1)
