@@ -76,6 +76,7 @@ func (p *Plugin) callOut(s *stream, now int64) uint32 {
 	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs, p.caller())
 	callID, err := p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
 	if err != nil {
+		p.called(s) // nobody waits for a call that was not made
 		return p.fail(s, "cannot call the control plane (cluster "+p.cfg.Cluster+"): "+err.Error(), false)
 	}
 	s.state, s.callID, s.sentAt = statePending, callID, now

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -160,5 +161,20 @@ func TestWaitForAnotherVM(t *testing.T) {
 		if b1.host.tick == waitTickMs {
 			t.Fatal("the 1 ms tick outlived the wait")
 		}
+	}
+}
+
+// TestNoWaitForFailedCall: a call that could not be made is not waited
+// for by the other VMs.
+func TestNoWaitForFailedCall(t *testing.T) {
+	vms, _ := leaseVMs(t, 2)
+	b0, b1 := vms[0], vms[1]
+	spentPool(t, b0)
+	tick(vms)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	b0.host.callErr = errors.New("no cluster")
+	b0.request(req, "10.0.0.1:1")
+	if _, a := b1.request(req, "10.0.0.1:1"); a != ActionPause || len(b1.host.calls) != 1 || b1.host.counters[MetricLeaseWaited] != 0 {
+		t.Fatalf("action %d, %d calls, %d waited", a, len(b1.host.calls), b1.host.counters[MetricLeaseWaited])
 	}
 }
