@@ -181,6 +181,11 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	var steadyQuota, steadyCalled int64
+	win := &leaseWindows{cps: cps}
+	for _, s := range envoys {
+		win.stats = append(win.stats, s.Stats)
+	}
+	wg.Go(func() { win.run(start, end) })
 	wg.Go(func() {
 		time.Sleep(time.Until(rampAt))
 		for i, s := range envoys {
@@ -295,8 +300,24 @@ func TestLeasesThroughEnvoy(t *testing.T) {
 	t.Logf("allowed through the Envoys, from quotas without a call / by a call: below the limit %d/%d (%.1f%% in the filter), at 5x %d/%d (%.1f%%); %v lease calls, %v units shared",
 		steadyQuota, steadyCalled, pct(steadyQuota, steadyCalled), quotaAllowed-steadyQuota, calledAllowed-steadyCalled,
 		pct(quotaAllowed-steadyQuota, calledAllowed-steadyCalled), cpm[3], cpm[2])
-	t.Logf("shared lease pools in the filters: %d CAS retries, %d takes that lost every attempt, %d grants lost",
-		stat("wasmcustom.sluice.lease_cas_retries"), stat("wasmcustom.sluice.lease_exhausted"), stat("wasmcustom.sluice.lease_lost"))
+	// The floor: each Envoy calls at least once per key and lease (a 1 s
+	// window; a token_bucket or gcra lease lasts half the refill of its
+	// burst, 0.5 s, less the quota's 10 ms margin) when its pool is empty.
+	var perSecond float64
+	for _, k := range leaseKeys {
+		period := time.Second
+		if k.most > leaseLimit {
+			period = time.Second/2 - 10*time.Millisecond
+		}
+		perSecond += float64(len(envoys)) / period.Seconds()
+	}
+	ceiling := 1 - perSecond*steady.Seconds()/float64(max(steadyQuota+steadyCalled, 1))
+	t.Logf("one call per Envoy, key and lease allows at most %.1f%% below the limit in the filter: %.2f of it",
+		100*ceiling, pct(steadyQuota, steadyCalled)/100/ceiling)
+	t.Logf("per second (all keys): %s", win)
+	t.Logf("shared lease pools in the filters: %d CAS retries, %d takes that lost every attempt, %d grants lost, %d requests waited for a call under way",
+		stat("wasmcustom.sluice.lease_cas_retries"), stat("wasmcustom.sluice.lease_exhausted"), stat("wasmcustom.sluice.lease_lost"),
+		stat("wasmcustom.sluice.lease_waited"))
 	if quotaAllowed == 0 {
 		t.Errorf("no request was admitted from a quota")
 	}

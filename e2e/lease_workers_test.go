@@ -159,9 +159,9 @@ func TestLeaseAcrossWorkers(t *testing.T) {
 		m.Sum("sluice_lease_expired_units_total"), m.Sum("sluice_lease_outstanding_units"), perSecond)
 	pct := func(a, b int64) float64 { return 100 * float64(a) / float64(max(a+b, 1)) }
 	t.Logf("--concurrency %d: %d x 200, %d x 429; allowed below the limit from leases / by a call: %d/%d (%.1f%% in the filter); "+
-		"overall %d/%d; lease CAS retries %d, exhausted %d, lost %d; failed open %d",
+		"overall %d/%d; lease CAS retries %d, exhausted %d, lost %d, waited for a call %d; failed open %d",
 		concurrency, ok.Load(), limited.Load(), steadyQuota, steadyCalled, pct(steadyQuota, steadyCalled), quota, called,
-		stat("lease_cas_retries"), stat("lease_exhausted"), stat("lease_lost"), failOpen)
+		stat("lease_cas_retries"), stat("lease_exhausted"), stat("lease_lost"), stat("lease_waited"), failOpen)
 	if quota == 0 {
 		t.Error("no request was admitted from a lease")
 	}

@@ -65,7 +65,7 @@ type Options struct {
 	// its units are given back; 0 means twice Policy.Target.
 	Idle time.Duration
 	// Replicas returns how many control plane replicas are active (leases
-	// are at most remaining / (2 x Replicas)); nil means 1.
+	// are at most remaining / Replicas); nil means 1.
 	Replicas func() int
 	// MaxKeys bounds the keys with lease state; more are decided per
 	// request. 0 means DefaultMaxKeys.
@@ -91,7 +91,43 @@ type Store struct {
 	lastForget time.Time
 
 	local, perRequest, calls, granted, returned, expired, shared atomic.Int64
+	// why checks of leased limits went per request, and why Share gave
+	// nothing (indexed by Unleased and Unshared)
+	unleased [numUnleased]atomic.Int64
+	unshared [numUnshared]atomic.Int64
+	shares   atomic.Int64
 }
+
+// Unleased says why a check of a leased limit went to the per-request path.
+type Unleased int
+
+// The reasons of Unleased.
+const (
+	UnleasedUnknown  Unleased = iota // Redis's remaining not known yet
+	UnleasedRate                     // no rate observed yet
+	UnleasedSmall                    // the size came to 1 (remaining, capacity or rate)
+	UnleasedFetching                 // a lease call for the key was under way
+	UnleasedFull                     // the key table is full
+	numUnleased
+)
+
+// String names the reason, as the metrics label it.
+func (u Unleased) String() string {
+	return [...]string{"unknown_remaining", "no_rate", "small", "fetching", "keys_full"}[u]
+}
+
+// Unshared says why Share gave nothing.
+type Unshared int
+
+// The reasons of Unshared.
+const (
+	UnsharedNone  Unshared = iota // no unit left on the key
+	UnsharedValid                 // too little validity left
+	numUnshared
+)
+
+// String names the reason, as the metrics label it.
+func (u Unshared) String() string { return [...]string{"no_lease", "validity"}[u] }
 
 // entry is one key's lease state.
 type entry struct {
@@ -104,6 +140,42 @@ type entry struct {
 	fetching  bool      // a lease call for the key is under way
 	lastUse   time.Time
 	rate      meter
+	callers   [maxCallers]seen // the data planes Share served lately
+}
+
+// seen is a data plane that Share served, and when.
+type seen struct {
+	caller uint64
+	at     time.Time
+}
+
+// maxCallers is how many data planes of a key a replica tells apart: more
+// count as maxCallers (their shares are then smaller than they need, which
+// only costs calls).
+const maxCallers = 8
+
+// sharers records that caller asked for a share at now, and returns how
+// many callers asked within recent (at least 1).
+func (e *entry) sharers(caller uint64, now time.Time, recent time.Duration) int {
+	oldest, n, found := 0, 0, false
+	for i := range e.callers {
+		c := &e.callers[i]
+		if c.caller == caller {
+			c.at, found = now, true
+		}
+		if c.at.Before(e.callers[oldest].at) {
+			oldest = i
+		}
+	}
+	if !found {
+		e.callers[oldest] = seen{caller: caller, at: now}
+	}
+	for _, c := range e.callers {
+		if c.caller != 0 && now.Sub(c.at) < recent {
+			n++
+		}
+	}
+	return max(n, 1)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -205,6 +277,7 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 		}
 		e := s.entryLocked(c.Key, c.Limit, now)
 		if e == nil {
+			s.unleased[UnleasedFull].Add(1)
 			rest = append(rest, i)
 			continue
 		}
@@ -229,13 +302,25 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 		} else {
 			// A token bucket's lease holds back refill while it is valid,
 			// so lease.lua keeps it valid for half the capacity's worth of
-			// refill at most: size it to be spent in half that.
+			// refill at most: size it to be spent in that time (what is
+			// left unspent near its end goes back, Sweep), so that a
+			// filter's share covers its caller until the lease ends.
 			longest = min(longest, refillTime(c.Limit)/2)
-			pol.Target = min(pol.Target, longest/2)
+			pol.Target = min(pol.Target, longest)
 		}
-		k := pol.Size(Demand{Rate: e.rate.perSecond(now), Remaining: e.remaining,
-			Replicas: s.replicas(), Capacity: capacity(c.Limit)})
+		d := Demand{Rate: e.rate.perSecond(now), Remaining: e.remainingAt(now), Replicas: s.replicas(), Capacity: capacity(c.Limit)}
+		k := pol.Size(d)
 		if k <= 1 || e.fetching {
+			switch {
+			case e.fetching:
+				s.unleased[UnleasedFetching].Add(1)
+			case d.Remaining < 0:
+				s.unleased[UnleasedUnknown].Add(1)
+			case d.Rate <= 0:
+				s.unleased[UnleasedRate].Add(1)
+			default:
+				s.unleased[UnleasedSmall].Add(1)
+			}
 			rest = append(rest, i)
 			continue
 		}
@@ -340,6 +425,18 @@ func (s *Store) entryLocked(key string, l store.Limit, now time.Time) *entry {
 	return e
 }
 
+// remainingAt is what Redis has left for e's key at now as far as this
+// replica knows: its last answer, or the capacity once that answer's reset
+// time has passed (a fixed window's next window, a refilled bucket); -1
+// when unknown. It only sizes leases: lease.lua grants no more than Redis
+// really has.
+func (e *entry) remainingAt(now time.Time) int64 {
+	if e.remaining >= 0 && !e.resetAt.IsZero() && !now.Before(e.resetAt) {
+		return capacity(e.limit)
+	}
+	return e.remaining
+}
+
 // result is an allowed request answered from e's lease.
 func (e *entry) result(now time.Time) algorithms.Result {
 	return algorithms.Result{Allowed: true, Limit: capacity(e.limit), Remaining: max(e.remaining, 0) + e.units,
@@ -360,24 +457,43 @@ func capacity(l store.Limit) int64 {
 	return l.Requests
 }
 
-// Share hands up to half of this replica's unspent lease on key (of limit
-// l) to a data plane, which may admit that many requests of the key on its
-// own until valid has passed (nothing when less than minValid is left). The units leave this replica's lease at once,
-// so that they are spent once; they were debited in Redis when leased. It
-// returns 0 when there is nothing to share.
-func (s *Store) Share(key string, l store.Limit, minValid time.Duration) (n int64, valid time.Duration) {
+// Share hands part of this replica's unspent lease on key (of limit l) to
+// the data plane caller, which may admit that many requests of the key on
+// its own until valid has passed (nothing when less than minValid is
+// left): what this replica expects that caller to use before the lease
+// ends, its rate divided among the callers it served lately, up to all it
+// holds. The units leave this replica's lease at once, so that they are
+// spent once; they were debited in Redis when leased. It returns 0 when
+// there is nothing to share.
+func (s *Store) Share(key string, l store.Limit, minValid time.Duration, caller uint64) (n int64, valid time.Duration) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.keys[key]
-	if e == nil || e.limit != l || e.units < 2 || e.expiry.Sub(now) < minValid {
+	if e == nil || e.limit != l {
+		s.unshared[UnsharedNone].Add(1)
 		return 0, 0
 	}
-	// Half of what is left, and no more than half of what this replica
-	// expects to use before the lease ends: a share a data plane cannot
-	// spend in time is lost to everyone.
+	// it asks, so it spends: counted whether or not it gets a share
+	callers := e.sharers(caller, now, 2*s.policy.Target)
+	switch {
+	case e.units == 0:
+		s.unshared[UnsharedNone].Add(1)
+		return 0, 0
+	case e.expiry.Sub(now) < minValid:
+		s.unshared[UnsharedValid].Add(1)
+		return 0, 0
+	}
+	s.shares.Add(1)
+	// What this caller is expected to use before the lease ends: the
+	// replica's rate (which counts the units it shared) over the callers
+	// it served in the last two targets (a caller served well calls once
+	// per lease). So a data plane that calls once per lease is covered
+	// until then, callers of one replica get their own parts, not each
+	// all of it, and a share nobody can spend in time, which would be lost
+	// to everyone, is not given.
 	valid = e.expiry.Sub(now)
-	n = min(e.units/2, max(1, int64(math.Ceil(e.rate.perSecond(now)*valid.Seconds()/2))))
+	n = min(e.units, max(1, int64(math.Ceil(e.rate.perSecond(now)*valid.Seconds()/float64(callers)))))
 	e.units -= n
 	e.rate.add(now, n)
 	s.shared.Add(n)
@@ -459,12 +575,24 @@ type Stats struct {
 	Returned    int64 // units given back
 	Expired     int64 // units that expired unspent
 	Outstanding int64 // units held now
+	Shares      int64 // Share calls that gave units
+	// Unleased counts the checks of leased limits that went per request,
+	// by reason; Unshared the Share calls that gave nothing, by reason.
+	Unleased [numUnleased]int64
+	Unshared [numUnshared]int64
 }
 
 // Stats returns the counts.
 func (s *Store) Stats() Stats {
 	st := Stats{Local: s.local.Load(), PerRequest: s.perRequest.Load(), LeaseCalls: s.calls.Load(),
-		Granted: s.granted.Load(), Shared: s.shared.Load(), Returned: s.returned.Load(), Expired: s.expired.Load()}
+		Granted: s.granted.Load(), Shared: s.shared.Load(), Returned: s.returned.Load(), Expired: s.expired.Load(),
+		Shares: s.shares.Load()}
+	for i := range st.Unleased {
+		st.Unleased[i] = s.unleased[i].Load()
+	}
+	for i := range st.Unshared {
+		st.Unshared[i] = s.unshared[i].Load()
+	}
 	s.mu.Lock()
 	for _, e := range s.held {
 		st.Outstanding += e.units

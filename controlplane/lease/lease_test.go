@@ -193,10 +193,13 @@ func TestReturnIdle(t *testing.T) {
 	if held == 0 {
 		t.Fatal("no lease after 40 requests at 500/s")
 	}
-	// b drains what Redis has.
+	// b drains what Redis has, per request (a lease of b's would write the
+	// state past a's end, and then a's units could not go back).
+	lb := l
+	lb.Lease = false
 	got := 0
 	for range 200 {
-		if err := b.Decide(ctx, []store.Check{{Key: "tb", Limit: l, Cost: 1}}, res); err != nil {
+		if err := b.Decide(ctx, []store.Check{{Key: "tb", Limit: lb, Cost: 1}}, res); err != nil {
 			t.Fatal(err)
 		}
 		if res[0].Allowed {
@@ -211,7 +214,7 @@ func TestReturnIdle(t *testing.T) {
 	}
 	more := 0
 	for range int(held) + 5 {
-		if err := b.Decide(ctx, []store.Check{{Key: "tb", Limit: l, Cost: 1}}, res); err != nil {
+		if err := b.Decide(ctx, []store.Check{{Key: "tb", Limit: lb, Cost: 1}}, res); err != nil {
 			t.Fatal(err)
 		}
 		if res[0].Allowed {
@@ -224,4 +227,204 @@ func TestReturnIdle(t *testing.T) {
 		t.Fatalf("after the return b got %d, %d were returned", more, held)
 	}
 	t.Logf("a held %d, b drained %d, then got %d after the return", held, got, more)
+}
+
+// TestNewWindowLeasedAtOnce: a fixed window's budget is spent, then the next
+// window starts. The first check of the new window is answered by a lease
+// sized from the full window (the last answer, 0 left, was the old window's
+// and its reset time has passed), not sent per request.
+func TestNewWindowLeasedAtOnce(t *testing.T) {
+	clk := &clock{}
+	start := int64(1_700_000_000_000_000)
+	clk.us.Store(start)
+	r := replicas(t, 1, clk, Options{})[0]
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Second, Lease: true}
+	ctx := context.Background()
+	res := make([]algorithms.Result, 1)
+	check := []store.Check{{Key: "fw", Limit: l, Cost: 1}}
+	for ms := range int64(900) { // 200/s until the window's 100 are spent
+		clk.us.Store(start + ms*1000)
+		if ms%5 == 0 {
+			if err := r.Decide(ctx, check, res); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if res[0].Allowed {
+		t.Fatalf("the window's budget is not spent: %+v", res[0])
+	}
+	before := r.Stats()
+	clk.us.Store(start + 1_010_000) // the next window
+	if err := r.Decide(ctx, check, res); err != nil || !res[0].Allowed {
+		t.Fatalf("first check of the new window: %+v %v", res[0], err)
+	}
+	after := r.Stats()
+	if after.PerRequest != before.PerRequest || after.LeaseCalls != before.LeaseCalls+1 || after.Outstanding < 50 {
+		t.Fatalf("first check of the new window: %d per request, %d lease calls, %d units held (before: %+v)",
+			after.PerRequest-before.PerRequest, after.LeaseCalls-before.LeaseCalls, after.Outstanding, before)
+	}
+}
+
+// TestShareCoversUntilExpiry: a data plane that calls once is handed what
+// the key is expected to use until the lease ends (the replica's rate times
+// the validity left), up to all the replica holds, so that it need not call
+// again for it; and never more than the replica holds.
+func TestShareCoversUntilExpiry(t *testing.T) {
+	clk := &clock{}
+	start := int64(1_700_000_000_000_000)
+	clk.us.Store(start)
+	r := replicas(t, 3, clk, Options{})[0]
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true}
+	ctx := context.Background()
+	res := make([]algorithms.Result, 1)
+	for ms := int64(0); ms <= 200; ms += 10 { // 100/s
+		clk.us.Store(start + ms*1000)
+		if err := r.Decide(ctx, []store.Check{{Key: "fw", Limit: l, Cost: 1}}, res); err != nil || !res[0].Allowed {
+			t.Fatalf("%+v %v", res[0], err)
+		}
+	}
+	held := r.Stats().Outstanding
+	n, valid := r.Share("fw", l, 20*time.Millisecond, 7)
+	// 100/s for the 800 ms left of the window: about 80 units
+	want := min(held, int64(0.8*100*valid.Seconds()))
+	if held == 0 || n < want || n > held || valid <= 0 || valid > 800*time.Millisecond {
+		t.Fatalf("held %d, shared %d valid %v: want at least %d", held, n, valid, want)
+	}
+	if left := r.Stats().Outstanding; left != held-n {
+		t.Fatalf("held %d, shared %d, %d left", held, n, left)
+	}
+}
+
+// filterPool is a data plane's quota in TestFiltersExact: units it may
+// spend until until (microseconds), as the filter keeps RLS quotas.
+type filterPool struct{ units, until int64 }
+
+// TestFiltersExact: three replicas on one Redis, each called by two data
+// planes that spend the quotas the replica shares (Share, valid_until taken
+// in by the RLS margin) and call only when theirs is spent or ended; one
+// key per leasable algorithm at half the limit, then five times it. Every
+// admission, from a quota or by a call, replayed at its time through
+// shared/algorithms is allowed; for the fixed window, each window at 5x
+// admits the limit less at most the units that ended unspent (in replicas
+// and in data planes: the stated under-admission bound); below the limit,
+// none is refused (no data plane holds what another needs) and the share
+// decided in the data planes is at least 0.9 of what one call per lease
+// per data plane allows.
+func TestFiltersExact(t *testing.T) {
+	const margin = 10 * time.Millisecond // rls quotaMargin
+	limits := []store.Limit{
+		{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true},
+		{Algorithm: store.SlidingWindow, Requests: 1000, Window: time.Second, Lease: true},
+		{Algorithm: store.TokenBucket, Requests: 1000, Window: time.Second, Burst: 200, Lease: true},
+		{Algorithm: store.GCRA, Requests: 1000, Window: time.Second, Burst: 100, Lease: true},
+	}
+	for _, l := range limits {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			clk := &clock{}
+			start := int64(1_700_000_000_000_000)
+			clk.us.Store(start)
+			reps := replicas(t, 3, clk, Options{})
+			ctx := context.Background()
+			key := "k:" + l.Algorithm.String()
+			allow := oracle(l)
+			pools := make([]filterPool, 2*len(reps))
+			var perWindow, lost, lastExpired, steadyQuota, steadyCalled, steadyRefused int64
+			res := make([]algorithms.Result, 1)
+			// 4 s: each data plane gets one request every 12 ms (half the
+			// limit among six), then 5 every 2 ms (five times it).
+			for ms := int64(0); ms < 4000; ms++ {
+				now := start + ms*1000
+				clk.us.Store(now)
+				if ms%10 == 0 {
+					for _, r := range reps {
+						r.Sweep(ctx, 20*time.Millisecond)
+					}
+				}
+				if ms%1000 == 0 {
+					var expired int64
+					for i := range pools {
+						if pools[i].units > 0 && pools[i].until <= now {
+							lost += pools[i].units
+							pools[i].units = 0
+						}
+					}
+					for _, r := range reps {
+						expired += r.Stats().Expired
+					}
+					if ms > 2000 && l.Algorithm == store.FixedWindow {
+						if perWindow+(expired-lastExpired)+lost < l.Requests {
+							t.Errorf("window at %d ms: %d admitted, %d expired in replicas, %d in data planes, limit %d",
+								ms, perWindow, expired-lastExpired, lost, l.Requests)
+						}
+					}
+					perWindow, lost, lastExpired = 0, 0, expired
+				}
+				for f := range pools {
+					per := int64(0)
+					switch {
+					case ms >= 2000 && ms%2 == int64(f%2):
+						per = 5
+					case ms < 2000 && ms%12 == int64(2*f):
+						per = 1
+					}
+					p := &pools[f]
+					for range per {
+						if p.units > 0 && p.until <= now {
+							lost += p.units
+							p.units = 0
+						}
+						allowed, fromQuota := false, false
+						if p.units > 0 {
+							p.units--
+							allowed, fromQuota = true, true
+						} else {
+							r := reps[f/2]
+							if err := r.Decide(ctx, []store.Check{{Key: key, Limit: l, Cost: 1}}, res); err != nil {
+								t.Fatal(err)
+							}
+							allowed = res[0].Allowed
+							if allowed {
+								if n, valid := r.Share(key, l, 20*time.Millisecond, uint64(f+1)); n > 0 {
+									*p = filterPool{units: n, until: now + int64((valid-margin)/time.Microsecond)}
+								}
+							}
+						}
+						if !allowed {
+							if ms < 2000 {
+								steadyRefused++
+							}
+							continue
+						}
+						perWindow++
+						if !allow(now) {
+							t.Fatalf("at %d ms: admitted what the algorithm refuses (from a quota: %v)", ms, fromQuota)
+						}
+						if ms < 2000 && fromQuota {
+							steadyQuota++
+						} else if ms < 2000 {
+							steadyCalled++
+						}
+					}
+				}
+			}
+			// The floor: a data plane calls at least once per lease (a
+			// window; for token_bucket and gcra half the capacity's refill),
+			// less the margin.
+			v := l.Window
+			if redisstore.Returnable(l.Algorithm) {
+				v = refillTime(l) / 2
+			}
+			calls := float64(len(pools)) * 2 * float64(time.Second) / float64(v-margin)
+			ceiling := 1 - calls/float64(steadyQuota+steadyCalled)
+			share := float64(steadyQuota) / float64(steadyQuota+steadyCalled)
+			t.Logf("below the limit: %d admitted from quotas, %d by a call (%.1f%% in the data planes, %.2f of the %.1f%% a call per lease allows), %d refused",
+				steadyQuota, steadyCalled, 100*share, share/ceiling, 100*ceiling, steadyRefused)
+			if share < 0.9*ceiling {
+				t.Errorf("only %.1f%% of admissions below the limit decided in the data planes, ceiling %.1f%%", 100*share, 100*ceiling)
+			}
+			if steadyRefused != 0 {
+				t.Errorf("%d refused at half the limit: leases or quotas held what others needed", steadyRefused)
+			}
+		})
+	}
 }

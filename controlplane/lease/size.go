@@ -28,8 +28,8 @@ type Policy struct {
 
 // Size returns how many units to ask for in a lease of a key under d: enough
 // for Target at the observed rate, never more than Max or the capacity, and
-// never more than Remaining / (2 x Replicas), so that leases shrink as the
-// budget runs out and every replica can still get its share. It returns 1
+// never more than Remaining / Replicas, so that leases shrink as the
+// budget runs out and every replica can still get a share of what is left. It returns 1
 // (decide per request, the exact path without leases) when Remaining is
 // unknown or the key is too close to its limit or too quiet to lease.
 func (p Policy) Size(d Demand) int64 {
@@ -41,7 +41,7 @@ func (p Policy) Size(d Demand) int64 {
 		want = float64(math.MaxInt64 / 2)
 	}
 	k := int64(math.Ceil(want))
-	k = min(k, p.Max, d.Capacity, d.Remaining/(2*int64(max(d.Replicas, 1))))
+	k = min(k, p.Max, d.Capacity, d.Remaining/int64(max(d.Replicas, 1)))
 	return max(k, 1)
 }
 
@@ -78,6 +78,16 @@ func (m *meter) add(now time.Time, n int64) {
 func (m *meter) perSecond(now time.Time) float64 {
 	if m.start.IsZero() {
 		return 0
+	}
+	if m.rate == 0 {
+		// No period has ended yet: a key used more than once has a rate
+		// already (counted over tau at least, so that a burst does not
+		// count as faster than tau's worth of it); a key used once has
+		// none.
+		if m.count < 2 {
+			return 0
+		}
+		return float64(m.count) / max(now.Sub(m.start), tau).Seconds()
 	}
 	if d := now.Sub(m.start); d > 4*tau {
 		return min(m.rate, float64(m.count)/d.Seconds())

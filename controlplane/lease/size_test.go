@@ -21,10 +21,10 @@ func TestSize(t *testing.T) {
 		{"max", Demand{Rate: 1e6, Remaining: 1e6, Replicas: 1, Capacity: 1e7}, 1000},
 		{"infinite rate", Demand{Rate: math.Inf(1), Remaining: 1e6, Replicas: 1, Capacity: 1e7}, 1000},
 		{"capacity", Demand{Rate: 1e6, Remaining: 1e6, Replicas: 1, Capacity: 50}, 50},
-		{"remaining over 2 x replicas", Demand{Rate: 1000, Remaining: 120, Replicas: 3, Capacity: 10000}, 20},
-		{"near the limit: 1", Demand{Rate: 1000, Remaining: 11, Replicas: 3, Capacity: 10000}, 1},
+		{"remaining over replicas", Demand{Rate: 1000, Remaining: 120, Replicas: 3, Capacity: 10000}, 40},
+		{"near the limit: 1", Demand{Rate: 1000, Remaining: 5, Replicas: 3, Capacity: 10000}, 1},
 		{"at the limit: 1", Demand{Rate: 1000, Remaining: 0, Replicas: 3, Capacity: 10000}, 1},
-		{"replicas 0 counts as 1", Demand{Rate: 1000, Remaining: 100, Replicas: 0, Capacity: 10000}, 50},
+		{"replicas 0 counts as 1", Demand{Rate: 1000, Remaining: 70, Replicas: 0, Capacity: 10000}, 70},
 	} {
 		if got := p.Size(tt.d); got != tt.want {
 			t.Errorf("%s: Size(%+v) = %d, want %d", tt.name, tt.d, got, tt.want)
@@ -33,7 +33,7 @@ func TestSize(t *testing.T) {
 }
 
 // TestSizeShrinks: as a budget is spent by leases of the size Size gives,
-// each lease is at most half of the share of the remaining budget, and the
+// each lease is at most a replica's share of the remaining budget, and the
 // last ones are 1 (per request).
 func TestSizeShrinks(t *testing.T) {
 	p := Policy{Target: time.Second, Max: 1000}
@@ -41,14 +41,14 @@ func TestSizeShrinks(t *testing.T) {
 	var sizes []int64
 	for remaining > 0 {
 		k := p.Size(Demand{Rate: 1e4, Remaining: remaining, Replicas: 2, Capacity: 1000})
-		if k > 1 && k > remaining/4 {
+		if k > 1 && k > remaining/2 {
 			t.Fatalf("lease %d with %d remaining among 2 replicas", k, remaining)
 		}
 		sizes = append(sizes, k)
 		remaining -= k
 	}
-	if sizes[len(sizes)-1] != 1 || sizes[0] != 250 {
-		t.Fatalf("sizes %v: want 250 first and 1 last", sizes)
+	if sizes[len(sizes)-1] != 1 || sizes[0] != 500 {
+		t.Fatalf("sizes %v: want 500 first and 1 last", sizes)
 	}
 }
 
@@ -58,6 +58,17 @@ func TestMeter(t *testing.T) {
 	if r := m.perSecond(t0); r != 0 {
 		t.Fatalf("empty meter: %v", r)
 	}
+	// Before a period ends: one use is no rate; a burst of three is three
+	// per tau (not three per microsecond).
+	m.add(t0, 1)
+	if r := m.perSecond(t0.Add(time.Microsecond)); r != 0 {
+		t.Fatalf("one use: %v", r)
+	}
+	m.add(t0.Add(time.Microsecond), 2)
+	if r := m.perSecond(t0.Add(2 * time.Microsecond)); r != 3/tau.Seconds() {
+		t.Fatalf("a burst of 3: %v, want %v", r, 3/tau.Seconds())
+	}
+	m = meter{}
 	// 1000 per second for a second, one unit a millisecond.
 	for i := range 1000 {
 		m.add(t0.Add(time.Duration(i)*time.Millisecond), 1)

@@ -63,14 +63,14 @@ func (o *outcome) reset() int64 {
 // pending is a request between prepare and finish: its scratch holds the
 // store checks to make (checks, with what each is for in slots).
 type pending struct {
-	sc    *scratch
-	dom   *policy.Domain // nil: a domain without policies
-	label string         // the domain's metrics label
-	dm    *domainMetrics
-	n     int  // descriptors
-	quota bool // the caller spends quotas (see QuotaField)
-	req   *rlsv3.RateLimitRequest
-	onces []store.Once // a settlement's: per check (see attachOnce); nil otherwise
+	sc     *scratch
+	dom    *policy.Domain // nil: a domain without policies
+	label  string         // the domain's metrics label
+	dm     *domainMetrics
+	n      int    // descriptors
+	caller uint64 // the caller spending quotas, 0 if it spends none (see QuotaField)
+	req    *rlsv3.RateLimitRequest
+	onces  []store.Once // a settlement's: per check (see attachOnce); nil otherwise
 }
 
 // prepare checks req and lists the store checks it needs. settle holds the
@@ -192,7 +192,7 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest, settle []string) (p pendi
 	if settle != nil {
 		onces = attachOnce(token, checks, slots)
 	}
-	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, quota: acceptsQuota(req), req: req, onces: onces}, nil
+	return pending{sc: sc, dom: dom, label: label, dm: dm, n: n, caller: quotaCaller(req), req: req, onces: onces}, nil
 }
 
 // checkCost returns what the store is asked for one limit of a descriptor

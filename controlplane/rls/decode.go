@@ -87,8 +87,15 @@ func decodeRequestIn(b []byte, r *rlsv3.RateLimitRequest, a *arena) bool {
 			if n < 0 {
 				return false
 			}
-			if v != 0 {
+			switch {
+			case v == 1:
 				r.ProtoReflect().SetUnknown(quotaMarker)
+			case v != 0: // a caller named: kept (in a's buffer if any)
+				var buf []byte
+				if a != nil {
+					buf = a.quota[:0]
+				}
+				r.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(buf, QuotaField, protowire.VarintType), v))
 			}
 			rest = rest[n:]
 		default:
@@ -182,9 +189,10 @@ type arena struct {
 	ents  [arenaEntries]ratelimitv3.RateLimitDescriptor_Entry
 	dptrs [arenaDescriptors]*ratelimitv3.RateLimitDescriptor
 	eptrs [arenaEntries]*ratelimitv3.RateLimitDescriptor_Entry
-	nd    int // descs handed out
-	ne    int // ents handed out
-	np    int // eptrs taken by finished descriptors
+	nd    int      // descs handed out
+	ne    int      // ents handed out
+	np    int      // eptrs taken by finished descriptors
+	quota [12]byte // QuotaField with its caller: tag (2 bytes) and varint
 }
 
 // request returns the arena's empty request, its descriptor list backed by

@@ -6,6 +6,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/controlplane/lease"
@@ -131,5 +132,14 @@ func TestQuotaFieldDecoded(t *testing.T) {
 	var viaProto rlsv3.RateLimitRequest
 	if err := proto.Unmarshal(marked, &viaProto); err != nil || !acceptsQuota(&viaProto) {
 		t.Fatalf("protobuf-go keeps the field as unknown: %v", err)
+	}
+	// The value names the caller (one per Envoy); 0 is no caller.
+	for _, id := range []uint64{0, 1, 1 << 40, ^uint64(0)} {
+		b := protowire.AppendVarint(protowire.AppendTag(append([]byte{}, plain...), QuotaField, protowire.VarintType), id)
+		a.reset()
+		got, err := decodeWire(b, a)
+		if err != nil || quotaCaller(got) != id || acceptsQuota(got) != (id != 0) {
+			t.Fatalf("caller %d: decoded %d, %v", id, quotaCaller(got), err)
+		}
 	}
 }

@@ -44,6 +44,19 @@ func (s *Server) buildLease(primary *redisstore.Store) (*lease.Store, error) {
 	stat("sluice_lease_shared_units_total", "Units handed to filters (RLS quota).", func(st lease.Stats) int64 { return st.Shared })
 	stat("sluice_lease_returned_units_total", "Unspent token_bucket/gcra units given back to Redis.", func(st lease.Stats) int64 { return st.Returned })
 	stat("sluice_lease_expired_units_total", "Leased units that expired unspent (the under-admission leases caused).", func(st lease.Stats) int64 { return st.Expired })
+	stat("sluice_lease_shares_total", "Shares of a lease handed to filters (RLS quota).", func(st lease.Stats) int64 { return st.Shares })
+	for r := range lease.Unleased(len(lease.Stats{}.Unleased)) {
+		s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_lease_unleased_checks_total",
+			Help:        "Checks of leased limits decided per request in Redis, by why no lease answered them.",
+			ConstLabels: prometheus.Labels{"reason": r.String()}},
+			func() float64 { return float64(l.Stats().Unleased[r]) }))
+	}
+	for r := range lease.Unshared(len(lease.Stats{}.Unshared)) {
+		s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_lease_unshared_total",
+			Help:        "Allowed answers to filters that carried no quota, by why.",
+			ConstLabels: prometheus.Labels{"reason": r.String()}},
+			func() float64 { return float64(l.Stats().Unshared[r]) }))
+	}
 	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_lease_outstanding_units",
 		Help: "Units this replica holds in leases now (at most that many admissions could be lost)."},
 		func() float64 { return float64(l.Stats().Outstanding) }))

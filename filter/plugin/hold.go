@@ -176,7 +176,11 @@ func (p *Plugin) schedule(now int64) {
 	if due, ok := p.settle.nextDue(); ok {
 		ms = min(ms, untilMs(due-now))
 	}
-	if !held && p.tickMs == ms {
+	waits := p.waitsRemote()
+	if waits {
+		ms = waitTickMs // requests wait for another VM's call (wait.go)
+	}
+	if !held && !waits && p.tickMs == ms {
 		return
 	}
 	p.tickMs, p.nextTick = ms, now+int64(ms)*config.Millisecond

@@ -29,9 +29,10 @@ func tick(vms []*testbed) {
 // TestLeaseIsOnePoolPerProxy: the quota one VM received is spent by all
 // the VMs of the proxy, each unit once: with four VMs taking turns, the
 // granted units admit exactly that many requests without a call, then
-// every VM calls out. A VM reads the pool only once a lease has been
-// announced (its own, or another's, read when it is configured and on its
-// tick): before that, a request makes no read of the shared data.
+// one VM calls out (the others' requests wait for that call). A VM reads
+// the pool only once a lease has been announced (its own, or another's,
+// read when it is configured and on its tick): before that, a request
+// makes no read of the shared data.
 func TestLeaseIsOnePoolPerProxy(t *testing.T) {
 	vms, _ := leaseVMs(t, 4)
 	req := map[string]string{":method": "GET", ":path": "/"}
@@ -65,12 +66,15 @@ func TestLeaseIsOnePoolPerProxy(t *testing.T) {
 	if admitted != granted-1 {
 		t.Fatalf("the VMs admitted %d requests from a pool of %d", admitted, granted-1)
 	}
-	var fromQuota int64
+	var fromQuota, waited int64
 	for _, b := range vms {
 		fromQuota += b.host.counters[MetricQuotaAllowed]
+		waited += b.host.counters[MetricLeaseWaited]
 	}
-	if fromQuota != granted-1 || calls()-before != 3*granted-admitted {
-		t.Fatalf("%d counted from quotas, %d calls", fromQuota, calls()-before)
+	// Once the pool is spent, the first request calls and the others, of
+	// every VM, wait for that call (wait.go).
+	if fromQuota != granted-1 || calls()-before != 1 || waited != int64(3*granted-admitted-1) {
+		t.Fatalf("%d counted from quotas, %d calls, %d waited", fromQuota, calls()-before, waited)
 	}
 }
 

@@ -70,7 +70,11 @@ type Plugin struct {
 	shared *sharedblocks.Store
 	calls  map[uint32]*stream // calls out, by call id
 	held   []*stream          // requests held (shaping), by release time
-	tickMs uint32             // the tick period last set
+	// Requests waiting for a call under way (wait.go), and those calls by
+	// their descriptors' precheck keys.
+	waiting []*stream
+	asking  map[string]*stream
+	tickMs  uint32 // the tick period last set
 	// nextTick is when the next tick is expected (ns): the last tick, or
 	// the last change of period, plus the period.
 	nextTick int64

@@ -21,6 +21,10 @@ const (
 	// MetricLeaseLost counts the grants (and units given back) that could
 	// not be stored in the pool: lost, which can only admit less.
 	MetricLeaseLost = "sluice.lease_lost"
+	// MetricLeaseWaited counts the requests that found their pool empty
+	// and waited for the call of another request of the VM for the same
+	// descriptors instead of calling (wait.go).
+	MetricLeaseWaited = "sluice.lease_waited"
 )
 
 // quotas are the quotas the control plane granted (leases), kept in the
@@ -42,8 +46,8 @@ type quotas struct {
 	allowed uint32  // MetricQuotaAllowed's id
 	defined bool
 	// The ids of the lease metrics, and the pool's counts last reported.
-	retriesID, exhaustedID, lostID uint32
-	retries, exhausted, lost       int
+	retriesID, exhaustedID, lostID, waitedID uint32
+	retries, exhausted, lost                 int
 }
 
 // wallNow returns the wall clock in Unix nanoseconds, to convert a quota's
@@ -66,8 +70,14 @@ func (p *Plugin) spendQuota(s *stream, now int64) bool {
 			return false // leases are requests of cost 1; usage-based limits use none
 		}
 	}
+	return p.takeQuota(s, len(descs), now)
+}
+
+// takeQuota is spendQuota for the n descriptors of s, each of cost 1.
+func (p *Plugin) takeQuota(s *stream, n int, now int64) bool {
+	q := &p.quotas
 	q.untils = q.untils[:0]
-	for i := range descs {
+	for i := range n {
 		until, ok, err := q.pool.Take(s.key(i), now)
 		if err != nil {
 			p.warn("sluice: cannot take a unit of a shared lease: " + err.Error())
@@ -115,6 +125,7 @@ func (p *Plugin) defineQuotaMetrics() {
 	q.retriesID = p.defineCounter(MetricLeaseCASRetries)
 	q.exhaustedID = p.defineCounter(MetricLeaseExhausted)
 	q.lostID = p.defineCounter(MetricLeaseLost)
+	q.waitedID = p.defineCounter(MetricLeaseWaited)
 	q.defined = true
 }
 

@@ -135,22 +135,30 @@ func TestQuotasAddUp(t *testing.T) {
 	if _, a := b.request(req, "10.0.0.1:1"); a != ActionPause {
 		t.Fatal("a sixth request was admitted")
 	}
-	// A call answered OVER_LIMIT makes the precheck reject the
-	// descriptor; a quota granted by a call under way at the same time
+	// The sixth request's call is under way: two more requests of the
+	// descriptor wait for it (wait.go) instead of calling. It is answered
+	// OVER_LIMIT, which makes the precheck reject the descriptor; the
+	// waiters find no quota and call. A quota granted by a call under way
 	// still admits (the control plane granted those requests).
-	b.request(req, "10.0.0.1:1")
-	b.request(req, "10.0.0.1:1")
 	n := len(b.host.calls)
-	b.deliverCall(n-2, grpcOK(t, &rlsv3.RateLimitResponse{
+	_, a1 := b.request(req, "10.0.0.1:1")
+	_, a2 := b.request(req, "10.0.0.1:1")
+	if a1 != ActionPause || a2 != ActionPause || len(b.host.calls) != n || b.host.counters[MetricLeaseWaited] != 2 {
+		t.Fatalf("two requests during a call: actions %d %d, %d new calls, %d waited", a1, a2, len(b.host.calls)-n, b.host.counters[MetricLeaseWaited])
+	}
+	b.deliverCall(n-1, grpcOK(t, &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
 		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
 			DurationUntilReset: durationpb.New(30 * time.Second)}},
 		DynamicMetadata: metadata(t, map[string]any{"algorithm": "fixed_window", "limit": 10, "window_ms": 60000, "retry_after_ms": 30000}),
 	}))
+	if len(b.host.calls) != n+2 {
+		t.Fatalf("after the answer without a quota %d waiters called, want 2", len(b.host.calls)-n)
+	}
 	if id, a := b.request(req, "10.0.0.1:1"); a != ActionPause || b.host.local[id].details != DetailsPrecheck {
 		t.Fatalf("after OVER_LIMIT the precheck did not reject: action %d", a)
 	}
-	b.deliverCall(n-1, quotaAnswer(t, b.host, 3, time.Second))
+	b.deliverCall(n, quotaAnswer(t, b.host, 3, time.Second))
 	for i := range 2 {
 		if id, a := b.request(req, "10.0.0.1:1"); a != ActionContinue || b.host.local[id].status != 0 {
 			t.Fatalf("request %d on a quota after OVER_LIMIT: action %d", i, a)

@@ -58,6 +58,9 @@ func (p *Plugin) onRequestHeaders(s *stream) uint32 {
 	if p.spendQuota(s, now) {
 		return ActionContinue
 	}
+	if p.waitForCall(s, now) || p.waitForOther(s, now) {
+		return ActionPause
+	}
 	if p.shared != nil {
 		if action, rejected := p.checkShared(s, now); rejected {
 			return action
@@ -77,22 +80,36 @@ func (p *Plugin) callOut(s *stream, now int64) uint32 {
 		s.costs = append(s.costs, int64(descs[i].HitsAddend))
 		s.rateLimits = append(s.rateLimits, descs[i].RateLimit)
 	}
-	var callID uint32
-	var err error
-	if p.grpcService != nil {
-		p.body = rlsproto.AppendRequest(p.body[:0], p.cfg.Domain, descs)
-		callID, err = p.host.GRPCCall(p.grpcService, rlsproto.ServiceName, rlsproto.MethodName, p.body, p.timeout)
-	} else {
-		p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs)
-		callID, err = p.host.HTTPCall(p.cfg.Cluster, p.headers, p.body, p.timeout)
-	}
+	p.body = rlsproto.AppendRequestFrame(p.body[:0], p.cfg.Domain, descs, p.caller())
+	callID, err := p.send(p.body)
 	if err != nil {
+		p.called(s) // nobody waits for a call that was not made
 		// (a usage-based request failed open settles its whole usage)
 		return p.fail(s, "cannot call the control plane (cluster "+p.cfg.Cluster+"): "+err.Error(), false)
 	}
 	s.state, s.callID, s.sentAt = statePending, callID, now
 	p.calls[callID] = s
+	p.ask(s)
 	return ActionPause
+}
+
+// send makes a decision call of frame (a RateLimitRequest in gRPC's
+// framing) over the plugin's transport and returns the call's id.
+func (p *Plugin) send(frame []byte) (uint32, error) {
+	if p.grpcService != nil {
+		return p.host.GRPCCall(p.grpcService, rlsproto.ServiceName, rlsproto.MethodName, frame[rlsproto.FrameHeaderLen:], p.timeout)
+	}
+	return p.host.HTTPCall(p.cfg.Cluster, p.headers, frame, p.timeout)
+}
+
+// caller is how the filter names itself to the control plane
+// (rlsproto.QuotaField): this Envoy, so that a lease's share is divided
+// among Envoys, not workers.
+func (p *Plugin) caller() uint64 {
+	if p.quotas.pool == nil {
+		return 1 // any caller
+	}
+	return p.quotas.pool.Proxy()
 }
 
 // replyCache remembers the headers of the last precheck reply.

@@ -8,6 +8,7 @@ const (
 	statePending                // the control plane is being asked
 	stateAnswering              // its answer is being applied; the request still waits
 	stateHeld                   // admitted, held until releaseAt (shaping, see hold.go)
+	stateWaiting                // waits for another request's call for the same descriptors (wait.go)
 	stateDone                   // decided
 )
 
@@ -30,11 +31,17 @@ type stream struct {
 	response headerList
 	// The usage-based limits' state (usage.go).
 	usage streamUsage
+	// The call a waiting request makes if the call it waits for brings
+	// no quota for it (wait.go); whether it waits for another VM's call
+	// (remote), and whether its call is the one the VMs wait for (asked).
+	frame         []byte
+	remote, asked bool
 }
 
 func (s *stream) reset(id uint32, p *Plugin) {
 	s.id, s.plugin, s.state, s.deleted, s.callID, s.sentAt = id, p, stateIdle, false, 0, 0
 	s.heldAt, s.releaseAt = 0, 0
+	s.remote, s.asked = false, false
 	s.keys, s.keyEnds, s.costs, s.rateLimits = s.keys[:0], s.keyEnds[:0], s.costs[:0], s.rateLimits[:0]
 	s.response.reset()
 	s.usage.reset()

@@ -161,6 +161,7 @@ func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, nu
 	defer vm.recoverStream("proxy_on_http_call_response", &action, true)
 	p.onAnswer(s, numHeaders, bodySize)
 	vm.current = nil
+	p.called(s)
 	vm.release(s)
 }
 
@@ -190,8 +191,10 @@ func (vm *VM) OnTick(rootID uint32) {
 		vm.current = s
 		p.giveUp(s)
 		vm.current = nil
+		p.called(s)
 		vm.release(s)
 	}
+	p.wakeStale(now)
 	p.releaseDue(now)
 	if p.shared != nil {
 		p.shared.RefreshSeed()
@@ -222,12 +225,15 @@ func (vm *VM) OnLog(id uint32) { vm.endStream(id) }
 // its usage-based limits, if it has any.
 func (vm *VM) endStream(id uint32) {
 	s := vm.streams.get(id)
-	if s == nil || (s.state != stateHeld && !s.usage.armed) {
+	if s == nil || (s.state != stateHeld && s.state != stateWaiting && !s.usage.armed) {
 		return // the common case, without a deferred recover
 	}
 	defer vm.recoverRoot("ending a stream")
-	if s.state == stateHeld {
+	switch s.state {
+	case stateHeld:
 		s.plugin.unhold(s)
+	case stateWaiting:
+		s.plugin.unwait(s)
 	}
 	s.plugin.settleStream(s)
 }
@@ -237,8 +243,11 @@ func (vm *VM) endStream(id uint32) {
 func (vm *VM) OnDelete(id uint32) {
 	defer vm.recoverRoot("proxy_on_delete")
 	if s := vm.streams.remove(id); s != nil {
-		if s.state == stateHeld {
+		switch s.state {
+		case stateHeld:
 			s.plugin.unhold(s)
+		case stateWaiting:
+			s.plugin.unwait(s)
 		}
 		s.plugin.settleStream(s) // a host that ends streams with proxy_on_delete alone
 		s.deleted = true

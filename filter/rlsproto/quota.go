@@ -1,12 +1,13 @@
 package rlsproto
 
 // QuotaField is the RateLimitRequest field (not in rls.proto) by which the
-// filter tells sluice's control plane that it spends quotas: a varint, 1
+// filter tells sluice's control plane that it spends quotas: a varint that
+// names the caller, one number per Envoy, never 0
 // (controlplane/rls.QuotaField).
 const QuotaField = 1000
 
-// quotaMarker is QuotaField = 1 encoded: tag (1000 << 3 | varint) and 1.
-var quotaMarker = []byte{0xc0, 0x3e, 0x01}
+// quotaTag is QuotaField's tag (1000 << 3 | varint) encoded.
+var quotaTag = []byte{0xc0, 0x3e}
 
 // Quota is a DescriptorStatus.quota: Requests matching requests granted in
 // advance (the request answered takes one of them), to be spent by the

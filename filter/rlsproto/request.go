@@ -111,7 +111,7 @@ func appendWrapper(dst []byte, v uint64) []byte {
 }
 
 // RequestLen returns the size of the RateLimitRequest AppendRequest encodes.
-func RequestLen(domain string, descs []descriptors.Descriptor) int {
+func RequestLen(domain string, descs []descriptors.Descriptor, caller uint64) int {
 	cost, uniform, quota := requestCost(descs)
 	n := 0
 	if domain != "" {
@@ -122,25 +122,26 @@ func RequestLen(domain string, descs []descriptors.Descriptor) int {
 	}
 	n += 1 + uvarintLen(uint64(cost))
 	if quota {
-		n += len(quotaMarker)
+		n += len(quotaTag) + uvarintLen(max(caller, 1))
 	}
 	return n
 }
 
 // AppendRequest appends an encoded RateLimitRequest to dst.
 //
-// It ends with field QuotaField = 1, which is not in rls.proto: it tells
-// sluice's control plane that this caller spends DescriptorStatus.quota
-// (other RLS servers skip it as an unknown field). A request with a
-// usage-based descriptor leaves it out: usage-based limits do not use
-// leases, whose units are requests of cost 1.
+// It ends with field QuotaField = caller (1 for 0), which is not in
+// rls.proto: it tells sluice's control plane that this caller spends
+// DescriptorStatus.quota, and which caller it is (other RLS servers skip it
+// as an unknown field). A request with a usage-based descriptor leaves it
+// out: usage-based limits do not use leases, whose units are requests of
+// cost 1.
 //
 // The cost of a request is hits_addend: when every descriptor has the same
 // cost it is sent once, at the request level (what every RLS implementation
 // reads); otherwise the request level says 1 and each descriptor whose cost
 // differs carries its own hits_addend (RateLimitDescriptor.hits_addend, which
 // overrides the request's).
-func AppendRequest(dst []byte, domain string, descs []descriptors.Descriptor) []byte {
+func AppendRequest(dst []byte, domain string, descs []descriptors.Descriptor, caller uint64) []byte {
 	cost, uniform, quota := requestCost(descs)
 	if domain != "" {
 		dst = appendBytesField(dst, 1, domain)
@@ -168,7 +169,7 @@ func AppendRequest(dst []byte, domain string, descs []descriptors.Descriptor) []
 	dst = binary.AppendUvarint(dst, tag(3, wireVarint))
 	dst = binary.AppendUvarint(dst, uint64(cost))
 	if quota {
-		dst = append(dst, quotaMarker...)
+		dst = binary.AppendUvarint(append(dst, quotaTag...), max(caller, 1))
 	}
 	return dst
 }
@@ -179,9 +180,9 @@ const FrameHeaderLen = 5
 
 // AppendRequestFrame appends a RateLimitRequest as one gRPC message: the
 // 5-byte prefix (uncompressed) and the encoded message.
-func AppendRequestFrame(dst []byte, domain string, descs []descriptors.Descriptor) []byte {
-	n := RequestLen(domain, descs)
+func AppendRequestFrame(dst []byte, domain string, descs []descriptors.Descriptor, caller uint64) []byte {
+	n := RequestLen(domain, descs, caller)
 	dst = append(dst, 0)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(n))
-	return AppendRequest(dst, domain, descs)
+	return AppendRequest(dst, domain, descs, caller)
 }

@@ -71,9 +71,26 @@ func TestRequestMatchesGeneratedTypes(t *testing.T) {
 
 func checkRequest(t *testing.T, domain string, descs []descriptors.Descriptor) {
 	t.Helper()
-	msg := AppendRequest(nil, domain, descs)
-	if len(msg) != RequestLen(domain, descs) {
-		t.Fatalf("RequestLen = %d, encoded %d bytes", RequestLen(domain, descs), len(msg))
+	for _, caller := range []uint64{1, 300, 1<<63 | 5} {
+		msg := AppendRequest(nil, domain, descs, caller)
+		if len(msg) != RequestLen(domain, descs, caller) {
+			t.Fatalf("caller %d: RequestLen = %d, encoded %d bytes", caller, RequestLen(domain, descs, caller), len(msg))
+		}
+		var got rlsv3.RateLimitRequest
+		if err := proto.Unmarshal(msg, &got); err != nil {
+			t.Fatalf("generated code cannot parse the request: %v", err)
+		}
+		want := generated(domain, descs)
+		if _, _, quota := requestCost(descs); quota { // a usage-based request asks for no quota
+			want.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, QuotaField, protowire.VarintType), caller))
+		}
+		if !proto.Equal(&got, want) {
+			t.Fatalf("caller %d: got  %v\nwant %v", caller, &got, want)
+		}
+	}
+	msg := AppendRequest(nil, domain, descs, 0) // no caller named: 1
+	if !bytes.Equal(msg, AppendRequest(nil, domain, descs, 1)) {
+		t.Fatal("caller 0 is not sent as 1")
 	}
 	var got rlsv3.RateLimitRequest
 	if err := proto.Unmarshal(msg, &got); err != nil {
@@ -94,7 +111,7 @@ func checkRequest(t *testing.T, domain string, descs []descriptors.Descriptor) {
 	if !bytes.Equal(msg, gen) {
 		t.Fatalf("encoding differs from the generated code's:\n got  %x\n want %x", msg, gen)
 	}
-	frame := AppendRequestFrame([]byte("prefix"), domain, descs)
+	frame := AppendRequestFrame([]byte("prefix"), domain, descs, 1)
 	if !bytes.HasPrefix(frame, []byte("prefix")) {
 		t.Fatal("AppendRequestFrame overwrote dst")
 	}
@@ -111,7 +128,7 @@ func TestProbeAndUsageRequest(t *testing.T) {
 	probe := descriptors.Descriptor{HitsAddend: 0, Usage: true, Entries: []descriptors.Entry{{Key: "user", Value: "u1"}}}
 	plain := descriptors.Descriptor{HitsAddend: 1, Entries: []descriptors.Entry{{Key: "ip", Value: "10.0.0.1"}}}
 	var got rlsv3.RateLimitRequest
-	if err := proto.Unmarshal(AppendRequest(nil, "llm", []descriptors.Descriptor{probe, plain}), &got); err != nil {
+	if err := proto.Unmarshal(AppendRequest(nil, "llm", []descriptors.Descriptor{probe, plain}, 7), &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.HitsAddend != 1 || got.Descriptors[0].HitsAddend == nil || got.Descriptors[0].HitsAddend.Value != 0 ||
@@ -121,7 +138,7 @@ func TestProbeAndUsageRequest(t *testing.T) {
 	if len(got.ProtoReflect().GetUnknown()) != 0 {
 		t.Fatalf("a usage-based request asked for quotas: unknown fields %x", got.ProtoReflect().GetUnknown())
 	}
-	if err := proto.Unmarshal(AppendRequest(nil, "llm", []descriptors.Descriptor{plain}), &got); err != nil {
+	if err := proto.Unmarshal(AppendRequest(nil, "llm", []descriptors.Descriptor{plain}, 7), &got); err != nil {
 		t.Fatal(err)
 	}
 	if len(got.ProtoReflect().GetUnknown()) == 0 {
@@ -370,7 +387,7 @@ func TestDecodeAllocatesNothingOnceWarm(t *testing.T) {
 	}
 	descs := []descriptors.Descriptor{{HitsAddend: 1, Entries: []descriptors.Entry{{Key: "a", Value: "b"}}}}
 	buf := make([]byte, 0, 256)
-	if n := testing.AllocsPerRun(100, func() { buf = AppendRequestFrame(buf[:0], "edge", descs) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { buf = AppendRequestFrame(buf[:0], "edge", descs, 1<<40) }); n != 0 {
 		t.Fatalf("AppendRequestFrame allocates %v times", n)
 	}
 }

@@ -41,11 +41,11 @@ const (
 	// descriptors the proxy holds leases for at once.
 	LeaseSlots = 4096
 	// leaseHeader is the fixed part of a lease value (see encodeLease).
-	leaseHeader = 1 + 8 + 8
+	leaseHeader = 1 + 8 + 8 + 8
 	// MaxLeaseValue is the largest value of a lease slot.
 	MaxLeaseValue = leaseHeader + MaxKeyLen
 	// leaseVersion is the first byte of a lease value.
-	leaseVersion = 2 // not a block's (version): no value is read as both
+	leaseVersion = 3 // not a block's (version): no value is read as both
 	// leasePrefix names the lease slots; onKey, once set, says that a VM
 	// of the proxy received a lease.
 	leasePrefix = "sluice.leases."
@@ -82,6 +82,7 @@ func NewLeases(data Data, domain string, slots int) *Leases {
 // pool is what a lease slot holds, as read.
 type pool struct {
 	left, until int64
+	asking      int64 // a VM's call for the key is under way until then (Ask); 0: none
 	cas         uint32
 	found       bool // the slot has a value
 	mine        bool // a pool of the key last named by slot
@@ -96,11 +97,11 @@ func (l *Leases) read() pool {
 	if !found {
 		return pool{}
 	}
-	left, until, k, ok := decodeLease(v)
+	left, until, asking, k, ok := decodeLease(v)
 	if !ok {
 		return pool{cas: cas, found: true}
 	}
-	return pool{left: left, until: until, cas: cas, found: true, mine: bytes.Equal(k, l.key)}
+	return pool{left: left, until: until, asking: asking, cas: cas, found: true, mine: bytes.Equal(k, l.key)}
 }
 
 // Covers reports whether key's pool holds a unit valid at now: one host
@@ -111,6 +112,21 @@ func (l *Leases) Covers(key []byte, now int64) bool {
 	}
 	p := l.read()
 	return p.mine && p.live(now)
+}
+
+// Recent is how long after a pool of a key ends Holds and Ask still count
+// the key as leased.
+const Recent = int64(1_000_000_000)
+
+// recent reports whether p is a pool of the key named last that is live
+// or ended within Recent of now.
+func (p pool) recent(now int64) bool { return p.mine && now-p.until < Recent }
+
+// Holds reports whether key's slot holds a pool of key, live or ended
+// within Recent (the proxy receives leases for key, and no other key took
+// the slot since): one host call, changing nothing.
+func (l *Leases) Holds(key []byte, now int64) bool {
+	return l.slot(key) && l.read().recent(now)
 }
 
 // Take spends one unit of key's pool valid at now: a read and a CAS write
@@ -126,7 +142,7 @@ func (l *Leases) Take(key []byte, now int64) (until int64, ok bool, err error) {
 		if !p.mine || !p.live(now) || p.cas == 0 {
 			return 0, false, nil
 		}
-		l.value = encodeLease(l.value[:0], p.left-1, p.until, l.key)
+		l.value = encodeLease(l.value[:0], p.left-1, p.until, p.asking, l.key)
 		set, err := l.data.SetSharedData(bytesString(l.name), l.value, p.cas)
 		if err != nil {
 			return 0, false, err
@@ -164,7 +180,7 @@ func (l *Leases) add(key []byte, n, until, now int64, replace bool) (bool, error
 	}
 	for range MaxAttempts {
 		p := l.read()
-		left, end := n, until
+		left, end, asking := n, until, int64(0) // a grant answers the call asked
 		switch {
 		case p.mine && p.live(now):
 			left, end = p.left+n, min(p.until, until)
@@ -172,10 +188,13 @@ func (l *Leases) add(key []byte, n, until, now int64, replace bool) (bool, error
 			l.Lost++ // another key's live pool: keep it
 			return false, nil
 		}
+		if !replace && p.mine {
+			asking = p.asking // a give-back answers nothing
+		}
 		// A slot with no value is set whatever the CAS (0): two VMs
 		// filling an empty slot at once may both succeed, the later
 		// overwriting the earlier. That loses units, never makes one up.
-		l.value = encodeLease(l.value[:0], left, end, l.key)
+		l.value = encodeLease(l.value[:0], left, end, asking, l.key)
 		set, err := l.data.SetSharedData(bytesString(l.name), l.value, p.cas)
 		if err != nil {
 			l.Lost++
@@ -191,24 +210,90 @@ func (l *Leases) add(key []byte, n, until, now int64, replace bool) (bool, error
 }
 
 // encodeLease appends the value of a pool of left units until until of
-// shared key k to dst: version, left, until (little endian), then the key.
-func encodeLease(dst []byte, left, until int64, k []byte) []byte {
+// shared key k, with a call asked until asking, to dst: version, left,
+// until, asking (little endian), then the key.
+func encodeLease(dst []byte, left, until, asking int64, k []byte) []byte {
 	dst = append(dst, leaseVersion)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(left))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(until))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(asking))
 	return append(dst, k...)
 }
 
 // decodeLease reads a value that encodeLease wrote; ok is false for
 // anything else.
-func decodeLease(v []byte) (left, until int64, k []byte, ok bool) {
+func decodeLease(v []byte) (left, until, asking int64, k []byte, ok bool) {
 	if len(v) < leaseHeader || len(v) > MaxLeaseValue || v[0] != leaseVersion {
-		return 0, 0, nil, false
+		return 0, 0, 0, nil, false
 	}
 	left = int64(binary.LittleEndian.Uint64(v[1:]))
 	until = int64(binary.LittleEndian.Uint64(v[9:]))
+	asking = int64(binary.LittleEndian.Uint64(v[17:]))
 	if left < 0 {
-		return 0, 0, nil, false
+		return 0, 0, 0, nil, false
 	}
-	return left, until, v[leaseHeader:], true
+	return left, until, asking, v[leaseHeader:], true
+}
+
+// Ask is called by a VM whose request found key's pool without a unit at
+// now and is about to call the control plane. When another VM's call for
+// key is under way (asked until a time after now), it reports true: the
+// request may wait for that call's grant (Asking) instead of calling.
+// Otherwise it records this VM's call as under way until deadline (the
+// call's timeout) and reports false: the request calls, and other VMs'
+// requests wait for it. Only for a pool of key that Holds: any other
+// reports false and records nothing. A grant (Grant)
+// ends the ask; a call that brings none ends it with Answered.
+func (l *Leases) Ask(key []byte, now, deadline int64) (bool, error) {
+	if !l.slot(key) {
+		return false, nil
+	}
+	for range MaxAttempts {
+		p := l.read()
+		switch {
+		case !p.recent(now) || p.live(now):
+			return false, nil
+		case p.asking > now:
+			return true, nil
+		}
+		l.value = encodeLease(l.value[:0], p.left, p.until, deadline, l.key)
+		set, err := l.data.SetSharedData(bytesString(l.name), l.value, p.cas)
+		if err != nil || set {
+			return false, err
+		}
+		l.Retries++
+	}
+	return false, nil
+}
+
+// Asking reports whether a VM's call for key is under way at now (Ask):
+// one read.
+func (l *Leases) Asking(key []byte, now int64) bool {
+	if !l.slot(key) {
+		return false
+	}
+	p := l.read()
+	return p.mine && p.asking > now
+}
+
+// Answered ends a call asked for key (Ask) that brought no grant, so that
+// the requests waiting for it call themselves: one read, and a write if
+// a call is asked.
+func (l *Leases) Answered(key []byte) error {
+	if !l.slot(key) {
+		return nil
+	}
+	for range MaxAttempts {
+		p := l.read()
+		if !p.mine || p.asking == 0 {
+			return nil
+		}
+		l.value = encodeLease(l.value[:0], p.left, p.until, 0, l.key)
+		set, err := l.data.SetSharedData(bytesString(l.name), l.value, p.cas)
+		if err != nil || set {
+			return err
+		}
+		l.Retries++
+	}
+	return nil
 }

@@ -199,20 +199,77 @@ func TestLeaseChurnStaysWithinBound(t *testing.T) {
 // TestDecodeLeaseRefusesWhatEncodeDidNotWrite: values of another layout or
 // size are no pool.
 func TestDecodeLeaseRefusesWhatEncodeDidNotWrite(t *testing.T) {
-	good := encodeLease(nil, 3, 7, []byte("k"))
-	if l, u, k, ok := decodeLease(good); !ok || l != 3 || u != 7 || string(k) != "k" {
-		t.Fatalf("round trip: %v %v %q %v", l, u, k, ok)
+	good := encodeLease(nil, 3, 7, 5, []byte("k"))
+	if l, u, a, k, ok := decodeLease(good); !ok || l != 3 || u != 7 || a != 5 || string(k) != "k" {
+		t.Fatalf("round trip: %v %v %v %q %v", l, u, a, k, ok)
 	}
 	bad := map[string][]byte{
 		"short":    good[:leaseHeader-1],
 		"version":  append([]byte{9}, good[1:]...),
-		"negative": encodeLease(nil, -1, 7, []byte("k")),
-		"long":     encodeLease(nil, 1, 7, make([]byte, MaxKeyLen+1)),
+		"negative": encodeLease(nil, -1, 7, 0, []byte("k")),
+		"long":     encodeLease(nil, 1, 7, 0, make([]byte, MaxKeyLen+1)),
 		"block":    encode(nil, block(ms), []byte("k")),
 	}
 	for name, v := range bad {
-		if _, _, _, ok := decodeLease(v); ok {
+		if _, _, _, _, ok := decodeLease(v); ok {
 			t.Errorf("%s: decoded", name)
 		}
+	}
+}
+
+// TestProxy: the VMs of one proxy (one shared data) name it alike, another
+// proxy is named apart, and the name is never 0.
+func TestProxy(t *testing.T) {
+	a := newMemData()
+	one, two := NewLeases(a, "d", 16), NewLeases(a, "e", 16)
+	other := NewLeases(newMemData(), "d", 16)
+	if one.Proxy() == 0 || one.Proxy() != two.Proxy() || one.Proxy() == other.Proxy() {
+		t.Fatalf("proxy %d and %d (same shared data), %d (another)", one.Proxy(), two.Proxy(), other.Proxy())
+	}
+}
+
+// TestAsk: one VM's call for a key whose pool is spent is under way: other
+// VMs are told to wait (Ask true) until its deadline, its grant or its
+// Answered; a key without a pool, or with units, never waits.
+func TestAsk(t *testing.T) {
+	d := newMemData()
+	a, b := NewLeases(d, "d", 16), NewLeases(d, "d", 16)
+	key := []byte("k")
+	const now = 1000
+	if w, err := a.Ask(key, now, now+50); w || err != nil || a.Asking(key, now) {
+		t.Fatalf("no pool: wait %v, %v", w, err)
+	}
+	if ok, err := a.Grant(key, 1, now+500, now); !ok || err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := b.Ask(key, now, now+50); w || b.Asking(key, now) {
+		t.Fatal("a live pool: nobody asks")
+	}
+	if _, ok, _ := a.Take(key, now); !ok {
+		t.Fatal("take")
+	}
+	if w, _ := a.Ask(key, now, now+50); w || !b.Asking(key, now) {
+		t.Fatal("the first to ask calls, and is seen asking")
+	}
+	if w, _ := b.Ask(key, now+10, now+60); !w {
+		t.Fatal("the second waits")
+	}
+	if w, _ := b.Ask(key, now+50, now+100); w {
+		t.Fatal("past the first's deadline the second calls")
+	}
+	if err := b.Answered(key); err != nil || a.Asking(key, now+60) {
+		t.Fatalf("answered: still asking (%v)", err)
+	}
+	a.Ask(key, now+60, now+110)
+	if ok, _ := a.Grant(key, 3, now+500, now+70); !ok || b.Asking(key, now+70) {
+		t.Fatal("a grant ends the ask")
+	}
+	if _, ok, _ := b.Take(key, now+70); !ok {
+		t.Fatal("the grant's units are taken")
+	}
+	// A pool ended Recent ago no longer counts: the key is not leased now.
+	late := now + 500 + Recent
+	if w, _ := a.Ask(key, late, late+50); w || a.Holds(key, late) || b.Asking(key, late) || !a.Holds(key, late-1) {
+		t.Fatal("a pool ended long ago still counts")
 	}
 }

@@ -55,6 +55,15 @@ func (s *slots) RefreshSeed() bool {
 	return true
 }
 
+// proxyKey is hashed with the proxy's seed to name the proxy (Proxy).
+var proxyKey = []byte("sluice.proxy")
+
+// Proxy returns a number that names this proxy (every VM of it alike, once
+// they read the same seed) and no other one but by chance, never 0: the
+// filter names itself with it to the control plane (rlsproto.QuotaField).
+// The seed itself is not shown.
+func (s *slots) Proxy() uint64 { return max(hash(s.seed, proxyKey), 1) }
+
 // slot sets s.key to the shared key of descriptor key and s.name to its
 // slot's name; false when the shared key is too long.
 func (s *slots) slot(key []byte) bool {
