@@ -84,7 +84,9 @@ func TestLeaseOutlivesAReload(t *testing.T) {
 // own goroutine (Envoy's workers), send requests for one descriptor while
 // one lease of the proxy lasts: the requests admitted without a call add
 // up to the units granted, exactly, whatever the interleaving; the others
-// call the control plane.
+// wait for a call under way for the descriptor (plugin/wait.go: the
+// proxy's pool records the one call of all its VMs) or make it: with no
+// answer delivered here, one call more than the first, at most one per VM.
 func TestLeaseVMsConcurrently(t *testing.T) {
 	const vms, perVM, granted = 4, 200, 300
 	shared := newHostShared()
@@ -125,7 +127,7 @@ func TestLeaseVMsConcurrently(t *testing.T) {
 	if total != granted {
 		t.Fatalf("the VMs admitted %d requests from a lease of %d units", total, granted)
 	}
-	if calls != 1+vms*perVM-granted {
-		t.Fatalf("%d calls, want %d", calls, 1+vms*perVM-granted)
+	if calls < 2 || calls > 1+vms {
+		t.Fatalf("%d calls once the lease ran out, want 2 to %d: one under way at a time, which the others wait for", calls, 1+vms)
 	}
 }

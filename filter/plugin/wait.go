@@ -49,9 +49,14 @@ func (p *Plugin) waitForCall(s *stream, now int64) bool {
 	if c := p.asking[string(s.keys)]; c == nil || c.state != statePending {
 		return false
 	}
+	if !q.pool.TookRecent() {
+		// The descriptor spendQuota found without a unit has no recent
+		// lease: its call will bring none to wait for (no read needed).
+		return false
+	}
 	descs := p.descs.Descriptors
 	for i := range descs {
-		if descs[i].HitsAddend != 1 || !q.pool.Holds(s.key(i), now) {
+		if descs[i].HitsAddend != 1 || descs[i].Usage || !q.pool.Holds(s.key(i), now) {
 			return false
 		}
 	}
@@ -74,8 +79,11 @@ func (p *Plugin) waitForCall(s *stream, now int64) bool {
 func (p *Plugin) waitForOther(s *stream, now int64) bool {
 	q := &p.quotas
 	descs := p.descs.Descriptors
-	if !q.seen || len(descs) != 1 || descs[0].HitsAddend != 1 || p.cfg == nil {
+	if !q.seen || len(descs) != 1 || descs[0].HitsAddend != 1 || descs[0].Usage || p.cfg == nil {
 		return false
+	}
+	if !q.pool.TookRecent() {
+		return false // spendQuota's Take just read the slot: no lease of the key to wait for
 	}
 	wait, err := q.pool.Ask(s.key(0), now, now+p.cfg.Timeout)
 	if err != nil {

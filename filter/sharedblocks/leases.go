@@ -34,6 +34,9 @@ type Leases struct {
 	// give-backs not stored (every attempt lost, or the slot holds another
 	// key's live pool, or the host refused).
 	Retries, Exhausted, Lost int
+	// tookRecent is what the last Take read: key's pool, live or ended
+	// within Recent (see TookRecent).
+	tookRecent bool
 }
 
 const (
@@ -134,11 +137,13 @@ func (l *Leases) Holds(key []byte, now int64) bool {
 // Give) and true; false when there is no unit (one read) or every attempt
 // lost to another VM (Exhausted), or the host refused the write (err).
 func (l *Leases) Take(key []byte, now int64) (until int64, ok bool, err error) {
+	l.tookRecent = false
 	if !l.slot(key) {
 		return 0, false, nil
 	}
 	for range MaxAttempts {
 		p := l.read()
+		l.tookRecent = p.recent(now)
 		if !p.mine || !p.live(now) || p.cas == 0 {
 			return 0, false, nil
 		}
@@ -265,6 +270,11 @@ func (l *Leases) Ask(key []byte, now, deadline int64) (bool, error) {
 	}
 	return false, nil
 }
+
+// TookRecent reports whether the last Take found its key's slot holding a
+// pool of the key, live or ended within Recent: whether Ask of the same key
+// at the same instant could make a request wait, known without a read.
+func (l *Leases) TookRecent() bool { return l.tookRecent }
 
 // Asking reports whether a VM's call for key is under way at now (Ask):
 // one read.
