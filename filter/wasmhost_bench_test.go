@@ -2,6 +2,8 @@ package main
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,4 +173,68 @@ func (s *sampler) add(i int, d time.Duration) {
 func (s *sampler) median() float64 {
 	slices.Sort(s.d)
 	return float64(s.d[len(s.d)/2].Nanoseconds())
+}
+
+// BenchmarkCallout measures a whole stream of a request that calls the
+// control plane for a key the precheck has not seen and is admitted, under
+// wazero's compiler, over proxy_http_call: request headers (the descriptor,
+// the precheck, the shared block, the encoded request), the answer (read,
+// decoded, recorded, the RateLimit headers built), response headers, log,
+// done, delete. The precheck table is full, as under bench-envoy's spread
+// load. ns/op includes this host's side of every host call; ns/request,
+// ns/answer, ns/response and ns/end split it by callback (context
+// create and request headers; the answer; response headers; log, done and
+// delete).
+func BenchmarkCallout(b *testing.B) {
+	config := strings.Replace(sharedConfig, `"precheck": {"enabled": true}`,
+		`"precheck": {"enabled": true, "max_entries": 500}`, 1)
+	h := newWasmHostShared(b, b.Context(), filterWasm, config, newHostShared())
+	if !h.configure() {
+		b.Fatal(h.logs)
+	}
+	h.quiet = true
+	answer := hostAdmittedOne(b)
+	users := make([]map[string]string, 2000)
+	for i := range users {
+		users[i] = map[string]string{":method": "GET", ":path": "/", "x-user": "u" + strconv.Itoa(i)}
+	}
+	var phases [4]time.Duration // request headers, answer, response headers, the rest
+	stream := func(i int) {
+		id := uint32(100 + i%2)
+		h.headers[id], h.current = users[i%len(users)], id
+		t0 := time.Now()
+		h.call("proxy_on_context_create", uint64(id), 1)
+		h.call("proxy_on_request_headers", uint64(id), 3, 1)
+		t1 := time.Now()
+		h.deliver(uint32(len(h.calls)), answer)
+		t2 := time.Now()
+		h.current = id
+		h.call("proxy_on_response_headers", uint64(id), 3, 0)
+		t3 := time.Now()
+		h.call("proxy_on_log", uint64(id))
+		h.call("proxy_on_done", uint64(id))
+		h.call("proxy_on_delete", uint64(id))
+		t4 := time.Now()
+		phases[0] += t1.Sub(t0)
+		phases[1] += t2.Sub(t1)
+		phases[2] += t3.Sub(t2)
+		phases[3] += t4.Sub(t3)
+	}
+	for i := range 3000 { // warm up: the table fills, buffers reach their size
+		stream(i)
+	}
+	calls, resumed := len(h.calls), h.resumed[100]+h.resumed[101]
+	phases = [4]time.Duration{}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		stream(3000 + i)
+	}
+	b.StopTimer()
+	for j, unit := range []string{"ns/request", "ns/answer", "ns/response", "ns/end"} {
+		b.ReportMetric(float64(phases[j].Nanoseconds())/float64(b.N), unit)
+	}
+	if c, r := len(h.calls)-calls, h.resumed[100]+h.resumed[101]-resumed; c != b.N || r != b.N {
+		b.Fatalf("%d calls, %d resumed for %d requests", c, r, b.N)
+	}
 }
