@@ -133,6 +133,27 @@ type reader struct {
 }
 
 func (r *reader) varint() (uint64, error) {
+	if v, ok := r.short(); ok {
+		return v, nil
+	}
+	return r.longVarint()
+}
+
+// short reads a varint of one byte (every tag, and most lengths and values
+// of these messages); ok is false, and nothing is read, for any other. It
+// is small enough for the compiler to inline into the reader's other
+// methods: in filter.wasm a call costs more than the decoding it makes.
+func (r *reader) short() (v uint64, ok bool) {
+	if len(r.b) == 0 || r.b[0] >= 0x80 {
+		return 0, false
+	}
+	v = uint64(r.b[0])
+	r.b = r.b[1:]
+	return v, true
+}
+
+// longVarint is varint for a varint of more than one byte (or none).
+func (r *reader) longVarint() (uint64, error) {
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
 		if n == 0 {
@@ -149,9 +170,11 @@ func (r *reader) next() (field uint64, wire uint64, ok bool, err error) {
 	if len(r.b) == 0 {
 		return 0, 0, false, nil
 	}
-	k, err := r.varint()
-	if err != nil {
-		return 0, 0, false, err
+	k, ok := r.short()
+	if !ok {
+		if k, err = r.longVarint(); err != nil {
+			return 0, 0, false, err
+		}
 	}
 	field, wire = k>>3, k&7
 	if field == 0 {
@@ -160,18 +183,8 @@ func (r *reader) next() (field uint64, wire uint64, ok bool, err error) {
 	return field, wire, true, nil
 }
 
-func (r *reader) bytes() ([]byte, error) {
-	n, err := r.varint()
-	if err != nil {
-		return nil, err
-	}
-	if n > uint64(len(r.b)) {
-		return nil, ErrTruncated
-	}
-	b := r.b[:n:n]
-	r.b = r.b[n:]
-	return b, nil
-}
+// bytes reads a length-delimited payload.
+func (r *reader) bytes() ([]byte, error) { return r.bytesField(wireBytes) }
 
 func (r *reader) fixed64() (uint64, error) {
 	if len(r.b) < 8 {
@@ -217,16 +230,31 @@ func (r *reader) varintField(wire uint64) (uint64, error) {
 	if err := expect(wire, wireVarint); err != nil {
 		return 0, err
 	}
-	return r.varint()
+	if v, ok := r.short(); ok {
+		return v, nil
+	}
+	return r.longVarint()
 }
 
 // bytesField reads a length-delimited field's value after checking its
-// wire type.
+// wire type. Its length is read inline (short): one call per field.
 func (r *reader) bytesField(wire uint64) ([]byte, error) {
 	if err := expect(wire, wireBytes); err != nil {
 		return nil, err
 	}
-	return r.bytes()
+	n, ok := r.short()
+	if !ok {
+		var err error
+		if n, err = r.longVarint(); err != nil {
+			return nil, err
+		}
+	}
+	if n > uint64(len(r.b)) {
+		return nil, ErrTruncated
+	}
+	b := r.b[:n:n]
+	r.b = r.b[n:]
+	return b, nil
 }
 
 // fixed64Field reads a fixed64 field's value after checking its wire type.
