@@ -122,48 +122,55 @@ type LimitInfo struct {
 
 // decodeMetadata reads the sluice list out of dynamic_metadata.
 func decodeMetadata(b []byte, resp *Response) error {
-	return structFields(b, func(key string, val []byte) error {
-		if key != MetadataKey {
-			return nil
+	r := reader{b}
+	for {
+		key, val, ok, err := r.structField()
+		if err != nil || !ok {
+			return err
 		}
-		// A repeated map key: the last one wins.
+		if key != MetadataKey {
+			continue
+		}
 		resp.Limits = resp.Limits[:0]
 		resp.HasLimits = true
 		list, ok, err := valueField(val, 6)
-		if err != nil || !ok {
+		if err != nil {
 			return err
 		}
-		return decodeLimitList(list, resp)
-	})
+		if !ok {
+			continue
+		}
+		if err := decodeLimitList(list, resp); err != nil {
+			return err
+		}
+	}
 }
 
-// structFields calls fn with the key and the encoded Value of each field of
-// an encoded google.protobuf.Struct, in wire order, and stops at fn's first
-// error.
-func structFields(b []byte, fn func(key string, val []byte) error) error {
-	r := reader{b}
+// structField reads the next field of an encoded google.protobuf.Struct:
+// its key and its encoded Value, in wire order; ok is false at the end.
+// (A loop over it costs less in filter.wasm than calling a function value
+// per field.)
+func (r *reader) structField() (key string, val []byte, ok bool, err error) {
 	for {
-		field, wire, ok, err := r.next()
-		if err != nil || !ok {
-			return err
+		field, wire, more, err := r.next()
+		if err != nil || !more {
+			return "", nil, false, err
 		}
 		if field != 1 {
 			if err := r.skip(wire); err != nil {
-				return err
+				return "", nil, false, err
 			}
 			continue
 		}
 		eb, err := r.bytesField(wire)
 		if err != nil {
-			return err
+			return "", nil, false, err
 		}
 		key, val, err := mapEntry(eb)
 		if err != nil {
-			return err
+			return "", nil, false, err
 		}
-		if err := fn(key, val); err != nil {
-			return err
-		}
+		return key, val, true, nil
 	}
 }
 
@@ -275,7 +282,12 @@ func decodeLimitList(list []byte, resp *Response) error {
 }
 
 func decodeLimitInfo(st []byte, info *LimitInfo) error {
-	return structFields(st, func(key string, val []byte) error {
+	r := reader{st}
+	for {
+		key, val, ok, err := r.structField()
+		if err != nil || !ok {
+			return err
+		}
 		var dst *float64
 		switch key {
 		case MetadataAlgorithm, MetadataFailureMode, MetadataName:
@@ -295,7 +307,7 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 			default:
 				info.Name = v
 			}
-			return nil
+			continue
 		case MetadataLimit:
 			dst = &info.Limit
 		case MetadataWindowMs:
@@ -307,7 +319,7 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 		case MetadataWaitMs:
 			dst = &info.WaitMs
 		default:
-			return nil
+			continue
 		}
 		n, ok, err := numberValue(val)
 		if err != nil {
@@ -317,6 +329,5 @@ func decodeLimitInfo(st []byte, info *LimitInfo) error {
 		if ok && !math.IsNaN(n) && !math.IsInf(n, 0) {
 			*dst = n
 		}
-		return nil
-	})
+	}
 }
