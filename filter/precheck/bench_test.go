@@ -1,6 +1,9 @@
 package precheck
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+)
 
 // BenchmarkCheck measures a precheck lookup that finds a bucket with room.
 func BenchmarkCheck(b *testing.B) {
@@ -9,5 +12,27 @@ func BenchmarkCheck(b *testing.B) {
 	tab.Record(key, Outcome{Cost: 1, Limit: Limit{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10}, HasLimit: true, Admitted: true}, 0)
 	for i := 0; i < b.N; i++ {
 		tab.Check(key, 1, ms)
+	}
+}
+
+// BenchmarkRecordNewKey measures what the answer of a call for a key the
+// table has not seen costs it once the table is full (bench-envoy's spread
+// load): evicting the oldest key, and the new key's entry and local bucket.
+func BenchmarkRecordNewKey(b *testing.B) {
+	const n = 500
+	tab := NewTable(n, 100*ms)
+	keys := make([][]byte, 2*n)
+	for i := range keys {
+		keys[i] = []byte("\x04user\x05u" + strconv.Itoa(10000+i))
+	}
+	o := Outcome{Cost: 1, Limit: Limit{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms}, HasLimit: true, Admitted: true}
+	for i := range keys {
+		tab.Record(keys[i], o, ms)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		o.SentAt = int64(i) * ms
+		tab.Record(keys[i%len(keys)], o, o.SentAt+ms)
 	}
 }

@@ -127,6 +127,14 @@ type Table struct {
 	count int      // entries indexed
 	// version is the last Policy.Version given out.
 	version uint64
+
+	// the local bucket of the last limit recorded for a new limit: every
+	// key of a rate limit has the same, and localBucket costs more than
+	// the rest of recording a key (128-bit division) in filter.wasm
+	lastLimit  Limit
+	lastBucket algorithms.TokenBucket
+	lastOK     bool
+	haveLast   bool
 }
 
 // NewTable returns a table of at most maxEntries descriptors for calls that
@@ -315,7 +323,7 @@ func (t *Table) record(key []byte, o Outcome, b Block, blocks, setFailure bool, 
 		// A new or changed limit: start from a full bucket, which can only
 		// admit more than the truth.
 		e.policy.Limit, e.hasLimit = o.Limit, true
-		e.bucket, e.hasBucket = localBucket(o.Limit, t.delay)
+		e.bucket, e.hasBucket = t.localBucket(o.Limit)
 		e.state = algorithms.TokenBucketState{}
 		t.version++
 		e.policy.Version = t.version
@@ -355,6 +363,15 @@ func (t *Table) record(key []byte, o Outcome, b Block, blocks, setFailure bool, 
 // than PassAt; a request rejected locally would have reached the global
 // limiter up to delay later, so the block ends delay earlier; and a global
 // limiter counting microseconds (Redis) may decide up to 1us early.
+// localBucket is localBucket(l, t.delay), remembered for the last l.
+func (t *Table) localBucket(l Limit) (algorithms.TokenBucket, bool) {
+	if !t.haveLast || t.lastLimit != l {
+		t.lastBucket, t.lastOK = localBucket(l, t.delay)
+		t.lastLimit, t.haveLast = l, true
+	}
+	return t.lastBucket, t.lastOK
+}
+
 func (t *Table) blockEnd(b Block) int64 {
 	if b.PassAt == 0 {
 		return 0
