@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice/filter/descriptors"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -31,5 +32,16 @@ func BenchmarkDecodeAdmitted(b *testing.B) {
 		if err := Decode(msg, &resp); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkAppendRequestFrame encodes the call of a request with one
+// descriptor of one entry, as bench-envoy's requests make.
+func BenchmarkAppendRequestFrame(b *testing.B) {
+	descs := []descriptors.Descriptor{{Entries: []descriptors.Entry{{Key: "user", Value: "u1234"}}, HitsAddend: 1}}
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendRequestFrame(buf[:0], "bench", descs, 7)
 	}
 }
