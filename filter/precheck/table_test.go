@@ -334,3 +334,28 @@ func TestTableImportBlocksAsIfRecordedHere(t *testing.T) {
 		}
 	}
 }
+
+// TestTableBucketOfEachKeysLimit: keys of different limits recorded in
+// turn each get the local bucket of their own limit (the table remembers
+// the last limit's bucket).
+func TestTableBucketOfEachKeysLimit(t *testing.T) {
+	const delay = 20 * ms
+	tab := NewTable(10, delay)
+	limits := []Limit{
+		{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms},
+		{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10},
+		{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms},
+		{Algorithm: Reserve, Limit: 10, Window: 1000 * ms, Burst: 10}, // no local bucket
+		{Algorithm: SlidingWindow, Limit: 50, Window: 60e3 * ms},
+		{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10},
+	}
+	for i, l := range limits {
+		key := []byte("k" + strconv.Itoa(i))
+		tab.Record(key, Outcome{Cost: 1, Limit: l, HasLimit: true}, 0)
+		e := &tab.entries[tab.lookup(key, hashKey(tab.seed, key))]
+		want, ok := localBucket(l, delay)
+		if e.bucket != want || e.hasBucket != ok {
+			t.Errorf("key %d (%+v): bucket %+v %v, want %+v %v", i, l, e.bucket, e.hasBucket, want, ok)
+		}
+	}
+}
