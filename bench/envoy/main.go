@@ -130,22 +130,17 @@ func run(ctx context.Context, cfg config) error {
 	fmt.Println()
 	fmt.Println(header())
 	results := map[string][]result{}
-	for r := 1; r <= cfg.runs; r++ {
-		order := slices.Clone(cases)
-		if r%2 == 0 {
-			slices.Reverse(order)
+	err = interleave(ctx, cfg.runs, cases, func(c benchCase, r int) error {
+		res, err := b.measure(ctx, dir, cfg, c)
+		if err != nil {
+			return fmt.Errorf("setup %s %s run %d: %w", c.setup.id, c.load, r, err)
 		}
-		for _, c := range order {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			res, err := b.measure(ctx, dir, cfg, c)
-			if err != nil {
-				return fmt.Errorf("setup %s %s run %d: %w", c.setup.id, c.load, r, err)
-			}
-			fmt.Println(res.row(c, strconv.Itoa(r)))
-			results[c.key()] = append(results[c.key()], res)
-		}
+		fmt.Println(res.row(c, strconv.Itoa(r)))
+		results[c.key()] = append(results[c.key()], res)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Println()
 	fmt.Printf("medians of %d runs:\n", cfg.runs)
@@ -242,4 +237,26 @@ func envoyVersion(out string) string {
 		}
 	}
 	return strings.TrimSpace(out)
+}
+
+// interleave runs every case runs times, odd runs in the order of cases
+// and even runs reversed, so that a drift of the machine over the whole
+// benchmark weighs on every case alike; it stops at the first error or
+// when ctx ends.
+func interleave[C any](ctx context.Context, runs int, cases []C, run func(c C, r int) error) error {
+	for r := 1; r <= runs; r++ {
+		order := slices.Clone(cases)
+		if r%2 == 0 {
+			slices.Reverse(order)
+		}
+		for _, c := range order {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := run(c, r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

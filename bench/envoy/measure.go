@@ -171,19 +171,22 @@ func (r result) row(c benchCase, run string) string {
 		100*r.non2xx, r.rlsCalls, 100*r.local, r.rssMB)
 }
 
+// medianOf returns the median of get over the runs rs.
+func medianOf[R any](rs []R, get func(R) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = get(r)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
 // median returns the field-wise median of the runs.
 func median(rs []result) result {
-	f := func(get func(result) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = get(r)
-		}
-		slices.Sort(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
+	f := func(get func(result) float64) float64 { return medianOf(rs, get) }
 	return result{
 		rps: f(func(r result) float64 { return r.rps }), p50ms: f(func(r result) float64 { return r.p50ms }),
 		p99ms: f(func(r result) float64 { return r.p99ms }), envoyUS: f(func(r result) float64 { return r.envoyUS }),

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,22 +121,17 @@ func (b *built) sweep(ctx context.Context, dir string, cfg config, workers []int
 		cfg.floodRate, cfg.floodDuration, cfg.floodConns, sweepKey)
 	fmt.Println(sweepHeader())
 	results := map[sweepCase][]sweepResult{}
-	for r := 1; r <= cfg.runs; r++ {
-		order := slices.Clone(cases)
-		if r%2 == 0 {
-			slices.Reverse(order)
+	err := interleave(ctx, cfg.runs, cases, func(c sweepCase, r int) error {
+		res, err := b.flood(ctx, dir, cfg, c)
+		if err != nil {
+			return fmt.Errorf("sweep %v run %d: %w", c, r, err)
 		}
-		for _, c := range order {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			res, err := b.flood(ctx, dir, cfg, c)
-			if err != nil {
-				return fmt.Errorf("sweep %v run %d: %w", c, r, err)
-			}
-			fmt.Println(res.row(c, strconv.Itoa(r)))
-			results[c] = append(results[c], res)
-		}
+		fmt.Println(res.row(c, strconv.Itoa(r)))
+		results[c] = append(results[c], res)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Printf("\nworker sweep, medians of %d runs:\n", cfg.runs)
 	fmt.Println(sweepHeader())
@@ -351,17 +345,7 @@ func (r sweepResult) row(c sweepCase, run string) string {
 // sweepMedian returns the field-wise median of the runs (the connections
 // per worker of the first run).
 func sweepMedian(rs []sweepResult) sweepResult {
-	f := func(get func(sweepResult) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = get(r)
-		}
-		slices.Sort(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
+	f := func(get func(sweepResult) float64) float64 { return medianOf(rs, get) }
 	m := sweepResult{
 		sent: f(func(r sweepResult) float64 { return r.sent }), ok: f(func(r sweepResult) float64 { return r.ok }),
 		limited: f(func(r sweepResult) float64 { return r.limited }), other: f(func(r sweepResult) float64 { return r.other }),
