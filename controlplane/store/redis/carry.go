@@ -84,18 +84,7 @@ func (s *Store) Carry(ctx context.Context, carries []store.Carry) (int, error) {
 			g = g[n:]
 		}
 	}
-	s.run(ctx, cmds)
-	var lost []*scriptCmd
-	for _, sc := range cmds {
-		if isNoScript(sc.cmd.Err()) {
-			sc.args[0], sc.args[1] = "eval", carrySource
-			sc.cmd = newCmd(ctx, sc.args)
-			lost = append(lost, sc)
-		}
-	}
-	if len(lost) > 0 {
-		s.run(ctx, lost)
-	}
+	s.runScript(ctx, cmds, carrySource)
 	changed := 0
 	var failed error
 	for _, sc := range cmds {

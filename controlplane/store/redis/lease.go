@@ -203,18 +203,7 @@ func (s *Store) perKey(ctx context.Context, sha, src string, keys []string, args
 			g = g[n:]
 		}
 	}
-	s.run(ctx, cmds)
-	var lost []*scriptCmd
-	for _, sc := range cmds {
-		if isNoScript(sc.cmd.Err()) {
-			sc.args[0], sc.args[1] = "eval", src
-			sc.cmd = newCmd(ctx, sc.args)
-			lost = append(lost, sc)
-		}
-	}
-	if len(lost) > 0 {
-		s.run(ctx, lost)
-	}
+	s.runScript(ctx, cmds, src)
 	out := make([][]int64, len(keys))
 	for c, sc := range cmds {
 		vals, err := sc.cmd.Result()

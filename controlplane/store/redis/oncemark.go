@@ -68,18 +68,7 @@ func (s *Store) MarkOnce(ctx context.Context, marks []store.OnceMark) error {
 			g = g[n:]
 		}
 	}
-	s.run(ctx, cmds)
-	var lost []*scriptCmd
-	for _, sc := range cmds {
-		if isNoScript(sc.cmd.Err()) {
-			sc.args[0], sc.args[1] = "eval", onceMarkSource
-			sc.cmd = newCmd(ctx, sc.args)
-			lost = append(lost, sc)
-		}
-	}
-	if len(lost) > 0 {
-		s.run(ctx, lost)
-	}
+	s.runScript(ctx, cmds, onceMarkSource)
 	for _, sc := range cmds {
 		if err := sc.cmd.Err(); err != nil {
 			return fmt.Errorf("redisstore: marking settlement tokens: %w", err)

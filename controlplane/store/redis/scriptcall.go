@@ -159,6 +159,24 @@ func (s *Store) run(ctx context.Context, cmds []*scriptCmd) {
 	_, _ = pipe.Exec(ctx)
 }
 
+// runScript sends cmds (EVALSHA of a script whose source is src) as run
+// does, then sends again, as EVAL of src, those the server answered
+// NOSCRIPT (a restarted or failed-over Redis). Errors stay on the commands.
+func (s *Store) runScript(ctx context.Context, cmds []*scriptCmd, src string) {
+	s.run(ctx, cmds)
+	var lost []*scriptCmd
+	for _, sc := range cmds {
+		if isNoScript(sc.cmd.Err()) {
+			sc.args[0], sc.args[1] = "eval", src
+			sc.cmd = newCmd(ctx, sc.args)
+			lost = append(lost, sc)
+		}
+	}
+	if len(lost) > 0 {
+		s.run(ctx, lost)
+	}
+}
+
 // isNoScript reports whether err says the server does not have the script.
 func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
