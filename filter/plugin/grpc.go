@@ -28,6 +28,7 @@ func (vm *VM) OnGRPCReceive(rootID, callID uint32, size int) {
 	p.beginAnswer(s)
 	p.decide(s, p.readGRPCAnswer(size), false)
 	vm.current = nil
+	p.called(s)
 	vm.release(s)
 }
 
@@ -51,6 +52,7 @@ func (vm *VM) OnGRPCClose(rootID, callID, status uint32) {
 	timedOut := status == rlsproto.GRPCDeadlineExceeded || (status == rlsproto.GRPCUnavailable && strings.Contains(msg, "timeout"))
 	p.decide(s, "the control plane answered gRPC status "+strconv.FormatUint(uint64(status), 10)+": "+msg, timedOut)
 	vm.current = nil
+	p.called(s)
 	vm.release(s)
 }
 

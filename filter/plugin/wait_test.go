@@ -2,10 +2,12 @@ package plugin
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // spentPool gives b a lease pool for 10.0.0.1's descriptor and spends it:
@@ -176,5 +178,48 @@ func TestNoWaitForFailedCall(t *testing.T) {
 	b0.request(req, "10.0.0.1:1")
 	if _, a := b1.request(req, "10.0.0.1:1"); a != ActionPause || len(b1.host.calls) != 1 || b1.host.counters[MetricLeaseWaited] != 0 {
 		t.Fatalf("action %d, %d calls, %d waited", a, len(b1.host.calls), b1.host.counters[MetricLeaseWaited])
+	}
+}
+
+// TestWaitForCallGRPC: over proxy_grpc_call too, the answer of the call
+// waited for wakes its waiters at once (their quota admits them), and a
+// failed call sends each waiter to call itself, without waiting for the
+// tick.
+func TestWaitForCallGRPC(t *testing.T) {
+	cfg := strings.Replace(quotaConfig, `"domain"`, `"transport": "grpc", "domain"`, 1)
+	b := newTestbed(t, cfg)
+	spentPool(t, b)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	first, _ := b.request(req, "10.0.0.1:1")
+	w1, a1 := b.request(req, "10.0.0.1:1")
+	if a1 != ActionPause || b.host.counters[MetricLeaseWaited] != 1 {
+		t.Fatalf("action %d, %d waited", a1, b.host.counters[MetricLeaseWaited])
+	}
+	calls := len(b.host.calls)
+	b.receiveGRPC(marshal(t, &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			Code: rlsv3.RateLimitResponse_OK,
+			Quota: &rlsv3.RateLimitResponse_Quota{Requests: 5, ExpirationSpecifier: &rlsv3.RateLimitResponse_Quota_ValidUntil{
+				ValidUntil: timestamppb.New(time.Unix(0, b.host.WallNow()+int64(time.Second)))}},
+		}},
+	}))
+	if h := b.host; h.resumed[first] != 1 || h.resumed[w1] != 1 || len(h.calls) != calls {
+		t.Fatalf("after the answer: resumed %d %d, %d calls more", h.resumed[first], h.resumed[w1], len(h.calls)-calls)
+	}
+
+	// The pool spent again; the call waited for fails: the waiter calls.
+	for range 3 {
+		b.request(req, "10.0.0.1:1")
+	}
+	caller, _ := b.request(req, "10.0.0.1:1")
+	w2, a2 := b.request(req, "10.0.0.1:1")
+	if a2 != ActionPause {
+		t.Fatalf("second waiter: action %d", a2)
+	}
+	calls = len(b.host.calls)
+	b.closeGRPC(14, "unavailable")
+	if len(b.host.calls) != calls+1 {
+		t.Fatalf("after the failed call (stream %d): %d calls more, want the waiter's (stream %d) own", caller, len(b.host.calls)-calls, w2)
 	}
 }
