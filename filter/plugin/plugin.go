@@ -143,15 +143,7 @@ func (p *Plugin) configure(size int) bool {
 		p.shared = sharedblocks.New(shared, cfg.Domain, sharedblocks.Slots)
 	}
 	p.timeout = uint32(cfg.Timeout / config.Millisecond)
-	p.headers = headermap.Append(nil, [][2]string{
-		{":method", "POST"},
-		{":path", rlsproto.ShouldRateLimitPath},
-		{":authority", cfg.Authority},
-		{":scheme", "http"},
-		{"content-type", "application/grpc"},
-		{"te", "trailers"},
-		{"grpc-timeout", string(rlsproto.AppendGRPCTimeout(nil, cfg.Timeout))},
-	})
+	p.headers = headermap.Append(nil, rlsproto.CallHeaders(cfg.Authority, cfg.Timeout))
 	p.grpcService = nil
 	if cfg.Transport == config.TransportGRPC {
 		p.grpcService = rlsproto.AppendGRPCService(nil, cfg.Cluster, cfg.Authority)

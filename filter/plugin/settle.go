@@ -141,16 +141,7 @@ func (st *settler) configure(p *Plugin, cfg *config.Config, tokens *tokenSource)
 	}
 	st.cfg, st.tokens = cfg.Settle, tokens
 	st.index, st.calls = map[string]int{}, map[uint32]*settleBatch{}
-	st.headers = [][2]string{
-		{":method", "POST"},
-		{":path", rlsproto.ShouldRateLimitPath},
-		{":authority", cfg.Authority},
-		{":scheme", "http"},
-		{"content-type", "application/grpc"},
-		{"te", "trailers"},
-		{"grpc-timeout", string(rlsproto.AppendGRPCTimeout(nil, int64(cfg.Settle.TimeoutMs)*config.Millisecond))},
-		{rlsproto.SettleHeader, ""},
-	}
+	st.headers = rlsproto.CallHeaders(cfg.Authority, int64(cfg.Settle.TimeoutMs)*config.Millisecond, [2]string{rlsproto.SettleHeader, ""})
 	st.settledID = p.defineCounter(MetricUsageSettled)
 	st.callsID = p.defineCounter(MetricUsageSettleCalls)
 	st.retriesID = p.defineCounter(MetricUsageSettleRetries)

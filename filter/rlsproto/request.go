@@ -18,6 +18,20 @@ import (
 // ShouldRateLimitPath is the gRPC method the filter calls.
 const ShouldRateLimitPath = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
+// CallHeaders returns the request headers of a ShouldRateLimit call over
+// HTTP/2 to authority with a deadline of timeout (ns), then extra.
+func CallHeaders(authority string, timeout int64, extra ...[2]string) [][2]string {
+	return append([][2]string{
+		{":method", "POST"},
+		{":path", ShouldRateLimitPath},
+		{":authority", authority},
+		{":scheme", "http"},
+		{"content-type", "application/grpc"},
+		{"te", "trailers"},
+		{"grpc-timeout", string(AppendGRPCTimeout(nil, timeout))},
+	}, extra...)
+}
+
 // Wire types.
 const (
 	wireVarint  = 0
@@ -63,6 +77,23 @@ func requestCost(descs []descriptors.Descriptor) (cost uint32, uniform, quota bo
 		return 1, false, quota
 	}
 	return cost, true, quota
+}
+
+// appendEntries appends the entries of d, field 1 of a
+// RateLimitDescriptor each.
+func appendEntries(dst []byte, d *descriptors.Descriptor) []byte {
+	for j := range d.Entries {
+		e := &d.Entries[j]
+		dst = binary.AppendUvarint(dst, tag(1, wireBytes))
+		dst = binary.AppendUvarint(dst, uint64(entryLen(e)))
+		if e.Key != "" {
+			dst = appendBytesField(dst, 1, e.Key)
+		}
+		if e.Value != "" {
+			dst = appendBytesField(dst, 2, e.Value)
+		}
+	}
+	return dst
 }
 
 func entryLen(e *descriptors.Entry) int {
@@ -151,17 +182,7 @@ func AppendRequest(dst []byte, domain string, descs []descriptors.Descriptor, ca
 		own := !uniform && d.HitsAddend != 1
 		dst = binary.AppendUvarint(dst, tag(2, wireBytes))
 		dst = binary.AppendUvarint(dst, uint64(descriptorLen(d, own)))
-		for j := range d.Entries {
-			e := &d.Entries[j]
-			dst = binary.AppendUvarint(dst, tag(1, wireBytes))
-			dst = binary.AppendUvarint(dst, uint64(entryLen(e)))
-			if e.Key != "" {
-				dst = appendBytesField(dst, 1, e.Key)
-			}
-			if e.Value != "" {
-				dst = appendBytesField(dst, 2, e.Value)
-			}
-		}
+		dst = appendEntries(dst, d)
 		if own {
 			dst = appendWrapper(dst, uint64(d.HitsAddend))
 		}

@@ -50,17 +50,7 @@ func AppendSettleFrame(dst []byte, domain string, descs []descriptors.Descriptor
 		d := &descs[i]
 		dst = binary.AppendUvarint(dst, tag(2, wireBytes))
 		dst = binary.AppendUvarint(dst, uint64(settleDescriptorLen(d, charges[i])))
-		for j := range d.Entries {
-			e := &d.Entries[j]
-			dst = binary.AppendUvarint(dst, tag(1, wireBytes))
-			dst = binary.AppendUvarint(dst, uint64(entryLen(e)))
-			if e.Key != "" {
-				dst = appendBytesField(dst, 1, e.Key)
-			}
-			if e.Value != "" {
-				dst = appendBytesField(dst, 2, e.Value)
-			}
-		}
+		dst = appendEntries(dst, d)
 		dst = appendWrapper(dst, charges[i])
 	}
 	return dst
