@@ -154,21 +154,7 @@ func TestGRPCCalloutHostCalls(t *testing.T) {
 	}
 	msg := hostAdmittedOne(t).body[5:] // unframed
 	run := func(id uint32, user string) map[string]int {
-		req := map[string]string{":method": "GET", ":path": "/", "x-user": user}
-		h.call("sluice_test_gc") // no collection starts in the window
-		c.counts = map[string]int{}
-		c.counting = true
-		h.headers[id], h.current = req, id
-		h.call("proxy_on_context_create", uint64(id), 1)
-		h.call("proxy_on_request_headers", uint64(id), uint64(len(req)), 1)
-		h.deliverGRPC(uint32(len(h.calls)), msg)
-		h.current = id
-		h.call("proxy_on_response_headers", uint64(id), 3, 0)
-		h.call("proxy_on_log", uint64(id))
-		h.call("proxy_on_done", uint64(id))
-		h.call("proxy_on_delete", uint64(id))
-		c.counting = false
-		return c.counts
+		return c.callout(h, id, user, func(call uint32) { h.deliverGRPC(call, msg) })
 	}
 	run(2, "warm")
 	want := map[string]int{
@@ -185,4 +171,25 @@ func TestGRPCCalloutHostCalls(t *testing.T) {
 	if got := run(3, "u1"); !maps.Equal(got, want) || h.resumed[3] != 1 || h.grpcCalls != 2 {
 		t.Errorf("host calls of an admitted request: %v, want %v (resumed %d, %d gRPC calls)", got, want, h.resumed[3], h.grpcCalls)
 	}
+}
+
+// callout counts the host calls of one whole request of user on h, stream
+// id, that calls out and gets its answer from deliver (given the call's
+// id), after a garbage collection so that none starts in the window.
+func (c *hostCounter) callout(h *wasmHost, id uint32, user string, deliver func(call uint32)) map[string]int {
+	req := map[string]string{":method": "GET", ":path": "/", "x-user": user}
+	h.call("sluice_test_gc")
+	c.counts = map[string]int{}
+	c.counting = true
+	h.headers[id], h.current = req, id
+	h.call("proxy_on_context_create", uint64(id), 1)
+	h.call("proxy_on_request_headers", uint64(id), uint64(len(req)), 1)
+	deliver(uint32(len(h.calls)))
+	h.current = id
+	h.call("proxy_on_response_headers", uint64(id), 3, 0)
+	h.call("proxy_on_log", uint64(id))
+	h.call("proxy_on_done", uint64(id))
+	h.call("proxy_on_delete", uint64(id))
+	c.counting = false
+	return c.counts
 }

@@ -174,21 +174,7 @@ func TestCalloutHostCalls(t *testing.T) {
 	}
 	admitted := hostAdmittedOne(t)
 	run := func(id uint32, user string, answer *hostAnswer) map[string]int {
-		req := map[string]string{":method": "GET", ":path": "/", "x-user": user}
-		h.call("sluice_test_gc") // no collection starts in the window
-		c.counts = map[string]int{}
-		c.counting = true
-		h.headers[id], h.current = req, id
-		h.call("proxy_on_context_create", uint64(id), 1)
-		h.call("proxy_on_request_headers", uint64(id), uint64(len(req)), 1)
-		h.deliver(uint32(len(h.calls)), answer)
-		h.current = id
-		h.call("proxy_on_response_headers", uint64(id), 3, 0)
-		h.call("proxy_on_log", uint64(id))
-		h.call("proxy_on_done", uint64(id))
-		h.call("proxy_on_delete", uint64(id))
-		c.counting = false
-		return c.counts
+		return c.callout(h, id, user, func(call uint32) { h.deliver(call, answer) })
 	}
 	run(2, "warm", admitted)
 	common := map[string]int{

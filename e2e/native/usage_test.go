@@ -54,27 +54,7 @@ func usageEnvoy(t *testing.T, dir, rlsAddr, upstream string) *stack.Envoy {
 	t.Helper()
 	user := []stack.M{{"request_headers": stack.M{"header_name": "x-user", "descriptor_key": "user"}}}
 	route := stack.RouteTo("/", "up")
-	route["typed_per_filter_config"] = stack.M{"envoy.filters.http.ratelimit": stack.M{
-		"@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
-		"rate_limits": []stack.M{
-			{"actions": user, "hits_addend": stack.M{"number": 0}},
-			{"actions": user, "apply_on_stream_done": true,
-				"hits_addend": stack.M{"format": "%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%"}},
-		},
-	}}
-	lua := stack.M{
-		"name": "envoy.filters.http.lua",
-		"typed_config": stack.M{
-			"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-			"default_source_code": stack.M{"inline_string": `
-function envoy_on_response(h)
-  local n = h:headers():get("x-llm-tokens")
-  if n and n ~= "" then
-    h:streamInfo():dynamicMetadata():set("io.envoy.ai_gateway", "llm_total_token", tonumber(n))
-  end
-end`},
-		},
-	}
+	lua := stack.ResponseCost(route, user, "x-llm-tokens")
 	rl := stack.RateLimitFilter("llm", "rls", stack.M{
 		"timeout":                            "1s",
 		"enable_x_ratelimit_headers":         "DRAFT_VERSION_03",

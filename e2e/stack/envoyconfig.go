@@ -115,6 +115,37 @@ func RateLimitFilter(domain, cluster string, extra M) M {
 	return M{"name": "envoy.filters.http.ratelimit", "typed_config": tc}
 }
 
+// ResponseCost gives route the rate limits Envoy Gateway generates for a
+// response cost (an LLM's tokens), for Envoy's ratelimit filter: actions
+// at request time with hits_addend 0, and the same actions again with
+// apply_on_stream_done and hits_addend from the dynamic metadata
+// io.envoy.ai_gateway:llm_total_token. It returns the Lua filter, to put
+// before the ratelimit filter, that sets that metadata from the upstream's
+// response header.
+func ResponseCost(route M, actions []M, header string) (lua M) {
+	route["typed_per_filter_config"] = M{"envoy.filters.http.ratelimit": M{
+		"@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
+		"rate_limits": []M{
+			{"actions": actions, "hits_addend": M{"number": 0}},
+			{"actions": actions, "apply_on_stream_done": true,
+				"hits_addend": M{"format": "%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%"}},
+		},
+	}}
+	return M{
+		"name": "envoy.filters.http.lua",
+		"typed_config": M{
+			"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+			"default_source_code": M{"inline_string": `
+function envoy_on_response(h)
+  local n = h:headers():get("` + header + `")
+  if n and n ~= "" then
+    h:streamInfo():dynamicMetadata():set("io.envoy.ai_gateway", "llm_total_token", tonumber(n))
+  end
+end`},
+		},
+	}
+}
+
 // Cluster returns a static cluster of one endpoint, addr (host:port).
 func Cluster(name, addr string) M {
 	host, p, _ := net.SplitHostPort(addr)

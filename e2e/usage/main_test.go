@@ -234,27 +234,7 @@ func wasmListener(name string, pc stack.PluginConfig) stack.M {
 func nativeListener(name, cluster string) stack.M {
 	key := []stack.M{{"request_headers": stack.M{"header_name": keyHeader, "descriptor_key": "native_key"}}}
 	r := route()
-	r["typed_per_filter_config"] = stack.M{"envoy.filters.http.ratelimit": stack.M{
-		"@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
-		"rate_limits": []stack.M{
-			{"actions": key, "hits_addend": stack.M{"number": 0}},
-			{"actions": key, "apply_on_stream_done": true,
-				"hits_addend": stack.M{"format": "%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%"}},
-		},
-	}}
-	lua := stack.M{
-		"name": "envoy.filters.http.lua",
-		"typed_config": stack.M{
-			"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-			"default_source_code": stack.M{"inline_string": `
-function envoy_on_response(h)
-  local n = h:headers():get("` + stack.UsageReportHeader + `")
-  if n and n ~= "" then
-    h:streamInfo():dynamicMetadata():set("io.envoy.ai_gateway", "llm_total_token", tonumber(n))
-  end
-end`},
-		},
-	}
+	lua := stack.ResponseCost(r, key, stack.UsageReportHeader)
 	rl := stack.RateLimitFilter(domain, cluster, stack.M{
 		"enable_x_ratelimit_headers":         "DRAFT_VERSION_03",
 		"disable_x_envoy_ratelimited_header": true,
