@@ -24,7 +24,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,44 +89,13 @@ type Store struct {
 	held       map[string]*entry // the entries that may hold units, for Sweep
 	lastForget time.Time
 
-	local, perRequest, calls, granted, returned, expired, shared atomic.Int64
+	local, perRequest, calls, granted, returned, expired, shared, lateUnits atomic.Int64
 	// why checks of leased limits went per request, and why Share gave
 	// nothing (indexed by Unleased and Unshared)
 	unleased [numUnleased]atomic.Int64
 	unshared [numUnshared]atomic.Int64
 	shares   atomic.Int64
 }
-
-// Unleased says why a check of a leased limit went to the per-request path.
-type Unleased int
-
-// The reasons of Unleased.
-const (
-	UnleasedUnknown  Unleased = iota // Redis's remaining not known yet
-	UnleasedRate                     // no rate observed yet
-	UnleasedSmall                    // the size came to 1 (remaining, capacity or rate)
-	UnleasedFetching                 // a lease call for the key was under way
-	UnleasedFull                     // the key table is full
-	numUnleased
-)
-
-// String names the reason, as the metrics label it.
-func (u Unleased) String() string {
-	return [...]string{"unknown_remaining", "no_rate", "small", "fetching", "keys_full"}[u]
-}
-
-// Unshared says why Share gave nothing.
-type Unshared int
-
-// The reasons of Unshared.
-const (
-	UnsharedNone  Unshared = iota // no unit left on the key
-	UnsharedValid                 // too little validity left
-	numUnshared
-)
-
-// String names the reason, as the metrics label it.
-func (u Unshared) String() string { return [...]string{"no_lease", "validity"}[u] }
 
 // entry is one key's lease state.
 type entry struct {
@@ -141,41 +109,6 @@ type entry struct {
 	lastUse   time.Time
 	rate      meter
 	callers   [maxCallers]seen // the data planes Share served lately
-}
-
-// seen is a data plane that Share served, and when.
-type seen struct {
-	caller uint64
-	at     time.Time
-}
-
-// maxCallers is how many data planes of a key a replica tells apart: more
-// count as maxCallers (their shares are then smaller than they need, which
-// only costs calls).
-const maxCallers = 8
-
-// sharers records that caller asked for a share at now, and returns how
-// many callers asked within recent (at least 1).
-func (e *entry) sharers(caller uint64, now time.Time, recent time.Duration) int {
-	oldest, n, found := 0, 0, false
-	for i := range e.callers {
-		c := &e.callers[i]
-		if c.caller == caller {
-			c.at, found = now, true
-		}
-		if c.at.Before(e.callers[oldest].at) {
-			oldest = i
-		}
-	}
-	if !found {
-		e.callers[oldest] = seen{caller: caller, at: now}
-	}
-	for _, c := range e.callers {
-		if c.caller != 0 && now.Sub(c.at) < recent {
-			n++
-		}
-	}
-	return max(n, 1)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -241,10 +174,13 @@ func leasable(c *store.Check) bool {
 	return c.Cost == 1 && c.Mode == store.Take && c.Limit.Lease && redisstore.Leasable(c.Limit.Algorithm)
 }
 
-// ask is one lease to fetch for checks[i].
+// ask is one lease to fetch for checks[i], whose key and limit it keeps
+// for a late answer (the caller may reuse checks once decide returns).
 type ask struct {
-	i int
-	e *entry
+	i     int
+	e     *entry
+	key   string
+	limit store.Limit
 }
 
 func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []store.Check, out []algorithms.Result) error {
@@ -325,24 +261,15 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 			continue
 		}
 		e.fetching = true
-		asks = append(asks, ask{i: i, e: e})
+		asks = append(asks, ask{i: i, e: e, key: c.Key, limit: c.Limit})
 		reqs = append(reqs, redisstore.LeaseRequest{Key: c.Key, Limit: c.Limit, Want: k, Longest: longest})
 	}
 	s.mu.Unlock()
 
-	var leaseErr error
-	grants := make([]redisstore.Lease, len(reqs))
-	var wg sync.WaitGroup
+	var f *fetch
 	if len(reqs) > 0 {
 		s.calls.Add(1)
-		wg.Go(func() {
-			lctx, cancel := ctx, context.CancelFunc(func() {})
-			if timeout > 0 {
-				lctx, cancel = context.WithTimeout(ctx, timeout)
-			}
-			defer cancel()
-			leaseErr = s.inner.Lease(lctx, reqs, grants)
-		})
+		f = s.startFetch(ctx, timeout, asks, reqs, now)
 	}
 	var restErr error
 	if len(rest) > 0 {
@@ -369,7 +296,13 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 			s.mu.Unlock()
 		}
 	}
-	wg.Wait()
+	if f == nil {
+		return restErr
+	}
+	leaseErr := s.await(f, timeout)
+	if leaseErr != nil && f.abandoned {
+		return errors.Join(restErr, leaseErr) // the call keeps its units when it ends
+	}
 
 	s.mu.Lock()
 	for j, a := range asks {
@@ -378,7 +311,7 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 		if leaseErr != nil {
 			continue
 		}
-		g := grants[j]
+		g := f.grants[j]
 		e.remaining = g.Remaining
 		e.resetAt = now.Add(g.ResetAfter)
 		capa := capacity(checks[a.i].Limit)
@@ -455,148 +388,4 @@ func capacity(l store.Limit) int64 {
 		return l.Burst
 	}
 	return l.Requests
-}
-
-// Share hands part of this replica's unspent lease on key (of limit l) to
-// the data plane caller, which may admit that many requests of the key on
-// its own until valid has passed (nothing when less than minValid is
-// left): what this replica expects that caller to use before the lease
-// ends, its rate divided among the callers it served lately, up to all it
-// holds. The units leave this replica's lease at once, so that they are
-// spent once; they were debited in Redis when leased. It returns 0 when
-// there is nothing to share.
-func (s *Store) Share(key string, l store.Limit, minValid time.Duration, caller uint64) (n int64, valid time.Duration) {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.keys[key]
-	if e == nil || e.limit != l {
-		s.unshared[UnsharedNone].Add(1)
-		return 0, 0
-	}
-	// it asks, so it spends: counted whether or not it gets a share
-	callers := e.sharers(caller, now, 2*s.policy.Target)
-	switch {
-	case e.units == 0:
-		s.unshared[UnsharedNone].Add(1)
-		return 0, 0
-	case e.expiry.Sub(now) < minValid:
-		s.unshared[UnsharedValid].Add(1)
-		return 0, 0
-	}
-	s.shares.Add(1)
-	// What this caller is expected to use before the lease ends: the
-	// replica's rate (which counts the units it shared) over the callers
-	// it served in the last two targets (a caller served well calls once
-	// per lease). So a data plane that calls once per lease is covered
-	// until then, callers of one replica get their own parts, not each
-	// all of it, and a share nobody can spend in time, which would be lost
-	// to everyone, is not given.
-	valid = e.expiry.Sub(now)
-	n = min(e.units, max(1, int64(math.Ceil(e.rate.perSecond(now)*valid.Seconds()/float64(callers)))))
-	e.units -= n
-	e.rate.add(now, n)
-	s.shared.Add(n)
-	return n, valid
-}
-
-// Sweep gives back the unspent units of token_bucket and gcra leases that
-// went unused for Idle or would expire within soon (the caller's interval
-// between sweeps), counts what expired, and once a second forgets keys
-// unused for a while. It looks only at the leases held, not at every key.
-// It returns how many units went back.
-func (s *Store) Sweep(ctx context.Context, soon time.Duration) (int64, error) {
-	now := s.now()
-	var rets []redisstore.Returned
-	s.mu.Lock()
-	for key, e := range s.held {
-		if e.units > 0 && !now.Before(e.expiry) {
-			s.expired.Add(e.units)
-			e.units = 0
-		}
-		if e.units > 0 && redisstore.Returnable(e.limit.Algorithm) &&
-			(now.Sub(e.lastUse) >= s.idle || e.expiry.Sub(now) <= soon) {
-			rets = append(rets, redisstore.Returned{Key: key, Limit: e.limit, Units: e.units, End: e.end})
-			e.units = 0
-		}
-		if e.units == 0 {
-			delete(s.held, key)
-		}
-	}
-	if now.Sub(s.lastForget) >= time.Second {
-		s.lastForget = now
-		for key, e := range s.keys {
-			if e.units == 0 && !e.fetching && now.Sub(e.lastUse) > forget {
-				delete(s.keys, key)
-			}
-		}
-	}
-	s.mu.Unlock()
-	if len(rets) == 0 {
-		return 0, nil
-	}
-	n, err := s.inner.Return(ctx, rets)
-	var units int64
-	if n == len(rets) {
-		for _, r := range rets {
-			units += r.Units
-		}
-	}
-	s.returned.Add(units)
-	return units, err
-}
-
-// Run sweeps every interval until ctx ends.
-func (s *Store) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			sctx, cancel := context.WithTimeout(ctx, interval)
-			_, _ = s.Sweep(sctx, 2*interval)
-			cancel()
-		}
-	}
-}
-
-// Active reports whether a check of a leased limit has been seen.
-func (s *Store) Active() bool { return s.local.Load()+s.perRequest.Load() > 0 }
-
-// Stats are counts since the Store was made.
-type Stats struct {
-	Local       int64 // requests answered from a lease (no Redis call of their own)
-	PerRequest  int64 // checks passed to the Redis store
-	LeaseCalls  int64 // lease script round trips
-	Granted     int64 // units leased
-	Shared      int64 // units handed to data planes
-	Returned    int64 // units given back
-	Expired     int64 // units that expired unspent
-	Outstanding int64 // units held now
-	Shares      int64 // Share calls that gave units
-	// Unleased counts the checks of leased limits that went per request,
-	// by reason; Unshared the Share calls that gave nothing, by reason.
-	Unleased [numUnleased]int64
-	Unshared [numUnshared]int64
-}
-
-// Stats returns the counts.
-func (s *Store) Stats() Stats {
-	st := Stats{Local: s.local.Load(), PerRequest: s.perRequest.Load(), LeaseCalls: s.calls.Load(),
-		Granted: s.granted.Load(), Shared: s.shared.Load(), Returned: s.returned.Load(), Expired: s.expired.Load(),
-		Shares: s.shares.Load()}
-	for i := range st.Unleased {
-		st.Unleased[i] = s.unleased[i].Load()
-	}
-	for i := range st.Unshared {
-		st.Unshared[i] = s.unshared[i].Load()
-	}
-	s.mu.Lock()
-	for _, e := range s.held {
-		st.Outstanding += e.units
-	}
-	s.mu.Unlock()
-	return st
 }

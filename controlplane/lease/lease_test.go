@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -427,4 +429,101 @@ func TestFiltersExact(t *testing.T) {
 			}
 		})
 	}
+}
+
+// slowLeaser is a Redis store whose lease calls are answered late: each
+// debits its units in Redis at once, then holds the answer until release
+// is closed or the call's context ends (as a slow network would).
+type slowLeaser struct {
+	Leaser
+	started chan struct{} // closed by the first lease call
+	release chan struct{}
+	once    sync.Once
+	granted atomic.Int64
+}
+
+func (l *slowLeaser) Lease(ctx context.Context, reqs []redisstore.LeaseRequest, out []redisstore.Lease) error {
+	if err := l.Leaser.Lease(context.Background(), reqs, out); err != nil {
+		return err
+	}
+	for _, g := range out {
+		l.granted.Add(g.Granted)
+	}
+	l.once.Do(func() { close(l.started) })
+	select {
+	case <-l.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestLateLeaseKept: a lease call answered after its check's timeout is
+// not lost. The check gets a deadline error (the degrade wrapper then
+// answers it), and every unit Redis debited for the lease is kept and
+// spent by the next checks, without a call to Redis. Before, the call was
+// cancelled with its check and the units stayed debited, unspent, until
+// the window ended.
+func TestLateLeaseKept(t *testing.T) {
+	clk := &clock{}
+	start := int64(1_700_000_000_000_000)
+	clk.us.Store(start)
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	rs, err := redisstore.New(c, redisstore.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowLeaser{Leaser: rs, started: make(chan struct{}), release: make(chan struct{})}
+	r, err := New(slow, Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Hour, Lease: true}
+	check := []store.Check{{Key: "late", Limit: l, Cost: 1}}
+	res := make([]algorithms.Result, 1)
+	ctx := context.Background()
+	var lateErr error
+	for ms := int64(0); ; ms++ { // 1,000/s until a check asks for a lease
+		clk.us.Store(start + ms*1000)
+		err := r.DecideWithin(ctx, 50*time.Millisecond, check, res)
+		select {
+		case <-slow.started:
+			lateErr = err
+		default:
+			if err != nil {
+				t.Fatalf("check at %d ms, before any lease: %v", ms, err)
+			}
+			if ms > 1000 {
+				t.Fatal("no lease call in 1,000 checks")
+			}
+			continue
+		}
+		break
+	}
+	if !errors.Is(lateErr, context.DeadlineExceeded) {
+		t.Fatalf("the check whose lease is answered late: %v, want a deadline error", lateErr)
+	}
+	close(slow.release)
+	granted := slow.granted.Load()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Stats().Late == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // the late answer is being applied
+	}
+	st := r.Stats()
+	if granted < 2 || st.Late != granted || st.Outstanding != granted {
+		t.Fatalf("Redis debited %d units for the late lease; kept %d, held %d", granted, st.Late, st.Outstanding)
+	}
+	for range granted {
+		if err := r.Decide(ctx, check, res); err != nil || !res[0].Allowed {
+			t.Fatalf("%+v %v", res[0], err)
+		}
+	}
+	after := r.Stats()
+	if after.Local-st.Local != granted || after.PerRequest != st.PerRequest || after.LeaseCalls != st.LeaseCalls {
+		t.Fatalf("%d checks after the late lease: %d answered from it, %d per request, %d lease calls",
+			granted, after.Local-st.Local, after.PerRequest-st.PerRequest, after.LeaseCalls-st.LeaseCalls)
+	}
+	t.Logf("a lease of %d units answered after its check's 50 ms timeout: all kept and spent without a call", granted)
 }

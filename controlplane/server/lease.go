@@ -45,6 +45,8 @@ func (s *Server) buildLease(primary *redisstore.Store) (*lease.Store, error) {
 	stat("sluice_lease_returned_units_total", "Unspent token_bucket/gcra units given back to Redis.", func(st lease.Stats) int64 { return st.Returned })
 	stat("sluice_lease_expired_units_total", "Leased units that expired unspent (the under-admission leases caused).", func(st lease.Stats) int64 { return st.Expired })
 	stat("sluice_lease_shares_total", "Shares of a lease handed to filters (RLS quota).", func(st lease.Stats) int64 { return st.Shares })
+	stat("sluice_lease_late_units_total", "Units of lease calls answered after their check's deadline, kept for later checks.",
+		func(st lease.Stats) int64 { return st.Late })
 	for r := range lease.Unleased(len(lease.Stats{}.Unleased)) {
 		s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_lease_unleased_checks_total",
 			Help:        "Checks of leased limits decided per request in Redis, by why no lease answered them.",
