@@ -38,6 +38,7 @@ func TestSettleOverListener(t *testing.T) {
 			}
 			// per_user is 2 a minute: three sends of one settlement of 1
 			// leave 1; a fourth, new one leaves none (OVER_LIMIT).
+			clearOfMinuteEnd()
 			for i, want := range []struct {
 				token     string
 				code      rlsv3.RateLimitResponse_Code

@@ -71,6 +71,7 @@ func TestDecisionTLS(t *testing.T) {
 				}
 				srv := start(t, Config{GRPCServer: kind, Policies: policies(t), GRPCTLS: cfg})
 				c := rlsv3.NewRateLimitServiceClient(dialTLS(t, srv.GRPCAddr(), serverOnly))
+				clearOfMinuteEnd()
 				codes := []rlsv3.RateLimitResponse_Code{ask(t, c, "a").OverallCode, ask(t, c, "a").OverallCode, ask(t, c, "a").OverallCode}
 				if codes[0] != rlsv3.RateLimitResponse_OK || codes[2] != rlsv3.RateLimitResponse_OVER_LIMIT {
 					t.Errorf("codes over TLS = %v, want OK, OK, OVER_LIMIT", codes)
