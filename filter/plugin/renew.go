@@ -98,12 +98,12 @@ type recentKey struct {
 
 // renewer is a plugin instance's prefetch state.
 type renewer struct {
-	on      bool
-	keys    [maxRecent]recentKey
-	pending int // keys renewing
-	calls   map[uint32]*recentKey
-	rtt     int64 // the renewals' round trip, smoothed
-	defined bool
+	on                        bool
+	keys                      [maxRecent]recentKey
+	pending                   int // keys renewing
+	calls                     map[uint32]*recentKey
+	rtt                       int64 // the renewals' round trip, smoothed
+	defined                   bool
 	sentID, grantedID, lostID uint32
 }
 
