@@ -69,6 +69,7 @@ func TestLeaseAcrossWorkers(t *testing.T) {
 	var ok, limited atomic.Int64
 	var failed atomic.Value
 	var steadyQuota, steadyCalled int64
+	var steadyCalls leaseCalls
 	var perSecond string // from leases / by a call, each second
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -87,6 +88,7 @@ func TestLeaseAcrossWorkers(t *testing.T) {
 			if at.Equal(overAt) {
 				steadyQuota = s["wasmcustom.sluice.quota_allowed"] - base["wasmcustom.sluice.quota_allowed"]
 				steadyCalled = s["wasmcustom.sluice.allowed"] - base["wasmcustom.sluice.allowed"]
+				steadyCalls.add(func(n string) int64 { return s[n] }, base)
 			}
 		}
 	})
@@ -162,6 +164,10 @@ func TestLeaseAcrossWorkers(t *testing.T) {
 		"overall %d/%d; lease CAS retries %d, exhausted %d, lost %d, waited for a call %d; failed open %d",
 		concurrency, ok.Load(), limited.Load(), steadyQuota, steadyCalled, pct(steadyQuota, steadyCalled), quota, called,
 		stat("lease_cas_retries"), stat("lease_exhausted"), stat("lease_lost"), stat("lease_waited"), failOpen)
+	t.Logf("below the limit: %s", steadyCalls.line(steadyQuota+steadyCalled))
+	if p := pct(steadyQuota, steadyCalled); p < 50 {
+		t.Errorf("below the limit, only %.1f%% of the allowed requests were decided in the filter", p)
+	}
 	if quota == 0 {
 		t.Error("no request was admitted from a lease")
 	}

@@ -22,7 +22,8 @@
 //	  "precheck": {"enabled": true, "max_entries": 10000},
 //	  "headers": {"draft10": true, "legacy": false, "retry_after": true, "failure_mode": false, "delayed": false},
 //	  "max_held": 1000,
-//	  "shared_state": true
+//	  "shared_state": true,
+//	  "lease_prefetch": true
 //	}
 //
 // Each entry of rate_limits produces at most one descriptor, built from its
@@ -133,6 +134,11 @@ type Config struct {
 	// lease pools (package sharedblocks). Off, each VM keeps its own, as
 	// if it were alone: a benchmark's baseline.
 	SharedState bool
+	// LeasePrefetch renews the proxy's lease pools before they run out, and
+	// as soon as one ends, in calls no request waits on (package plugin,
+	// renew.go); off, a pool is renewed by the call of a request that
+	// found it empty.
+	LeasePrefetch bool
 }
 
 // RateLimit builds one descriptor from its actions.
@@ -203,6 +209,7 @@ func Parse(data []byte) (*Config, error) {
 		MaxHeld:       DefaultMaxHeld,
 		Settle:        defaultSettle,
 		SharedState:   true,
+		LeasePrefetch: true,
 	}
 	if err := c.decode(root); err != nil {
 		return nil, err
@@ -304,6 +311,11 @@ func (c *Config) decode(root value) error {
 	}
 	if v, ok := o.get("shared_state"); ok {
 		if c.SharedState, err = asBool(v, "shared_state"); err != nil {
+			return err
+		}
+	}
+	if v, ok := o.get("lease_prefetch"); ok {
+		if c.LeasePrefetch, err = asBool(v, "lease_prefetch"); err != nil {
 			return err
 		}
 	}

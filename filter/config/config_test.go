@@ -32,7 +32,8 @@ const full = `{
   "precheck": {"enabled": false, "max_entries": 50},
   "headers": {"draft10": false, "legacy": true, "retry_after": false, "failure_mode": true, "delayed": true},
   "max_held": 7,
-  "shared_state": false
+  "shared_state": false,
+  "lease_prefetch": false
 }`
 
 func TestParseFull(t *testing.T) {
@@ -80,7 +81,7 @@ func TestParseDefaults(t *testing.T) {
 	}
 	if c.Authority != "cp" || c.Transport != TransportHTTP || c.Timeout != int64(20*time.Millisecond) || c.FailureMode != FailOpen ||
 		c.StatusOnError != 500 || !c.Precheck.Enabled || c.Precheck.MaxEntries != DefaultMaxEntries ||
-		c.Headers != (Headers{Draft10: true, RetryAfter: true}) || !c.SharedState ||
+		c.Headers != (Headers{Draft10: true, RetryAfter: true}) || !c.SharedState || !c.LeasePrefetch ||
 		c.Settle != (Settle{BatchMax: 64, IntervalMs: 100, QueueMax: 4096, TimeoutMs: 1000}) {
 		t.Fatalf("defaults wrong: %+v", c)
 	}
@@ -228,7 +229,7 @@ func docWith(path string, bogus bool) string {
 	}
 	val := map[string]string{"enabled": "true", "max_entries": "5", "draft10": "true", "legacy": "true", "retry_after": "true",
 		"failure_mode": `"open"`, "delayed": "true", "hits_addend": "2", "skip_if_absent": "true", "timeout": `"5ms"`,
-		"status_on_error": "503", "max_held": "3", "shared_state": "false", "precheck": "true", "headers": "{}", "header_name": `"x-a"`}[leaf]
+		"status_on_error": "503", "max_held": "3", "shared_state": "false", "lease_prefetch": "false", "precheck": "true", "headers": "{}", "header_name": `"x-a"`}[leaf]
 	if strings.HasPrefix(path, "headers.") {
 		val = strings.Replace(val, `"open"`, "true", 1)
 	}

@@ -4,7 +4,7 @@ package config
 // ("is not a known field"). Fields lists them all for the reference
 // documentation's test (docs/filter.md).
 var (
-	topFields       = []string{"cluster", "authority", "transport", "domain", "timeout", "failure_mode", "status_on_error", "rate_limits", "precheck", "headers", "max_held", "settle", "shared_state"}
+	topFields       = []string{"cluster", "authority", "transport", "domain", "timeout", "failure_mode", "status_on_error", "rate_limits", "precheck", "headers", "max_held", "settle", "shared_state", "lease_prefetch"}
 	rateLimitFields = []string{"actions", "hits_addend", "usage"}
 	usageFields     = []string{"reserve", "source", "request_header", "missing", "on_disconnect"}
 	// usageSourceFields are the sources of usage.source, one of which is set.

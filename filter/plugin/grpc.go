@@ -18,6 +18,11 @@ func (vm *VM) OnGRPCReceive(rootID, callID uint32, size int) {
 	if p == nil {
 		return
 	}
+	if p.renew.owns(callID) {
+		defer vm.recoverRoot("proxy_on_grpc_receive (lease renewal)")
+		p.onRenewal(callID, p.readGRPCAnswer(size))
+		return
+	}
 	s := p.answered(callID)
 	if s == nil {
 		return
@@ -36,6 +41,12 @@ func (vm *VM) OnGRPCReceive(rootID, callID uint32, size int) {
 func (vm *VM) OnGRPCClose(rootID, callID, status uint32) {
 	p := vm.root(rootID)
 	if p == nil {
+		return
+	}
+	if p.renew.owns(callID) {
+		defer vm.recoverRoot("proxy_on_grpc_close (lease renewal)")
+		_, msg := p.host.GRPCStatus()
+		p.onRenewal(callID, "the control plane answered gRPC status "+strconv.FormatUint(uint64(status), 10)+": "+msg)
 		return
 	}
 	s := p.answered(callID)

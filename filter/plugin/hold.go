@@ -176,6 +176,11 @@ func (p *Plugin) schedule(now int64) {
 	if due, ok := p.settle.nextDue(); ok {
 		ms = min(ms, untilMs(due-now))
 	}
+	if p.cfg != nil {
+		if due, ok := p.renew.renewDue(p.cfg.Timeout); ok {
+			ms = min(ms, untilMs(due-now))
+		}
+	}
 	waits := p.waitsRemote()
 	if waits {
 		ms = waitTickMs // requests wait for another VM's call (wait.go)

@@ -98,6 +98,8 @@ type Plugin struct {
 	localMap []byte // p.local serialized
 	// quotas are the control plane's grants in advance (see quota.go).
 	quotas quotas
+	// renew renews the lease pools before they run out (renew.go).
+	renew renewer
 	// settle is the settlement queue of usage-based limits (settle.go),
 	// whose batch tokens come from tokens, the VM's.
 	settle settler
@@ -175,6 +177,7 @@ func (p *Plugin) configure(size int) bool {
 		*m.id = id
 	}
 	p.settle.configure(p, cfg, p.tokens)
+	p.renew.configure(cfg)
 	if cfg.HasUsage() {
 		p.metrics.usageMissing = p.defineCounter(MetricUsageMissing)
 		p.metrics.usageDisconnects = p.defineCounter(MetricUsageDisconnects)

@@ -43,6 +43,7 @@ type quotas struct {
 	pool    *sharedblocks.Leases
 	seen    bool
 	untils  []int64 // scratch: the expiry of each unit a request took
+	lefts   []int64 // scratch: the units left in each pool after the take
 	allowed uint32  // MetricQuotaAllowed's id
 	defined bool
 	// The ids of the lease metrics, and the pool's counts last reported.
@@ -70,13 +71,15 @@ func (p *Plugin) spendQuota(s *stream, now int64) bool {
 			return false // leases are requests of cost 1; usage-based limits use none
 		}
 	}
-	return p.takeQuota(s, len(descs), now)
+	return p.takeQuota(s, len(descs), now, true)
 }
 
-// takeQuota is spendQuota for the n descriptors of s, each of cost 1.
-func (p *Plugin) takeQuota(s *stream, n int, now int64) bool {
+// takeQuota is spendQuota for the n descriptors of s, each of cost 1;
+// fresh says that p.descs holds them (the request being decided), for
+// prefetch (noteTake).
+func (p *Plugin) takeQuota(s *stream, n int, now int64, fresh bool) bool {
 	q := &p.quotas
-	q.untils = q.untils[:0]
+	q.untils, q.lefts = q.untils[:0], q.lefts[:0]
 	for i := range n {
 		until, ok, err := q.pool.Take(s.key(i), now)
 		if err != nil {
@@ -91,10 +94,19 @@ func (p *Plugin) takeQuota(s *stream, n int, now int64) bool {
 			p.reportLeases()
 			return false
 		}
-		q.untils = append(q.untils, until)
+		q.untils, q.lefts = append(q.untils, until), append(q.lefts, q.pool.TookLeft)
 	}
 	p.countQuota()
 	p.reportLeases()
+	if p.renew.on {
+		for i := range n {
+			var one []descriptors.Descriptor
+			if fresh {
+				one = p.descs.Descriptors[i : i+1]
+			}
+			p.noteTake(s.key(i), one, q.lefts[i], q.untils[i], now)
+		}
+	}
 	return true
 }
 

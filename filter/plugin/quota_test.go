@@ -16,7 +16,15 @@ const wallBase = int64(1_800_000_000) * 1e9
 // one.
 func (h *fakeHost) WallNow() int64 { return wallBase + h.now }
 
+// quotaConfig has prefetch off: its tests pin how requests renew a pool
+// themselves (prefetchConfig, renew_test.go, has it on).
 const quotaConfig = `{
+  "cluster": "sluice_cp", "domain": "edge", "timeout": "25ms", "lease_prefetch": false,
+  "rate_limits": [{"actions": [{"remote_address": {}}]}]
+}`
+
+// prefetchConfig is quotaConfig with prefetch on (the default).
+const prefetchConfig = `{
   "cluster": "sluice_cp", "domain": "edge", "timeout": "25ms",
   "rate_limits": [{"actions": [{"remote_address": {}}]}]
 }`

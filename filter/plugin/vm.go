@@ -152,6 +152,12 @@ func (vm *VM) OnHTTPCallResponse(rootID, callID uint32, numHeaders, bodySize, nu
 		p.settle.onAnswer(p, callID, numHeaders, bodySize)
 		return
 	}
+	if p.renew.owns(callID) {
+		defer vm.recoverRoot("proxy_on_http_call_response (lease renewal)")
+		reason, _ := p.readAnswer(numHeaders, bodySize)
+		p.onRenewal(callID, reason)
+		return
+	}
 	s := p.answered(callID)
 	if s == nil {
 		return
@@ -194,6 +200,7 @@ func (vm *VM) OnTick(rootID uint32) {
 		p.called(s)
 		vm.release(s)
 	}
+	p.renewTick(now)
 	p.wakeStale(now)
 	p.releaseDue(now)
 	if p.shared != nil {

@@ -85,6 +85,7 @@ func (p *Plugin) waitForOther(s *stream, now int64) bool {
 	if !q.pool.TookRecent() {
 		return false // spendQuota's Take just read the slot: no lease of the key to wait for
 	}
+	p.renewEnded(s, now) // a renewal, if one can be made, is the call to wait for
 	wait, err := q.pool.Ask(s.key(0), now, now+p.cfg.Timeout)
 	if err != nil {
 		p.warn("sluice: cannot read a shared lease: " + err.Error())
@@ -202,7 +203,7 @@ func (p *Plugin) resumeWaiting(w *stream, now int64) {
 		p.warn("sluice: stream " + strconv.FormatUint(uint64(w.id), 10) + " is gone: " + err.Error())
 		return
 	}
-	if p.takeQuota(w, len(w.costs), now) {
+	if p.takeQuota(w, len(w.costs), now, false) {
 		if err := p.host.ResumeRequest(); err != nil {
 			p.warn("sluice: cannot resume the request: " + err.Error())
 		}

@@ -37,6 +37,10 @@ type Leases struct {
 	// tookRecent is what the last Take read: key's pool, live or ended
 	// within Recent (see TookRecent).
 	tookRecent bool
+	// TookLeft and TookUntil are the units left in key's pool after the
+	// last Take (after its unit, if it took one) and the pool's end, when
+	// the slot held a pool of key (tookRecent); for prefetch (Renew).
+	TookLeft, TookUntil int64
 }
 
 const (
@@ -144,6 +148,7 @@ func (l *Leases) Take(key []byte, now int64) (until int64, ok bool, err error) {
 	for range MaxAttempts {
 		p := l.read()
 		l.tookRecent = p.recent(now)
+		l.TookLeft, l.TookUntil = p.left, p.until
 		if !p.mine || !p.live(now) || p.cas == 0 {
 			return 0, false, nil
 		}
@@ -153,6 +158,7 @@ func (l *Leases) Take(key []byte, now int64) (until int64, ok bool, err error) {
 			return 0, false, err
 		}
 		if set {
+			l.TookLeft = p.left - 1
 			return p.until, true, nil
 		}
 		l.Retries++
@@ -265,6 +271,41 @@ func (l *Leases) Ask(key []byte, now, deadline int64) (bool, error) {
 		set, err := l.data.SetSharedData(bytesString(l.name), l.value, p.cas)
 		if err != nil || set {
 			return false, err
+		}
+		l.Retries++
+	}
+	return false, nil
+}
+
+// Renew records a renewal of key's pool (prefetch) as the call under way
+// until deadline, as Ask does for a request's call, and reports true: the
+// caller then sends it, and requests that find the pool without a unit wait
+// for it. Only for a pool of key that is live or ended within Recent (a key
+// the proxy receives leases for), that holds fewer than low units valid at
+// now (low 1: none), and for which no call is under way (asked until after
+// now): one renewal per key across the proxy's VMs at a time. Otherwise it
+// records nothing and reports false. A grant (Grant) ends the renewal; one
+// that brings none ends it with Answered.
+func (l *Leases) Renew(key []byte, now, deadline, low int64) (bool, error) {
+	if !l.slot(key) {
+		return false, nil
+	}
+	for range MaxAttempts {
+		p := l.read()
+		left := p.left
+		if now >= p.until {
+			left = 0
+		}
+		if !p.recent(now) || p.asking > now || left >= low || p.cas == 0 {
+			return false, nil
+		}
+		l.value = encodeLease(l.value[:0], p.left, p.until, deadline, l.key)
+		set, err := l.data.SetSharedData(bytesString(l.name), l.value, p.cas)
+		if err != nil {
+			return false, err
+		}
+		if set {
+			return true, nil
 		}
 		l.Retries++
 	}

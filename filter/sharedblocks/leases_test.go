@@ -273,3 +273,46 @@ func TestAsk(t *testing.T) {
 		t.Fatal("a pool ended long ago still counts")
 	}
 }
+
+// TestLeaseRenewOneAtATime: a renewal is recorded only for a pool of the
+// key, live or recent, with fewer units than asked, and only when no call
+// for the key is under way; a grant or Answered ends it. Take reports the
+// units left and the pool's end.
+func TestLeaseRenewOneAtATime(t *testing.T) {
+	d := newMemData()
+	a, b := NewLeases(d, "edge", 64), NewLeases(d, "edge", 64)
+	key := []byte("\x07api_key\x02k1")
+	if ok, _ := a.Renew(key, 0, 100*ms, 1); ok {
+		t.Fatal("a renewal of a key with no pool")
+	}
+	a.Grant(key, 3, 500*ms, 100*ms)
+	if _, ok, _ := b.Take(key, 100*ms); !ok || b.TookLeft != 2 || b.TookUntil != 500*ms {
+		t.Fatalf("take: %v, left %d until %d", ok, b.TookLeft, b.TookUntil)
+	}
+	if ok, _ := a.Renew(key, 100*ms, 200*ms, 2); ok {
+		t.Fatal("a renewal of a pool holding as many units as asked")
+	}
+	if ok, _ := a.Renew(key, 100*ms, 200*ms, 3); !ok {
+		t.Fatal("no renewal of a pool holding fewer units than asked")
+	}
+	if ok, _ := b.Renew(key, 110*ms, 210*ms, 3); ok || !b.Asking(key, 110*ms) {
+		t.Fatal("two renewals at once")
+	}
+	if ok, _ := b.Renew(key, 200*ms, 300*ms, 3); !ok {
+		t.Fatal("a renewal past the other's deadline was refused")
+	}
+	a.Grant(key, 2, 500*ms, 210*ms) // ends b's renewal
+	if b.Asking(key, 210*ms) {
+		t.Fatal("a grant did not end the renewal")
+	}
+	if ok, _ := a.Renew(key, 600*ms, 700*ms, 1); !ok { // ended, still recent
+		t.Fatal("no renewal of a pool that just ended")
+	}
+	a.Answered(key)
+	if b.Asking(key, 600*ms) {
+		t.Fatal("Answered did not end the renewal")
+	}
+	if ok, _ := a.Renew(key, 500*ms+Recent, 2*Recent, 1); ok {
+		t.Fatal("a renewal of a pool long gone")
+	}
+}
