@@ -29,12 +29,18 @@ import (
 // A renewal is the RateLimitRequest the key's requests send (the domain,
 // that one descriptor, the caller in rlsproto.QuotaField), of cost 1: the
 // control plane grants a share only to a call of cost 1 (a probe of cost 0
-// leases nothing), so an OK answer debited one unit, which goes into the
-// pool with the share (quota.requests units in all, until its
-// valid_until). An OK answer without a quota debited a unit it cannot say
-// the window of: it admits a request of the VM that waits for the pool, or
-// is lost (sluice.lease_renewal_lost). An OVER_LIMIT answer debited
-// nothing and teaches the precheck, as any answer does.
+// leases nothing), so an OK answer debited one unit. For a window limit
+// (fixed_window, sliding_window, as the answer's metadata says) that unit
+// goes into the pool with the share (quota.requests units in all, until
+// its valid_until, which is within the window the unit was debited in).
+// For any other algorithm the control plane may have debited it on its
+// per-request path, outside a lease: a token_bucket or gcra unit debited
+// now and spent later would let the bucket refill meanwhile, one unit more
+// than the algorithm admits. So that unit, and the unit of an OK answer
+// without a quota, admits a request of the VM that waits for the pool now,
+// as that request's own call would have, or is lost
+// (sluice.lease_renewal_lost): it only admits less. An OVER_LIMIT answer
+// debited nothing and teaches the precheck, as any answer does.
 //
 // Across the proxy's VMs, one renewal (or request's call) per key is under
 // way at a time: the pool's slot records it (sharedblocks.Leases.Renew,
@@ -342,7 +348,8 @@ func (p *Plugin) grantRenewal(e *recentKey, now int64) bool {
 		return false // refused: nothing was debited
 	}
 	q := &p.quotas
-	if qt := &st.Quota; qt.Requests >= 1 && qt.ValidUntil != 0 {
+	own := !windowed(resp) // the unit this call debited may not wait in the pool
+	if qt := &st.Quota; qt.Requests >= 1 && qt.ValidUntil != 0 && (!own || qt.Requests >= 2) {
 		if valid := qt.ValidUntil - p.wallNow(); valid > 0 {
 			if !q.seen {
 				q.seen = true
@@ -350,8 +357,14 @@ func (p *Plugin) grantRenewal(e *recentKey, now int64) bool {
 					p.warn("sluice: cannot tell the other VMs about leases: " + err.Error())
 				}
 			}
-			// every unit, the one the call debited too, until valid_until
-			ok, err := q.pool.Grant(e.s.key(0), int64(qt.Requests), now+valid, now)
+			// every unit until valid_until; for a window, the one the
+			// call debited too
+			units := int64(qt.Requests)
+			if own {
+				units--
+				p.spendOwn(e.s.keys)
+			}
+			ok, err := q.pool.Grant(e.s.key(0), units, now+valid, now)
 			if err != nil {
 				p.warn("sluice: cannot share a lease with the other VMs: " + err.Error())
 			}
@@ -366,10 +379,27 @@ func (p *Plugin) grantRenewal(e *recentKey, now int64) bool {
 	}
 	// Admitted without a quota: the unit it debited admits a request
 	// waiting for the pool now, as that request's own call would have.
-	if !p.admitWaiter(e.s.keys) {
+	p.spendOwn(e.s.keys)
+	return false
+}
+
+// spendOwn spends the unit a renewal of key debited now: it admits a
+// request of the VM that waits for the pool, or is lost (counted).
+func (p *Plugin) spendOwn(key []byte) {
+	if !p.admitWaiter(key) {
 		p.count(p.renew.lostID)
 	}
-	return false
+}
+
+// windowed reports whether the answer's one limit is a window
+// (fixed_window, sliding_window): a unit it debited may be spent until the
+// quota's valid_until, which ends with the window.
+func windowed(resp *rlsproto.Response) bool {
+	if !resp.HasLimits || len(resp.Limits) != 1 {
+		return false
+	}
+	a := resp.Limits[0].Algorithm
+	return a == rlsproto.AlgorithmFixedWindow || a == rlsproto.AlgorithmSlidingWindow
 }
 
 // admitWaiter admits the first request of the VM that waits for the pool

@@ -1,12 +1,14 @@
 package plugin
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/filter/rlsproto"
 )
@@ -75,6 +77,20 @@ func checkRenewalFrame(t *testing.T, body []byte) {
 	}
 }
 
+// renewalAnswer is quotaAnswer for a limit of algorithm alg, as the
+// control plane's metadata says.
+func renewalAnswer(t testing.TB, h *fakeHost, n uint32, valid time.Duration, alg string) *fakeAnswer {
+	return grpcOK(t, &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+			Code: rlsv3.RateLimitResponse_OK,
+			Quota: &rlsv3.RateLimitResponse_Quota{Requests: n, ExpirationSpecifier: &rlsv3.RateLimitResponse_Quota_ValidUntil{
+				ValidUntil: timestamppb.New(time.Unix(0, h.WallNow()+int64(valid)))}},
+		}},
+		DynamicMetadata: metadata(t, map[string]any{"algorithm": alg, "limit": 100, "window_ms": 1000, "burst": 100}),
+	})
+}
+
 // TestPrefetchOneRenewalAcrossVMs: the request that takes the last unit of
 // the proxy's pool is admitted at once and sends one renewal, the only one
 // of the two VMs; requests of either VM that then find the pool empty wait
@@ -99,7 +115,7 @@ func TestPrefetchOneRenewalAcrossVMs(t *testing.T) {
 		t.Fatalf("requests on the empty pool: actions %d %d, %d calls, %d waited", a1, a0, totalCalls(vms)-before, counter(vms, MetricLeaseWaited))
 	}
 	quota := counter(vms, MetricQuotaAllowed)
-	vms[1].deliver(quotaAnswer(t, vms[1].host, 3, time.Second))
+	vms[1].deliver(renewalAnswer(t, vms[1].host, 3, time.Second, rlsproto.AlgorithmFixedWindow))
 	if vms[1].host.resumed[local] != 1 {
 		t.Fatal("the renewal's VM did not admit its waiting request")
 	}
@@ -212,7 +228,7 @@ func TestPrefetchAtTheEnd(t *testing.T) {
 	if got := totalCalls(vms) - before; got != 1 || len(idle.host.calls) != 1 {
 		t.Fatalf("%d renewals at the end (%d of the VM that never spent from the pool)", got, len(idle.host.calls))
 	}
-	idle.deliver(quotaAnswer(t, idle.host, 5, 100*time.Millisecond))
+	idle.deliver(renewalAnswer(t, idle.host, 5, 100*time.Millisecond, rlsproto.AlgorithmFixedWindow))
 	if idle.host.resumed[w] != 1 {
 		t.Fatal("the waiting request was not admitted from the renewal's grant")
 	}
@@ -222,7 +238,7 @@ func TestPrefetchAtTheEnd(t *testing.T) {
 	if got := totalCalls(vms) - before; got != 2 || len(idle.host.calls) != 2 {
 		t.Fatalf("%d renewals after the second pool ended", got)
 	}
-	idle.deliver(quotaAnswer(t, idle.host, 5, 100*time.Millisecond))
+	idle.deliver(renewalAnswer(t, idle.host, 5, 100*time.Millisecond, rlsproto.AlgorithmFixedWindow))
 	// nobody spends from the third: no renewal when it ends, nor later
 	advance(vms, 100*time.Millisecond+time.Duration(renewGap))
 	tick(vms)
@@ -230,5 +246,65 @@ func TestPrefetchAtTheEnd(t *testing.T) {
 	tick(vms)
 	if got := totalCalls(vms) - before; got != 2 {
 		t.Fatalf("%d renewals: an idle key was renewed", got)
+	}
+}
+
+// TestPrefetchOwnUnitOfABucket: the unit a renewal debited goes into the
+// pool with its share only for a window limit. For a token_bucket or gcra
+// limit (or one the answer does not name) it admits a request waiting now,
+// or is lost: held for later, it would let the bucket refill meanwhile and
+// admit one more than the algorithm does.
+func TestPrefetchOwnUnitOfABucket(t *testing.T) {
+	for _, c := range []struct {
+		alg     string
+		waiting bool
+		pool    int   // units the next requests take from the pool
+		lost    int64 // units counted lost
+	}{
+		{rlsproto.AlgorithmFixedWindow, false, 4, 0},
+		{rlsproto.AlgorithmSlidingWindow, false, 4, 0},
+		{rlsproto.AlgorithmTokenBucket, false, 3, 1},
+		{rlsproto.AlgorithmGCRA, false, 3, 1},
+		{"", false, 3, 1},
+		{rlsproto.AlgorithmTokenBucket, true, 3, 0},
+	} {
+		t.Run(fmt.Sprintf("%s/waiting=%v", c.alg, c.waiting), func(t *testing.T) {
+			vms := prefetchVMs(t, 1, 2, time.Second) // 1 unit in the pool
+			b := vms[0]
+			if _, a := b.request(prefetchReq, "10.0.0.1:1"); a != ActionContinue || len(b.host.calls) != 2 {
+				t.Fatalf("the last unit: action %d, %d calls", a, len(b.host.calls))
+			}
+			var waiter uint32
+			if c.waiting {
+				waiter, _ = b.request(prefetchReq, "10.0.0.1:1")
+			}
+			var ans *fakeAnswer
+			if c.alg == "" {
+				ans = quotaAnswer(t, b.host, 4, time.Second)
+			} else {
+				ans = renewalAnswer(t, b.host, 4, time.Second, c.alg)
+			}
+			b.deliver(ans)
+			if c.waiting && b.host.resumed[waiter] != 1 {
+				t.Fatal("the waiting request was not admitted")
+			}
+			quota := b.host.counters[MetricQuotaAllowed]
+			calls := len(b.host.calls)
+			for i := range c.pool {
+				if _, a := b.request(prefetchReq, "10.0.0.1:1"); a != ActionContinue {
+					t.Fatalf("unit %d of the renewal: action %d", i, a)
+				}
+			}
+			if got := b.host.counters[MetricQuotaAllowed] - quota; got != int64(c.pool) {
+				t.Fatalf("%d admitted from the pool, want %d", got, c.pool)
+			}
+			// the pool is spent: the next request waits for a renewal or calls
+			if _, a := b.request(prefetchReq, "10.0.0.1:1"); a != ActionPause {
+				t.Fatalf("past the pool (%d calls before, %d after): action %d", calls, len(b.host.calls), a)
+			}
+			if got := b.host.counters[MetricLeaseRenewalLost]; got != c.lost {
+				t.Fatalf("%d units lost, want %d", got, c.lost)
+			}
+		})
 	}
 }
