@@ -84,15 +84,23 @@ func runTests(m *testing.M) int {
 // plugin returns the Envoys' usual plugin configuration: one descriptor,
 // api_key from the x-api-key header, and a timeout well above the control
 // planes' Redis deadline.
+//
+// SLUICE_LEASE_PREFETCH=false turns the filter's lease prefetch off, to
+// compare the lease tests' figures with and without it.
 func plugin() stack.PluginConfig {
+	var prefetch *bool
+	if os.Getenv("SLUICE_LEASE_PREFETCH") == "false" {
+		prefetch = new(bool)
+	}
 	return stack.PluginConfig{
-		Cluster:     stack.DefaultCluster,
-		Domain:      domain,
-		Timeout:     "1s",
-		FailureMode: "open",
-		RateLimits:  []stack.RateLimit{{Actions: []stack.Action{stack.RequestHeader(keyHeader, "api_key")}}},
-		Precheck:    &stack.Precheck{Enabled: true},
-		Headers:     &stack.Headers{Draft10: true, RetryAfter: true},
+		LeasePrefetch: prefetch,
+		Cluster:       stack.DefaultCluster,
+		Domain:        domain,
+		Timeout:       "1s",
+		FailureMode:   "open",
+		RateLimits:    []stack.RateLimit{{Actions: []stack.Action{stack.RequestHeader(keyHeader, "api_key")}}},
+		Precheck:      &stack.Precheck{Enabled: true},
+		Headers:       &stack.Headers{Draft10: true, RetryAfter: true},
 	}
 }
 

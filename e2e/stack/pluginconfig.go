@@ -21,6 +21,7 @@ type PluginConfig struct {
 	Precheck      *Precheck   `json:"precheck,omitempty"`        // local precheck
 	Headers       *Headers    `json:"headers,omitempty"`         // rate limit headers to emit
 	Settle        *Settle     `json:"settle,omitempty"`          // how usage settlements are sent
+	LeasePrefetch *bool       `json:"lease_prefetch,omitempty"`  // renew lease pools off the request path (nil: the filter's default, on)
 }
 
 // RateLimit builds one descriptor from its actions.
