@@ -159,7 +159,7 @@ func TestGRPCCalloutHostCalls(t *testing.T) {
 	run(2, "warm")
 	want := map[string]int{
 		"env.proxy_get_header_map_value":        1, // x-user
-		"wasi_snapshot_preview1.clock_time_get": 2, // the request, the answer
+		"wasi_snapshot_preview1.clock_time_get": 1, // the request; an admission's charge waits for the next
 		"env.proxy_get_shared_data":             1, // another VM's block for x-user?
 		"env.proxy_grpc_call":                   1,
 		"env.proxy_set_effective_context":       1,

@@ -165,7 +165,9 @@ func TestSharedDataBoundedUnderChurn(t *testing.T) {
 // and when it denies it: what sharing costs on the path that calls out.
 // The one proxy_get_shared_data before the call is the read of another
 // VM's block; a denial that blocks is published with one read and one
-// compare-and-swap write.
+// compare-and-swap write. An admission reads the clock once, at the
+// request: the precheck's charge of it waits for the next time read
+// (precheck.Table.RecordAdmitted); a denial reads it at the answer too.
 func TestCalloutHostCalls(t *testing.T) {
 	var c hostCounter
 	h := newWasmHostShared(t, c.context(), filterWasmDev, sharedConfig, newHostShared())
@@ -179,7 +181,7 @@ func TestCalloutHostCalls(t *testing.T) {
 	run(2, "warm", admitted)
 	common := map[string]int{
 		"env.proxy_get_header_map_value":        2, // x-user; the answer's grpc-status (trailer)
-		"wasi_snapshot_preview1.clock_time_get": 2, // the request, the answer
+		"wasi_snapshot_preview1.clock_time_get": 1, // the request (and a denial's answer)
 		"env.proxy_get_shared_data":             1, // another VM's block for x-user?
 		"env.proxy_http_call":                   1,
 		"env.proxy_set_effective_context":       1,
@@ -194,7 +196,8 @@ func TestCalloutHostCalls(t *testing.T) {
 	}
 	wantDenied := maps.Clone(common)
 	wantDenied["env.proxy_send_local_response"] = 1
-	wantDenied["env.proxy_get_shared_data"]++ // the slot, before the write
+	wantDenied["wasi_snapshot_preview1.clock_time_get"]++ // a block's end, from the answer's arrival
+	wantDenied["env.proxy_get_shared_data"]++             // the slot, before the write
 	wantDenied["env.proxy_set_shared_data"] = 1
 	if got := run(4, "u2", hourDenial(t)); !maps.Equal(got, wantDenied) {
 		t.Errorf("host calls of a denied request: %v, want %v; logs %q", got, wantDenied, h.logs)
