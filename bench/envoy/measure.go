@@ -290,6 +290,12 @@ func checkAdds(ctx context.Context, url, header string) error {
 // (2 - 1), and its requests/s at least setup 6's; with the callout floors
 // (2h, 2g: an empty Go filter making the same call) beside them.
 func summarizeCallout(get func(string) (result, bool)) {
+	if seven, ok := get("7/spread"); ok {
+		if base, ok := get("7b/spread"); ok {
+			fmt.Printf("setup 7 against 7b (-base-wasm), spread: Envoy CPU %.2f against %.2f us per request (%+.2f), %.2fx req/s\n",
+				seven.envoyUS, base.envoyUS, seven.envoyUS-base.envoyUS, seven.rps/base.rps)
+		}
+	}
 	one, ok1 := get("1/spread")
 	two, ok2 := get("2/spread")
 	if !ok1 || !ok2 {

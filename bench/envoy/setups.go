@@ -90,6 +90,8 @@ var setups = map[string]setup{
 		native: true, rls: rlsFloor, filter: nativeFilter},
 	"7": {id: "7", name: "Envoy, sluice filter, sluice-controlplane, Redis", rls: rlsSluice,
 		filter: sluiceFilter, adds: "ratelimit"},
+	"7b": {id: "7b", name: "setup 7 with the filter.wasm of -base-wasm (another revision's build): an A/B of two builds in one run",
+		rls: rlsSluice, adds: "ratelimit", filter: func(b *built) []stack.M { return sluiceFilterAt(b.baseWasm, "") }},
 	"7g": {id: "7g", name: "Envoy, sluice filter calling over proxy_grpc_call (transport grpc), sluice-controlplane, Redis",
 		rls: rlsSluice, filter: sluiceFilterGRPC},
 	"7L": {id: "7L", name: "Envoy, sluice filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
@@ -136,6 +138,11 @@ func sluiceFilter(b *built) []stack.M { return sluiceFilterWith(b, "") }
 
 // sluiceFilterWith is sluiceFilter with a transport ("": the default).
 func sluiceFilterWith(b *built, transport string) []stack.M {
+	return sluiceFilterAt(b.filterWasm, transport)
+}
+
+// sluiceFilterAt is sluiceFilterWith running the module at wasm.
+func sluiceFilterAt(wasm, transport string) []stack.M {
 	cfg := map[string]any{
 		"cluster": rlsCluster, "domain": domain, "timeout": "100ms", "failure_mode": "open",
 		"rate_limits": []any{map[string]any{"actions": []any{map[string]any{
@@ -147,7 +154,7 @@ func sluiceFilterWith(b *built, transport string) []stack.M {
 		cfg["transport"] = transport
 	}
 	plugin, _ := json.Marshal(cfg)
-	return []stack.M{wasmFilter(b.filterWasm, plugin)}
+	return []stack.M{wasmFilter(wasm, plugin)}
 }
 
 // sluiceFilterGRPC is sluiceFilter with transport "grpc".
