@@ -204,7 +204,8 @@ bench-rls: redis-server h2load
 ## local_ratelimit, and Envoy's ratelimit filter with envoyproxy/ratelimit or sluice (bench/envoy).
 ## ARGS="-runs 3 -duration 10s -concurrency 2 -setups 1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g,7L,u,u1 -loads spread,flood,steady".
 ## 2h/2g are the callout floors (an empty Go filter making sluice's RLS call over proxy_http_call /
-## proxy_grpc_call), 7g is setup 7 with transport "grpc"; 2hr/2gr read the answer too.
+## proxy_grpc_call), 7g is setup 7 with transport "grpc"; 2hr/2gr read the answer too; 6h is setup 6 adding
+## Envoy's X-RateLimit headers; 7b is setup 7 on the module given by -base-wasm (an A/B of two builds).
 ## Then the worker sweep: envoy/envoy.yaml at -sweep 1,2,4,8 workers, shared state against
 ## shared_state false, -sweep-loads flood,spread (-sweep "" skips it; docs/performance.md).
 bench-envoy: redis-server envoy wrk

@@ -35,11 +35,23 @@ func hourDenial(tb testing.TB) *hostAnswer {
 type hostCounter struct {
 	counts   map[string]int
 	counting bool
+	// now is the monotonic clock of the hosts made with context or clock
+	// (clockKey): it stands still unless the test moves it.
+	now int64
+}
+
+// clock returns a context giving a host c's clock, for the VMs whose host
+// calls c does not count.
+func (c *hostCounter) clock() context.Context {
+	if c.now == 0 {
+		c.now = 1000e9
+	}
+	return context.WithValue(context.Background(), clockKey{}, &c.now)
 }
 
 func (c *hostCounter) context() context.Context {
 	c.counts = map[string]int{}
-	return experimental.WithFunctionListenerFactory(context.Background(),
+	return experimental.WithFunctionListenerFactory(c.clock(),
 		experimental.FunctionListenerFactoryFunc(func(def api.FunctionDefinition) experimental.FunctionListener {
 			if def.GoFunction() == nil {
 				return nil
@@ -91,7 +103,7 @@ func TestSharedBlockAcrossVMs(t *testing.T) {
 	first := map[string]int{
 		"env.proxy_get_header_map_value":        1, // x-user
 		"wasi_snapshot_preview1.clock_time_get": 1,
-		"env.proxy_get_shared_data":             1,
+		"env.proxy_get_shared_data":             2, // the live mark (A's block is live), the slot
 		"env.proxy_increment_metric":            2, // sluice.precheck_rejected, sluice.precheck_shared
 		"env.proxy_send_local_response":         1,
 	}
@@ -116,7 +128,7 @@ func TestSharedBlockAcrossVMs(t *testing.T) {
 
 	// A trapped VM's replacement: A's module is gone, a new one starts.
 	a.runtime.Close(a.ctx)
-	r := newWasmHostShared(t, context.Background(), filterWasm, sharedConfig, shared)
+	r := newWasmHostShared(t, c.clock(), filterWasm, sharedConfig, shared)
 	if !r.configure() {
 		t.Fatalf("configuration refused: %v", r.logs)
 	}
@@ -163,9 +175,13 @@ func TestSharedDataBoundedUnderChurn(t *testing.T) {
 // TestCalloutHostCalls counts the host calls of a request the filter sends
 // to the control plane, over its whole stream, when the answer admits it
 // and when it denies it: what sharing costs on the path that calls out.
-// The one proxy_get_shared_data before the call is the read of another
-// VM's block; a denial that blocks is published with one read and one
-// compare-and-swap write.
+// With no block live in the proxy, no slot is read before the call: the
+// VM read the proxy's live mark less than sharedblocks.LiveRefresh ago
+// (then it reads the mark again, one proxy_get_shared_data); a denial that
+// blocks is published with one read and one compare-and-swap write of its
+// slot, and of the live mark. An admission reads the clock once, at the
+// request: the precheck's charge of it waits for the next time read
+// (precheck.Table.RecordAdmitted); a denial reads it at the answer too.
 func TestCalloutHostCalls(t *testing.T) {
 	var c hostCounter
 	h := newWasmHostShared(t, c.context(), filterWasmDev, sharedConfig, newHostShared())
@@ -179,8 +195,7 @@ func TestCalloutHostCalls(t *testing.T) {
 	run(2, "warm", admitted)
 	common := map[string]int{
 		"env.proxy_get_header_map_value":        2, // x-user; the answer's grpc-status (trailer)
-		"wasi_snapshot_preview1.clock_time_get": 2, // the request, the answer
-		"env.proxy_get_shared_data":             1, // another VM's block for x-user?
+		"wasi_snapshot_preview1.clock_time_get": 1, // the request (and a denial's answer)
 		"env.proxy_http_call":                   1,
 		"env.proxy_set_effective_context":       1,
 		"env.proxy_get_buffer_bytes":            1, // the answer's body
@@ -192,10 +207,17 @@ func TestCalloutHostCalls(t *testing.T) {
 	if got := run(3, "u1", admitted); !maps.Equal(got, wantOK) {
 		t.Errorf("host calls of an admitted request: %v, want %v", got, wantOK)
 	}
+	c.now += sharedblocks.LiveRefresh
+	wantRefresh := maps.Clone(wantOK)
+	wantRefresh["env.proxy_get_shared_data"] = 1 // the live mark, read again: no block is live
+	if got := run(5, "u3", admitted); !maps.Equal(got, wantRefresh) {
+		t.Errorf("host calls of an admitted request LiveRefresh later: %v, want %v", got, wantRefresh)
+	}
 	wantDenied := maps.Clone(common)
 	wantDenied["env.proxy_send_local_response"] = 1
-	wantDenied["env.proxy_get_shared_data"]++ // the slot, before the write
-	wantDenied["env.proxy_set_shared_data"] = 1
+	wantDenied["wasi_snapshot_preview1.clock_time_get"]++ // a block's end, from the answer's arrival
+	wantDenied["env.proxy_get_shared_data"] = 2           // the slot and the live mark, before their writes
+	wantDenied["env.proxy_set_shared_data"] = 2
 	if got := run(4, "u2", hourDenial(t)); !maps.Equal(got, wantDenied) {
 		t.Errorf("host calls of a denied request: %v, want %v; logs %q", got, wantDenied, h.logs)
 	}
@@ -225,7 +247,7 @@ func hostAdmittedOne(tb testing.TB) *hostAnswer {
 // in c.
 func twoVMs(t *testing.T, shared *hostShared, c *hostCounter) (a, b *wasmHost) {
 	t.Helper()
-	a = newWasmHostShared(t, context.Background(), filterWasmDev, sharedConfig, shared)
+	a = newWasmHostShared(t, c.clock(), filterWasmDev, sharedConfig, shared)
 	b = newWasmHostShared(t, c.context(), filterWasmDev, sharedConfig, shared)
 	for _, h := range []*wasmHost{a, b} {
 		if !h.configure() {

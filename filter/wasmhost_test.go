@@ -78,6 +78,13 @@ func newWasmHostIn(tb testing.TB, ctx context.Context, wasm []byte, config strin
 	return newWasmHostShared(tb, ctx, wasm, config, newHostShared())
 }
 
+// clockKey is the context key of a test's monotonic clock (*int64, ns):
+// a host made with a context carrying one gives the guest that clock, not
+// the system's, so that what depends on the time that passes (the refresh
+// of the shared blocks' live mark, sharedblocks.LiveRefresh) is the same
+// in every run.
+type clockKey struct{}
+
 // newWasmHostShared is newWasmHostIn for a VM of a proxy whose shared data
 // is shared: the hosts of one test given the same one are the VMs of one
 // Envoy.
@@ -193,6 +200,9 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 		tb.Fatal(err)
 	}
 	cfg := wazero.NewModuleConfig().WithSysNanotime().WithSysWalltime().WithStartFunctions("_initialize")
+	if now, ok := ctx.Value(clockKey{}).(*int64); ok {
+		cfg = cfg.WithNanotime(func() int64 { return *now }, 1)
+	}
 	mod, err := h.runtime.InstantiateWithConfig(h.ctx, wasm, cfg)
 	if err != nil {
 		tb.Fatal(err)

@@ -19,6 +19,7 @@
 // settlement (u1); against setup 7 they give what settlements cost.
 //
 //	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g,u,u1]
+//	            [-base-wasm filter.wasm (setup 7b)]
 //	            [-sweep 1,2,4,8] [-sweep-loads flood,spread] [-flood-rate 500] [-flood-duration 5s] [-flood-conns 32]
 //
 // Then the worker sweep (sweep.go): the shipped envoy/envoy.yaml at each
@@ -59,6 +60,7 @@ func main() {
 	flag.IntVar(&cfg.floodRate, "flood-rate", 500, "worker sweep: requests per second of the flood (its key's limit is 50/s)")
 	flag.DurationVar(&cfg.floodDuration, "flood-duration", 5*time.Second, "worker sweep: length of one flood")
 	flag.IntVar(&cfg.floodConns, "flood-conns", 32, "worker sweep: keep-alive connections of the flood")
+	flag.StringVar(&cfg.baseWasm, "base-wasm", "", "filter.wasm of setup 7b: setup 7 with this build (of another revision), for an A/B in one run")
 	flag.StringVar(&cfg.sweepLoads, "sweep-loads", "flood,spread", "worker sweep: loads (flood: one key at 10x its limit; spread: 10,000 keys under no limit)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -75,6 +77,7 @@ type config struct {
 	concurrency, connections int
 	setups, loads            string
 	keep, memory             bool
+	baseWasm                 string // setup 7b's filter.wasm
 	// The worker sweep (sweep.go).
 	sweep, sweepLoads     string
 	floodRate, floodConns int
@@ -106,6 +109,9 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("no setup %q", id)
 		}
 		peer = peer || s.rls == rlsPeer
+		if s.id == "7b" && cfg.baseWasm == "" {
+			return fmt.Errorf("setup 7b needs -base-wasm")
+		}
 		if s.load != "" {
 			cases = append(cases, benchCase{setup: s, load: s.load})
 			continue
@@ -118,6 +124,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	b.baseWasm = cfg.baseWasm
 	redis, err := stack.StartRedis(ctx, dir)
 	if err != nil {
 		return err
@@ -179,6 +186,7 @@ func numCPU() int {
 // built is what a run needs: programs, and the shared Redis.
 type built struct {
 	controlPlane, peer, floor, filterWasm, emptyWasm string
+	baseWasm                                         string // setup 7b's (-base-wasm)
 	envoy, envoyVersion                              string
 	redis                                            *stack.Redis
 }

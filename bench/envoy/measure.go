@@ -6,6 +6,8 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +83,9 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 	}
 	defer e.Stop()
 	url := e.URL("ingress") + "/"
+	if err := checkAdds(ctx, url, c.setup.adds); err != nil {
+		return result{}, fmt.Errorf("setup %s: %w", c.setup.id, err)
+	}
 	if _, err := b.wrk(ctx, dir, url, c.load, cfg.connections, cfg.warmup); err != nil {
 		return result{}, fmt.Errorf("warm-up: %w", err)
 	}
@@ -255,23 +260,65 @@ func summarize(m map[string]result, workers int) {
 	}
 }
 
+// checkAdds sends one request under a key below its limit and fails unless
+// its response is a 200 carrying header (none when header is "").
+func checkAdds(ctx context.Context, url, header string) error {
+	if header == "" {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(userHeader, "check-headers")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(header) == "" {
+		return fmt.Errorf("an admitted request's response: status %d, no %s header (headers %v)", resp.StatusCode, header, resp.Header)
+	}
+	return nil
+}
+
 // summarizeCallout prints the callout goal of the spread load: setup 7's
 // Envoy CPU per request at most setup 6's plus what an empty Go filter adds
 // (2 - 1), and its requests/s at least setup 6's; with the callout floors
 // (2h, 2g: an empty Go filter making the same call) beside them.
 func summarizeCallout(get func(string) (result, bool)) {
+	if seven, ok := get("7/spread"); ok {
+		if base, ok := get("7b/spread"); ok {
+			fmt.Printf("setup 7 against 7b (-base-wasm), spread: Envoy CPU %.2f against %.2f us per request (%+.2f), %.2fx req/s\n",
+				seven.envoyUS, base.envoyUS, seven.envoyUS-base.envoyUS, seven.rps/base.rps)
+		}
+	}
 	one, ok1 := get("1/spread")
 	two, ok2 := get("2/spread")
-	six, ok6 := get("6/spread")
-	if !ok1 || !ok2 || !ok6 {
+	if !ok1 || !ok2 {
 		return
 	}
-	goal := six.envoyUS + two.envoyUS - one.envoyUS
-	for _, id := range []string{"7", "7g"} {
-		if r, ok := get(id + "/spread"); ok {
-			fmt.Printf("callout (%s vs 6, spread): Envoy CPU %.2f us per request against the goal %.2f (6 + (2 - 1)) = %.2fx; %.2fx setup 6's req/s (goal >= 1)\n",
-				id, r.envoyUS, goal, r.envoyUS/goal, r.rps/six.rps)
+	// 6 adds no rate limit headers; 6h adds Envoy's X-RateLimit ones, as 7
+	// adds RateLimit and RateLimit-Policy.
+	for _, peer := range []string{"6", "6h"} {
+		p, ok := get(peer + "/spread")
+		if !ok {
+			continue
 		}
+		goal := p.envoyUS + two.envoyUS - one.envoyUS
+		for _, id := range []string{"7", "7g"} {
+			if r, ok := get(id + "/spread"); ok {
+				fmt.Printf("callout (%s vs %s, spread): Envoy CPU %.2f us per request against the goal %.2f (%s + (2 - 1)) = %.2fx; %.2fx setup %s's req/s (goal >= 1)\n",
+					id, peer, r.envoyUS, goal, peer, r.envoyUS/goal, r.rps/p.rps, peer)
+			}
+		}
+	}
+	six, ok6 := get("6/spread")
+	if !ok6 {
+		return
 	}
 	for _, id := range []string{"2h", "2g"} {
 		if f, ok := get(id + "/spread"); ok {

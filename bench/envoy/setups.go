@@ -46,6 +46,9 @@ type setup struct {
 	rls      rls
 	load     load // the setup's one load; "" for setups 5-7, which run every -loads
 	usage    bool // the backend reports usageTokens per request in usageHeader
+	// adds is a response header the setup's filter adds to an admitted
+	// request's response: measure checks that it does before measuring.
+	adds string
 }
 
 var setups = map[string]setup{
@@ -81,10 +84,14 @@ var setups = map[string]setup{
 		filter: nativeFilter},
 	"6": {id: "6", name: "Envoy ratelimit filter, sluice-controlplane, Redis", native: true, rls: rlsSluice,
 		filter: nativeFilter},
+	"6h": {id: "6h", name: "Envoy ratelimit filter adding its X-RateLimit headers (DRAFT_VERSION_03), sluice-controlplane, Redis",
+		native: true, rls: rlsSluice, filter: nativeFilterHeaders, adds: "x-ratelimit-limit"},
 	"6f": {id: "6f", name: "Envoy ratelimit filter, sluice's decision port answering without deciding (transport floor)",
 		native: true, rls: rlsFloor, filter: nativeFilter},
 	"7": {id: "7", name: "Envoy, sluice filter, sluice-controlplane, Redis", rls: rlsSluice,
-		filter: sluiceFilter},
+		filter: sluiceFilter, adds: "ratelimit"},
+	"7b": {id: "7b", name: "setup 7 with the filter.wasm of -base-wasm (another revision's build): an A/B of two builds in one run",
+		rls: rlsSluice, adds: "ratelimit", filter: func(b *built) []stack.M { return sluiceFilterAt(b.baseWasm, "") }},
 	"7g": {id: "7g", name: "Envoy, sluice filter calling over proxy_grpc_call (transport grpc), sluice-controlplane, Redis",
 		rls: rlsSluice, filter: sluiceFilterGRPC},
 	"7L": {id: "7L", name: "Envoy, sluice filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
@@ -131,6 +138,11 @@ func sluiceFilter(b *built) []stack.M { return sluiceFilterWith(b, "") }
 
 // sluiceFilterWith is sluiceFilter with a transport ("": the default).
 func sluiceFilterWith(b *built, transport string) []stack.M {
+	return sluiceFilterAt(b.filterWasm, transport)
+}
+
+// sluiceFilterAt is sluiceFilterWith running the module at wasm.
+func sluiceFilterAt(wasm, transport string) []stack.M {
 	cfg := map[string]any{
 		"cluster": rlsCluster, "domain": domain, "timeout": "100ms", "failure_mode": "open",
 		"rate_limits": []any{map[string]any{"actions": []any{map[string]any{
@@ -142,7 +154,7 @@ func sluiceFilterWith(b *built, transport string) []stack.M {
 		cfg["transport"] = transport
 	}
 	plugin, _ := json.Marshal(cfg)
-	return []stack.M{wasmFilter(b.filterWasm, plugin)}
+	return []stack.M{wasmFilter(wasm, plugin)}
 }
 
 // sluiceFilterGRPC is sluiceFilter with transport "grpc".
@@ -180,6 +192,16 @@ func usageFilter(b *built, settle map[string]any) []stack.M {
 
 func nativeFilter(*built) []stack.M {
 	return []stack.M{stack.RateLimitFilter(domain, rlsCluster, stack.M{"failure_mode_deny": false, "timeout": "0.1s"})}
+}
+
+// nativeFilterHeaders is nativeFilter adding rate limit headers to every
+// response (X-RateLimit-Limit, -Remaining, -Reset, from the answer's
+// current_limit, limit_remaining and duration_until_reset), as setup 7's
+// filter adds RateLimit and RateLimit-Policy: setup 6h is the like-for-like
+// peer of 7.
+func nativeFilterHeaders(*built) []stack.M {
+	return []stack.M{stack.RateLimitFilter(domain, rlsCluster, stack.M{"failure_mode_deny": false, "timeout": "0.1s",
+		"enable_x_ratelimit_headers": "DRAFT_VERSION_03"})}
 }
 
 // localRateLimit is Envoy's local_ratelimit with a bucket no load here

@@ -40,15 +40,24 @@ func (p *Plugin) decide(s *stream, reason string, timedOut bool) {
 		return
 	}
 	resp := &p.resp
-	now := p.host.Now()
-	if len(resp.Statuses) == len(s.costs) {
-		p.record(s, now)
+	// An admitted answer is recorded without the time (a host call fewer)
+	// when nothing else needs it: no quota, no wait.
+	var now int64
+	haveNow := false
+	if resp.OverallCode != rlsproto.CodeOK || !p.recordAdmitted(s) {
+		now, haveNow = p.host.Now(), true
+		if len(resp.Statuses) == len(s.costs) {
+			p.record(s, now)
+		}
 	}
 	switch resp.OverallCode {
 	case rlsproto.CodeOK:
 		s.state = stateDone
 		p.count(p.metrics.allowed)
-		p.recordQuotas(s, now)
+		if !haveNow && p.quotas.pool != nil && answerHasQuota(resp) {
+			now, haveNow = p.host.Now(), true
+		}
+		p.recordQuotas(s, now) // (needs now only for a quota)
 		if s.deleted {
 			return
 		}
@@ -67,6 +76,9 @@ func (p *Plugin) decide(s *stream, reason string, timedOut bool) {
 			}
 		}
 		if wait := p.answerWait(); wait > 0 {
+			if !haveNow {
+				now = p.host.Now()
+			}
 			p.hold(s, now, wait)
 			return
 		}
@@ -186,6 +198,39 @@ func (p *Plugin) record(s *stream, now int64) {
 			p.publish(s.key(i), o, now)
 		}
 	}
+}
+
+// recordAdmitted tells the precheck what the admitted answer in p.resp
+// said about each descriptor of the stream's request, without the time its
+// answer arrived (precheck.Table.RecordAdmitted: the charges wait for the
+// table's next call given a time, which comes later). It returns false,
+// recording nothing, when the charges cannot wait: the caller then reads
+// the time and calls record.
+func (p *Plugin) recordAdmitted(s *stream) bool {
+	resp := &p.resp
+	if p.table == nil || len(resp.Statuses) != len(s.costs) {
+		return true
+	}
+	if p.table.Deferred()+len(s.costs) > precheck.MaxDeferred {
+		return false
+	}
+	for i := range s.costs {
+		lim, hasLimit := descriptorLimit(resp, i)
+		p.table.RecordAdmitted(s.key(i), precheck.Outcome{Cost: s.costs[i], Limit: lim, HasLimit: hasLimit,
+			Admitted: true, SentAt: s.sentAt, Name: limitName(resp, i), FailureMode: descriptorFailureMode(resp, i)})
+	}
+	return true
+}
+
+// answerHasQuota reports whether an admitted answer grants a quota that
+// recordQuotas may take in.
+func answerHasQuota(resp *rlsproto.Response) bool {
+	for i := range resp.Statuses {
+		if qt := &resp.Statuses[i].Quota; qt.Requests >= 2 && qt.ValidUntil != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // buildPolicies fills p.policies from the answer in p.resp.

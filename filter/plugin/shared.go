@@ -24,7 +24,14 @@ const (
 // decides as it would on a block of its own, so the VM's next requests of
 // that descriptor are decided with no host call at all. rejected reports
 // that the request got its 429.
+//
+// When no block is live in the proxy, as far as the VM read the proxy's
+// live mark at most sharedblocks.LiveRefresh ago, no slot is read: a block
+// another VM publishes is used here from at most LiveRefresh after.
 func (p *Plugin) checkShared(s *stream, now int64) (action uint32, rejected bool) {
+	if !p.shared.MayHold(now) {
+		return 0, false
+	}
 	descs := p.descs.Descriptors
 	for i := range descs {
 		key := s.key(i)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/filter/sharedblocks"
 )
 
 // TestSharedBlockRejectsInEveryVM: one VM hears the control plane deny a
@@ -40,7 +42,7 @@ func TestSharedBlockRejectsInEveryVM(t *testing.T) {
 	if b.host.counters[MetricPrecheckRejected] != 1 || b.host.counters[MetricPrecheckShared] != 1 {
 		t.Fatalf("B's counters %v", b.host.counters)
 	}
-	if n := b.host.sharedGets - gets; n != 2 { // one per descriptor, up to the blocked one
+	if n := b.host.sharedGets - gets; n != 3 { // the live mark, then one per descriptor up to the blocked one
 		t.Fatalf("B read the shared data %d times for its first request", n)
 	}
 	// The same 429 as the VM that heard the denial gives.
@@ -158,5 +160,44 @@ func TestSharedStateOff(t *testing.T) {
 	}
 	if gets := a.host.sharedGets + b.host.sharedGets + q0.host.sharedGets + q1.host.sharedGets; len(d.m) != 0 || gets != 0 {
 		t.Fatalf("the proxy's shared data was used: %d keys, %d reads", len(d.m), gets)
+	}
+}
+
+// TestSharedBlockSeenWithinLiveRefresh: with no block live in the proxy a
+// VM reads no slot for the requests it sends to the control plane, only
+// the proxy's live mark once per sharedblocks.LiveRefresh; a block another
+// VM publishes meanwhile is used from the VM's next read of the mark, at
+// most LiveRefresh later.
+func TestSharedBlockSeenWithinLiveRefresh(t *testing.T) {
+	d := newSharedData()
+	a := newTestbedOn(t, testConfig, d)
+	b := newTestbedOn(t, testConfig, d)
+	const remote = "10.0.0.9:4242"
+	gets := b.host.sharedGets
+	b.request(apiRequest, remote) // reads the mark: nothing is live
+	b.request(map[string]string{":path": "/", "x-api-key": "k2"}, remote)
+	if n := b.host.sharedGets - gets; n != 1 || len(b.host.calls) != 2 {
+		t.Fatalf("B: %d shared reads, %d calls for 2 requests", n, len(b.host.calls))
+	}
+	readAt := b.host.now
+
+	a.host.now = readAt
+	a.request(apiRequest, remote)
+	a.deliver(overLimitAnswer(t, 6000))
+	for _, tt := range []struct {
+		now   int64
+		calls int // B's calls so far
+	}{
+		{readAt + sharedblocks.LiveRefresh - 1, 3}, // B still trusts its read: asks the control plane
+		{readAt + sharedblocks.LiveRefresh, 3},     // reads the mark, then the slots: A's block
+	} {
+		b.host.now = tt.now
+		id, _ := b.request(apiRequest, remote)
+		if len(b.host.calls) != tt.calls {
+			t.Fatalf("at read%+d: %d calls, want %d", tt.now-readAt, len(b.host.calls), tt.calls)
+		}
+		if tt.now-readAt == sharedblocks.LiveRefresh && b.host.local[id].details != DetailsPrecheck {
+			t.Fatalf("A's block not used LiveRefresh after B's read: %+v", b.host.local[id])
+		}
 	}
 }

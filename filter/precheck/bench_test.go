@@ -36,3 +36,49 @@ func BenchmarkRecordNewKey(b *testing.B) {
 		tab.Record(keys[i%len(keys)], o, o.SentAt+ms)
 	}
 }
+
+// BenchmarkRecordAdmittedNewKey is BenchmarkRecordNewKey with the answer
+// recorded without its time (RecordAdmitted) and its charge made by the
+// next request's Check of another key, as in filter.wasm: what an admitted
+// callout costs the table, both callbacks together.
+func BenchmarkRecordAdmittedNewKey(b *testing.B) {
+	const n = 500
+	tab := NewTable(n, 100*ms)
+	keys := make([][]byte, 2*n)
+	for i := range keys {
+		keys[i] = []byte("\x04user\x05u" + strconv.Itoa(10000+i))
+	}
+	o := Outcome{Cost: 1, Limit: Limit{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms}, HasLimit: true, Admitted: true}
+	for i := range keys {
+		tab.Record(keys[i], o, ms)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		o.SentAt = int64(i) * ms
+		tab.RecordAdmitted(keys[i%len(keys)], o)
+		tab.Check(keys[(i+1)%len(keys)], 1, o.SentAt+ms)
+	}
+}
+
+// BenchmarkRecordNewKeyThenCheck is BenchmarkRecordAdmittedNewKey's
+// baseline: the answer recorded with its time, then the next Check.
+func BenchmarkRecordNewKeyThenCheck(b *testing.B) {
+	const n = 500
+	tab := NewTable(n, 100*ms)
+	keys := make([][]byte, 2*n)
+	for i := range keys {
+		keys[i] = []byte("\x04user\x05u" + strconv.Itoa(10000+i))
+	}
+	o := Outcome{Cost: 1, Limit: Limit{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms}, HasLimit: true, Admitted: true}
+	for i := range keys {
+		tab.Record(keys[i], o, ms)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		o.SentAt = int64(i) * ms
+		tab.Record(keys[i%len(keys)], o, o.SentAt+ms)
+		tab.Check(keys[(i+1)%len(keys)], 1, o.SentAt+ms)
+	}
+}

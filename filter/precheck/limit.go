@@ -18,9 +18,11 @@
 // bucket of rate r and burst b_L around a global limit that admits at most
 // b_G + r*T in any interval of length T (an arrival curve):
 //
-//   - the bucket is charged at the time the admission is confirmed, at most D
-//     after the request was sent and hence after the global decision; a
-//     request is checked locally at most D before its global decision.
+//   - the bucket is charged at the time the admission is confirmed (or, for
+//     an admission recorded without that time, at the table's next call
+//     given a time: RecordAdmitted), at most D after the request was sent
+//     and hence after the global decision; a request is checked locally at
+//     most D before its global decision.
 //   - so the local charges in (u, t] are global admissions in (u-D, t], and
 //     a request allowed globally at g <= t+D satisfies
 //     charges(u, t] + cost <= b_G + r*(t+D-(u-D)) = b_G + 2rD + r*(t-u).

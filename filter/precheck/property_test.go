@@ -262,7 +262,10 @@ type simulation struct {
 	adversarial bool
 	// shared: every denial one instance records is imported at once by
 	// all the others (the VMs of one proxy, through its shared data).
-	shared   bool
+	shared bool
+	// deferred: half the admitted answers are recorded with
+	// RecordAdmitted, their charges made at the table's next call.
+	deferred bool
 	tables   []*Table
 	queue    eventQueue
 	seq      int
@@ -432,6 +435,9 @@ func (s *simulation) answer(now int64, req *simRequest) {
 			RetryAfter: r.RetryAfter,
 			SentAt:     req.sentAt,
 		}
+		if s.deferred && req.allowed && s.rng.IntN(2) == 0 && table.RecordAdmitted(s.key(d), out) {
+			continue
+		}
 		table.Record(s.key(d), out, now)
 		if b, ok := BlockOf(out, now); ok && s.shared {
 			for _, other := range s.tables {
@@ -459,19 +465,23 @@ func (s *simulation) ghost(now int64, req *simRequest, d int) {
 
 func TestPrecheckNeverRejectsWhatTheGlobalLimiterAllows(t *testing.T) {
 	for _, mode := range []struct {
-		name                         string
-		buckets, adversarial, shared bool
+		name                                   string
+		buckets, adversarial, shared, deferred bool
 	}{
-		{"over-limit and buckets", false, false, false},
-		{"over-limit shared by the instances, and buckets", false, false, true},
-		{"buckets alone", true, false, false},
-		{"buckets alone, adversarial", true, true, false},
+		{"over-limit and buckets", false, false, false, false},
+		{"over-limit shared by the instances, and buckets", false, false, true, false},
+		{"buckets alone", true, false, false, false},
+		{"buckets alone, adversarial", true, true, false, false},
+		{"over-limit shared, and buckets, admissions deferred", false, false, true, true},
+		{"buckets alone, adversarial, admissions deferred", true, true, false, true},
 	} {
-		t.Run(mode.name, func(t *testing.T) { testNeverRejects(t, mode.buckets, mode.adversarial, mode.shared) })
+		t.Run(mode.name, func(t *testing.T) {
+			testNeverRejects(t, mode.buckets, mode.adversarial, mode.shared, mode.deferred)
+		})
 	}
 }
 
-func testNeverRejects(t *testing.T, buckets, adversarial, shared bool) {
+func testNeverRejects(t *testing.T, buckets, adversarial, shared, deferred bool) {
 	algs := []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA, Reserve}
 	runs := 40
 	if testing.Short() {
@@ -492,6 +502,7 @@ func testNeverRejects(t *testing.T, buckets, adversarial, shared bool) {
 
 					adversarial: adversarial,
 					shared:      shared,
+					deferred:    deferred,
 				}
 				if adversarial {
 					s.delay = []int64{ms / 100, ms / 10}[rng.IntN(2)]

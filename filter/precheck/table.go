@@ -109,6 +109,9 @@ type entry struct {
 	retryUntil int64                       // during the block: the time a client is told to retry at (ns)
 	// failureMode is the failure mode last reported for the descriptor.
 	failureMode FailureMode
+	// gen tells this key's entry from another key's in the same place
+	// (a later insert): a deferred charge names both (deferred.go).
+	gen uint32
 }
 
 // Table is the precheck of one plugin instance: a bounded map from
@@ -135,6 +138,10 @@ type Table struct {
 	lastBucket algorithms.TokenBucket
 	lastOK     bool
 	haveLast   bool
+
+	// charges waits for the time (deferred.go); gen numbers inserts.
+	charges []charge
+	gen     uint32
 }
 
 // NewTable returns a table of at most maxEntries descriptors for calls that
@@ -165,6 +172,9 @@ func (t *Table) Len() int { return t.count }
 // key would certainly be rejected by the global limiter. It changes no
 // limiter state. It allocates nothing.
 func (t *Table) Check(key []byte, cost, now int64) Verdict {
+	if len(t.charges) > 0 {
+		t.Settle(now)
+	}
 	if len(key) > MaxKeyLen {
 		return Verdict{}
 	}
@@ -248,8 +258,11 @@ func (t *Table) FailureMode(key []byte) FailureMode {
 // else came. The block ends earlier, by up to twice the call timeout, so as
 // never to reject what the global limiter would allow.
 func (t *Table) Record(key []byte, o Outcome, now int64) {
+	if len(t.charges) > 0 {
+		t.Settle(now)
+	}
 	b, blocks := BlockOf(o, now)
-	t.record(key, o, b, blocks, true, now)
+	t.record(key, &o, &b, blocks, true, now)
 }
 
 // Block is a denial as the Wasm VMs of one proxy share it (see Import):
@@ -285,29 +298,34 @@ func BlockOf(o Outcome, now int64) (b Block, ok bool) {
 // table had recorded the denial itself. A block already over changes
 // nothing. The descriptor's failure mode is left as it was.
 func (t *Table) Import(key []byte, b Block, now int64) {
+	if len(t.charges) > 0 {
+		t.Settle(now)
+	}
 	if t.blockEnd(b) <= now {
 		return
 	}
 	o := Outcome{Cost: b.Cost, Limit: b.Limit, HasLimit: b.HasLimit, OverLimit: true, Name: b.Name}
-	t.record(key, o, b, true, false, now)
+	t.record(key, &o, &b, true, false, now)
 }
 
 // record is Record and Import: o's limit and name, o's failure mode if
-// setFailure, and the block b if blocks.
-func (t *Table) record(key []byte, o Outcome, b Block, blocks, setFailure bool, now int64) {
+// setFailure, and the block b if blocks. It returns the key's entry, -1
+// when the table does not remember the key. o and b are pointers: in
+// filter.wasm a struct passed by value is copied through memory.
+func (t *Table) record(key []byte, o *Outcome, b *Block, blocks, setFailure bool, now int64) int32 {
 	if len(key) > MaxKeyLen {
-		return
+		return -1
 	}
-	until := t.blockEnd(b)
+	until := t.blockEnd(*b)
 	blocks = blocks && until > now
 	h := hashKey(t.seed, key)
 	i := t.lookup(key, h)
 	if i < 0 {
 		if !o.HasLimit && !blocks && (!setFailure || o.FailureMode == FailureUnknown) {
-			return // nothing worth remembering
+			return -1 // nothing worth remembering
 		}
 		if !setFailure && !blocks {
-			return // an import teaches only its block
+			return -1 // an import teaches only its block
 		}
 		i = t.insert(key, h)
 	}
@@ -342,7 +360,7 @@ func (t *Table) record(key []byte, o Outcome, b Block, blocks, setFailure bool, 
 		// Charge the admitted request. If the bucket has no room (possible
 		// only right after it was created or resized) it stays as is, which
 		// errs on the side of admitting.
-		_, _ = e.bucket.Allow(&e.state, now/unit, o.Cost)
+		take(&e.bucket, &e.state, now/unit, o.Cost)
 	}
 	if blocks {
 		retry := max(b.RetryAt, until)
@@ -356,6 +374,7 @@ func (t *Table) record(key []byte, o Outcome, b Block, blocks, setFailure bool, 
 			e.retryUntil = retry
 		}
 	}
+	return i
 }
 
 // blockEnd returns until when a block holds here: the global decision came
@@ -398,7 +417,8 @@ func (t *Table) insert(key []byte, h uint64) int32 {
 			buf = old[:0]
 		}
 	}
-	t.entries[i] = entry{key: append(buf, key...), hash: h, prev: -1, next: -1}
+	t.gen++
+	t.entries[i] = entry{key: append(buf, key...), hash: h, prev: -1, next: -1, gen: t.gen}
 	t.indexAdd(i)
 	t.pushFront(i)
 	return i

@@ -75,7 +75,7 @@ const (
 // Bound returns the most bytes of keys and values that slots slots can
 // hold in the shared data (the host's per-entry overhead aside).
 func Bound(slots int) int {
-	return slots*(len(slotPrefix)+len(strconv.Itoa(slots-1))+MaxValue) + len(seedKey) + 8
+	return slots*(len(slotPrefix)+len(strconv.Itoa(slots-1))+MaxValue) + len(seedKey) + 8 + len(liveKey) + 8
 }
 
 // Store is one plugin instance's view of the shared blocks of its domain.
@@ -88,6 +88,10 @@ type Store struct {
 	// that stayed in the VM because every attempt lost; the plugin reports
 	// their growth as metrics.
 	Retries, Lost int
+	// The proxy's live mark as last read (live.go): no block is live after
+	// liveUntil; read at liveAt.
+	liveUntil, liveAt int64
+	liveRead          bool
 }
 
 // New returns the store of domain over data with slots slots (rounded up
@@ -128,6 +132,7 @@ func (s *Store) Publish(key []byte, b precheck.Block, now int64) (bool, error) {
 		v, cas, found := s.data.SharedData(bytesString(s.name))
 		if found {
 			if old, k, ok := decode(v); ok && old.PassAt >= b.PassAt && bytes.Equal(k, s.key) {
+				s.raiseLive(old.PassAt)
 				return true, nil // as good a block is there
 			}
 		} else {
@@ -139,6 +144,7 @@ func (s *Store) Publish(key []byte, b precheck.Block, now int64) (bool, error) {
 			return false, err
 		}
 		if set {
+			s.raiseLive(b.PassAt) // after the slot: a reader that sees the mark finds the block
 			return true, nil
 		}
 		s.Retries++
