@@ -32,14 +32,24 @@ const prefetchConfig = `{
 // quotaAnswer is an OK answer whose one status carries a quota of n
 // requests valid for valid from the fake host's now.
 func quotaAnswer(t testing.TB, h *fakeHost, n uint32, valid time.Duration) *fakeAnswer {
-	return grpcOK(t, &rlsv3.RateLimitResponse{
+	return renewalAnswer(t, h, n, valid, "")
+}
+
+// renewalAnswer is quotaAnswer for a limit of algorithm alg, as the
+// control plane's metadata says; "" sends no metadata.
+func renewalAnswer(t testing.TB, h *fakeHost, n uint32, valid time.Duration, alg string) *fakeAnswer {
+	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
 			Code: rlsv3.RateLimitResponse_OK,
 			Quota: &rlsv3.RateLimitResponse_Quota{Requests: n, ExpirationSpecifier: &rlsv3.RateLimitResponse_Quota_ValidUntil{
 				ValidUntil: timestamppb.New(time.Unix(0, h.WallNow()+int64(valid)))}},
 		}},
-	})
+	}
+	if alg != "" {
+		resp.DynamicMetadata = metadata(t, map[string]any{"algorithm": alg, "limit": 100, "window_ms": 1000, "burst": 100})
+	}
+	return grpcOK(t, resp)
 }
 
 // TestQuotaSpentLocally: a quota of n lets the answered request and n-1

@@ -8,7 +8,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/filter/rlsproto"
 )
@@ -75,20 +74,6 @@ func checkRenewalFrame(t *testing.T, body []byte) {
 	if n < 0 || num != rlsproto.QuotaField || typ != protowire.VarintType {
 		t.Fatalf("the renewal does not name its caller (field %d)", rlsproto.QuotaField)
 	}
-}
-
-// renewalAnswer is quotaAnswer for a limit of algorithm alg, as the
-// control plane's metadata says.
-func renewalAnswer(t testing.TB, h *fakeHost, n uint32, valid time.Duration, alg string) *fakeAnswer {
-	return grpcOK(t, &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
-			Code: rlsv3.RateLimitResponse_OK,
-			Quota: &rlsv3.RateLimitResponse_Quota{Requests: n, ExpirationSpecifier: &rlsv3.RateLimitResponse_Quota_ValidUntil{
-				ValidUntil: timestamppb.New(time.Unix(0, h.WallNow()+int64(valid)))}},
-		}},
-		DynamicMetadata: metadata(t, map[string]any{"algorithm": alg, "limit": 100, "window_ms": 1000, "burst": 100}),
-	})
 }
 
 // TestPrefetchOneRenewalAcrossVMs: the request that takes the last unit of
@@ -278,13 +263,7 @@ func TestPrefetchOwnUnitOfABucket(t *testing.T) {
 			if c.waiting {
 				waiter, _ = b.request(prefetchReq, "10.0.0.1:1")
 			}
-			var ans *fakeAnswer
-			if c.alg == "" {
-				ans = quotaAnswer(t, b.host, 4, time.Second)
-			} else {
-				ans = renewalAnswer(t, b.host, 4, time.Second, c.alg)
-			}
-			b.deliver(ans)
+			b.deliver(renewalAnswer(t, b.host, 4, time.Second, c.alg))
 			if c.waiting && b.host.resumed[waiter] != 1 {
 				t.Fatal("the waiting request was not admitted")
 			}

@@ -19,16 +19,7 @@ func BenchmarkCheck(b *testing.B) {
 // table has not seen costs it once the table is full (bench-envoy's spread
 // load): evicting the oldest key, and the new key's entry and local bucket.
 func BenchmarkRecordNewKey(b *testing.B) {
-	const n = 500
-	tab := NewTable(n, 100*ms)
-	keys := make([][]byte, 2*n)
-	for i := range keys {
-		keys[i] = []byte("\x04user\x05u" + strconv.Itoa(10000+i))
-	}
-	o := Outcome{Cost: 1, Limit: Limit{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms}, HasLimit: true, Admitted: true}
-	for i := range keys {
-		tab.Record(keys[i], o, ms)
-	}
+	tab, keys, o := fullTable()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -42,16 +33,7 @@ func BenchmarkRecordNewKey(b *testing.B) {
 // next request's Check of another key, as in filter.wasm: what an admitted
 // callout costs the table, both callbacks together.
 func BenchmarkRecordAdmittedNewKey(b *testing.B) {
-	const n = 500
-	tab := NewTable(n, 100*ms)
-	keys := make([][]byte, 2*n)
-	for i := range keys {
-		keys[i] = []byte("\x04user\x05u" + strconv.Itoa(10000+i))
-	}
-	o := Outcome{Cost: 1, Limit: Limit{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms}, HasLimit: true, Admitted: true}
-	for i := range keys {
-		tab.Record(keys[i], o, ms)
-	}
+	tab, keys, o := fullTable()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -64,6 +46,20 @@ func BenchmarkRecordAdmittedNewKey(b *testing.B) {
 // BenchmarkRecordNewKeyThenCheck is BenchmarkRecordAdmittedNewKey's
 // baseline: the answer recorded with its time, then the next Check.
 func BenchmarkRecordNewKeyThenCheck(b *testing.B) {
+	tab, keys, o := fullTable()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		o.SentAt = int64(i) * ms
+		tab.Record(keys[i%len(keys)], o, o.SentAt+ms)
+		tab.Check(keys[(i+1)%len(keys)], 1, o.SentAt+ms)
+	}
+}
+
+// fullTable returns a table of 500 entries, full after recording each of
+// keys (twice as many, so that recording them in turn always evicts), and
+// the admitted outcome of an hourly limit it recorded them with.
+func fullTable() (*Table, [][]byte, Outcome) {
 	const n = 500
 	tab := NewTable(n, 100*ms)
 	keys := make([][]byte, 2*n)
@@ -74,11 +70,5 @@ func BenchmarkRecordNewKeyThenCheck(b *testing.B) {
 	for i := range keys {
 		tab.Record(keys[i], o, ms)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		o.SentAt = int64(i) * ms
-		tab.Record(keys[i%len(keys)], o, o.SentAt+ms)
-		tab.Check(keys[(i+1)%len(keys)], 1, o.SentAt+ms)
-	}
+	return tab, keys, o
 }

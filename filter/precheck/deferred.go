@@ -73,14 +73,7 @@ func take(b *algorithms.TokenBucket, s *algorithms.TokenBucketState, now, cost i
 	if cost < 0 || cost > b.Burst {
 		return
 	}
-	used := s.Used // units missing at now, after the refill since s.Last
-	if elapsed := now - s.Last; elapsed > 0 {
-		if elapsed > s.Used/b.Rate {
-			used = 0
-		} else {
-			used -= elapsed * b.Rate
-		}
-	}
+	used := usedAt(b, s, now)
 	if used += cost * b.Period; used > b.Burst*b.Period {
 		return
 	}

@@ -4,8 +4,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
-
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // TestRecordAdmittedDefersTheCharge: an admission recorded without its
@@ -90,17 +88,10 @@ func TestTakeMatchesAllow(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	taken, refused := 0, 0
 	for i := 0; i < 200000; i++ {
-		b := algorithms.TokenBucket{Rate: 1 + rng.Int64N(1000), Period: 1 + rng.Int64N(1e9), Burst: 1 + rng.Int64N(1000)}
-		if rng.IntN(4) == 0 {
-			b.Rate = 1 + rng.Int64N(1e12)
-		}
-		if b.Validate() != nil {
+		b, s, now, cost, valid := randomBucketCase(rng)
+		if !valid {
 			continue
 		}
-		capacity := b.Burst * b.Period
-		s := algorithms.TokenBucketState{Last: rng.Int64N(1e12), Used: rng.Int64N(capacity + capacity/4 + 1)}
-		now := s.Last + rng.Int64N(2e9) - 1e8
-		cost := rng.Int64N(b.Burst+2) - 1
 		want, got := s, s
 		r, err := b.Allow(&want, now, cost)
 		take(&b, &got, now, cost)

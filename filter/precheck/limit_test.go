@@ -111,17 +111,10 @@ func TestPeekMatchesAllow(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	rejected, admitted := 0, 0
 	for i := 0; i < 200000; i++ {
-		b := algorithms.TokenBucket{Rate: 1 + rng.Int64N(1000), Period: 1 + rng.Int64N(1e9), Burst: 1 + rng.Int64N(1000)}
-		if rng.IntN(4) == 0 {
-			b.Rate = 1 + rng.Int64N(1e12)
-		}
-		if b.Validate() != nil {
+		b, s, now, cost, valid := randomBucketCase(rng)
+		if !valid {
 			continue
 		}
-		capacity := b.Burst * b.Period
-		s := algorithms.TokenBucketState{Last: rng.Int64N(1e12), Used: rng.Int64N(capacity + capacity/4 + 1)}
-		now := s.Last + rng.Int64N(2e9) - 1e8
-		cost := rng.Int64N(b.Burst+2) - 1
 		c := s
 		r, err := b.Allow(&c, now, cost)
 		retry, ok := peek(&b, &s, now, cost)
@@ -137,4 +130,23 @@ func TestPeekMatchesAllow(t *testing.T) {
 	if rejected < 10000 || admitted < 10000 {
 		t.Fatalf("unbalanced cases: %d rejected, %d admitted", rejected, admitted)
 	}
+}
+
+// randomBucketCase draws a token bucket (false when it is not valid), a
+// state of it (more used than the capacity too, as after a lowered limit),
+// a time (earlier than the state's too) and a cost (invalid ones too), for
+// the tests that hold peek and take to algorithms.TokenBucket.Allow.
+func randomBucketCase(rng *rand.Rand) (b algorithms.TokenBucket, s algorithms.TokenBucketState, now, cost int64, valid bool) {
+	b = algorithms.TokenBucket{Rate: 1 + rng.Int64N(1000), Period: 1 + rng.Int64N(1e9), Burst: 1 + rng.Int64N(1000)}
+	if rng.IntN(4) == 0 {
+		b.Rate = 1 + rng.Int64N(1e12)
+	}
+	if b.Validate() != nil {
+		return b, s, 0, 0, false
+	}
+	capacity := b.Burst * b.Period
+	s = algorithms.TokenBucketState{Last: rng.Int64N(1e12), Used: rng.Int64N(capacity + capacity/4 + 1)}
+	now = s.Last + rng.Int64N(2e9) - 1e8
+	cost = rng.Int64N(b.Burst+2) - 1
+	return b, s, now, cost, true
 }

@@ -212,19 +212,24 @@ func peek(b *algorithms.TokenBucket, s *algorithms.TokenBucketState, now, cost i
 	if cost < 0 || cost > b.Burst {
 		return 0, true
 	}
-	used := s.Used // units missing at now, after the refill since s.Last
-	if elapsed := now - s.Last; elapsed > 0 {
-		if elapsed > s.Used/b.Rate {
-			used = 0
-		} else {
-			used -= elapsed * b.Rate
-		}
-	}
-	over := used + cost*b.Period - b.Burst*b.Period
+	over := usedAt(b, s, now) + cost*b.Period - b.Burst*b.Period
 	if over <= 0 {
 		return 0, true
 	}
 	return (over + b.Rate - 1) / b.Rate, false
+}
+
+// usedAt returns what bucket b in state s misses at now, after the refill
+// since s.Last (Allow's arithmetic; small enough to be inlined).
+func usedAt(b *algorithms.TokenBucket, s *algorithms.TokenBucketState, now int64) int64 {
+	elapsed := now - s.Last
+	switch {
+	case elapsed <= 0:
+		return s.Used
+	case elapsed > s.Used/b.Rate:
+		return 0
+	}
+	return s.Used - elapsed*b.Rate
 }
 
 // policyRef returns the entry's policy, or nil if it has no limit.
