@@ -70,6 +70,15 @@ func oracle(l store.Limit) func(now int64) bool {
 	}
 }
 
+// leasedLimits are one limit of each leasable algorithm at 1,000 a second,
+// which the replica tests lease at half and at five times that.
+var leasedLimits = []store.Limit{
+	{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true},
+	{Algorithm: store.SlidingWindow, Requests: 1000, Window: time.Second, Lease: true},
+	{Algorithm: store.TokenBucket, Requests: 1000, Window: time.Second, Burst: 200, Lease: true},
+	{Algorithm: store.GCRA, Requests: 1000, Window: time.Second, Burst: 100, Lease: true},
+}
+
 // TestReplicasExact: three replicas lease one key of each leasable
 // algorithm from one Redis, at half the limit and then at five times it.
 // Every admission, replayed at its time through shared/algorithms, is
@@ -77,13 +86,7 @@ func oracle(l store.Limit) func(now int64) bool {
 // fixed window, each window admits exactly the limit minus the units that
 // expired unspent in leases (the stated under-admission bound).
 func TestReplicasExact(t *testing.T) {
-	limits := []store.Limit{
-		{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true},
-		{Algorithm: store.SlidingWindow, Requests: 1000, Window: time.Second, Lease: true},
-		{Algorithm: store.TokenBucket, Requests: 1000, Window: time.Second, Burst: 200, Lease: true},
-		{Algorithm: store.GCRA, Requests: 1000, Window: time.Second, Burst: 100, Lease: true},
-	}
-	for _, l := range limits {
+	for _, l := range leasedLimits {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			clk := &clock{}
 			start := int64(1_700_000_000_000_000)
@@ -314,13 +317,7 @@ type filterPool struct{ units, until int64 }
 // per data plane allows.
 func TestFiltersExact(t *testing.T) {
 	const margin = 10 * time.Millisecond // rls quotaMargin
-	limits := []store.Limit{
-		{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true},
-		{Algorithm: store.SlidingWindow, Requests: 1000, Window: time.Second, Lease: true},
-		{Algorithm: store.TokenBucket, Requests: 1000, Window: time.Second, Burst: 200, Lease: true},
-		{Algorithm: store.GCRA, Requests: 1000, Window: time.Second, Burst: 100, Lease: true},
-	}
-	for _, l := range limits {
+	for _, l := range leasedLimits {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			clk := &clock{}
 			start := int64(1_700_000_000_000_000)
