@@ -131,7 +131,7 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 	if opts.MaxDescriptors < 0 || opts.MaxEntries < 0 || opts.MaxRuleValues < 0 {
 		return nil, fmt.Errorf("rls: MaxDescriptors, MaxEntries and MaxRuleValues must not be negative (got %d, %d, %d)", opts.MaxDescriptors, opts.MaxEntries, opts.MaxRuleValues)
 	}
-	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 {
+	if !(opts.NearLimitRatio >= 0 && opts.NearLimitRatio <= 1) { // NaN too
 		return nil, fmt.Errorf("rls: NearLimitRatio must be within [0, 1] (got %v)", opts.NearLimitRatio)
 	}
 	if opts.NearLimitRatio == 0 {

@@ -258,6 +258,7 @@ func (c *config) finish(fs *flag.FlagSet, envOf map[string]string, getenv func(s
 	if c.redisTLSFiles != (redisstore.TLS{}) {
 		c.redisTLS = true
 	}
+	errs = append(errs, c.valueProblems(envOf)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
