@@ -313,6 +313,9 @@ func (c *config) valueProblems(envOf map[string]string) []error {
 	if c.redisDB < 0 {
 		bad("redis-db", c.redisDB, "a Redis database number is 0 or more")
 	}
+	if c.settleMaxTokens <= 0 {
+		bad("settle-max-tokens", c.settleMaxTokens, "must be positive")
+	}
 	if c.settleTTL > maxSettleTTL {
 		bad("settle-dedupe-ttl", c.settleTTL, fmt.Sprintf("at most %v", maxSettleTTL))
 	}
