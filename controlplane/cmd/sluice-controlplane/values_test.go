@@ -129,10 +129,10 @@ func TestFlagValues(t *testing.T) {
 	}
 }
 
-// TestBinaryRatelimitEnvRefused runs the built binary as ratelimit with
-// values that cannot work: each start stops with exit status 2 and a
-// message naming the variable, before any listener opens.
-func TestBinaryRatelimitEnvRefused(t *testing.T) {
+// ratelimitBinary returns the built binary under the name ratelimit (as
+// Envoy Gateway runs it).
+func ratelimitBinary(t *testing.T) string {
+	t.Helper()
 	bin, err := binary()
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +141,14 @@ func TestBinaryRatelimitEnvRefused(t *testing.T) {
 	if err := os.Symlink(bin, rl); err != nil {
 		t.Fatal(err)
 	}
+	return rl
+}
+
+// TestBinaryRatelimitEnvRefused runs the built binary as ratelimit with
+// values that cannot work: each start stops with exit status 2 and a
+// message naming the variable, before any listener opens.
+func TestBinaryRatelimitEnvRefused(t *testing.T) {
+	rl := ratelimitBinary(t)
 	rt := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(rt, "config"), 0o755); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,14 +21,7 @@ import (
 // it serves (after the first configuration).
 func startRatelimitXDS(t *testing.T, srv *xdstest.Server) (*proc, map[string]any) {
 	t.Helper()
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rl := filepath.Join(t.TempDir(), RatelimitName)
-	if err := os.Symlink(bin, rl); err != nil {
-		t.Fatal(err)
-	}
+	rl := ratelimitBinary(t)
 	cmd := exec.Command(rl)
 	cmd.Env = append(os.Environ(), "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+srv.Addr, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=50ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=1s",
