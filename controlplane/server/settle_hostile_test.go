@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/controlplane/rls"
+	"github.com/sluicehq/sluice/controlplane/store/memory"
 	"github.com/sluicehq/sluice/internal/attackload"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -171,5 +172,29 @@ func TestSettleTokenFloodRedis(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSettleTokensBound: without Redis the budget is at most what the
+// memory store remembers, so that it never drops a token to make room.
+func TestSettleTokensBound(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		redis bool
+		want  int64
+	}{
+		{Config{}, false, memory.DefaultMaxOnce},
+		{Config{SettleMaxTokens: 5000}, false, 5000},
+		{Config{SettleMaxTokens: 1 << 40}, false, memory.DefaultMaxOnce},
+		{Config{}, true, 0}, // rls.DefaultSettleTokens
+		{Config{SettleMaxTokens: 1 << 40}, true, 1 << 40},
+	} {
+		s := &Server{cfg: tc.cfg}
+		if tc.redis {
+			s.client = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+		}
+		if got := s.settleTokens(); got != tc.want {
+			t.Errorf("%+v, Redis %v: %d, want %d", tc.cfg.SettleMaxTokens, tc.redis, got, tc.want)
+		}
 	}
 }
