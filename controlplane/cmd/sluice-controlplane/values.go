@@ -224,6 +224,9 @@ func (e *rlEnv) valueProblems(getenv func(string) string) []error {
 	if e.usePrometheus {
 		bad("PROMETHEUS_ADDR", listenAddrProblem(e.prometheusAddr))
 	}
+	if v := getenv("SLUICE_POLICY_ADDR"); v != "" {
+		bad("SLUICE_POLICY_ADDR", listenAddrProblem(v))
+	}
 	if e.tracing.enabled {
 		for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
 			if v := getenv(name); v != "" {

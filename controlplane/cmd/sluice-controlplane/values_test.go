@@ -61,6 +61,7 @@ func TestRatelimitEnvValues(t *testing.T) {
 		{[]string{"USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", "::::"}, "$PROMETHEUS_ADDR"},
 		{[]string{"USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", ":99999"}, "$PROMETHEUS_ADDR"},
 		{[]string{"USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", ":9090"}, ""},
+		{[]string{"SLUICE_POLICY_ADDR", "127.0.0.1:65536"}, "$SLUICE_POLICY_ADDR"},
 		{[]string{"TRACING_ENABLED", "true", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:99999"}, "$OTEL_EXPORTER_OTLP_ENDPOINT"},
 		{[]string{"TRACING_ENABLED", "true", "OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://collector:4318"}, "$OTEL_EXPORTER_OTLP_ENDPOINT"},
 		{[]string{"TRACING_ENABLED", "true", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "::::"}, "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
