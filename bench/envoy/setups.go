@@ -313,7 +313,10 @@ func (b *built) startService(ctx context.Context, dir string, kind rls, doc stri
 		args := []string{"-grpc-addr", addr, "-http-addr", "127.0.0.1:" + strconv.Itoa(http),
 			"-policy-addr", "127.0.0.1:" + strconv.Itoa(other), "-policy", pf, "-log-level", "warn"}
 		if kind != rlsSluiceMemory {
-			args = append(args, "-redis-addrs", b.redis.Addr())
+			// The settlement token budget is for clients that flood; a
+			// benchmark's one Envoy settles more than its share of the
+			// default within the dedupe TTL, and would measure refusals.
+			args = append(args, "-redis-addrs", b.redis.Addr(), "-settle-max-tokens", "1000000000")
 		}
 		cmd = exec.Command(b.controlPlane, args...)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc/peer"
 )
 
 const (
@@ -151,7 +152,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 		peerFrame: defaultFrameSize, recvConn: recvConnWindow, born: s.now(),
 	}
 	c.idleSince = c.born
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	// The peer, as grpc-go gives it: the control plane shares budgets by
+	// client address.
+	c.ctx, c.cancel = context.WithCancel(peer.NewContext(context.Background(), &peer.Peer{Addr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()}))
 	// Reads go through a buffer: the Framer reads a frame header and then
 	// its payload, two reads a frame, which would be two system calls.
 	c.br = bufio.NewReaderSize(nc, readBufferSize)

@@ -32,6 +32,10 @@ const (
 	// MaxValueLen is the longest descriptor value, in bytes: an exact value
 	// or a wildcard prefix (a path, a header's value).
 	MaxValueLen = 1024
+	// MaxMetadataKeys is the most keys of one mapping in a descriptor's
+	// metadata. YAML's check for duplicate keys costs the square of a
+	// mapping's keys: 80,000 keys (1 MiB) took 30 s.
+	MaxMetadataKeys = 256
 )
 
 // maxNodes caps the YAML nodes of a document, counting every node an alias
@@ -224,4 +228,23 @@ func (p *parser) checkLen(f field, path, s string, max int) bool {
 	}
 	p.errorf(f.val.Line, path, "too long: %d bytes (at most %d): %s", len(s), max, quote(s))
 	return false
+}
+
+// checkMetadata reports the first mapping under n (aliases followed) with
+// more than MaxMetadataKeys keys. checkTree has bounded the nodes reached.
+func (p *parser) checkMetadata(n *yaml.Node, path string) bool {
+	n = resolve(n)
+	if n == nil {
+		return true
+	}
+	if n.Kind == yaml.MappingNode && len(n.Content)/2 > MaxMetadataKeys {
+		p.errorf(n.Line, path, "a mapping of %d keys: at most %d in one mapping of metadata", len(n.Content)/2, MaxMetadataKeys)
+		return false
+	}
+	for _, c := range n.Content {
+		if !p.checkMetadata(c, path) {
+			return false
+		}
+	}
+	return true
 }

@@ -77,6 +77,9 @@ func TestBoundsErrors(t *testing.T) {
 		{"long wrong scalar", "domain: d\ndescriptors: " + strings.Repeat("x", 5000) + "\n", []string{`descriptors: must be a list, got "xxx`, `..." (5000 bytes)`}},
 		{"too large", "domain: d\n#" + strings.Repeat("x", MaxDocumentSize) + "\n", []string{"b.yaml: policy too large: 1048588 bytes (at most 1048576)"}},
 		{"not UTF-8", "domain: \"\xff\"\n", []string{"b.yaml: not valid UTF-8 text"}},
+		// 100,000 keys in 1 MiB took 30 s in yaml.v3's duplicate-key check.
+		{"wide metadata", "domain: d\ndescriptors: [{key: k, " + limit + ", metadata: {l: [{}, " + metadataKeys(100_000) + "]}}]\n",
+			[]string{`b.yaml:2: domain "d": descriptors[0].metadata: a mapping of 100000 keys: at most 256 in one mapping of metadata`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -101,6 +104,17 @@ func TestBoundsErrors(t *testing.T) {
 	}
 }
 
+// metadataKeys writes a flow mapping of n keys.
+func metadataKeys(n int) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range n {
+		fmt.Fprintf(&b, "k%d: 1,", i)
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
 // TestBoundsAccept checks that the bounds leave real policies alone: 60
 // levels of descriptors, names and values at their caps, and aliases that
 // expand within the budget.
@@ -119,8 +133,35 @@ func TestBoundsAccept(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		fmt.Fprintf(&b, "      - {key: b%d, rate_limit: *r, descriptors: [*l]}\n", i)
 	}
+	b.WriteString("  - {key: md, rate_limit: *r, metadata: {wide: " + metadataKeys(MaxMetadataKeys) + "}}\n")
 	if _, err := Parse("ok.yaml", []byte(b.String())); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestParseNode: a policy built as nodes is parsed as its document would
+// be: the same errors, fields and lines (the nodes here are read from the
+// document; a program's nodes have no lines).
+func TestParseNode(t *testing.T) {
+	for _, doc := range []string{
+		"domain: d\ndescriptors: [{key: k, rate_limit: {unit: minute, requests_per_unit: 3}}]\n",
+		"domain: d\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 3}}, {key: k}]\n",
+	} {
+		var root yaml.Node
+		if err := yaml.Unmarshal([]byte(doc), &root); err != nil {
+			t.Fatal(err)
+		}
+		fromText, errText := Parse("x", []byte(doc))
+		fromNode, errNode := ParseNode("x", root.Content[0])
+		if errText != nil || errNode != nil {
+			if errText == nil || errNode == nil || errText.Error() != errNode.Error() {
+				t.Errorf("%q: errors differ:\n%v\n%v", doc, errText, errNode)
+			}
+			continue
+		}
+		if fromNode.Name != fromText.Name || len(fromNode.Limits()) != len(fromText.Limits()) || fromNode.Text() != nil {
+			t.Errorf("%q: %+v from the nodes, %+v from the text", doc, fromNode, fromText)
+		}
 	}
 }
 

@@ -60,6 +60,26 @@ func Parse(name string, data []byte) (*Domain, error) {
 	if root == nil {
 		return nil, p.errs
 	}
+	d, err := p.parseRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	d.text = data
+	return d, nil
+}
+
+// ParseNode parses a policy built as YAML nodes by a program rather than
+// read from a document (an xDS resource): the checks and errors of Parse,
+// without the text's (its size, its encoding, its lines). The caller
+// bounds what it builds: root is not copied, and is walked in full.
+func ParseNode(name string, root *yaml.Node) (*Domain, error) {
+	p := &parser{file: name, names: map[string]nameDef{}}
+	return p.parseRoot(root)
+}
+
+// parseRoot parses the root node of a policy.
+func (p *parser) parseRoot(root *yaml.Node) (*Domain, error) {
+	name := p.file
 	p.domain = peekDomain(root) // so that every error names it, even those before it
 	if !p.checkTree(root) {
 		return nil, p.errs
@@ -73,7 +93,6 @@ func Parse(name string, data []byte) (*Domain, error) {
 		return nil, p.errs
 	}
 	d.Source = name
-	d.text = data
 	d.descriptors = p.descriptors
 	d.limits = p.limits
 	d.build()
@@ -318,6 +337,9 @@ func (p *parser) metadata(f field, path string) *structpb.Struct {
 	n := resolve(f.val)
 	if n == nil || n.Kind != yaml.MappingNode {
 		p.errorf(line(f.val), path, "must be a mapping, got %s", describe(n))
+		return nil
+	}
+	if !p.checkMetadata(n, path) {
 		return nil
 	}
 	var m map[string]any

@@ -71,17 +71,25 @@ func (t *SetTally) AddFile(file string, size int64) *Error {
 // file): an error if the set then has more than MaxDescriptors or
 // MaxLimits.
 func (t *SetTally) AddDomain(file string, d *Domain) *Error {
-	t.Descriptors += d.descriptors
-	t.Limits += len(d.limits)
+	return t.AddCounts(file, d.Name, d.descriptors, len(d.limits))
+}
+
+// AddCounts counts the descriptors and limits of domain (read from file)
+// before it is parsed, when they are known without parsing it (an xDS
+// resource's wire bytes): an error if the set then has more than
+// MaxDescriptors or MaxLimits.
+func (t *SetTally) AddCounts(file, domain string, descriptors, limits int) *Error {
+	t.Descriptors += descriptors
+	t.Limits += limits
 	switch {
 	case t.Descriptors > MaxDescriptors:
-		return &Error{File: file, Domain: d.Name, Problem: fmt.Sprintf(
+		return &Error{File: file, Domain: domain, Problem: fmt.Sprintf(
 			"too many descriptors: this domain's %d take the set to %d, more than %d (all the domains together, aliases expanded): %s",
-			d.descriptors, t.Descriptors, MaxDescriptors, boundHint)}
+			descriptors, t.Descriptors, MaxDescriptors, boundHint)}
 	case t.Limits > MaxLimits:
-		return &Error{File: file, Domain: d.Name, Problem: fmt.Sprintf(
+		return &Error{File: file, Domain: domain, Problem: fmt.Sprintf(
 			"too many limits: this domain's %d take the set to %d, more than %d (all the domains together, aliases expanded): %s",
-			len(d.limits), t.Limits, MaxLimits, boundHint)}
+			limits, t.Limits, MaxLimits, boundHint)}
 	}
 	return nil
 }

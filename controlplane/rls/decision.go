@@ -71,6 +71,7 @@ type pending struct {
 	caller uint64 // the caller spending quotas, 0 if it spends none (see QuotaField)
 	req    *rlsv3.RateLimitRequest
 	onces  []store.Once // a settlement's: per check (see attachOnce); nil otherwise
+	grant  settleGrant  // what a settlement took from the token budget
 }
 
 // prepare checks req and lists the store checks it needs. settle holds the

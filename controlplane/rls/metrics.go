@@ -33,6 +33,9 @@ type Metrics struct {
 	// Settlements counts settled descriptors (x-sluice-settle) by result:
 	// applied (charged) or duplicate (a retry: nothing charged).
 	Settlements *prometheus.CounterVec
+	// SettleRefused counts settlements refused for the token budget, by
+	// reason: full (the replica's budget) or share (the client's share).
+	SettleRefused *prometheus.CounterVec
 
 	children sync.Map // domain label -> *domainMetrics
 }
@@ -89,15 +92,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_settlements_total",
 			Help: "Descriptors of settlements (x-sluice-settle) by result: applied (charged) or duplicate (already applied: nothing charged).",
 		}, []string{"result"}),
+		SettleRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_settle_tokens_refused_total",
+			Help: "Settlements refused with RESOURCE_EXHAUSTED for the settlement token budget, by reason: full (the replica's -settle-max-tokens) or share (the client's share of it).",
+		}, []string{"reason"}),
 	}
 	m.Settlements.WithLabelValues(settleApplied)
 	m.Settlements.WithLabelValues(settleDuplicate)
+	m.SettleRefused.WithLabelValues(refusedFull)
+	m.SettleRefused.WithLabelValues(refusedShare)
 	for _, r := range []string{reasonEmptyDomain, reasonNoDescriptors, reasonTooMany, reasonBadOverride,
 		reasonNegativeHits, reasonNilDescriptor, reasonTooManyEntries, reasonBadSettleToken, reasonTooManySettled} {
 		m.Invalid.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.OverLimit, m.ShadowOverLimit, m.StoreErrors, m.FailureMode, m.Invalid, m.Latency, m.Settlements)
+		reg.MustRegister(m.Decisions, m.OverLimit, m.ShadowOverLimit, m.StoreErrors, m.FailureMode, m.Invalid, m.Latency, m.Settlements, m.SettleRefused)
 	}
 	return m
 }

@@ -101,6 +101,12 @@ type Options struct {
 	// ResponseMetadata adds envoyproxy/ratelimit's dynamic metadata to
 	// every answer (its RESPONSE_DYNAMIC_METADATA; see responseMetadata).
 	ResponseMetadata bool
+	// SettleTokens bounds the settlement tokens this service has the
+	// store remember within SettleTTL, shared fairly among its clients
+	// (see tokenBudget); 0 means DefaultSettleTokens.
+	SettleTokens int64
+	// SettleTTL is the store's dedupe TTL; 0 means DefaultSettleTTL.
+	SettleTTL time.Duration
 }
 
 // Service implements rlsv3.RateLimitServiceServer.
@@ -116,6 +122,7 @@ type Service struct {
 	rules          *ruleMetrics
 	lastErrLog     atomic.Int64 // Unix ns of the last store error logged
 	quota          Sharer
+	tokens         *tokenBudget // settlement tokens
 
 	chargePastLimit  bool // Options.ChargePastLimit
 	quotaMode        bool // Options.QuotaMode
@@ -131,11 +138,20 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 	if opts.MaxDescriptors < 0 || opts.MaxEntries < 0 || opts.MaxRuleValues < 0 {
 		return nil, fmt.Errorf("rls: MaxDescriptors, MaxEntries and MaxRuleValues must not be negative (got %d, %d, %d)", opts.MaxDescriptors, opts.MaxEntries, opts.MaxRuleValues)
 	}
-	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 {
+	if !(opts.NearLimitRatio >= 0 && opts.NearLimitRatio <= 1) { // NaN too
 		return nil, fmt.Errorf("rls: NearLimitRatio must be within [0, 1] (got %v)", opts.NearLimitRatio)
 	}
 	if opts.NearLimitRatio == 0 {
 		opts.NearLimitRatio = DefaultNearLimitRatio
+	}
+	if opts.SettleTokens < 0 || opts.SettleTTL < 0 {
+		return nil, fmt.Errorf("rls: SettleTokens and SettleTTL must not be negative (got %d, %v)", opts.SettleTokens, opts.SettleTTL)
+	}
+	if opts.SettleTokens == 0 {
+		opts.SettleTokens = DefaultSettleTokens
+	}
+	if opts.SettleTTL == 0 {
+		opts.SettleTTL = DefaultSettleTTL
 	}
 	if opts.MaxRuleValues == 0 {
 		opts.MaxRuleValues = DefaultMaxRuleValues
@@ -152,11 +168,16 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 		log:              opts.Logger,
 		metrics:          NewMetrics(opts.Registerer),
 		rules:            newRuleMetrics(opts.NearLimitRatio, opts.MaxRuleValues),
+		tokens:           newTokenBudget(opts.SettleTokens, opts.SettleTTL),
 	}
 	if opts.Registerer != nil {
 		for _, c := range s.rules.collectors() {
 			opts.Registerer.MustRegister(c)
 		}
+		opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_settle_tokens",
+			Help: "Settlement tokens this replica has had the store remember within the dedupe TTL (at most -settle-max-tokens).",
+		}, func() float64 { return float64(s.tokens.live()) }))
 	}
 	if s.maxDescriptors == 0 {
 		s.maxDescriptors = DefaultMaxDescriptors
@@ -223,6 +244,9 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 // store call, finish.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, settle []string) (*rlsv3.RateLimitResponse, error) {
 	p, err := s.prepare(req, settle)
+	if err == nil {
+		err = s.takeTokens(ctx, &p)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,9 @@
 package rls
 
 import (
+	"context"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -95,6 +97,29 @@ func attachOnce(token string, checks []store.Check, slots []slot) []store.Once {
 	return onces
 }
 
+// takeTokens takes the new tokens of settlement p (one a charge) from the
+// budget of its client (ctx's peer), or refuses it with RESOURCE_EXHAUSTED,
+// counted, after releasing p's scratch. A decision takes nothing.
+func (s *Service) takeTokens(ctx context.Context, p *pending) error {
+	k := int64(0)
+	for i := range p.onces {
+		if p.onces[i].Token != "" {
+			k++
+		}
+	}
+	if k == 0 {
+		return nil
+	}
+	g, reason, err := s.tokens.take(settleClient(ctx), k, time.Now().UnixNano())
+	if err != nil {
+		s.metrics.SettleRefused.WithLabelValues(reason).Inc()
+		putScratch(p.sc)
+		return err
+	}
+	p.grant = g
+	return nil
+}
+
 // countSettled counts a settlement's descriptors in
 // sluice_settlements_total: applied when any of its charges was applied,
 // duplicate when all were duplicates. Descriptors that charged nothing (no
@@ -102,7 +127,13 @@ func attachOnce(token string, checks []store.Check, slots []slot) []store.Once {
 func (s *Service) countSettled(p *pending) {
 	const duplicate, applied = 1, 2
 	state := make([]uint8, p.n) // per descriptor
+	dups := int64(0)
 	for k := range p.onces {
+		switch o := &p.onces[k]; {
+		case o.Token == "":
+		case o.Duplicate:
+			dups++
+		}
 		switch o := &p.onces[k]; {
 		case o.Token == "":
 		case !o.Duplicate:
@@ -117,6 +148,7 @@ func (s *Service) countSettled(p *pending) {
 	}
 	s.metrics.Settlements.WithLabelValues(settleApplied).Add(float64(n[applied]))
 	s.metrics.Settlements.WithLabelValues(settleDuplicate).Add(float64(n[duplicate]))
+	s.tokens.give(p.grant, dups) // the store kept nothing new for them
 }
 
 // errSettleUndecided answers a settlement that no store could decide:

@@ -108,6 +108,9 @@ func (s *Service) ShouldRateLimitBatch(ctx context.Context, calls []WireCall) {
 			continue
 		}
 		p, err := s.prepare(r, c.Settle)
+		if err == nil {
+			err = s.takeTokens(ctx, &p)
+		}
 		if err != nil {
 			c.Err = err
 			continue

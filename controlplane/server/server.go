@@ -178,6 +178,12 @@ type Config struct {
 	// (x-sluice-settle: applied at most once within it), by Redis and by
 	// the memory store; 0 means 15 minutes.
 	SettleDedupeTTL time.Duration
+	// SettleMaxTokens bounds the settlement tokens this replica has the
+	// store remember within SettleDedupeTTL, shared fairly among its
+	// clients (see rls.Options.SettleTokens); 0 means
+	// rls.DefaultSettleTokens with Redis, and the memory store's own bound
+	// (memory.DefaultMaxOnce) without, so that it never drops one.
+	SettleMaxTokens int64
 	// ShutdownTimeout bounds the graceful drain; 0 means
 	// DefaultShutdownTimeout. Calls still running then are cut.
 	ShutdownTimeout time.Duration
@@ -326,6 +332,8 @@ func (s *Server) build() error {
 		ResponseMetadata: cfg.ResponseMetadata,
 		Registerer:       s.registry,
 		Quota:            s.quota(),
+		SettleTokens:     s.settleTokens(),
+		SettleTTL:        cfg.SettleDedupeTTL,
 	})
 	if err != nil {
 		return err

@@ -169,3 +169,13 @@ type redisLogger struct{ l *slog.Logger }
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }
+
+// settleTokens is the settlement token budget (Config.SettleMaxTokens):
+// without Redis, at most what the memory store remembers.
+func (s *Server) settleTokens() int64 {
+	n := s.cfg.SettleMaxTokens
+	if s.client == nil && (n == 0 || n > memory.DefaultMaxOnce) {
+		n = memory.DefaultMaxOnce
+	}
+	return n
+}

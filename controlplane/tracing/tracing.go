@@ -74,7 +74,7 @@ func New(ctx context.Context, cfg Config) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
-	if cfg.SamplingRate < 0 || cfg.SamplingRate > 1 {
+	if !(cfg.SamplingRate >= 0 && cfg.SamplingRate <= 1) { // NaN too
 		return nil, fmt.Errorf("tracing: sampling rate %v: want 0 to 1", cfg.SamplingRate)
 	}
 	attrs := []attribute.KeyValue{semconv.ServiceName(cfg.ServiceName)}

@@ -1,6 +1,9 @@
 package xdsconfig
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Defaults of Backoff, as envoyproxy/ratelimit's XDS_CLIENT_BACKOFF_*.
 const (
@@ -29,7 +32,7 @@ func (b Backoff) withDefaults() Backoff {
 	if b.Max < b.Initial {
 		b.Max = b.Initial
 	}
-	if b.RandomFactor < 0 {
+	if !(b.RandomFactor >= 0) { // NaN too
 		b.RandomFactor = 0
 	}
 	if b.RandomFactor > 1 {
@@ -46,9 +49,9 @@ func (b Backoff) Delay(attempt int, rnd float64) time.Duration {
 	b = b.withDefaults()
 	d := b.Initial
 	for i := 0; i < attempt && d < b.Max; i++ {
-		d *= 2
+		d = min(d, b.Max/2) * 2 // never past Max: no overflow
 	}
 	d = min(d, b.Max)
 	spread := 1 + b.RandomFactor*(2*rnd-1)
-	return time.Duration(float64(d) * spread)
+	return time.Duration(min(float64(d)*spread, math.MaxInt64/2))
 }

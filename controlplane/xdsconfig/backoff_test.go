@@ -1,6 +1,7 @@
 package xdsconfig
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -28,5 +29,17 @@ func TestBackoffDelay(t *testing.T) {
 	}
 	if got := (Backoff{Initial: time.Second, RandomFactor: 7}).Delay(0, 0); got != 0 {
 		t.Errorf("RandomFactor above 1 is capped at 1: %v", got)
+	}
+	// Values that once gave a retry in -2562047h (a hot reconnect loop):
+	// NaN spread, and doubling past the largest duration.
+	for _, b := range []Backoff{
+		{Initial: time.Second, Max: time.Minute, RandomFactor: math.NaN()},
+		{Initial: time.Hour, Max: math.MaxInt64, RandomFactor: 1},
+	} {
+		for _, attempt := range []int{0, 1, 70, 1000} {
+			if got := b.Delay(attempt, 0.999); got < b.Initial/2 {
+				t.Errorf("%+v: Delay(%d) = %v, want at least half of Initial", b, attempt, got)
+			}
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,7 +85,18 @@ type Client struct {
 
 	connected atomic.Bool
 	updates   *prometheus.CounterVec
+
+	applied   int         // descriptors and limits of the set applied last
+	releasing atomic.Bool // a release is under way
 }
+
+// Thresholds of release: a response of releaseBytes or more, or a set
+// that replaces one of releaseItems more descriptors and limits (the
+// largest set the bounds allow holds about 60 MB).
+const (
+	releaseBytes = 1 << 20
+	releaseItems = 2000
+)
 
 // New returns a Client; Run follows the server. It does not dial yet.
 func New(opts Options) (*Client, error) {
@@ -219,6 +231,10 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, node *corev3.Node) 
 	if resp.GetTypeUrl() == TypeURL {
 		set, err = Decode(resp.GetResources())
 	}
+	size := 0
+	for _, r := range resp.GetResources() {
+		size += len(r.GetValue())
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -231,15 +247,46 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, node *corev3.Node) 
 		c.updates.WithLabelValues("nack").Inc()
 		c.log.Error("xDS: refused a configuration (NACK); the last good one keeps serving",
 			"version", resp.GetVersionInfo(), "kept_version", c.version, "error", msg)
+		if size >= releaseBytes {
+			c.release()
+		}
 		return req
 	}
 	c.opts.Apply(set)
+	items := setItems(set)
+	if size >= releaseBytes || c.applied-items >= releaseItems {
+		c.release()
+	}
+	c.applied = items
 	c.version = resp.GetVersionInfo()
 	req.VersionInfo = c.version
 	c.updates.WithLabelValues("ack").Inc()
 	c.once.Do(func() { close(c.first) })
 	c.log.Info("xDS: configuration applied (ACK)", "version", c.version, "domains", set.Len())
 	return req
+}
+
+// release returns to the system, in the background, the memory that a
+// large response or a replaced large set leaves behind: at the control
+// plane's GC percentage (400) the runtime would otherwise keep it until
+// the heap grew five times over, and a replica that once served a large
+// set would keep its RSS.
+func (c *Client) release() {
+	if c.releasing.CompareAndSwap(false, true) {
+		go func() {
+			defer c.releasing.Store(false)
+			debug.FreeOSMemory()
+		}()
+	}
+}
+
+// setItems counts the descriptors and limits of set.
+func setItems(set *policy.Set) int {
+	n := 0
+	for _, d := range set.Domains() {
+		n += d.DescriptorCount() + len(d.Limits())
+	}
+	return n
 }
 
 // node is the Node sent in each request.

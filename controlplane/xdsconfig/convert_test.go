@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/xdsconfig/xdstest"
@@ -109,8 +111,8 @@ func TestDecodeRefusesNamingResourceAndField(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Decode(make([]*anypb.Any, MaxResources+1)); err == nil {
-		t.Error("more than MaxResources accepted")
+	if _, err := Decode(make([]*anypb.Any, policy.MaxDomains+1)); err == nil {
+		t.Error("more than policy.MaxDomains resources accepted")
 	}
 }
 
@@ -131,5 +133,23 @@ func TestConvertKeepsFields(t *testing.T) {
 	got := d.DropReplaced([][]*policy.Limit{d.Match([]policy.Entry{{Key: "a", Value: "vip"}})})
 	if len(got) != 1 || len(got[0]) != 1 || !got[0][0].Unlimited {
 		t.Errorf("a=vip: %+v", got)
+	}
+}
+
+// TestConvertMetadata: a descriptor's metadata reaches the policy as it
+// was sent, whatever its types (a string of digits stays a string).
+func TestConvertMetadata(t *testing.T) {
+	md, err := structpb.NewStruct(map[string]any{"s": "123", "t": "true", "n": 5, "f": 1.5, "e": 1e21, "b": true, "z": nil,
+		"l": []any{1, "x", []any{}}, "m": map[string]any{"k": "v", "nested": map[string]any{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Convert(&rlsconfv3.RateLimitConfig{Domain: "md", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", Metadata: md,
+		RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 1}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Limits()[0].Metadata; !proto.Equal(got, md) {
+		t.Errorf("metadata %v, want %v", got, md)
 	}
 }

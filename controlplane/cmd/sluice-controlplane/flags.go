@@ -47,6 +47,7 @@ type config struct {
 	nearLimitRatio      float64
 	ruleValues          int
 	settleTTL           time.Duration
+	settleMaxTokens     int64
 	memEntries          int
 	memBytes            int64
 	shutdown            time.Duration
@@ -156,6 +157,7 @@ func newFlagSet(c *config) (*flag.FlagSet, map[string]string) {
 	envOf["near-limit-ratio"] = "SLUICE_NEAR_LIMIT_RATIO"
 	num(&c.ruleValues, "rule-metric-values", "SLUICE_RULE_METRIC_VALUES", rls.DefaultMaxRuleValues, "request values a detailed_metric or value_to_metric rule labels in its statistics; the rest share <rule>@_other")
 	dur(&c.settleTTL, "settle-dedupe-ttl", "SLUICE_SETTLE_DEDUPE_TTL", memory.DefaultOnceTTL, "how long a settlement's token (x-sluice-settle, from sluice's filter) is remembered: a retry within it charges nothing (at least 1ms)")
+	i64(&c.settleMaxTokens, "settle-max-tokens", "SLUICE_SETTLE_MAX_TOKENS", rls.DefaultSettleTokens, "settlement tokens this replica may have the store remember within -settle-dedupe-ttl (Redis: 133 bytes each), shared fairly among clients; more are refused with RESOURCE_EXHAUSTED and sent again by the filter (without Redis: at most the memory store's 100000)")
 	num(&c.memEntries, "memory-max-entries", "SLUICE_MEMORY_MAX_ENTRIES", memory.DefaultMaxEntries, "memory store bound on keys")
 	fs.Int64Var(&c.memBytes, "memory-max-bytes", memory.DefaultMaxBytes, "memory store bound on approximate bytes ($SLUICE_MEMORY_MAX_BYTES)")
 	envOf["memory-max-bytes"] = "SLUICE_MEMORY_MAX_BYTES"
@@ -258,6 +260,7 @@ func (c *config) finish(fs *flag.FlagSet, envOf map[string]string, getenv func(s
 	if c.redisTLSFiles != (redisstore.TLS{}) {
 		c.redisTLS = true
 	}
+	errs = append(errs, c.valueProblems(envOf)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

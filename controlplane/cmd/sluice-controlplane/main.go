@@ -303,6 +303,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		NearLimitRatio:   c.nearLimitRatio,
 		MaxRuleValues:    c.ruleValues,
 		SettleDedupeTTL:  c.settleTTL,
+		SettleMaxTokens:  c.settleMaxTokens,
 		ChargePastLimit:  c.chargePastLimit,
 		QuotaMode:        c.quotaMode,
 		ResponseMetadata: c.responseMetadata,

@@ -173,8 +173,16 @@ func startBinary(t *testing.T, env []string, args ...string) (*proc, map[string]
 		t.Fatal(err)
 	}
 	args = append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-policy-addr", "127.0.0.1:0", "-log-format", "json"}, args...)
-	p := &proc{cmd: exec.Command(bin, args...), serving: make(chan map[string]any, 1), exited: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd, a control plane that logs JSON, and waits for its
+// "serving" log line.
+func startCmd(t *testing.T, cmd *exec.Cmd) (*proc, map[string]any) {
+	t.Helper()
+	p := &proc{cmd: cmd, serving: make(chan map[string]any, 1), exited: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

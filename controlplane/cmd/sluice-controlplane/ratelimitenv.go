@@ -200,6 +200,7 @@ func parseEnv[T any](r *envReader, name string, def T, parse func(string) (T, er
 	x, err := parse(v)
 	if err != nil {
 		r.errs = append(r.errs, fmt.Errorf("$%s=%q: not %s", name, v, what))
+		return def // so that the value checks do not refuse it twice
 	}
 	return x
 }
@@ -296,14 +297,13 @@ func readRatelimitEnv(getenv func(string) string) (*rlEnv, error) {
 	check(e.grpcTLS && (e.grpcCert == "" || e.grpcKey == ""), "$GRPC_SERVER_USE_TLS=true needs $GRPC_SERVER_TLS_CERT and $GRPC_SERVER_TLS_KEY")
 	check(e.xds.useTLS && (e.xds.cert == "") != (e.xds.key == ""), "$CONFIG_GRPC_XDS_CLIENT_TLS_CERT and $CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together")
 	check(e.tracing.protocol != "http" && e.tracing.protocol != "grpc", "$TRACING_EXPORTER_PROTOCOL=%q: use http or grpc", e.tracing.protocol)
-	check(e.tracing.samplingRate < 0 || e.tracing.samplingRate > 1, "$TRACING_SAMPLING_RATE=%v: use a number from 0 to 1", e.tracing.samplingRate)
-	check(e.nearLimitRatio <= 0 || e.nearLimitRatio > 1, "$NEAR_LIMIT_RATIO=%v: use a number above 0, at most 1", e.nearLimitRatio)
 	for _, p := range []struct {
 		name string
 		n    int
 	}{{"PORT", e.port}, {"DEBUG_PORT", e.debugPort}, {"GRPC_PORT", e.grpcPort}} {
 		check(p.n < 0 || p.n > 65535, "$%s=%d: not a port", p.name, p.n)
 	}
+	errs = append(errs, e.valueProblems(getenv)...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -331,6 +331,14 @@ func (e *rlEnv) redis() (mode string, addrs []string, master string, err error) 
 		}
 		if a != "" {
 			addrs = append(addrs, a)
+		}
+	}
+	for i, a := range addrs {
+		if e.redisType == "SENTINEL" && i == 0 {
+			continue // the master's name
+		}
+		if p := dialAddrProblem(a, false); p != "" {
+			return "", nil, "", fmt.Errorf("$REDIS_URL=%q: %q: %s", e.redisURL, a, p)
 		}
 	}
 	switch e.redisType {

@@ -112,7 +112,7 @@ func runRatelimit(getenv func(string) string, stderr io.Writer) int {
 		{Name: "debug", Addr: addr(e.debugHost, e.debugPort), Handler: debugHandler(func() *policy.Set { return srv.RLS().Policies() })},
 	}
 	if srv, err = server.New(cfg); err != nil {
-		log.Error("cannot start", "error", err.Error())
+		log.Error("cannot start", "error", e.listenerVars(err).Error())
 		return 2
 	}
 	loaded = func() bool { return srv.RLS().Policies().Len() > 0 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,15 +91,37 @@ func TestOnceReplicas(t *testing.T) {
 }
 
 // TestOnceKeySlot: the dedupe key is in its key's hash slot, for keys with
-// a hash tag (as store.Key makes them) and without.
+// a hash tag (as store.Key makes them) and without, and has one size
+// whatever the key and the token; two pairs have two keys.
 func TestOnceKeySlot(t *testing.T) {
+	seen := map[string]bool{}
 	for _, key := range []string{
 		store.Key("api", []store.Entry{{Key: "user", Value: "alice"}}, "l", store.FixedWindow),
+		store.Key("api", []store.Entry{{Key: "user", Value: strings.Repeat("v", 5000)}}, "l", store.FixedWindow),
 		"plain",
 		"a}b{c}d",
+		"{}x",
 	} {
-		if got, want := hashTag(onceKey(key, "tok-1")), hashTag(key); got != want {
-			t.Errorf("key %q: dedupe key %q hashes %q, the key %q", key, onceKey(key, "tok-1"), got, want)
+		for _, token := range []string{"tok-1", strings.Repeat("t", store.MaxOnceToken)} {
+			dk := onceKey(key, token)
+			if got, want := slot(hashTag(dk)), slot(hashTag(key)); got != want {
+				t.Errorf("key %q: dedupe key %q in slot %d, the key in %d", key, dk, got, want)
+			}
+			if len(dk) > 28 || seen[dk] {
+				t.Errorf("key %q, token %q: dedupe key %q (%d bytes, seen before: %v)", key, token, dk, len(dk), seen[dk])
+			}
+			seen[dk] = true
+		}
+	}
+	// Redis's own example slots (CLUSTER KEYSLOT).
+	for tag, want := range map[string]int{"": 0, "123456789": 12739, "user1000": 3443, "foo": 12182} {
+		if got := slot(tag); got != want {
+			t.Errorf("slot(%q) = %d, want %d", tag, got, want)
+		}
+	}
+	for s, tag := range slotTags() {
+		if tag == "" || len(tag) > 4 || slot(tag) != s {
+			t.Fatalf("slot %d: tag %q", s, tag)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/store"
@@ -130,15 +129,6 @@ type wire struct {
 
 // modeOnce is dispatch.lua's mode of a charge once (store.Once).
 const modeOnce = 3
-
-// onceKey returns the dedupe key of token on key: in key's hash slot, so
-// that one script call on a Cluster can set it with the charge.
-func onceKey(key, token string) string {
-	if hashTag(key) == key && !strings.ContainsAny(key, "{}") {
-		return "{" + key + "}:once:" + token // key has no tag: Redis hashes it whole
-	}
-	return key + ":once:" + token // the tag is in key, before the token
-}
 
 // params is a limit as the script receives it.
 type params struct {

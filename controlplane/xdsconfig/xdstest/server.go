@@ -6,6 +6,7 @@
 package xdstest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // TypeURL is RateLimitConfig's type URL.
@@ -85,16 +87,23 @@ func (s *Server) Set(t testing.TB, cfgs ...*rlsconfv3.RateLimitConfig) string {
 // value).
 func (s *Server) SetVersion(t testing.TB, version string, cfgs ...*rlsconfv3.RateLimitConfig) string {
 	t.Helper()
+	res := make([]types.Resource, len(cfgs))
+	for i, c := range cfgs {
+		res[i] = c
+	}
+	return s.setResources(t, version, res)
+}
+
+// setResources publishes res under version ("" for the next counter
+// value) and returns the version.
+func (s *Server) setResources(t testing.TB, version string, res []types.Resource) string {
+	t.Helper()
 	s.mu.Lock()
 	s.version++
 	if version == "" {
 		version = strconv.Itoa(s.version)
 	}
 	s.mu.Unlock()
-	res := make([]types.Resource, len(cfgs))
-	for i, c := range cfgs {
-		res[i] = c
-	}
 	snap, err := cachev3.NewSnapshot(version, map[string][]types.Resource{TypeURL: res})
 	if err != nil {
 		t.Fatal(err)
@@ -105,10 +114,73 @@ func (s *Server) SetVersion(t testing.TB, version string, cfgs ...*rlsconfv3.Rat
 	return version
 }
 
+// Raw is a resource given as its wire bytes: a RateLimitConfig as no
+// well-behaved server would marshal it (too large, too deep, malformed),
+// for the client's bounds to be tested against, served without building
+// it (3 million descriptors as structs would weigh far more than the
+// client's bound).
+type Raw struct {
+	Name string // the resource's name in the snapshot (its config's own name, if any, is in Wire)
+	Wire []byte // the RateLimitConfig's wire bytes
+}
+
+// rawResource serves Raw: an Empty whose unknown fields are the bytes,
+// which proto.Marshal writes back as they are.
+type rawResource struct {
+	*emptypb.Empty
+	name string
+}
+
+func (r rawResource) GetName() string { return r.name }
+
+// SetRaw publishes a snapshot of raw resources and returns its version.
+func (s *Server) SetRaw(t testing.TB, raws ...Raw) string {
+	t.Helper()
+	res := make([]types.Resource, len(raws))
+	for i, r := range raws {
+		e := &emptypb.Empty{}
+		e.ProtoReflect().SetUnknown(r.Wire)
+		res[i] = rawResource{e, r.Name}
+	}
+	return s.setResources(t, "", res)
+}
+
 // Requests returns the requests received so far (the subscriptions, ACKs
 // and NACKs), and a channel closed at the next one.
 func (s *Server) Requests() ([]*discoveryv3.DiscoveryRequest, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]*discoveryv3.DiscoveryRequest(nil), s.requests...), s.changed
+}
+
+// Repeat returns the wire bytes of cfg with its descriptors written n times
+// over: a response far larger than any real one, built without holding n
+// times the descriptors as structs.
+func Repeat(t testing.TB, cfg *rlsconfv3.RateLimitConfig, n int) []byte {
+	t.Helper()
+	head, err := proto.Marshal(&rlsconfv3.RateLimitConfig{Name: cfg.GetName(), Domain: cfg.GetDomain()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := proto.Marshal(&rlsconfv3.RateLimitConfig{Descriptors: cfg.GetDescriptors()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(head, bytes.Repeat(body, n)...)
+}
+
+// Wide returns domains configurations "wide-<i>", each with limits
+// descriptors key=user, value=u-<j> of a limit of their own (j a minute):
+// Wide(256, 39) is about the largest set the policy bounds allow.
+func Wide(domains, limits int) []*rlsconfv3.RateLimitConfig {
+	out := make([]*rlsconfv3.RateLimitConfig, domains)
+	for i := range out {
+		c := &rlsconfv3.RateLimitConfig{Name: "wide-" + strconv.Itoa(i), Domain: "wide-" + strconv.Itoa(i)}
+		for j := range limits {
+			c.Descriptors = append(c.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: "user", Value: "u-" + strconv.Itoa(j),
+				RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: uint32(j + 1)}})
+		}
+		out[i] = c
+	}
+	return out
 }
