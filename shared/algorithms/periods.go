@@ -1,0 +1,58 @@
+package algorithms
+
+// Periods are the windows around now of a limit whose windows are not all
+// of one length: calendar days, weeks, months or years in a time zone,
+// which a daylight-saving change or the calendar makes longer or shorter
+// (controlplane/calendar computes them). The window that holds now is
+// [Start, End); the one before it starts at Prev, the one after it ends at
+// Next. The zero value means none: windows of the limit's Window, aligned
+// to the clock.
+//
+// FixedWindow, SlidingWindow and SlidingLog take Periods. They are an input
+// of every call, like now, and must be the ones around that call's now:
+// the functions stay pure, and the caller, which knows the calendar and the
+// time zone, computes them (once per window, for instance).
+type Periods struct {
+	Prev, Start, End, Next int64
+}
+
+// set reports whether p holds periods (else windows are of fixed length).
+func (p Periods) set() bool { return p != Periods{} }
+
+// validate checks that p is usable at now, with spans of at most most.
+func (p Periods) validate(now, most int64) error {
+	switch {
+	case !(p.Prev < p.Start && p.Start < p.End && p.End < p.Next):
+		return ErrPeriods
+	case p.Next-p.Prev > most || p.Next-p.Prev < 0: // the second: overflow
+		return ErrPeriodsTooLong
+	case now < p.Start || now >= p.End:
+		return ErrPeriodsNow
+	}
+	return nil
+}
+
+// span returns the window that holds now, [start, end), and the end of the
+// window after it, for fixed windows of length w or for p.
+func span(p Periods, w, now int64) (start, end, next int64) {
+	if p.set() {
+		return p.Start, p.End, p.Next
+	}
+	start = windowStart(now, w)
+	return start, start + w, start + 2*w
+}
+
+// later returns the end of the window that starts at start, and the length
+// of the window after it, when start is not before the window that holds
+// now (start, end, next from span): a state from a later window is one a
+// clock that stepped back left. Past the window after now's, periods are
+// not known: such a window is taken to be as long as now's.
+func later(start, ws, we, wn int64) (end, nextLen int64) {
+	switch {
+	case start == ws:
+		return we, wn - we
+	case start == we:
+		return wn, we - ws
+	}
+	return start + (we - ws), we - ws
+}
