@@ -542,16 +542,20 @@ func TestRefundOnLeasedKey(t *testing.T) {
 	check := []store.Check{{Key: "fw", Limit: l, Cost: 1}}
 	var admitted int64
 	ms := int64(0)
-	for ; ms < 900; ms++ { // 1,000/s until the window's 100 are spent
-		clk.us.Store(start + ms*1000)
-		if err := r.Decide(ctx, check, res); err != nil {
-			t.Fatal(err)
+	spend := func() { // 1,000/s until the window's budget is spent
+		for ; ms < 900; ms++ {
+			clk.us.Store(start + ms*1000)
+			if err := r.Decide(ctx, check, res); err != nil {
+				t.Fatal(err)
+			}
+			if !res[0].Allowed {
+				ms++
+				return
+			}
+			admitted++
 		}
-		if !res[0].Allowed {
-			break
-		}
-		admitted++
 	}
+	spend()
 	if admitted != 100 {
 		t.Fatalf("admitted %d before the first refusal, want the limit (100)", admitted)
 	}
@@ -562,16 +566,7 @@ func TestRefundOnLeasedKey(t *testing.T) {
 	if !res[0].Allowed || res[0].Remaining != 30 {
 		t.Fatalf("refund of 30 answered %+v, want allowed with 30 remaining", res[0])
 	}
-	for ms++; ms < 900; ms++ {
-		clk.us.Store(start + ms*1000)
-		if err := r.Decide(ctx, check, res); err != nil {
-			t.Fatal(err)
-		}
-		if !res[0].Allowed {
-			break
-		}
-		admitted++
-	}
+	spend()
 	if admitted != 130 {
 		t.Fatalf("admitted %d in the window with a refund of 30, want 130", admitted)
 	}

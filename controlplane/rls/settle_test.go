@@ -127,6 +127,19 @@ func newSettleService(t *testing.T, st store.Store) (*Service, *prometheus.Regis
 	return svc, reg
 }
 
+// settleReplicas returns two Services with settlePolicy on the store
+// stName (sharing its state: two replicas), on a clock 40 s before a
+// minute ends.
+func settleReplicas(t *testing.T, stName string) (*clock, *Service, *Service) {
+	t.Helper()
+	c := &clock{}
+	c.ns.Store(epoch.Add(20 * time.Second).UnixNano())
+	st1, st2 := settleStores[stName](t, c)
+	svc1, _ := newSettleService(t, st1)
+	svc2, _ := newSettleService(t, st2)
+	return c, svc1, svc2
+}
+
 // TestSettle is the contract of a settlement on every store and both ways
 // in: a token charges once (a retry, through the other replica too,
 // charges nothing and answers the key's state); another token charges
@@ -137,11 +150,7 @@ func TestSettle(t *testing.T) {
 	for _, stName := range []string{"memory", "redis", "redis-cluster"} {
 		for _, way := range []string{"grpc-go", "unary"} {
 			t.Run(stName+"/"+way, func(t *testing.T) {
-				c := &clock{}
-				c.ns.Store(epoch.Add(20 * time.Second).UnixNano()) // 40 s before the minute ends
-				st1, st2 := settleStores[stName](t, c)
-				svc1, _ := newSettleService(t, st1)
-				svc2, _ := newSettleService(t, st2)
+				c, svc1, svc2 := settleReplicas(t, stName)
 				send := settlers[way]
 				steps := []struct {
 					svc       *Service
@@ -326,11 +335,7 @@ func TestSettleRefunds(t *testing.T) {
 	for _, stName := range []string{"memory", "redis", "redis-cluster"} {
 		for _, way := range []string{"grpc-go", "unary"} {
 			t.Run(stName+"/"+way, func(t *testing.T) {
-				c := &clock{}
-				c.ns.Store(epoch.Add(20 * time.Second).UnixNano())
-				st1, st2 := settleStores[stName](t, c)
-				svc1, _ := newSettleService(t, st1)
-				svc2, _ := newSettleService(t, st2)
+				_, svc1, svc2 := settleReplicas(t, stName)
 				send := settlers[way]
 				steps := []struct {
 					svc       *Service

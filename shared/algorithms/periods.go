@@ -19,12 +19,15 @@ type Periods struct {
 // set reports whether p holds periods (else windows are of fixed length).
 func (p Periods) set() bool { return p != Periods{} }
 
-// validate checks that p is usable at now, with spans of at most most.
+// validate checks that p is usable at now, with periods of at most most
+// each.
 func (p Periods) validate(now, most int64) error {
 	switch {
 	case !(p.Prev < p.Start && p.Start < p.End && p.End < p.Next):
 		return ErrPeriods
-	case p.Next-p.Prev > most || p.Next-p.Prev < 0: // the second: overflow
+	case p.Next-p.Prev > maxSpan || p.Next-p.Prev < 0: // the second: overflow
+		return ErrPeriodsTooLong
+	case p.Start-p.Prev > most || p.End-p.Start > most || p.Next-p.End > most:
 		return ErrPeriodsTooLong
 	case now < p.Start || now >= p.End:
 		return ErrPeriodsNow

@@ -36,67 +36,47 @@ func (p *partition) at(t int64) Periods {
 	return Periods{Prev: b[k-1], Start: b[k], End: b[k+1], Next: b[k+2]}
 }
 
-// The calendar subjects set their limit's periods from a partition at every
-// call.
+// periodic is a subject whose limit takes Periods.
+type periodic interface {
+	subject
+	setPeriods(Periods)
+}
 
-type calFixed struct {
-	fixedSubject
+func (x *fixedSubject) setPeriods(p Periods)   { x.l.Periods = p }
+func (x *slidingSubject) setPeriods(p Periods) { x.l.Periods = p }
+func (x *logSubject) setPeriods(p Periods)     { x.l.Periods = p }
+
+// calendarSubject sets its limit's periods from a partition at every call.
+type calendarSubject struct {
+	periodic
 	p *partition
 }
 
-func (x *calFixed) allow(now, cost int64) (Result, error) {
-	x.l.Periods = x.p.at(now)
-	return x.fixedSubject.allow(now, cost)
-}
-func (x *calFixed) refund(now, amount int64) (Result, error) {
-	x.l.Periods = x.p.at(now)
-	return x.fixedSubject.refund(now, amount)
-}
-func (x *calFixed) clone() subject { c := *x; return &c }
-
-type calSliding struct {
-	slidingSubject
-	p *partition
+func (x *calendarSubject) allow(now, cost int64) (Result, error) {
+	x.setPeriods(x.p.at(now))
+	return x.periodic.allow(now, cost)
 }
 
-func (x *calSliding) allow(now, cost int64) (Result, error) {
-	x.l.Periods = x.p.at(now)
-	return x.slidingSubject.allow(now, cost)
-}
-func (x *calSliding) refund(now, amount int64) (Result, error) {
-	x.l.Periods = x.p.at(now)
-	return x.slidingSubject.refund(now, amount)
-}
-func (x *calSliding) clone() subject { c := *x; return &c }
-
-type calLog struct {
-	logSubject
-	p *partition
+func (x *calendarSubject) refund(now, amount int64) (Result, error) {
+	x.setPeriods(x.p.at(now))
+	return x.periodic.refund(now, amount)
 }
 
-func (x *calLog) allow(now, cost int64) (Result, error) {
-	x.l.Periods = x.p.at(now)
-	return x.logSubject.allow(now, cost)
+func (x *calendarSubject) clone() subject {
+	return &calendarSubject{x.periodic.clone().(periodic), x.p}
 }
-func (x *calLog) refund(now, amount int64) (Result, error) {
-	x.l.Periods = x.p.at(now)
-	return x.logSubject.refund(now, amount)
-}
-func (x *calLog) clone() subject { return &calLog{*x.logSubject.clone().(*logSubject), x.p} }
 
 // periodAlgorithms are the algorithms that take Periods.
 var periodAlgorithms = []string{"fixed_window", "sliding_window", "sliding_log"}
 
-// calendarSubject returns a limiter of alg on periods of p, from a random
-// subject of the same parameters.
-func calendarSubject(rng *rand.Rand, alg string, p *partition) subject {
-	switch alg {
-	case "fixed_window":
-		return &calFixed{*randomSubjects(rng, "fixed_aligned").(*fixedSubject), p}
-	case "sliding_window":
-		return &calSliding{*randomSubjects(rng, "sliding_window").(*slidingSubject), p}
+// newCalendarSubject returns a limiter of alg on periods of p, from a
+// random subject of the same parameters.
+func newCalendarSubject(rng *rand.Rand, alg string, p *partition) *calendarSubject {
+	name := alg
+	if alg == "fixed_window" {
+		name = "fixed_aligned"
 	}
-	return &calLog{*randomSubjects(rng, "sliding_log").(*logSubject), p}
+	return &calendarSubject{randomSubjects(rng, name).(periodic), p}
 }
 
 // TestPeriodsProperties is TestRefundProperties on periods of lengths
@@ -112,7 +92,7 @@ func TestPeriodsProperties(t *testing.T) {
 				w := 2 + rng.Int63n(5000)
 				now := rng.Int63n(1 << 40)
 				p := newPartition(rng, now-8*w, max(1, w/2), 2*w)
-				x := calendarSubject(rng, alg, p)
+				x := newCalendarSubject(rng, alg, p)
 				checkPeriodBound(t, alg, x, p, exercise(t, alg, rng, x, now, true))
 			}
 		})
@@ -133,7 +113,7 @@ func checkPeriodBound(t *testing.T, alg string, x subject, p *partition, adm []a
 		}
 		return
 	}
-	l := x.(*calLog).l
+	l := x.(*calendarSubject).periodic.(*logSubject).l
 	for j, a := range adm {
 		l.Periods = p.at(a.at)
 		edge := l.edge(a.at)
@@ -157,28 +137,19 @@ func TestPeriodsOfOneLength(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			rng := rand.New(rand.NewSource(int64(len(alg)) * 7))
 			for range 50 {
-				x := calendarSubject(rng, alg, nil)
-				var plain subject
+				x := newCalendarSubject(rng, alg, nil)
+				plain := x.periodic.clone() // windows of their Window
 				var w int64
-				switch c := x.(type) {
-				case *calFixed:
-					plain, w = &c.fixedSubject, c.l.Window
-				case *calSliding:
-					plain, w = &c.slidingSubject, c.l.Window
-				case *calLog:
-					plain, w = &c.logSubject, c.l.Window
+				switch c := plain.(type) {
+				case *fixedSubject:
+					w = c.l.Window
+				case *slidingSubject:
+					w = c.l.Window
+				case *logSubject:
+					w = c.l.Window
 				}
 				now := rng.Int63n(1 << 40)
-				p := newPartition(rng, (now/w-4)*w, w, w)
-				plain = plain.clone()
-				switch c := x.(type) {
-				case *calFixed:
-					c.p = p
-				case *calSliding:
-					c.p = p
-				case *calLog:
-					c.p = p
-				}
+				x.p = newPartition(rng, (now/w-4)*w, w, w)
 				for range sequence {
 					now += rng.Int63n(3 * w / 2)
 					cost := rng.Int63n(x.capacity() + 1)

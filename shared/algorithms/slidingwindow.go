@@ -5,6 +5,11 @@ package algorithms
 // bit-for-bit the same integers (Lua numbers are doubles).
 const weightScale = 1000
 
+// maxWeighted bounds a window's length, which the weight multiplies by
+// weightScale: 2^62/1000 (53 days in nanoseconds, a calendar month with
+// room to spare) keeps the product within int64.
+const maxWeighted = 2 * maxSpan / weightScale
+
 // SlidingWindow is the sliding-window counter: two adjacent clock-aligned
 // windows, the previous one weighted by how much of it the sliding window
 // still covers. It needs O(1) memory, but it is approximate.
@@ -49,10 +54,10 @@ func (l SlidingWindow) Validate() error {
 		return ErrLimitTooLarge
 	case l.Window <= 0:
 		return ErrWindow
-	case l.Window > maxSpan/weightScale:
+	case l.Window > maxWeighted:
 		return ErrWindowTooLong
 	case l.Periods.set():
-		return l.Periods.validate(l.Periods.Start, maxSpan/weightScale)
+		return l.Periods.validate(l.Periods.Start, maxWeighted)
 	}
 	return nil
 }
@@ -86,7 +91,7 @@ func (l SlidingWindow) check(_ *SlidingWindowState, now int64) error {
 		return err
 	}
 	if l.Periods.set() {
-		return l.Periods.validate(now, maxSpan/weightScale)
+		return l.Periods.validate(now, maxWeighted)
 	}
 	return nil
 }

@@ -77,37 +77,23 @@ func (o *oracle) decide(l store.Limit, now, cost int64, mode store.Mode) (algori
 	p := l.Periods(now)
 	switch l.Algorithm {
 	case store.FixedWindow:
-		return check(algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true, Periods: p}, &o.fw, mode, now, cost)
+		return checkOn(algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true, Periods: p}, &o.fw, mode, now, cost)
 	case store.SlidingWindow:
-		return check(algorithms.SlidingWindow{Limit: l.Requests, Window: w, Periods: p}, &o.sw, mode, now, cost)
+		return checkOn(algorithms.SlidingWindow{Limit: l.Requests, Window: w, Periods: p}, &o.sw, mode, now, cost)
 	case store.SlidingLog:
 		a := algorithms.SlidingLog{Limit: l.Requests, Window: w, Periods: p}
 		if o.log == nil {
 			o.log = a.NewState()
 		}
-		return check(a, o.log, mode, now, cost)
+		return checkOn(a, o.log, mode, now, cost)
 	case store.TokenBucket:
-		return check(algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: b}, &o.tb, mode, now, cost)
+		return checkOn(algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: b}, &o.tb, mode, now, cost)
 	case store.GCRA:
-		return check(algorithms.GCRA{MaxBurst: b - 1, Count: l.Requests, Period: w}, &o.gc, mode, now, cost)
+		return checkOn(algorithms.GCRA{MaxBurst: b - 1, Count: l.Requests, Period: w}, &o.gc, mode, now, cost)
 	case store.Reserve:
-		return check(algorithms.Reserve{Rate: l.Requests, Period: w, Burst: b, MaxWait: int64(l.MaxWait)}, &o.rs, mode, now, cost)
+		return checkOn(algorithms.Reserve{Rate: l.Requests, Period: w, Burst: b, MaxWait: int64(l.MaxWait)}, &o.rs, mode, now, cost)
 	}
 	return algorithms.Result{}, errors.New("unknown algorithm")
-}
-
-// check is checkOn with the oracle's own dispatch, so that the store's is
-// tested against it.
-func check[L limiter[S], S any](lim L, s S, mode store.Mode, now, cost int64) (algorithms.Result, error) {
-	switch mode {
-	case store.Probe:
-		return lim.Probe(s, now)
-	case store.Charge:
-		return lim.Charge(s, now, cost)
-	case store.Refund:
-		return lim.Refund(s, now, cost)
-	}
-	return lim.Allow(s, now, cost)
 }
 
 // calendarLimits count calendar periods in two zones, across daylight-saving
