@@ -54,7 +54,13 @@ func (u Unit) String() string {
 type Calendar struct {
 	unit Unit
 	loc  *time.Location
-	last atomic.Pointer[[6]int64] // the boundaries last computed (see Boundaries)
+	last atomic.Pointer[periods] // the periods last computed
+}
+
+// periods are six boundaries in a row and the Periods of the middle two.
+type periods struct {
+	b [6]int64
+	p algorithms.Periods
 }
 
 // calendars holds every Calendar made, by zone and unit: a policy names a
@@ -139,10 +145,9 @@ func (c *Calendar) Longest() time.Duration {
 }
 
 // Periods returns the periods around t (Unix nanoseconds): the one that
-// holds t and its neighbours.
-func (c *Calendar) Periods(t int64) algorithms.Periods {
-	b := c.Boundaries(t)
-	return algorithms.Periods{Prev: b[1], Start: b[2], End: b[3], Next: b[4]}
+// holds t and its neighbours. They are shared: do not modify them.
+func (c *Calendar) Periods(t int64) *algorithms.Periods {
+	return &c.around(t).p
 }
 
 // Boundaries returns, in Unix nanoseconds, the starts of six periods in a
@@ -150,12 +155,19 @@ func (c *Calendar) Periods(t int64) algorithms.Periods {
 // so that its scripts find the periods around Redis's own clock, one
 // period either side of this one.
 func (c *Calendar) Boundaries(t int64) [6]int64 {
-	if b := c.last.Load(); b != nil && b[2] <= t && t < b[3] {
-		return *b
+	return c.around(t).b
+}
+
+// around returns the periods around t: the last ones computed while t is
+// within them.
+func (c *Calendar) around(t int64) *periods {
+	if p := c.last.Load(); p != nil && p.b[2] <= t && t < p.b[3] {
+		return p
 	}
 	b := c.compute(t)
-	c.last.Store(&b)
-	return b
+	p := &periods{b: b, p: algorithms.Periods{Prev: b[1], Start: b[2], End: b[3], Next: b[4]}}
+	c.last.Store(p)
+	return p
 }
 
 // compute is Boundaries without the memory.

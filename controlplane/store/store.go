@@ -63,10 +63,11 @@ type Limit struct {
 }
 
 // Periods returns the windows of l around now (Unix nanoseconds): the
-// calendar's, or none (the zero value) for windows of fixed length.
-func (l *Limit) Periods(now int64) algorithms.Periods {
+// calendar's (shared: do not modify them), or nil for windows of fixed
+// length.
+func (l *Limit) Periods(now int64) *algorithms.Periods {
 	if l.Calendar == nil {
-		return algorithms.Periods{}
+		return nil
 	}
 	return l.Calendar.Periods(now)
 }

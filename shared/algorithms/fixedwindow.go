@@ -17,10 +17,10 @@ package algorithms
 // when nothing was counted in it yet (as envoyproxy/ratelimit answers); a
 // first-hit window that is not open answers 0.
 type FixedWindow struct {
-	Limit   int64   // requests admitted per window, >= 1
-	Window  int64   // window length, > 0
-	Aligned bool    // windows start at multiples of Window (else at the first hit)
-	Periods Periods // when set, the windows around now (calendar windows)
+	Limit   int64    // requests admitted per window, >= 1
+	Window  int64    // window length, > 0
+	Aligned bool     // windows start at multiples of Window (else at the first hit)
+	Periods *Periods // when set, the windows around now (calendar windows)
 }
 
 // FixedWindowState is a fixed window's state: the window that holds the count.
@@ -34,7 +34,7 @@ func (l FixedWindow) Validate() error {
 	if err := validateWindow(l.Limit, l.Window); err != nil {
 		return err
 	}
-	if l.Periods.set() {
+	if l.Periods != nil {
 		return l.Periods.validate(l.Periods.Start, maxSpan)
 	}
 	return nil
@@ -67,7 +67,7 @@ func (l FixedWindow) check(_ *FixedWindowState, now int64) error {
 	if err := validateWindow(l.Limit, l.Window); err != nil {
 		return err
 	}
-	if l.Periods.set() {
+	if l.Periods != nil {
 		return l.Periods.validate(now, maxSpan)
 	}
 	return nil
@@ -80,8 +80,8 @@ func (l FixedWindow) capacity() int64 { return l.Limit }
 // when it is still open, else a new one (with count 0), and when it ends.
 func (l FixedWindow) open(s *FixedWindowState, now int64) (start, count, end int64) {
 	start, count = s.Start, s.Count
-	if l.Aligned || l.Periods.set() {
-		ws, we, wn := span(l.Periods, l.Window, now)
+	if l.Aligned || l.Periods != nil {
+		_, ws, we, wn := span(l.Periods, l.Window, now)
 		if ws > start || count == 0 {
 			start, count = ws, 0
 		}
@@ -107,7 +107,7 @@ func (l FixedWindow) decide(s *FixedWindowState, now, need, take int64, charge b
 		r.RetryAfter = end - now
 	}
 	r.Remaining = nonNegative(l.Limit - count)
-	if count > 0 || l.Aligned || l.Periods.set() {
+	if count > 0 || l.Aligned || l.Periods != nil {
 		r.ResetAfter = end - now
 	}
 	return r

@@ -5,23 +5,21 @@ package algorithms
 // which a daylight-saving change or the calendar makes longer or shorter
 // (controlplane/calendar computes them). The window that holds now is
 // [Start, End); the one before it starts at Prev, the one after it ends at
-// Next. The zero value means none: windows of the limit's Window, aligned
-// to the clock.
+// Next.
 //
-// FixedWindow, SlidingWindow and SlidingLog take Periods. They are an input
-// of every call, like now, and must be the ones around that call's now:
-// the functions stay pure, and the caller, which knows the calendar and the
-// time zone, computes them (once per window, for instance).
+// FixedWindow, SlidingWindow and SlidingLog take a *Periods (nil: windows
+// of the limit's Window, aligned to the clock). They are an input of every
+// call, like now, and must be the ones around that call's now: the
+// functions stay pure, and the caller, which knows the calendar and the
+// time zone, computes them (once per window, and shares them: the
+// functions never modify them).
 type Periods struct {
 	Prev, Start, End, Next int64
 }
 
-// set reports whether p holds periods (else windows are of fixed length).
-func (p Periods) set() bool { return p != Periods{} }
-
 // validate checks that p is usable at now, with periods of at most most
 // each.
-func (p Periods) validate(now, most int64) error {
+func (p *Periods) validate(now, most int64) error {
 	switch {
 	case !(p.Prev < p.Start && p.Start < p.End && p.End < p.Next):
 		return ErrPeriods
@@ -35,14 +33,15 @@ func (p Periods) validate(now, most int64) error {
 	return nil
 }
 
-// span returns the window that holds now, [start, end), and the end of the
-// window after it, for fixed windows of length w or for p.
-func span(p Periods, w, now int64) (start, end, next int64) {
-	if p.set() {
-		return p.Start, p.End, p.Next
+// span returns the window that holds now, [start, end), the start of the
+// window before it and the end of the one after it, for fixed windows of
+// length w or for p.
+func span(p *Periods, w, now int64) (prev, start, end, next int64) {
+	if p != nil {
+		return p.Prev, p.Start, p.End, p.Next
 	}
 	start = windowStart(now, w)
-	return start, start + w, start + 2*w
+	return start - w, start, start + w, start + 2*w
 }
 
 // later returns the end of the window that starts at start, and the length

@@ -30,21 +30,21 @@ func (p *partition) index(t int64) int {
 
 // at returns the periods around t; t is at least two periods after the
 // origin.
-func (p *partition) at(t int64) Periods {
+func (p *partition) at(t int64) *Periods {
 	k := p.index(t)
 	b := p.boundaries
-	return Periods{Prev: b[k-1], Start: b[k], End: b[k+1], Next: b[k+2]}
+	return &Periods{Prev: b[k-1], Start: b[k], End: b[k+1], Next: b[k+2]}
 }
 
 // periodic is a subject whose limit takes Periods.
 type periodic interface {
 	subject
-	setPeriods(Periods)
+	setPeriods(*Periods)
 }
 
-func (x *fixedSubject) setPeriods(p Periods)   { x.l.Periods = p }
-func (x *slidingSubject) setPeriods(p Periods) { x.l.Periods = p }
-func (x *logSubject) setPeriods(p Periods)     { x.l.Periods = p }
+func (x *fixedSubject) setPeriods(p *Periods)   { x.l.Periods = p }
+func (x *slidingSubject) setPeriods(p *Periods) { x.l.Periods = p }
+func (x *logSubject) setPeriods(p *Periods)     { x.l.Periods = p }
 
 // calendarSubject sets its limit's periods from a partition at every call.
 type calendarSubject struct {
@@ -176,14 +176,14 @@ func TestPeriodsAcrossLengths(t *testing.T) {
 	const day = 24 * 3600 * sec
 	jan, feb, mar, apr := int64(0), 31*day, 59*day, 90*day // 2026: January has 31 days, February 28
 	dec := jan - 31*day
-	at := func(t int64) Periods {
+	at := func(t int64) *Periods {
 		switch {
 		case t < feb:
-			return Periods{dec, jan, feb, mar}
+			return &Periods{dec, jan, feb, mar}
 		case t < mar:
-			return Periods{jan, feb, mar, apr}
+			return &Periods{jan, feb, mar, apr}
 		}
-		return Periods{feb, mar, apr, apr + 31*day}
+		return &Periods{feb, mar, apr, apr + 31*day}
 	}
 	t.Run("fixed_window", func(t *testing.T) {
 		l := FixedWindow{Limit: 3, Window: 30 * day}
@@ -241,7 +241,7 @@ func TestPeriodsInvalid(t *testing.T) {
 		{Periods{0, 10, 20, 30}, 9, ErrPeriodsNow},
 		{Periods{-1 << 62, 10, 20, 1 << 62}, 15, ErrPeriodsTooLong},
 	} {
-		l := FixedWindow{Limit: 1, Window: 10, Periods: c.p}
+		l := FixedWindow{Limit: 1, Window: 10, Periods: &c.p}
 		if _, err := l.Allow(&s, c.now, 1); err != c.err {
 			t.Errorf("%+v at %d: err %v, want %v", c.p, c.now, err, c.err)
 		}

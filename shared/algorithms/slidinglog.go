@@ -16,9 +16,9 @@ package algorithms
 // and with periods all of one length W it is (now-W, now]. Window is not
 // used then.
 type SlidingLog struct {
-	Limit   int64   // requests admitted per sliding window, >= 1
-	Window  int64   // window length, > 0
-	Periods Periods // when set, the periods around now (calendar windows)
+	Limit   int64    // requests admitted per sliding window, >= 1
+	Window  int64    // window length, > 0
+	Periods *Periods // when set, the periods around now (calendar windows)
 }
 
 // logEntry is cost admitted at one instant.
@@ -54,7 +54,7 @@ func (l SlidingLog) Validate() error {
 	if err := validateWindow(l.Limit, l.Window); err != nil {
 		return err
 	}
-	if l.Periods.set() {
+	if l.Periods != nil {
 		return l.Periods.validate(l.Periods.Start, maxSpan)
 	}
 	return nil
@@ -87,7 +87,7 @@ func (l SlidingLog) check(s *SlidingLogState, now int64) error {
 	if err := validateWindow(l.Limit, l.Window); err != nil {
 		return err
 	}
-	if l.Periods.set() {
+	if l.Periods != nil {
 		if err := l.Periods.validate(now, maxSpan); err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func (l SlidingLog) check(s *SlidingLogState, now int64) error {
 // edge returns the time at or before which an entry has left the window at
 // now.
 func (l SlidingLog) edge(now int64) int64 {
-	if p := l.Periods; p.set() {
+	if p := l.Periods; p != nil {
 		// Short of Start until the period ends: an entry at Start leaves
 		// at End, one period after it came.
 		return p.Prev + min(now-p.Start, p.Start-p.Prev-1)
@@ -116,7 +116,7 @@ func (l SlidingLog) edge(now int64) int64 {
 func (l SlidingLog) Leaves(at int64) int64 {
 	p := l.Periods
 	switch {
-	case !p.set():
+	case p == nil:
 		return at + l.Window
 	case at < p.Start:
 		return min(p.Start+(at-p.Prev), p.End)
@@ -131,7 +131,7 @@ func (l SlidingLog) Leaves(at int64) int64 {
 func (l SlidingLog) Arrival(leave int64) int64 {
 	p := l.Periods
 	switch {
-	case !p.set():
+	case p == nil:
 		return leave - l.Window
 	case leave < p.Start+(p.Start-p.Prev) && leave <= p.End:
 		return p.Prev + (leave - p.Start)

@@ -33,9 +33,9 @@ const maxWeighted = 2 * maxSpan / weightScale
 // the share of the current window still to come, (End-now)/(End-Start),
 // and Window is not used.
 type SlidingWindow struct {
-	Limit   int64   // requests admitted per window, >= 1
-	Window  int64   // window length, > 0
-	Periods Periods // when set, the windows around now (calendar windows)
+	Limit   int64    // requests admitted per window, >= 1
+	Window  int64    // window length, > 0
+	Periods *Periods // when set, the windows around now (calendar windows)
 }
 
 // SlidingWindowState holds the counts of the current and previous windows.
@@ -47,6 +47,14 @@ type SlidingWindowState struct {
 
 // Validate reports whether the parameters are usable.
 func (l SlidingWindow) Validate() error {
+	if err := l.shape(); err != nil || l.Periods == nil {
+		return err
+	}
+	return l.Periods.validate(l.Periods.Start, maxWeighted)
+}
+
+// shape validates the parameters but the periods.
+func (l SlidingWindow) shape() error {
 	switch {
 	case l.Limit < 1:
 		return ErrLimit
@@ -56,8 +64,6 @@ func (l SlidingWindow) Validate() error {
 		return ErrWindow
 	case l.Window > maxWeighted:
 		return ErrWindowTooLong
-	case l.Periods.set():
-		return l.Periods.validate(l.Periods.Start, maxWeighted)
 	}
 	return nil
 }
@@ -87,13 +93,10 @@ func (l SlidingWindow) Refund(s *SlidingWindowState, now, amount int64) (Result,
 
 // check validates l at now: any state fits l.
 func (l SlidingWindow) check(_ *SlidingWindowState, now int64) error {
-	if err := l.Validate(); err != nil {
+	if err := l.shape(); err != nil || l.Periods == nil {
 		return err
 	}
-	if l.Periods.set() {
-		return l.Periods.validate(now, maxWeighted)
-	}
-	return nil
+	return l.Periods.validate(now, maxWeighted)
 }
 
 // capacity is the largest cost a request may have.
@@ -137,21 +140,18 @@ func (l SlidingWindow) refund(s *SlidingWindowState, now, amount int64) {
 // roll moves the state to the window that contains now, and returns that
 // window's length and the length of the one after it.
 func (l SlidingWindow) roll(s SlidingWindowState, now int64) (start, prev, cur, length, nextLen int64) {
-	ws, we, wn := span(l.Periods, l.Window, now)
-	prevStart := ws - l.Window
-	if l.Periods.set() {
-		prevStart = l.Periods.Prev
-	}
+	ps, ws, we, wn := span(l.Periods, l.Window, now)
 	switch {
-	case ws <= s.Start && (s.Prev > 0 || s.Cur > 0):
-		// Same window (or the clock stepped back): keep counting in it.
+	case ws < s.Start && (s.Prev > 0 || s.Cur > 0):
+		// The clock stepped back: keep counting in the later window.
 		end, next := later(s.Start, ws, we, wn)
 		return s.Start, s.Prev, s.Cur, end - s.Start, next
-	case s.Start == prevStart:
+	case ws == s.Start && (s.Prev > 0 || s.Cur > 0):
+		return ws, s.Prev, s.Cur, we - ws, wn - we // the same window
+	case s.Start == ps:
 		return ws, s.Cur, 0, we - ws, wn - we
-	default:
-		return ws, 0, 0, we - ws, wn - we
 	}
+	return ws, 0, 0, we - ws, wn - we
 }
 
 // weight returns the previous window's weight in thousandths, e elapsed into

@@ -108,7 +108,7 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 		// The whole total as one entry at the newest entry's time: it
 		// leaves the window no earlier than the entries it stands for.
 		at := slidingLog(l, l.Periods(now)).Arrival(now + r.ResetAfter)
-		e.log = slidingLog(l, algorithms.Periods{}).NewState()
+		e.log = slidingLog(l, nil).NewState()
 		if _, err := slidingLog(l, l.Periods(at)).Allow(e.log, at, used); err != nil {
 			return
 		}

@@ -329,7 +329,7 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 		e = &entry{key: c.Key, alg: c.Limit.Algorithm}
 		if e.alg == store.SlidingLog {
 			e.logCap = c.Limit.Requests
-			e.log = slidingLog(c.Limit, algorithms.Periods{}).NewState()
+			e.log = slidingLog(c.Limit, nil).NewState()
 		}
 		e.size = entrySize(c.Key, e.logCap)
 	}
@@ -452,7 +452,7 @@ func freshPeek(l store.Limit, now int64) algorithms.Result {
 	case store.FixedWindow:
 		r, _ = fixedWindow(l, l.Periods(now)).Allow(&algorithms.FixedWindowState{}, now, 0)
 	case store.SlidingWindow:
-		r, _ = slidingWindow(l, algorithms.Periods{}).Allow(&algorithms.SlidingWindowState{}, 0, 0)
+		r, _ = slidingWindow(l, nil).Allow(&algorithms.SlidingWindowState{}, 0, 0)
 	case store.SlidingLog:
 		r = algorithms.Result{Allowed: true, Limit: l.Requests, Remaining: l.Requests}
 	case store.TokenBucket:
@@ -469,7 +469,7 @@ func freshPeek(l store.Limit, now int64) algorithms.Result {
 func validate(c *store.Check) error {
 	var capacity int64
 	var err error
-	none := algorithms.Periods{} // a calendar's are valid: the limit's shape is checked
+	var none *algorithms.Periods // a calendar's are valid: the limit's shape is checked
 	switch c.Limit.Algorithm {
 	case store.FixedWindow:
 		p := fixedWindow(c.Limit, none)
@@ -515,18 +515,18 @@ func validate(c *store.Check) error {
 }
 
 // The shared/algorithms parameters of a store.Limit, times in nanoseconds;
-// p are the periods around the time of the decision (none for windows of
+// p are the periods around the time of the decision (nil for windows of
 // fixed length).
 
-func fixedWindow(l store.Limit, p algorithms.Periods) algorithms.FixedWindow {
+func fixedWindow(l store.Limit, p *algorithms.Periods) algorithms.FixedWindow {
 	return algorithms.FixedWindow{Limit: l.Requests, Window: int64(l.Window), Aligned: true, Periods: p}
 }
 
-func slidingWindow(l store.Limit, p algorithms.Periods) algorithms.SlidingWindow {
+func slidingWindow(l store.Limit, p *algorithms.Periods) algorithms.SlidingWindow {
 	return algorithms.SlidingWindow{Limit: l.Requests, Window: int64(l.Window), Periods: p}
 }
 
-func slidingLog(l store.Limit, p algorithms.Periods) algorithms.SlidingLog {
+func slidingLog(l store.Limit, p *algorithms.Periods) algorithms.SlidingLog {
 	return algorithms.SlidingLog{Limit: l.Requests, Window: int64(l.Window), Periods: p}
 }
 

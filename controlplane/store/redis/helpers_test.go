@@ -84,11 +84,11 @@ func (o *oracle) decide(now, cost int64, mode store.Mode) (algorithms.Result, er
 	if burst == 0 {
 		burst = l.Requests
 	}
-	var p algorithms.Periods
+	var p *algorithms.Periods
 	if l.Calendar != nil {
 		ns := l.Calendar.Periods(now * int64(o.scale))
 		u := int64(o.scale)
-		p = algorithms.Periods{Prev: ns.Prev / u, Start: ns.Start / u, End: ns.End / u, Next: ns.Next / u}
+		p = &algorithms.Periods{Prev: ns.Prev / u, Start: ns.Start / u, End: ns.End / u, Next: ns.Next / u}
 	}
 	switch l.Algorithm {
 	case store.FixedWindow:
