@@ -153,9 +153,9 @@ func (c *Calendar) Periods(t int64) *algorithms.Periods {
 // Boundaries returns, in Unix nanoseconds, the starts of six periods in a
 // row: the one that holds t is [b[2], b[3]). The Redis store sends them all
 // so that its scripts find the periods around Redis's own clock, one
-// period either side of this one.
-func (c *Calendar) Boundaries(t int64) [6]int64 {
-	return c.around(t).b
+// period either side of this one. They are shared: do not modify them.
+func (c *Calendar) Boundaries(t int64) *[6]int64 {
+	return &c.around(t).b
 }
 
 // around returns the periods around t: the last ones computed while t is

@@ -54,9 +54,9 @@ func (s *Store) Carry(ctx context.Context, carries []store.Carry) (int, error) {
 			bad = append(bad, fmt.Errorf("key %.80q: %w", c.Key, err))
 			continue
 		}
-		v := carryValues(c)
+		v, b := carryValues(c), calendarValues(w.lim.cal)
 		items[i] = item{key: c.Key, args: [argsPerCarry]int64{w.lim.alg, w.lim.p1, w.lim.p2, w.lim.p3, v[0], v[1], v[2], v[3], v[4],
-			w.lim.cal[0], w.lim.cal[1], w.lim.cal[2], w.lim.cal[3], w.lim.cal[4], w.lim.cal[5]}}
+			b[0], b[1], b[2], b[3], b[4], b[5]}}
 		tag := ""
 		if !s.single {
 			tag = hashTag(c.Key)

@@ -108,8 +108,8 @@ func (s *Store) Lease(ctx context.Context, reqs []LeaseRequest, out []Lease) err
 		}
 		longest := min(max(int64(r.Longest/time.Microsecond), 1), maxSpan)
 		keys[i] = r.Key
-		args[i] = []int64{w.lim.alg, w.lim.p1, w.lim.p2, w.lim.p3, min(r.Want, w.limit), longest,
-			w.lim.cal[0], w.lim.cal[1], w.lim.cal[2], w.lim.cal[3], w.lim.cal[4], w.lim.cal[5]}
+		b := calendarValues(w.lim.cal)
+		args[i] = []int64{w.lim.alg, w.lim.p1, w.lim.p2, w.lim.p3, min(r.Want, w.limit), longest, b[0], b[1], b[2], b[3], b[4], b[5]}
 	}
 	vals, err := s.perKey(ctx, leaseSHA, leaseSource, keys, args, leaseAnswer)
 	if err != nil {

@@ -86,6 +86,17 @@ const (
 // calendarArgs is how many boundaries a calendar limit sends.
 const calendarArgs = 6
 
+// calendarValues returns a calendar limit's boundaries in microseconds, as
+// the scripts take them: zeros for none.
+func calendarValues(cal *[calendarArgs]int64) (us [calendarArgs]int64) {
+	if cal != nil {
+		for i, b := range cal {
+			us[i] = b / int64(time.Microsecond)
+		}
+	}
+	return us
+}
+
 // argsPerLimit is how many ARGV entries one distinct limit takes: algorithm
 // and four parameters; argsPerCheck, how many one check takes: its limit's
 // number and cost.
@@ -159,9 +170,9 @@ func onceKey(key, token string) string {
 
 // params is a limit as the script receives it.
 type params struct {
-	alg            int64               // dispatch.lua's algorithm number
-	p1, p2, p3, p4 int64               // the algorithm's parameters, times in microseconds
-	cal            [calendarArgs]int64 // a calendar limit's period boundaries (microseconds), else zeros
+	alg            int64                // dispatch.lua's algorithm number
+	p1, p2, p3, p4 int64                // the algorithm's parameters, times in microseconds
+	cal            *[calendarArgs]int64 // a calendar limit's period boundaries (Unix ns, shared), else nil
 }
 
 // encode validates c and converts it to the script's arguments:
@@ -236,9 +247,7 @@ func encode(c store.Check, now int64) (wire, error) {
 		if l.Algorithm == store.SlidingWindow && int64(l.Calendar.Longest()/time.Microsecond) > 4*maxSpan/1000 {
 			return wire{}, errLuaCalendar
 		}
-		for i, b := range l.Calendar.Boundaries(now) {
-			x.lim.cal[i] = b / int64(time.Microsecond)
-		}
+		x.lim.cal = l.Calendar.Boundaries(now)
 		x.lim.alg += calendarFlag
 	}
 	mode := int64(c.Mode)

@@ -121,7 +121,7 @@ func newScriptCmd(ctx context.Context, refs []ref, now any, onceTTL int64, funct
 	for _, p := range lims {
 		args = append(args, p.alg, p.p1, p.p2, p.p3, p.p4)
 		if p.alg >= calendarFlag {
-			for _, b := range p.cal {
+			for _, b := range calendarValues(p.cal) {
 				args = append(args, b)
 			}
 		}
