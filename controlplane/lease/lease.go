@@ -233,8 +233,7 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 		if !redisstore.Returnable(c.Limit.Algorithm) {
 			// A window's lease ends with the window: size it for what is
 			// left of it (on this clock, close enough to Redis's to size).
-			w := c.Limit.Window
-			pol.Target = min(pol.Target, w-time.Duration(now.UnixNano()%int64(w)))
+			pol.Target = min(pol.Target, windowLeft(c.Limit, now))
 		} else {
 			// A token bucket's lease holds back refill while it is valid,
 			// so lease.lua keeps it valid for half the capacity's worth of
@@ -288,7 +287,13 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 			s.mu.Lock()
 			for j, i := range rest {
 				out[i] = res[j]
-				if e := s.keys[checks[i].Key]; e != nil && e.limit == checks[i].Limit && leasable(&checks[i]) {
+				// Any answer of Redis tells what it has left for the key:
+				// a request's, a probe's, and a refund's or a settlement's
+				// (a probe after it), which gives back what leases will be
+				// sized from. Units leased already stay valid: Redis
+				// counted them when it granted them, and a refund gives
+				// back only what Redis counted.
+				if e := s.keys[checks[i].Key]; e != nil && e.limit == checks[i].Limit {
 					e.remaining = res[j].Remaining
 					e.resetAt = now.Add(time.Duration(res[j].ResetAfter))
 				}
@@ -374,6 +379,16 @@ func (e *entry) remainingAt(now time.Time) int64 {
 func (e *entry) result(now time.Time) algorithms.Result {
 	return algorithms.Result{Allowed: true, Limit: capacity(e.limit), Remaining: max(e.remaining, 0) + e.units,
 		ResetAfter: int64(max(e.resetAt.Sub(now), 0))}
+}
+
+// windowLeft is how long the window of l that holds now has left: until
+// the next multiple of the window, or the calendar period's end.
+func windowLeft(l store.Limit, now time.Time) time.Duration {
+	ns := now.UnixNano()
+	if l.Calendar != nil {
+		return time.Duration(l.Calendar.Periods(ns).End - ns)
+	}
+	return l.Window - time.Duration(ns%int64(l.Window))
 }
 
 // refillTime is how long a token_bucket or gcra limit l takes to refill

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -523,4 +524,72 @@ func TestLateLeaseKept(t *testing.T) {
 			granted, after.Local-st.Local, after.PerRequest-st.PerRequest, after.LeaseCalls-st.LeaseCalls)
 	}
 	t.Logf("a lease of %d units answered after its check's 50 ms timeout: all kept and spent without a call", granted)
+}
+
+// TestRefundOnLeasedKey: a leased fixed window spent to its limit, then a
+// refund of 30: the refund goes to Redis (never to a lease), the next
+// requests are admitted at once and leased again from what came back, and
+// the window admits exactly its limit plus what was refunded, net of which
+// no more than the limit.
+func TestRefundOnLeasedKey(t *testing.T) {
+	clk := &clock{}
+	start := int64(1_700_000_000_000_000)
+	clk.us.Store(start)
+	r := replicas(t, 1, clk, Options{})[0]
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Second, Lease: true}
+	ctx := context.Background()
+	res := make([]algorithms.Result, 1)
+	check := []store.Check{{Key: "fw", Limit: l, Cost: 1}}
+	var admitted int64
+	ms := int64(0)
+	spend := func() { // 1,000/s until the window's budget is spent
+		for ; ms < 900; ms++ {
+			clk.us.Store(start + ms*1000)
+			if err := r.Decide(ctx, check, res); err != nil {
+				t.Fatal(err)
+			}
+			if !res[0].Allowed {
+				ms++
+				return
+			}
+			admitted++
+		}
+	}
+	spend()
+	if admitted != 100 {
+		t.Fatalf("admitted %d before the first refusal, want the limit (100)", admitted)
+	}
+	before := r.Stats()
+	if err := r.Decide(ctx, []store.Check{{Key: "fw", Limit: l, Cost: 30, Mode: store.Refund}}, res); err != nil {
+		t.Fatal(err)
+	}
+	if !res[0].Allowed || res[0].Remaining != 30 {
+		t.Fatalf("refund of 30 answered %+v, want allowed with 30 remaining", res[0])
+	}
+	spend()
+	if admitted != 130 {
+		t.Fatalf("admitted %d in the window with a refund of 30, want 130", admitted)
+	}
+	if after := r.Stats(); after.LeaseCalls <= before.LeaseCalls || after.Local-before.Local < 20 {
+		t.Fatalf("after the refund: %d lease calls, %d answered from leases: the key was not leased again",
+			after.LeaseCalls-before.LeaseCalls, after.Local-before.Local)
+	}
+}
+
+// TestWindowLeftCalendar: a calendar window's lease is sized for what is
+// left of its period (23 hours on the day Berlin's clocks go forward).
+func TestWindowLeftCalendar(t *testing.T) {
+	day, err := calendar.Of("Europe/Berlin", calendar.Day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: 24 * time.Hour, Calendar: day}
+	now := time.Date(2026, 3, 29, 0, 30, 0, 0, day.Location())
+	if got := windowLeft(l, now); got != 22*time.Hour+30*time.Minute {
+		t.Fatalf("window left at 00:30 on the 23-hour day: %v", got)
+	}
+	l = store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Minute}
+	if got := windowLeft(l, time.Unix(90, 0)); got != 30*time.Second {
+		t.Fatalf("window left 30 s into a minute: %v", got)
+	}
 }

@@ -75,7 +75,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 		}
 	}
 	if unlimited {
-		for _, name := range []string{"unit", "unit_multiplier", "window", "algorithm", "burst", "max_wait"} {
+		for _, name := range []string{"unit", "unit_multiplier", "window", "algorithm", "burst", "max_wait", "calendar"} {
 			if f, has := fs[name]; has {
 				p.errorf(f.key.Line, join(path, name), "must not be set when unlimited is true")
 				ok = false
@@ -206,6 +206,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 	}
 	ok = ok && burstOK
 	ok = p.maxWait(l, fs, line(raw), path, algoOK) && ok
+	ok = p.calendar(l, fs, path, algoOK, windowOK) && ok
 
 	if !ok || !algoOK {
 		return nil
@@ -268,8 +269,9 @@ func (p *parser) checkBounds(l *Limit, path, winField string, winLine int, burst
 	}
 	switch l.Algorithm {
 	case SlidingWindow:
-		// The weighted count multiplies the window and the counts by 1000.
-		if ns > maxSpanNs/weightScale || us > maxLua/weightScale {
+		// The weighted count multiplies the window and the counts by 1000
+		// (a calendar's periods, month at most, are bounded by calendar).
+		if l.Calendar == nil && (ns > maxSpanNs/weightScale || us > maxLua/weightScale) {
 			p.errorf(winLine, winField,
 				"sliding_window: must be at most %s (window x 1000 must stay within 2^61 ns; got %s); use fixed_window or token_bucket for longer windows",
 				time.Duration(maxSpanNs/weightScale), l.Window)

@@ -121,6 +121,9 @@ func limitNode(l *Limit) *yaml.Node {
 		} else {
 			addStr(m, "window", formatDuration(l.Window))
 		}
+		if l.Calendar != nil {
+			addStr(m, "calendar", l.Calendar.Zone())
+		}
 		addInt(m, "requests_per_unit", l.Requests)
 		if l.Algorithm.HasBurst() && l.Burst != l.Requests {
 			addInt(m, "burst", l.Burst)
@@ -217,7 +220,7 @@ func descriptorsEqual(a, b []*Descriptor) bool {
 
 // limitEqual compares the exported fields of two limits.
 func limitEqual(a, b *Limit) bool {
-	if a.Name != b.Name || a.Algorithm != b.Algorithm || a.Requests != b.Requests || a.Window != b.Window ||
+	if a.Name != b.Name || a.Algorithm != b.Algorithm || a.Requests != b.Requests || a.Window != b.Window || a.Calendar != b.Calendar ||
 		a.Unit != b.Unit || a.Burst != b.Burst || a.MaxWait != b.MaxWait || a.Unlimited != b.Unlimited || a.ShadowMode != b.ShadowMode ||
 		a.DetailedMetric != b.DetailedMetric || a.ValueToMetric != b.ValueToMetric || a.QuotaMode != b.QuotaMode || a.ChargePastLimit != b.ChargePastLimit || a.FailureMode != b.FailureMode || a.ID != b.ID || a.Lease != b.Lease ||
 		a.Domain != b.Domain || len(a.Replaces) != len(b.Replaces) || !slices.Equal(a.SharedValues, b.SharedValues) {

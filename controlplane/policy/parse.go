@@ -14,7 +14,7 @@ import (
 var (
 	domainFields     = []string{"domain", "descriptors", "failure_mode", "response_headers", "lease"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "failure_mode", "share_threshold", "quota_mode", "metadata", "charge_past_limit"}
-	limitFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "window", "burst", "max_wait"}
+	limitFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "window", "burst", "max_wait", "calendar"}
 	replacesFields   = []string{"name"}
 )
 

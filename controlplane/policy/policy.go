@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluicehq/sluice/controlplane/calendar"
 )
 
 // Algorithm names a rate-limiting algorithm from shared/algorithms.
@@ -163,6 +165,12 @@ type Limit struct {
 	// MaxWait is reserve's longest wait: a request that would wait longer
 	// is refused and takes nothing. 0 for the other algorithms.
 	MaxWait time.Duration
+	// Calendar, when not nil, makes the windows calendar days, ISO weeks,
+	// months or years (Unit) in a time zone (`calendar: Europe/Berlin`)
+	// instead of windows of Window from the Unix epoch; Window is then the
+	// unit's nominal length (a month's 30 days), which only bounds the
+	// arithmetic. Only fixed_window, sliding_window and sliding_log have it.
+	Calendar *calendar.Calendar
 	// Unlimited means never limited: the descriptor is OK without counting.
 	Unlimited bool
 	// ShadowMode means evaluate and count, but always answer OK.

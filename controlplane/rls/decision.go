@@ -19,6 +19,7 @@ type slot struct {
 	lim      *policy.Limit // the limit
 	info     *limitInfo    // what is derived from lim
 	tooLarge bool          // the cost exceeds the capacity: peeked, answered over limit
+	refund   bool          // the descriptor gives its cost back (is_negative_hits): answered OK
 	cost     int64         // the descriptor's cost
 	rule     *ruleCounters // the rule's statistics (nil for an override)
 }
@@ -122,8 +123,6 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest, settle []string) (p pendi
 			return p, s.invalid(reasonNilDescriptor, "descriptors[%d]: must not be null", i)
 		case len(d.GetEntries()) > s.maxEntries:
 			return p, s.invalid(reasonTooManyEntries, "descriptors[%d].entries: %d entries, more than the %d allowed", i, len(d.GetEntries()), s.maxEntries)
-		case d.GetIsNegativeHits():
-			return p, s.invalid(reasonNegativeHits, "descriptors[%d].is_negative_hits: not supported: sluice's limiters never give capacity back", i)
 		}
 		costs[i] = hits
 		if h := d.GetHitsAddend(); h != nil {
@@ -178,14 +177,24 @@ func (s *Service) prepare(req *rlsv3.RateLimitRequest, settle []string) (p pendi
 				keyed = true
 			}
 			info := ver.infoOf(l)
+			refund := descs[i].GetIsNegativeHits()
 			cost, mode, tooLarge := s.checkCost(l, info, costs[i])
-			if settle != nil {
+			switch {
+			case refund:
+				// Given back whatever its size (the stores clamp it at
+				// the most a limiter holds), once per token in a
+				// settlement.
+				cost, mode, tooLarge = costs[i], store.Refund, false
+			case settle != nil:
 				cost, mode = settleCost(costs[i])
 				tooLarge = false // charged whatever its size
 			}
 			checks = append(checks, store.Check{Key: store.Key(dom.Name, sc.entries, l.ID, info.store.Algorithm), Limit: info.store, Cost: cost, Mode: mode})
-			rule := info.counters(l, descs[i].GetEntries())
-			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge, cost: costs[i], rule: rule})
+			var rule *ruleCounters
+			if !refund { // a refund is no hit
+				rule = info.counters(l, descs[i].GetEntries())
+			}
+			slots = append(slots, slot{desc: i, lim: l, info: info, tooLarge: tooLarge, refund: refund, cost: costs[i], rule: rule})
 		}
 	}
 	sc.checks, sc.slots = checks, slots
@@ -234,7 +243,7 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 		case storeErr != nil:
 			o.failed = true
 			o.res = algorithms.Result{Allowed: true, Limit: sl.info.capacity}
-			if sl.lim.FailureMode == policy.FailClosed {
+			if sl.lim.FailureMode == policy.FailClosed && !sl.refund { // a refund refuses nothing
 				o.res.Allowed, o.res.RetryAfter = false, int64(FailureRetryAfter)
 				dm.failClosed.Inc()
 			} else {
@@ -243,6 +252,12 @@ func (s *Service) finish(p *pending, results []algorithms.Result, storeErr error
 		case sl.tooLarge:
 			o.res = results[k]
 			o.res.Allowed, o.res.RetryAfter = false, 0
+		case sl.refund:
+			// A refund answers OK with what the key holds after it, as
+			// envoyproxy/ratelimit does, also while the key is still past
+			// its limit (remaining 0 then).
+			o.res = results[k]
+			o.res.Allowed, o.res.RetryAfter = true, 0
 		default:
 			o.res = results[k]
 		}

@@ -59,9 +59,10 @@ func reportUnit(l *policy.Limit) (policy.Unit, uint32) {
 // There is one item per descriptor that an enforced limit decided, in
 // descriptor order (a name seen twice is listed once). The policy name is
 // the limit's name, else its ID; q is requests per window and w the window
-// in seconds (left out for windows that are not whole seconds); r is what
-// remains of the capacity (for token_bucket and gcra the burst, so r can
-// exceed q), 0 when the limit refused the request, and t the seconds until
+// in seconds (left out for windows that are not whole seconds, and for
+// calendar windows, whose lengths differ); r is what remains of the
+// capacity (for token_bucket and gcra the burst, so r can exceed q), 0
+// when the limit refused the request, and t the seconds until
 // the limiter is full again, or, when the request is over limit, until the
 // same request would be allowed (see outcome.remaining and reset). Shadow
 // limits and limits decided by failure_mode are not advertised. Retry-After
@@ -94,7 +95,7 @@ func rateLimitHeaders(outs []outcome, over bool) []*corev3.HeaderValue {
 		appendSFString(&pol, name)
 		pol.WriteString(";q=")
 		pol.WriteString(strconv.FormatInt(o.lim.Requests, 10))
-		if w := o.lim.Window; w >= time.Second && w%time.Second == 0 {
+		if w := o.lim.Window; w >= time.Second && w%time.Second == 0 && o.lim.Calendar == nil { // a calendar window has no one length
 			pol.WriteString(";w=")
 			pol.WriteString(strconv.FormatInt(int64(w/time.Second), 10))
 		}

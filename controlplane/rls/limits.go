@@ -29,7 +29,8 @@ var storeAlgorithms = map[policy.Algorithm]store.Algorithm{
 
 // storeLimit returns what the store needs to know of l.
 func storeLimit(l *policy.Limit) store.Limit {
-	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst, MaxWait: l.MaxWait, Lease: l.Lease}
+	return store.Limit{Algorithm: storeAlgorithms[l.Algorithm], Requests: l.Requests, Window: l.Window, Burst: l.Burst, MaxWait: l.MaxWait,
+		Lease: l.Lease, Calendar: l.Calendar}
 }
 
 // capacity returns the most a limit admits at one instant: the largest

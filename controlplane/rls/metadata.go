@@ -120,6 +120,11 @@ func metadataValue(o *outcome) *structpb.Value {
 		alg = string(o.lim.Algorithm)
 		limit = float64(o.lim.Requests)
 		windowMs = float64(o.lim.Window) / float64(time.Millisecond)
+		if o.lim.Calendar != nil {
+			// The shortest calendar window: a local limiter sized from it
+			// never refuses what the calendar admits.
+			windowMs = float64(o.lim.Calendar.Shortest()) / float64(time.Millisecond)
+		}
 		burst = float64(capacity(sl))
 	}
 	if o.over() {

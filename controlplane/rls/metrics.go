@@ -51,7 +51,6 @@ const (
 	reasonNoDescriptors  = "no_descriptors"
 	reasonTooMany        = "too_many_descriptors"
 	reasonBadOverride    = "bad_limit_override"
-	reasonNegativeHits   = "negative_hits"
 	reasonNilDescriptor  = "nil_descriptor"
 	reasonTooManyEntries = "too_many_entries"
 )
@@ -102,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.SettleRefused.WithLabelValues(refusedFull)
 	m.SettleRefused.WithLabelValues(refusedShare)
 	for _, r := range []string{reasonEmptyDomain, reasonNoDescriptors, reasonTooMany, reasonBadOverride,
-		reasonNegativeHits, reasonNilDescriptor, reasonTooManyEntries, reasonBadSettleToken, reasonTooManySettled} {
+		reasonNilDescriptor, reasonTooManyEntries, reasonBadSettleToken, reasonTooManySettled} {
 		m.Invalid.WithLabelValues(r)
 	}
 	if reg != nil {

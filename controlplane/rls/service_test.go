@@ -356,8 +356,6 @@ func TestInvalidRequests(t *testing.T) {
 	for i := 0; i < 65; i++ {
 		deep.Entries = append(deep.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
 	}
-	neg := desc("user=a")
-	neg.IsNegativeHits = true
 	badUnit := desc("user=a")
 	badUnit.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 	zeroMult := desc("user=a")
@@ -375,7 +373,6 @@ func TestInvalidRequests(t *testing.T) {
 		{"10k descriptors", req("test", many...), "descriptors: 10000 in one request, more than the 256 allowed"},
 		{"null descriptor", req("test", desc("user=a"), nil), "descriptors[1]: must not be null"},
 		{"65 entries", req("test", deep), "descriptors[0].entries: 65 entries, more than the 64 allowed"},
-		{"negative hits", req("test", neg), "descriptors[0].is_negative_hits: not supported"},
 		{"unknown unit", req("test", desc("user=b"), badUnit), "descriptors[1].limit.unit: UNKNOWN is not a unit"},
 		{"zero multiplier", req("test", zeroMult), "descriptors[0].limit.unit_multiplier: must be at least 1"},
 		{"huge multiplier", req("test", longMult), "descriptors[0].limit.unit_multiplier: 4294967295 YEAR is too long"},

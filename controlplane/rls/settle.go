@@ -1,5 +1,5 @@
-// Settlements: usage charged at the end of a stream by sluice's filter
-// (issue 24, docs/usage-based.md "Settlements from sluice's filter").
+// Settlements: usage charged, or refunded, at the end of a stream by
+// sluice's filter (docs/usage-based.md "Settlements from sluice's filter").
 
 package rls
 
@@ -16,8 +16,14 @@ import (
 
 // SettleHeader is the request header that makes a ShouldRateLimit call a
 // settlement: every descriptor's own hits_addend is charged, past the limit
-// if need be, at most once per (token, descriptor index) within the store's
-// dedupe TTL. Its value is the batch's token, reused on every retry.
+// if need be, or, on a descriptor with is_negative_hits, given back (a
+// refund: usage reserved and not used), each at most once per (token,
+// descriptor index) within the store's dedupe TTL. Its value is the
+// batch's token, reused on every retry. Each descriptor's status is a probe
+// of its key after the charge or refund: OVER_LIMIT while a request of 1
+// would be refused (a refund's status is OK, as on any call), with its
+// remaining and duration_until_reset; a filter that sees a refunded
+// descriptor with something remaining may forget that it was over limit.
 const SettleHeader = "x-sluice-settle"
 
 // Bounds of a settlement.
@@ -83,13 +89,14 @@ func settleCost(cost int64) (int64, store.Mode) {
 	return cost, store.Charge
 }
 
-// attachOnce gives every charge of a settlement its store.Once: the token
-// and the descriptor's index, so that a retried batch charges nothing
-// twice and two charges of one batch on one key are two charges.
+// attachOnce gives every charge and refund of a settlement its store.Once:
+// the token and the descriptor's index, so that a retried batch applies
+// nothing twice and two charges (or a charge and a refund) of one batch on
+// one key are two.
 func attachOnce(token string, checks []store.Check, slots []slot) []store.Once {
 	onces := make([]store.Once, len(checks)) // not pooled: a store that gave up may still write them
 	for k := range checks {
-		if checks[k].Mode == store.Charge {
+		if checks[k].Mode == store.Charge || checks[k].Mode == store.Refund {
 			onces[k].Token = token + settleTokenSeparator + strconv.Itoa(slots[k].desc)
 			checks[k].Once = &onces[k]
 		}
@@ -121,9 +128,9 @@ func (s *Service) takeTokens(ctx context.Context, p *pending) error {
 }
 
 // countSettled counts a settlement's descriptors in
-// sluice_settlements_total: applied when any of its charges was applied,
-// duplicate when all were duplicates. Descriptors that charged nothing (no
-// limit, a cost of 0) are not counted.
+// sluice_settlements_total: applied when any of its charges (or refunds)
+// was applied, duplicate when all were duplicates. Descriptors that charged
+// nothing (no limit, a cost of 0) are not counted.
 func (s *Service) countSettled(p *pending) {
 	const duplicate, applied = 1, 2
 	state := make([]uint8, p.n) // per descriptor

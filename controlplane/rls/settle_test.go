@@ -100,12 +100,14 @@ var settlers = map[string]settler{
 }
 
 // settleReq returns a settlement request for domain llm of one descriptor
-// per "entry=value:cost".
+// per "entry=value:cost"; a cost of "-n" is a refund of n
+// (is_negative_hits).
 func settleReq(charges ...string) *rlsv3.RateLimitRequest {
 	r := &rlsv3.RateLimitRequest{Domain: "llm"}
 	for _, c := range charges {
 		entry, cost, _ := strings.Cut(c, ":")
 		d := desc(entry)
+		cost, d.IsNegativeHits = strings.CutPrefix(cost, "-")
 		var n uint64
 		fmt.Sscan(cost, &n)
 		d.HitsAddend = wrapperspb.UInt64(n)
@@ -125,6 +127,19 @@ func newSettleService(t *testing.T, st store.Store) (*Service, *prometheus.Regis
 	return svc, reg
 }
 
+// settleReplicas returns two Services with settlePolicy on the store
+// stName (sharing its state: two replicas), on a clock 40 s before a
+// minute ends.
+func settleReplicas(t *testing.T, stName string) (*clock, *Service, *Service) {
+	t.Helper()
+	c := &clock{}
+	c.ns.Store(epoch.Add(20 * time.Second).UnixNano())
+	st1, st2 := settleStores[stName](t, c)
+	svc1, _ := newSettleService(t, st1)
+	svc2, _ := newSettleService(t, st2)
+	return c, svc1, svc2
+}
+
 // TestSettle is the contract of a settlement on every store and both ways
 // in: a token charges once (a retry, through the other replica too,
 // charges nothing and answers the key's state); another token charges
@@ -135,11 +150,7 @@ func TestSettle(t *testing.T) {
 	for _, stName := range []string{"memory", "redis", "redis-cluster"} {
 		for _, way := range []string{"grpc-go", "unary"} {
 			t.Run(stName+"/"+way, func(t *testing.T) {
-				c := &clock{}
-				c.ns.Store(epoch.Add(20 * time.Second).UnixNano()) // 40 s before the minute ends
-				st1, st2 := settleStores[stName](t, c)
-				svc1, _ := newSettleService(t, st1)
-				svc2, _ := newSettleService(t, st2)
+				c, svc1, svc2 := settleReplicas(t, stName)
 				send := settlers[way]
 				steps := []struct {
 					svc       *Service
@@ -312,5 +323,58 @@ func TestSettleStoreDown(t *testing.T) {
 				t.Fatalf("a decision with the store down: %v, want its failure mode's answer", err)
 			}
 		})
+	}
+}
+
+// TestSettleRefunds: a settlement's refunds (is_negative_hits descriptors,
+// the unused part of a reserve) are applied exactly once per (token,
+// descriptor index), as its charges are, on every store and both ways in,
+// through either replica; a refund and a charge of one batch on one key
+// are both applied; a refund never leaves more than a full limiter.
+func TestSettleRefunds(t *testing.T) {
+	for _, stName := range []string{"memory", "redis", "redis-cluster"} {
+		for _, way := range []string{"grpc-go", "unary"} {
+			t.Run(stName+"/"+way, func(t *testing.T) {
+				_, svc1, svc2 := settleReplicas(t, stName)
+				send := settlers[way]
+				steps := []struct {
+					svc       *Service
+					token     string
+					charges   []string
+					remaining []uint32
+				}{
+					{svc1, "s-1", []string{"key=a:200", "bucket=b:200"}, []uint32{50, 50}},
+					{svc1, "s-2", []string{"key=a:-60", "bucket=b:-60"}, []uint32{110, 110}},
+					{svc1, "s-2", []string{"key=a:-60", "bucket=b:-60"}, []uint32{110, 110}}, // a retry
+					{svc2, "s-2", []string{"key=a:-60", "bucket=b:-60"}, []uint32{110, 110}}, // ...on the other replica
+					// A stream settled with a charge and a refund on one key.
+					{svc2, "s-3", []string{"key=a:30", "key=a:-10"}, []uint32{80, 90}},
+					{svc1, "s-3", []string{"key=a:30", "key=a:-10"}, []uint32{90, 90}},
+					// Never past full.
+					{svc1, "s-4", []string{"key=a:-1000", "bucket=b:-1000"}, []uint32{250, 250}},
+				}
+				for i, s := range steps {
+					resp, err := send(s.svc, []string{s.token}, settleReq(s.charges...))
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					for k, st := range resp.Statuses {
+						if st.Code != ok || st.LimitRemaining != s.remaining[k] {
+							t.Fatalf("step %d (%s %v) status %d: %v remaining %d, want OK remaining %d", i, s.token, s.charges, k, st.Code, st.LimitRemaining, s.remaining[k])
+						}
+					}
+				}
+				for _, m := range []struct {
+					svc           *Service
+					applied, dupl float64
+				}{{svc1, 6, 4}, {svc2, 2, 2}} { // per descriptor: s-1, s-2, s-4 on one, s-3 on the other
+					a := value(t, m.svc.Metrics().Settlements.WithLabelValues(settleApplied))
+					d := value(t, m.svc.Metrics().Settlements.WithLabelValues(settleDuplicate))
+					if a != m.applied || d != m.dupl {
+						t.Errorf("settlements applied %v, duplicate %v; want %v, %v", a, d, m.applied, m.dupl)
+					}
+				}
+			})
+		}
 	}
 }

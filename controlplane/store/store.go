@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
@@ -53,6 +54,34 @@ type Limit struct {
 	Burst     int64         // token_bucket, reserve: capacity; gcra: max_burst+1; 0 = Requests
 	MaxWait   time.Duration // reserve: the longest wait granted; a whole number of microseconds
 	Lease     bool          // the policy's lease: auto (see controlplane/lease); stores ignore it
+	// Calendar, when not nil, makes the windows of fixed_window,
+	// sliding_window and sliding_log the calendar's periods (days, weeks,
+	// months, years in a time zone) instead of clock-aligned windows of
+	// Window, which then only bounds the arithmetic (the unit's nominal
+	// length). Other algorithms refuse it.
+	Calendar *calendar.Calendar
+}
+
+// Periods returns the windows of l around now (Unix nanoseconds): the
+// calendar's (shared: do not modify them), or nil for windows of fixed
+// length.
+func (l *Limit) Periods(now int64) *algorithms.Periods {
+	if l.Calendar == nil {
+		return nil
+	}
+	return l.Calendar.Periods(now)
+}
+
+// ErrCalendar is returned (wrapped) for a calendar on an algorithm that has
+// no windows.
+var ErrCalendar = errors.New("only fixed_window, sliding_window and sliding_log count by the calendar")
+
+// ValidCalendar reports whether l may have its Calendar.
+func ValidCalendar(l *Limit) error {
+	if l.Calendar != nil && l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow && l.Algorithm != SlidingLog {
+		return fmt.Errorf("%s: %w", l.Algorithm, ErrCalendar)
+	}
+	return nil
 }
 
 // Mode says what a check does with its cost (see shared/algorithms usage.go).
@@ -72,6 +101,11 @@ const (
 	// happened. Cost may exceed the capacity; the debt is bounded at twice
 	// the capacity.
 	Charge
+	// Refund gives the cost back (Refund): capacity taken before and not
+	// used (Envoy's is_negative_hits, a settlement's refund). Cost may
+	// exceed the capacity: it is clamped at twice it. The result is a peek
+	// of the key after the refund.
+	Refund
 )
 
 // String returns the mode's name.
@@ -83,6 +117,8 @@ func (m Mode) String() string {
 		return "probe"
 	case Charge:
 		return "charge"
+	case Refund:
+		return "refund"
 	}
 	return "unknown"
 }
@@ -92,20 +128,20 @@ type Check struct {
 	Key   string // from Key: identifies the limit's state
 	Limit Limit
 	Cost  int64 // hits_addend; 0 peeks (Take)
-	Mode  Mode  // Take (the zero value), Probe or Charge
-	// Once, when not nil, makes a Charge apply at most once per
+	Mode  Mode  // Take (the zero value), Probe, Charge or Refund
+	// Once, when not nil, makes a Charge or a Refund apply at most once per
 	// (Once.Token, Key) within the store's dedupe TTL (see Once). Only
-	// Charge checks take it.
+	// Charge and Refund checks take it.
 	Once *Once
 }
 
 // MaxOnceToken bounds the length of Once.Token.
 const MaxOnceToken = 128
 
-// Once makes a Charge check idempotent: the settlement of usage that a
-// client may send again (a retry after a lost answer). The first check of a
-// (Token, Key) pair within the store's dedupe TTL is charged; a later one
-// charges nothing. Either way the check's Result is a Probe of the key
+// Once makes a Charge or Refund check idempotent: the settlement of usage
+// that a client may send again (a retry after a lost answer). The first
+// check of a (Token, Key) pair within the store's dedupe TTL is applied; a
+// later one applies nothing. Either way the check's Result is a Probe of the key
 // after it: Allowed reports whether a request of cost 1 would pass now,
 // RetryAfter how long until one would, Remaining the true remaining. The
 // store sets Duplicate when it did not charge. A Redis store records the
@@ -141,8 +177,8 @@ func ValidOnce(c *Check) error {
 	switch {
 	case c.Once == nil:
 		return nil
-	case c.Mode != Charge:
-		return errors.New("once: only a charge takes a token")
+	case c.Mode != Charge && c.Mode != Refund:
+		return errors.New("once: only a charge or a refund takes a token")
 	case len(c.Once.Token) == 0 || len(c.Once.Token) > MaxOnceToken:
 		return fmt.Errorf("once: token of %d bytes, want 1 to %d", len(c.Once.Token), MaxOnceToken)
 	}

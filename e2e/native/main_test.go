@@ -62,6 +62,10 @@ descriptors:
     rate_limit: {name: bucket, algorithm: token_bucket, unit: hour, requests_per_unit: 10}
   - key: hits_key
     rate_limit: {name: hits, unit: day, requests_per_unit: 10}
+  - key: refund_key
+    rate_limit: {name: refundable, unit: day, requests_per_unit: 3}
+  - key: refund_bucket
+    rate_limit: {name: refundable_bucket, algorithm: token_bucket, unit: hour, requests_per_unit: 3}
   - key: generic_key
     value: grpc-open
     rate_limit: {name: grpc_open, unit: day, requests_per_unit: 2}
@@ -226,6 +230,10 @@ func virtualHost(name string) stack.M {
 		withHitsAddend(limited("/cost", stack.M{"request_headers": stack.M{"header_name": "x-api-key", "descriptor_key": "cost_key"}})),
 		withHitsAddend(limited("/bucket", stack.M{"request_headers": stack.M{"header_name": "x-api-key", "descriptor_key": "bucket_key"}})),
 		limited("/hits", stack.M{"request_headers": stack.M{"header_name": "x-api-key", "descriptor_key": "hits_key"}}),
+		limited("/refundable/window", stack.M{"request_headers": stack.M{"header_name": "x-api-key", "descriptor_key": "refund_key"}}),
+		limited("/refundable/bucket", stack.M{"request_headers": stack.M{"header_name": "x-api-key", "descriptor_key": "refund_bucket"}}),
+		refunding(limited("/refund/window", stack.M{"request_headers": stack.M{"header_name": "x-api-key", "descriptor_key": "refund_key"}})),
+		refunding(limited("/refund/bucket", stack.M{"request_headers": stack.M{"header_name": "x-api-key", "descriptor_key": "refund_bucket"}})),
 		includeVH(limited("/both", genericKey("both"))),
 		grpcRoute(limited("/grpc.health.v1.Health/", genericKey("grpc-"+name))),
 		stack.RouteTo("/vh", "up"),
@@ -260,6 +268,17 @@ func withHitsAddend(r stack.M) stack.M {
 		"@type":       "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
 		"rate_limits": rl,
 	}}
+	return r
+}
+
+// refunding makes route r give back, rather than take, the x-refund
+// header's value: its rate_limits entry's hits_addend with
+// is_negative_hits (Envoy 1.38+), in the filter's per-route configuration
+// as for withHitsAddend.
+func refunding(r stack.M) stack.M {
+	r = withHitsAddend(r)
+	rl := r["typed_per_filter_config"].(stack.M)["envoy.filters.http.ratelimit"].(stack.M)["rate_limits"].([]stack.M)
+	rl[0]["hits_addend"] = stack.M{"format": "%REQ(x-refund)%", "is_negative_hits": true}
 	return r
 }
 

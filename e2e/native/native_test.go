@@ -39,6 +39,7 @@ func TestNativeFilter(t *testing.T) {
 			t.Run("UnitMultiplier", e.unitMultiplier)
 			t.Run("DescriptorHitsAddend", e.descriptorHitsAddend)
 			t.Run("RequestHitsAddend", e.requestHitsAddend)
+			t.Run("NegativeHits", e.negativeHits)
 			t.Run("GRPC", e.grpcStatus)
 			t.Run("ControlPlaneDown", e.controlPlaneDown) // last: kills the control plane
 		})
@@ -275,20 +276,28 @@ func (e *env) unitMultiplier(t *testing.T) {
 }
 
 // descriptorHitsAddend: the rate_limits entry's hits_addend (Envoy 1.33+)
-// from the x-cost header, on a fixed window and a token bucket of 10 (issue
-// 13, item 4). A refused request counts nothing, and Envoy's 429 says
+// from the x-cost header, on a fixed window and a token bucket of 10. A
+// refused request counts nothing, and Envoy's 429 says
 // X-RateLimit-Remaining: 0 even when the limiter holds more than a cheaper
 // request needs. A cost above the limit has no Retry-After: no wait lets it
-// pass.
+// pass; its X-RateLimit-Reset is the fixed window's end (as
+// envoyproxy/ratelimit answers), and 0 for the token bucket, full now.
 func (e *env) descriptorHitsAddend(t *testing.T) {
-	for _, c := range []struct{ path, name, limit string }{
-		{"/cost", "cost", `10, 10;w=86400;name="cost"`},
-		{"/bucket", "bucket", `10, 10;w=3600;name="bucket"`},
+	for _, c := range []struct {
+		path, name, limit string
+		window            time.Duration // of the fixed window; 0: the bucket, full
+	}{
+		{"/cost", "cost", `10, 10;w=86400;name="cost"`, day},
+		{"/bucket", "bucket", `10, 10;w=3600;name="bucket"`, 0},
 	} {
 		do := func(cost string) answer { return e.do(t, "open", "GET", c.path, "x-api-key", "c1", "x-cost", cost) }
-		check(t, c.name+" 11 of 10", do("11"), want{429, h(
-			"X-RateLimit-Limit", c.limit, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "0",
-			"x-envoy-ratelimited", "true", "Retry-After", "", "RateLimit", `"`+c.name+`";r=0;t=0`), 0})
+		tooLarge := want{429, h("X-RateLimit-Limit", c.limit, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "0",
+			"x-envoy-ratelimited", "true", "Retry-After", "", "RateLimit", `"`+c.name+`";r=0;t=0`), 0}
+		if c.window > 0 {
+			delete(tooLarge.headers, "X-RateLimit-Reset")
+			tooLarge.headers["RateLimit"], tooLarge.window = `"`+c.name+`";r=0;t=*`, c.window
+		}
+		check(t, c.name+" 11 of 10", do("11"), tooLarge)
 		check(t, c.name+" 4", do("4"), want{200, h(
 			"X-RateLimit-Limit", c.limit, "X-RateLimit-Remaining", "6", "RateLimit", `"`+c.name+`";r=6;t=*`), 0})
 		check(t, c.name+" 7 of 6", do("7"), want{429, h(
@@ -312,6 +321,36 @@ func (e *env) requestHitsAddend(t *testing.T) {
 	check(t, "4", do("x-hits", "4"), want{200, h("X-RateLimit-Limit", limit, "X-RateLimit-Remaining", "6"), day})
 	check(t, "7 of 6", do("x-hits", "7"), want{429, h("X-RateLimit-Limit", limit, "X-RateLimit-Remaining", "0"), day})
 	check(t, "1 (no x-hits)", do(), want{200, h("X-RateLimit-Limit", limit, "X-RateLimit-Remaining", "5"), day})
+}
+
+// negativeHits: Envoy's is_negative_hits (a rate_limits entry's
+// hits_addend with is_negative_hits, here from the x-refund header) gives
+// capacity back, on a fixed window (3 a day) and a token bucket (3 an
+// hour): a key used up refuses; a refund of 2 answers OK with
+// X-RateLimit-Remaining: 2; the next two requests are admitted at once,
+// the third refused. The refund's own request is never refused.
+func (e *env) negativeHits(t *testing.T) {
+	for _, c := range []struct{ kind, limit string }{
+		{"window", `3, 3;w=86400;name="refundable"`},
+		{"bucket", `3, 3;w=3600;name="refundable_bucket"`},
+	} {
+		use := func() answer { return e.do(t, "open", "GET", "/refundable/"+c.kind, "x-api-key", "r1") }
+		for i, rem := range []string{"2", "1", "0"} {
+			check(t, c.kind+" allowed "+strconv.Itoa(i), use(), want{200, h("X-RateLimit-Limit", c.limit, "X-RateLimit-Remaining", rem), 0})
+		}
+		check(t, c.kind+" used up", use(), want{429, h("X-RateLimit-Remaining", "0", "x-envoy-ratelimited", "true"), 0})
+		check(t, c.kind+" refund of 2", e.do(t, "open", "GET", "/refund/"+c.kind, "x-api-key", "r1", "x-refund", "2"), want{200, h(
+			"X-RateLimit-Limit", c.limit, "X-RateLimit-Remaining", "2", "x-envoy-ratelimited", ""), 0})
+		check(t, c.kind+" after the refund", use(), want{200, h("X-RateLimit-Remaining", "1"), 0})
+		check(t, c.kind+" after the refund, last", use(), want{200, h("X-RateLimit-Remaining", "0"), 0})
+		check(t, c.kind+" used up again", use(), want{429, h("X-RateLimit-Remaining", "0"), 0})
+		// A refund of more than was taken: never more than a full limiter.
+		check(t, c.kind+" refund of 50", e.do(t, "open", "GET", "/refund/"+c.kind, "x-api-key", "r1", "x-refund", "50"), want{200, h(
+			"X-RateLimit-Remaining", "3"), 0})
+	}
+	if n := e.up.ByKey("r1"); n != 2*(3+1+2+1) {
+		t.Errorf("the upstream saw %d requests of r1, want %d (the refunds' own too)", n, 2*(3+1+2+1))
+	}
 }
 
 // grpcStatus: gRPC calls through Envoy, 2 a day per listener; the refused

@@ -44,7 +44,7 @@ func TestFixedWindowAligned(t *testing.T) {
 		{at: 19 * sec, cost: 1, allowed: false, remaining: 0, retry: 1 * sec, reset: 1 * sec},
 		{at: 20 * sec, cost: 3, allowed: true, remaining: 0, reset: 10 * sec}, // new window
 		{at: 29*sec + 999, cost: 0, allowed: true, remaining: 0, reset: sec - 999},
-		{at: 45 * sec, cost: 0, allowed: true, remaining: 3, reset: 0}, // peek at an empty window
+		{at: 45 * sec, cost: 0, allowed: true, remaining: 3, reset: 5 * sec}, // peek at an empty window: until it ends
 		{at: 45 * sec, cost: 2, allowed: true, remaining: 1, reset: 5 * sec},
 	})
 }

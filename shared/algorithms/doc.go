@@ -34,4 +34,10 @@
 //     semantics and reply (see GCRA and CellReply).
 //   - Reserve: Guava's SmoothBursty "reserve and wait": the caller is told how
 //     long to wait instead of being refused, up to MaxWait.
+//
+// Besides Allow, every algorithm has Probe and Charge (usage known after the
+// fact, usage.go) and Refund (capacity given back, refund.go). FixedWindow,
+// SlidingWindow and SlidingLog also count calendar windows, whose lengths
+// differ (days across a daylight-saving change, months): the caller passes
+// the Periods around now with each call (periods.go).
 package algorithms

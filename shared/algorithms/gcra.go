@@ -65,8 +65,19 @@ func (l GCRA) Charge(s *GCRAState, now, cost int64) (Result, error) {
 	return chargeOn(l, s, now, cost)
 }
 
+// Refund moves the theoretical arrival time back by amount emission
+// intervals, never before now (see refund.go).
+func (l GCRA) Refund(s *GCRAState, now, amount int64) (Result, error) {
+	return refundOn(l, s, now, amount)
+}
+
 // check is Validate: any state fits l.
-func (l GCRA) check(*GCRAState) error { return l.Validate() }
+func (l GCRA) check(*GCRAState, int64) error { return l.Validate() }
+
+// refund moves the TAT back by amount emission intervals, not before now.
+func (l GCRA) refund(s *GCRAState, now, amount int64) {
+	s.TAT = max(now, max(s.TAT, now)-amount*l.Interval())
+}
 
 // capacity is the largest cost a request may have.
 func (l GCRA) capacity() int64 { return l.MaxBurst + 1 }

@@ -1,13 +1,16 @@
 package algorithms
 
 import (
+	"cmp"
 	"math/rand"
+	"slices"
 	"testing"
 )
 
 // subject adapts one algorithm and its state for the property tests.
 type subject interface {
 	allow(now, cost int64) (Result, error)
+	refund(now, amount int64) (Result, error)
 	clone() subject
 	capacity() int64
 }
@@ -18,15 +21,19 @@ type fixedSubject struct {
 }
 
 func (x *fixedSubject) allow(now, cost int64) (Result, error) { return x.l.Allow(&x.s, now, cost) }
-func (x *fixedSubject) clone() subject                        { c := *x; return &c }
-func (x *fixedSubject) capacity() int64                       { return x.l.Limit }
+func (x *fixedSubject) refund(now, amount int64) (Result, error) {
+	return x.l.Refund(&x.s, now, amount)
+}
+func (x *fixedSubject) clone() subject  { c := *x; return &c }
+func (x *fixedSubject) capacity() int64 { return x.l.Limit }
 
 type logSubject struct {
 	l SlidingLog
 	s *SlidingLogState
 }
 
-func (x *logSubject) allow(now, cost int64) (Result, error) { return x.l.Allow(x.s, now, cost) }
+func (x *logSubject) allow(now, cost int64) (Result, error)    { return x.l.Allow(x.s, now, cost) }
+func (x *logSubject) refund(now, amount int64) (Result, error) { return x.l.Refund(x.s, now, amount) }
 func (x *logSubject) clone() subject {
 	s := *x.s
 	s.ring = append([]logEntry(nil), x.s.ring...)
@@ -40,8 +47,11 @@ type slidingSubject struct {
 }
 
 func (x *slidingSubject) allow(now, cost int64) (Result, error) { return x.l.Allow(&x.s, now, cost) }
-func (x *slidingSubject) clone() subject                        { c := *x; return &c }
-func (x *slidingSubject) capacity() int64                       { return x.l.Limit }
+func (x *slidingSubject) refund(now, amount int64) (Result, error) {
+	return x.l.Refund(&x.s, now, amount)
+}
+func (x *slidingSubject) clone() subject  { c := *x; return &c }
+func (x *slidingSubject) capacity() int64 { return x.l.Limit }
 
 type bucketSubject struct {
 	l TokenBucket
@@ -49,17 +59,21 @@ type bucketSubject struct {
 }
 
 func (x *bucketSubject) allow(now, cost int64) (Result, error) { return x.l.Allow(&x.s, now, cost) }
-func (x *bucketSubject) clone() subject                        { c := *x; return &c }
-func (x *bucketSubject) capacity() int64                       { return x.l.Burst }
+func (x *bucketSubject) refund(now, amount int64) (Result, error) {
+	return x.l.Refund(&x.s, now, amount)
+}
+func (x *bucketSubject) clone() subject  { c := *x; return &c }
+func (x *bucketSubject) capacity() int64 { return x.l.Burst }
 
 type gcraSubject struct {
 	l GCRA
 	s GCRAState
 }
 
-func (x *gcraSubject) allow(now, cost int64) (Result, error) { return x.l.Allow(&x.s, now, cost) }
-func (x *gcraSubject) clone() subject                        { c := *x; return &c }
-func (x *gcraSubject) capacity() int64                       { return x.l.MaxBurst + 1 }
+func (x *gcraSubject) allow(now, cost int64) (Result, error)    { return x.l.Allow(&x.s, now, cost) }
+func (x *gcraSubject) refund(now, amount int64) (Result, error) { return x.l.Refund(&x.s, now, amount) }
+func (x *gcraSubject) clone() subject                           { c := *x; return &c }
+func (x *gcraSubject) capacity() int64                          { return x.l.MaxBurst + 1 }
 
 type reserveSubject struct {
 	l Reserve
@@ -67,8 +81,11 @@ type reserveSubject struct {
 }
 
 func (x *reserveSubject) allow(now, cost int64) (Result, error) { return x.l.Allow(&x.s, now, cost) }
-func (x *reserveSubject) clone() subject                        { c := *x; return &c }
-func (x *reserveSubject) capacity() int64                       { return x.l.Burst }
+func (x *reserveSubject) refund(now, amount int64) (Result, error) {
+	return x.l.Refund(&x.s, now, amount)
+}
+func (x *reserveSubject) clone() subject  { c := *x; return &c }
+func (x *reserveSubject) capacity() int64 { return x.l.Burst }
 
 // admission is one admitted request.
 type admission struct{ at, cost int64 }
@@ -109,66 +126,86 @@ func TestProperties(t *testing.T) {
 	for _, name := range propertyAlgorithms {
 		t.Run(name, func(t *testing.T) {
 			rng := rand.New(rand.NewSource(int64(len(name)) * 7919))
-			steps := 0
-			for steps < 20000 {
+			for steps := 0; steps < 20000; steps += sequence {
 				x := randomSubjects(rng, name)
-				var admitted []admission
-				now := rng.Int63n(1 << 40)
-				for i := 0; i < 400; i++ {
-					steps++
-					switch rng.Intn(4) {
-					case 0: // same instant: bursts
-					case 1:
-						now += rng.Int63n(5)
-					default:
-						now += rng.Int63n(400)
-					}
-					cost := rng.Int63n(x.capacity() + 1)
-					if rng.Intn(3) > 0 {
-						cost = min(cost, 1+rng.Int63n(3))
-					}
-					before := x.clone()
-					r, err := x.allow(now, cost)
-					if err != nil {
-						t.Fatalf("%+v at %d cost %d: %v", before, now, cost, err)
-					}
-					if r.Remaining < 0 || r.Remaining > r.Limit || r.Limit != x.capacity() {
-						t.Fatalf("bad remaining/limit %+v", r)
-					}
-					if r.Allowed {
-						if r.RetryAfter != 0 {
-							t.Fatalf("allowed with RetryAfter %d", r.RetryAfter)
-						}
-						if cost > 0 {
-							admitted = append(admitted, admission{now + r.Wait, cost})
-						}
-					} else {
-						if r.RetryAfter <= 0 {
-							t.Fatalf("denied with RetryAfter %d: %+v", r.RetryAfter, r)
-						}
-						retry := before.clone()
-						if rr, _ := retry.allow(now+r.RetryAfter, cost); !rr.Allowed {
-							t.Fatalf("%s %+v: denied at %d cost %d, RetryAfter %d, but the retry was denied: %+v", name, before, now, cost, r.RetryAfter, rr)
-						}
-						if r.RetryAfter > 1 && name != "reserve" {
-							early := before.clone()
-							if er, _ := early.allow(now+r.RetryAfter-1, cost); er.Allowed {
-								t.Fatalf("%s: RetryAfter %d is not the earliest: allowed 1 earlier", name, r.RetryAfter)
-							}
-						}
-					}
-					if r.ResetAfter < 0 {
-						t.Fatalf("negative ResetAfter %+v", r)
-					}
-					full := x.clone()
-					if fr, _ := full.allow(now+r.ResetAfter, 0); fr.Remaining != fr.Limit {
-						t.Fatalf("%s: not full after ResetAfter %d: %+v", name, r.ResetAfter, fr)
-					}
-				}
-				checkBound(t, name, x, admitted)
+				checkBound(t, name, x, exercise(t, name, rng, x, rng.Int63n(1<<40), false))
 			}
 		})
 	}
+}
+
+// sequence is how many steps exercise takes.
+const sequence = 400
+
+// exercise drives x from now through a random sequence of requests (and, with
+// refunds, refunds of part of what was admitted last), checking each
+// result as TestProperties says, and returns what was admitted, refunds as
+// negative costs.
+func exercise(t *testing.T, name string, rng *rand.Rand, x subject, now int64, refunds bool) []admission {
+	t.Helper()
+	var admitted []admission
+	var last, lastAt int64 // what the last admission took and no refund gave back yet, and when it proceeds
+	for range sequence {
+		switch rng.Intn(4) {
+		case 0: // same instant: bursts
+		case 1:
+			now += rng.Int63n(5)
+		default:
+			now += rng.Int63n(400)
+		}
+		if refunds && last > 0 && rng.Intn(3) == 0 {
+			amount := 1 + rng.Int63n(last)
+			last -= amount
+			// A refund cancels part of the admission: reserve's may
+			// proceed later than now.
+			admitted = append(admitted, admission{max(now, lastAt), -amount})
+			checkRefund(t, name, x, now, amount)
+			continue
+		}
+		cost := rng.Int63n(x.capacity() + 1)
+		if rng.Intn(3) > 0 {
+			cost = min(cost, 1+rng.Int63n(3))
+		}
+		before := x.clone()
+		r, err := x.allow(now, cost)
+		if err != nil {
+			t.Fatalf("%+v at %d cost %d: %v", before, now, cost, err)
+		}
+		if r.Remaining < 0 || r.Remaining > r.Limit || r.Limit != x.capacity() {
+			t.Fatalf("bad remaining/limit %+v", r)
+		}
+		if r.Allowed {
+			if r.RetryAfter != 0 {
+				t.Fatalf("allowed with RetryAfter %d", r.RetryAfter)
+			}
+			if cost > 0 {
+				admitted = append(admitted, admission{now + r.Wait, cost})
+				last, lastAt = cost, now+r.Wait
+			}
+		} else {
+			if r.RetryAfter <= 0 {
+				t.Fatalf("denied with RetryAfter %d: %+v", r.RetryAfter, r)
+			}
+			retry := before.clone()
+			if rr, _ := retry.allow(now+r.RetryAfter, cost); !rr.Allowed {
+				t.Fatalf("%s %+v: denied at %d cost %d, RetryAfter %d, but the retry was denied: %+v", name, before, now, cost, r.RetryAfter, rr)
+			}
+			if r.RetryAfter > 1 && name != "reserve" {
+				early := before.clone()
+				if er, _ := early.allow(now+r.RetryAfter-1, cost); er.Allowed {
+					t.Fatalf("%s: RetryAfter %d is not the earliest: allowed 1 earlier", name, r.RetryAfter)
+				}
+			}
+		}
+		if r.ResetAfter < 0 {
+			t.Fatalf("negative ResetAfter %+v", r)
+		}
+		full := x.clone()
+		if fr, _ := full.allow(now+r.ResetAfter, 0); fr.Remaining != fr.Limit {
+			t.Fatalf("%s: not full after ResetAfter %d: %+v", name, r.ResetAfter, fr)
+		}
+	}
+	return admitted
 }
 
 // checkBound checks the admission bound each algorithm promises over the
@@ -211,6 +248,9 @@ func checkBound(t *testing.T, name string, x subject, adm []admission) {
 		t0 := x.l.Interval()
 		rateBound(t, adm, t0, 1, (x.l.MaxBurst+1)*t0)
 	case *reserveSubject:
+		// A refund moves the free ticket back: requests after it may
+		// proceed before those it was refunded for.
+		slices.SortStableFunc(adm, func(a, b admission) int { return cmp.Compare(a.at, b.at) })
 		// Requests proceed (at now+Wait) no faster than the rate, after the
 		// stored burst: the same bound as the token bucket, plus one request's
 		// debt (pay later).

@@ -72,11 +72,34 @@ func (l Reserve) Charge(s *ReserveState, now, cost int64) (Result, error) {
 	return l.decide(s, now, cost, true), nil
 }
 
-// decide is Allow, Probe and Charge: the request is granted if its wait is
-// within MaxWait; a granted request, or any charge, takes cost.
-func (l Reserve) decide(s *ReserveState, now, cost int64, charge bool) Result {
-	next, missing := s.Next, s.Missing
-	if now > next { // resync: permits stored while idle
+// Refund moves the free ticket back by the time amount permits take to
+// accrue (rounded down), never before now, and puts what is left of amount
+// back into the stored permits, never above Burst (see refund.go). It
+// answers the state after it as Probe would.
+func (l Reserve) Refund(s *ReserveState, now, amount int64) (Result, error) {
+	if err := l.Validate(); err != nil {
+		return Result{}, err
+	}
+	amount, err := chargeCost(amount, l.Burst)
+	if err != nil {
+		return Result{}, err
+	}
+	next, missing := l.resync(*s, now)
+	units := amount * l.Period
+	back := min(next-now, units/l.Rate) // undo what later callers were to pay
+	next -= back
+	if next == now {
+		missing = max(0, missing-(units-back*l.Rate))
+	}
+	s.Next, s.Missing = next, missing
+	return l.decide(s, now, 0, false), nil
+}
+
+// resync returns the state at now: the permits stored while idle counted,
+// and the free ticket not before now.
+func (l Reserve) resync(s ReserveState, now int64) (next, missing int64) {
+	next, missing = s.Next, s.Missing
+	if now > next {
 		elapsed := now - next
 		if elapsed > missing/l.Rate {
 			missing = 0
@@ -85,6 +108,13 @@ func (l Reserve) decide(s *ReserveState, now, cost int64, charge bool) Result {
 		}
 		next = now
 	}
+	return next, missing
+}
+
+// decide is Allow, Probe and Charge: the request is granted if its wait is
+// within MaxWait; a granted request, or any charge, takes cost.
+func (l Reserve) decide(s *ReserveState, now, cost int64, charge bool) Result {
+	next, missing := l.resync(*s, now) // permits stored while idle
 	capacity := l.Burst * l.Period
 	r := Result{Limit: l.Burst, Wait: next - now}
 	r.Allowed = r.Wait <= l.MaxWait

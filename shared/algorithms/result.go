@@ -34,21 +34,24 @@ func (e *LimitError) Error() string { return "algorithms: " + e.Field + " " + e.
 // The errors Validate and Allow return. They are values, so returning one
 // allocates nothing; compare with errors.Is or ==.
 var (
-	ErrLimit         = &LimitError{"limit", "must be at least 1"}
-	ErrWindow        = &LimitError{"window", "must be positive"}
-	ErrWindowTooLong = &LimitError{"window", "is too long: the arithmetic would overflow"}
-	ErrRate          = &LimitError{"rate", "must be at least 1"}
-	ErrPeriod        = &LimitError{"period", "must be positive"}
-	ErrPeriodTooLong = &LimitError{"period", "is too long for this burst: the arithmetic would overflow"}
-	ErrBurst         = &LimitError{"burst", "must be at least 1"}
-	ErrMaxBurst      = &LimitError{"max_burst", "must not be negative"}
-	ErrCount         = &LimitError{"count", "must be at least 1"}
-	ErrCountTooHigh  = &LimitError{"count", "is more than one per time unit of period: the emission interval would be zero"}
-	ErrMaxWait       = &LimitError{"max_wait", "must not be negative"}
-	ErrCostNegative  = &LimitError{"cost", "must not be negative"}
-	ErrCostTooLarge  = &LimitError{"cost", "exceeds the limiter's capacity, so it could never be allowed"}
-	ErrStateCapacity = &LimitError{"state", "was not made by NewState for this limit (ring too small)"}
-	ErrLimitTooLarge = &LimitError{"limit", "is too large: the arithmetic would overflow"}
+	ErrLimit          = &LimitError{"limit", "must be at least 1"}
+	ErrWindow         = &LimitError{"window", "must be positive"}
+	ErrWindowTooLong  = &LimitError{"window", "is too long: the arithmetic would overflow"}
+	ErrRate           = &LimitError{"rate", "must be at least 1"}
+	ErrPeriod         = &LimitError{"period", "must be positive"}
+	ErrPeriodTooLong  = &LimitError{"period", "is too long for this burst: the arithmetic would overflow"}
+	ErrBurst          = &LimitError{"burst", "must be at least 1"}
+	ErrMaxBurst       = &LimitError{"max_burst", "must not be negative"}
+	ErrCount          = &LimitError{"count", "must be at least 1"}
+	ErrCountTooHigh   = &LimitError{"count", "is more than one per time unit of period: the emission interval would be zero"}
+	ErrMaxWait        = &LimitError{"max_wait", "must not be negative"}
+	ErrCostNegative   = &LimitError{"cost", "must not be negative"}
+	ErrCostTooLarge   = &LimitError{"cost", "exceeds the limiter's capacity, so it could never be allowed"}
+	ErrStateCapacity  = &LimitError{"state", "was not made by NewState for this limit (ring too small)"}
+	ErrLimitTooLarge  = &LimitError{"limit", "is too large: the arithmetic would overflow"}
+	ErrPeriods        = &LimitError{"periods", "must be in order: Prev < Start < End < Next"}
+	ErrPeriodsTooLong = &LimitError{"periods", "span too long: the arithmetic would overflow"}
+	ErrPeriodsNow     = &LimitError{"periods", "do not hold now: now must be within [Start, End)"}
 )
 
 // maxSpan bounds windows, periods and the spans derived from them, so that

@@ -41,8 +41,19 @@ func (l TokenBucket) Charge(s *TokenBucketState, now, cost int64) (Result, error
 	return chargeOn(l, s, now, cost)
 }
 
+// Refund puts amount tokens back, never above Burst (see refund.go).
+func (l TokenBucket) Refund(s *TokenBucketState, now, amount int64) (Result, error) {
+	return refundOn(l, s, now, amount)
+}
+
 // check is Validate: any state fits l.
-func (l TokenBucket) check(*TokenBucketState) error { return l.Validate() }
+func (l TokenBucket) check(*TokenBucketState, int64) error { return l.Validate() }
+
+// refund puts amount tokens back into the bucket refilled to now.
+func (l TokenBucket) refund(s *TokenBucketState, now, amount int64) {
+	s.Used = max(0, l.usedAt(*s, now)-amount*l.Period)
+	s.Last = max(s.Last, now)
+}
 
 // capacity is the largest cost a request may have.
 func (l TokenBucket) capacity() int64 { return l.Burst }

@@ -70,15 +70,16 @@ func chargeCost(cost, capacity int64) (int64, error) {
 // request or a charge takes (take), and whether it takes it anyway (charge).
 // Reserve, whose grant does not depend on the cost, has its own.
 type decider[S any] interface {
-	check(s S) error // the parameters are usable and s fits them
-	capacity() int64 // the largest cost a request may have
+	check(s S, now int64) error // the parameters are usable at now and s fits them
+	capacity() int64            // the largest cost a request may have
 	decide(s S, now, need, take int64, charge bool) Result
+	refund(s S, now, amount int64) // gives amount back (see refund.go)
 }
 
 // allowOn is an algorithm's Allow: cost must fit, and an admitted request
 // takes it.
 func allowOn[D decider[S], S any](d D, s S, now, cost int64) (Result, error) {
-	if err := d.check(s); err != nil {
+	if err := d.check(s, now); err != nil {
 		return Result{}, err
 	}
 	if err := checkCost(cost, d.capacity()); err != nil {
@@ -89,7 +90,7 @@ func allowOn[D decider[S], S any](d D, s S, now, cost int64) (Result, error) {
 
 // probeOn is an algorithm's Probe: a cost of 1 must fit, and nothing is taken.
 func probeOn[D decider[S], S any](d D, s S, now int64) (Result, error) {
-	if err := d.check(s); err != nil {
+	if err := d.check(s, now); err != nil {
 		return Result{}, err
 	}
 	return d.decide(s, now, 1, 0, false), nil
@@ -98,7 +99,7 @@ func probeOn[D decider[S], S any](d D, s S, now int64) (Result, error) {
 // chargeOn is an algorithm's Charge: cost, clamped by chargeCost, is taken
 // even past the limit.
 func chargeOn[D decider[S], S any](d D, s S, now, cost int64) (Result, error) {
-	if err := d.check(s); err != nil {
+	if err := d.check(s, now); err != nil {
 		return Result{}, err
 	}
 	cost, err := chargeCost(cost, d.capacity())

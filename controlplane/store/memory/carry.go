@@ -61,7 +61,6 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 		e.size = entryOverhead + int64(len(c.Key)) + e.logCap*logEntrySize
 	}
 	l := c.Limit
-	w := int64(l.Window)
 	used := r.Limit - r.Remaining
 	// Only durations cross from the primary: its answer's ResetAfter, taken
 	// from now on this clock (later than the primary's own now by the
@@ -70,36 +69,36 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 	// clocks.
 	e.shift = 0
 	switch l.Algorithm {
-	case store.FixedWindow:
-		// Exact: the count is limit-remaining, in a window that ends
-		// ResetAfter from now. The entry's windows are shifted onto the
-		// primary's, so the next one is whole and starts when the
-		// primary's does.
+	case store.FixedWindow, store.SlidingWindow:
+		// The entry's windows are shifted onto the primary's: the primary's
+		// window (fixed_window), or its next one when the current window
+		// holds requests (sliding_window: ResetAfter reaches past the
+		// current window then), ends ResetAfter from now (the answer took
+		// a trip to come: never earlier), at a window end here (see
+		// boundaryFrom). The entry's windows are then whole and start when
+		// the primary's do.
 		end := now + r.ResetAfter
-		e.shift = phase(end, w)
-		e.fw = algorithms.FixedWindowState{Start: end + e.shift - w, Count: used}
-		e.seed = seedState{a: e.fw.Start, b: used}
-	case store.SlidingWindow:
-		// The windows shifted onto the primary's: its current window ends
-		// ResetAfter from now, or a window earlier when the current
-		// window holds requests (then ResetAfter is more than a window).
-		// With requests in it, the used estimate counts as this window's:
-		// it weighs fully until the window ends, where the primary's
-		// previous-window share already fades. Without, it all comes from
-		// the previous window: the largest count whose weighted share now
-		// is the estimate, which fades as the primary's does, and the next
-		// window is whole.
-		end := now + r.ResetAfter
-		if r.ResetAfter > w {
-			end -= w
+		e.shift = boundaryFrom(l, end) - end
+		at := now + e.shift
+		start, wend, next := windowsAt(l, at)
+		if l.Algorithm == store.FixedWindow {
+			// Exact: the count is limit-remaining, in the window that ends
+			// ResetAfter from now.
+			e.fw = algorithms.FixedWindowState{Start: start, Count: used}
+			e.seed = seedState{a: start, b: used}
+			break
 		}
-		e.shift = phase(end, w)
-		start := end + e.shift - w
-		if r.ResetAfter > w {
+		if end+e.shift == next {
+			// With requests in the current window, the used estimate
+			// counts as this window's: it weighs fully until the window
+			// ends, where the primary's previous-window share already fades.
 			e.sw = algorithms.SlidingWindowState{Start: start, Cur: used}
 		} else {
+			// Without, it all comes from the previous window: the largest
+			// count whose weighted share now is the estimate, which fades
+			// as the primary's does, and the next window is whole.
 			prev := l.Requests
-			if wt := r.ResetAfter * 1000 / w; wt > 0 { // SlidingWindow's weight, w-ResetAfter into the window
+			if wt := (wend - at) * 1000 / (wend - start); wt > 0 { // SlidingWindow's weight at at
 				prev = min(prev, used*1000/wt)
 			}
 			e.sw = algorithms.SlidingWindowState{Start: start, Prev: prev}
@@ -108,9 +107,9 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 	case store.SlidingLog:
 		// The whole total as one entry at the newest entry's time: it
 		// leaves the window no earlier than the entries it stands for.
-		at := now + r.ResetAfter - w
-		e.log = slidingLog(l).NewState()
-		if _, err := slidingLog(l).Allow(e.log, at, used); err != nil {
+		at := slidingLog(l, l.Periods(now)).Arrival(now + r.ResetAfter)
+		e.log = slidingLog(l, nil).NewState()
+		if _, err := slidingLog(l, l.Periods(at)).Allow(e.log, at, used); err != nil {
 			return
 		}
 		e.seed = seedState{a: at, b: used}
@@ -222,14 +221,16 @@ func (e *entry) current(now int64) seedState {
 		st := e.sw
 		// A charge of 0 rolls the state to now, in debt too (where a
 		// peek, refused, would leave it as it was).
-		_, _ = slidingWindow(l).Charge(&st, now+e.shift, 0)
+		at := now + e.shift
+		_, _ = slidingWindow(l, l.Periods(at)).Charge(&st, at, 0)
 		return seedState{a: st.Start, b: st.Prev, c: st.Cur}
 	case store.SlidingLog:
-		r, _ := slidingLog(l).Allow(e.log, now, 0) // prunes what left the window
-		if e.log.Total() == 0 {
+		_, _ = slidingLog(l, l.Periods(now)).Allow(e.log, now, 0) // prunes what left the window
+		newest, ok := e.log.Newest()
+		if !ok {
 			return seedState{}
 		}
-		return seedState{a: now + r.ResetAfter - int64(l.Window), b: e.log.Total()}
+		return seedState{a: newest, b: e.log.Total()}
 	case store.TokenBucket:
 		st := e.tb
 		_, _ = tokenBucket(l).Charge(&st, now, 0) // refills to now, in debt too
@@ -246,7 +247,6 @@ func (e *entry) current(now int64) seedState {
 // anything to tell the primary.
 func (e *entry) carry(now int64) (store.Carry, bool) {
 	l := e.limit
-	w := int64(l.Window)
 	cur, seed := e.current(now), e.seed
 	c := store.Carry{Key: e.key, Limit: l}
 	// base is the seed's amount where it still counts (0 once carried:
@@ -260,23 +260,24 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 	at := now + e.shift // the clock of fixed_window's and sliding_window's windows
 	switch e.alg {
 	case store.FixedWindow:
-		if cur.b == 0 || cur.a+w <= at {
+		end := windowEnd(l, cur.a, at)
+		if cur.b == 0 || end <= at {
 			return c, false // the window is over: nothing left to count
 		}
 		var s int64
 		if seed.a == cur.a {
 			s = seed.b
 		}
-		c.Left, c.Base = cur.a+w-at, base(s)
+		c.Left, c.Base = end-at, base(s)
 		c.Used = c.Base + max(0, cur.b-s)
 	case store.SlidingWindow:
 		// the seed rolled to the same window as the state
 		st := algorithms.SlidingWindowState{Start: seed.a, Prev: seed.b, Cur: seed.c}
-		_, _ = slidingWindow(l).Charge(&st, at, 0) // rolls in debt too
+		_, _ = slidingWindow(l, l.Periods(at)).Charge(&st, at, 0) // rolls in debt too
 		if st.Start != cur.a {
 			st = algorithms.SlidingWindowState{}
 		}
-		c.Left = cur.a + w - at
+		c.Left = windowEnd(l, cur.a, at) - at
 		c.Base, c.BasePrev = base(st.Cur), base(st.Prev)
 		c.Used = c.Base + max(0, cur.c-st.Cur)
 		c.UsedPrev = c.BasePrev + max(0, cur.b-st.Prev)
@@ -287,11 +288,12 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		if cur.b == 0 {
 			return c, false
 		}
+		sl := slidingLog(l, l.Periods(now))
 		var s int64
-		if seed.a+w > now {
+		if sl.Leaves(seed.a) > now {
 			s = seed.b // the seeded entry is still in the window
 		}
-		c.Left, c.Base = cur.a+w-now, base(s)
+		c.Left, c.Base = sl.Leaves(cur.a)-now, base(s)
 		c.Used = c.Base + max(0, cur.b-s)
 	case store.TokenBucket:
 		st := algorithms.TokenBucketState{Last: seed.a, Used: seed.b}
@@ -311,11 +313,55 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 	return c, c.Used > 0 || c.UsedPrev > 0 // UsedPrev: sliding_window's previous window
 }
 
-// phase returns the shift in [0, w) that makes end, plus it, a multiple of
-// w: added to the clock, it moves clock-aligned windows of length w so that
-// one ends at end.
-func phase(end, w int64) int64 {
-	return ((-end)%w + w) % w
+// boundaryFrom returns the window end of l that stands for t, a primary's
+// window end on this clock: the first multiple of the window at or after
+// t (windows of one length repeat: any end will do, and this one keeps the
+// shift positive), or the nearest calendar boundary (calendar periods
+// differ in length: the primary's is the one within the skew and the
+// answer's trip, which are far shorter than a period). Added to the clock,
+// its distance from t moves the windows so that one ends at t.
+func boundaryFrom(l store.Limit, t int64) int64 {
+	if l.Calendar != nil {
+		b := l.Calendar.Boundaries(t)
+		if t-b[2] <= b[3]-t {
+			return b[2]
+		}
+		return b[3]
+	}
+	w := int64(l.Window)
+	return t + ((-t)%w+w)%w
+}
+
+// windowsAt returns the start and end of the window of l that holds at,
+// and the end of the one after it.
+func windowsAt(l store.Limit, at int64) (start, end, next int64) {
+	if l.Calendar != nil {
+		p := l.Calendar.Periods(at)
+		return p.Start, p.End, p.Next
+	}
+	w := int64(l.Window)
+	start = at - ((at%w)+w)%w
+	return start, start + w, start + 2*w
+}
+
+// windowEnd returns when the window of l that starts at start ends, as
+// seen at at: a window that started before the one before at's has ended.
+func windowEnd(l store.Limit, start, at int64) int64 {
+	if l.Calendar == nil {
+		return start + int64(l.Window)
+	}
+	p := l.Calendar.Periods(at)
+	switch {
+	case start == p.Prev:
+		return p.Start
+	case start == p.Start:
+		return p.End
+	case start == p.End:
+		return p.Next
+	case start < p.Prev:
+		return start
+	}
+	return start + (p.End - p.Start) // a clock that stepped back
 }
 
 // reserveOwed returns what a reserve limiter in state st owes at now, in

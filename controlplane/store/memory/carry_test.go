@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/shared/algorithms"
 )
@@ -116,96 +117,135 @@ func TestUnload(t *testing.T) {
 	}
 }
 
-// TestSeedAcrossSkew is the failover of issue 19 on synthetic time: a 10
-// per 10 s key has 6 of its limit used on the primary, whose clock is
-// skewed from this store's (the primary's answers carry durations, never
-// the primary's instants), and the store takes over. Whatever the skew,
-// the store must go on as the primary would have: the rest of the limit
-// admitted in the primary's window, the reset within it, the windows after
-// it whole. Fixed windows, sliding windows and GCRA are seeded exactly
-// here (the primary's sliding window counted nothing before), so they must
-// decide as the primary does, call for call; the others never admit more,
-// and at most one call fewer over three windows. A sliding window seeded in
-// the next window (from a peek: all its estimate from the previous window)
-// is exact too.
+// TestSeedAcrossSkew is a failover on synthetic time: a 10 per 10 s key has
+// 6 of its limit used on the primary, whose clock is skewed from this
+// store's (the primary's answers carry durations, never the primary's
+// instants), and the store takes over. Whatever the skew, the store must go
+// on as the primary would have: the rest of the limit admitted in the
+// primary's window, the reset within it, the windows after it whole. Fixed
+// windows, sliding windows and GCRA are seeded exactly here (the primary's
+// sliding window counted nothing before), so they must decide as the
+// primary does, call for call; the others never admit more, and at most one
+// call fewer over three windows. A sliding window seeded in the next window
+// (from a peek: all its estimate from the previous window) is exact too.
 func TestSeedAcrossSkew(t *testing.T) {
 	const w = 10 * time.Second
-	tenPer := func(a store.Algorithm) store.Limit {
-		l := store.Limit{Algorithm: a, Requests: 10, Window: w}
-		if a == store.Reserve {
-			l.MaxWait = 0
-		}
-		return l
-	}
 	algs := []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA, store.Reserve}
 	skews := []time.Duration{0, time.Nanosecond, -time.Nanosecond, time.Millisecond, -time.Millisecond,
 		3 * time.Second, -3 * time.Second, 7 * time.Second, -7 * time.Second, 90 * time.Minute}
-	type scenario struct {
-		alg  store.Algorithm
-		peek bool
-	}
-	var scenarios []scenario
-	for _, a := range algs {
-		scenarios = append(scenarios, scenario{a, false})
-	}
-	scenarios = append(scenarios, scenario{store.SlidingWindow, true})
-	for _, sc := range scenarios {
-		a, peek := sc.alg, sc.peek
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	for _, sc := range seedScenarios(algs) {
 		for _, skew := range skews {
-			t.Run(fmt.Sprintf("%s/peek=%v/skew=%v", a, peek, skew), func(t *testing.T) {
-				l := tenPer(a)
-				check := store.Check{Key: "k", Limit: l, Cost: 1}
-				// the primary's clock: 3.2 s into one of its windows
-				p := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano() + int64(3200*time.Millisecond)
-				c := &clock{}
-				s := newStore(c, Options{})
-				primary := &oracle{}
-				var last algorithms.Result
-				for i := range 6 {
-					last, _ = primary.allow(l, p+int64(i)*int64(100*time.Millisecond), 1)
-				}
-				p += int64(500 * time.Millisecond) // seeded as the last answer arrives
-				if peek {
-					// seeded from a peek 2 s into the next window, where
-					// the used estimate is all the previous window's
-					p += int64(w) - int64(1700*time.Millisecond)
-					last, _ = primary.allow(l, p, 0)
-				}
-				c.ns.Store(p + int64(skew))
-				s.Seed([]store.Check{check}, []algorithms.Result{last})
-				var mine, theirs int
-				var firstReset bool
-				for step := range 60 { // three windows, a call every 500 ms
-					got := decide(t, s, check)
-					want, _ := primary.allow(l, p, 1)
-					if !firstReset {
-						firstReset = true
-						if got.ResetAfter > want.ResetAfter {
-							t.Errorf("first answer after the seed: reset after %v, the primary's %v", time.Duration(got.ResetAfter), time.Duration(want.ResetAfter))
-						}
-					}
-					if got.Allowed {
-						mine++
-					}
-					if want.Allowed {
-						theirs++
-					}
-					exact := a == store.FixedWindow || a == store.SlidingWindow || a == store.GCRA
-					if exact && (got.Allowed != want.Allowed || got.Remaining != want.Remaining) {
-						t.Fatalf("call %d: answered allowed=%v remaining=%d reset=%v, the primary allowed=%v remaining=%d reset=%v", step,
-							got.Allowed, got.Remaining, time.Duration(got.ResetAfter), want.Allowed, want.Remaining, time.Duration(want.ResetAfter))
-					}
-					if mine > theirs {
-						t.Fatalf("call %d: %d admitted, the primary %d", step, mine, theirs)
-					}
-					p += int64(500 * time.Millisecond)
-					c.Advance(500 * time.Millisecond)
-				}
-				if mine < theirs-1 {
-					t.Fatalf("%d admitted over three windows, the primary %d", mine, theirs)
-				}
+			t.Run(fmt.Sprintf("%s/peek=%v/skew=%v", sc.alg, sc.peek, skew), func(t *testing.T) {
+				l := store.Limit{Algorithm: sc.alg, Requests: 10, Window: w}
+				seedAcrossSkew(t, l, start, w, 0, skew, sc.peek)
 			})
 		}
+	}
+}
+
+// TestSeedAcrossSkewCalendar is TestSeedAcrossSkew on calendar days of
+// Berlin across the night its clocks go back (a day of 25 hours), and on a
+// New York month across its end (September has 30 days, October 31), with
+// the answer's trip and the clocks' skew of a real deployment: the seeded
+// windows are the calendar's, shifted onto the primary's.
+func TestSeedAcrossSkewCalendar(t *testing.T) {
+	day, _ := calendar.Of("Europe/Berlin", calendar.Day)
+	month, _ := calendar.Of("America/New_York", calendar.Month)
+	skews := []time.Duration{0, time.Nanosecond, -time.Nanosecond, time.Millisecond, -time.Millisecond,
+		3 * time.Second, -3 * time.Second, 10 * time.Minute, -10 * time.Minute}
+	algs := []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog}
+	for _, c := range []struct {
+		cal   *calendar.Calendar
+		start time.Time
+		w     time.Duration
+	}{
+		{day, time.Date(2026, 10, 24, 0, 0, 0, 0, day.Location()), 24 * time.Hour},
+		{month, time.Date(2026, 9, 1, 0, 0, 0, 0, month.Location()), 30 * 24 * time.Hour},
+	} {
+		for _, sc := range seedScenarios(algs) {
+			for _, skew := range skews {
+				t.Run(fmt.Sprintf("%v/%s/peek=%v/skew=%v", c.cal, sc.alg, sc.peek, skew), func(t *testing.T) {
+					l := store.Limit{Algorithm: sc.alg, Requests: 10, Window: c.w, Calendar: c.cal}
+					seedAcrossSkew(t, l, c.start.UnixNano(), c.w, 20*time.Millisecond, skew, sc.peek)
+				})
+			}
+		}
+	}
+}
+
+// seedScenario is an algorithm and whether the seed comes from a peek in
+// the window after the requests (sliding_window only).
+type seedScenario struct {
+	alg  store.Algorithm
+	peek bool
+}
+
+func seedScenarios(algs []store.Algorithm) []seedScenario {
+	var scs []seedScenario
+	for _, a := range algs {
+		scs = append(scs, seedScenario{a, false})
+	}
+	return append(scs, seedScenario{store.SlidingWindow, true})
+}
+
+// seedAcrossSkew runs TestSeedAcrossSkew's failover on l, whose windows
+// last about w, the primary's window starting at start: its times are
+// those of 10 s windows scaled to w, and the primary's last answer takes
+// trip to reach the store.
+func seedAcrossSkew(t *testing.T, l store.Limit, start int64, w, trip, skew time.Duration, peek bool) {
+	t.Helper()
+	at := func(d time.Duration) int64 { return int64(d) * int64(w/(10*time.Second)) } // d of a 10 s window, scaled
+	check := store.Check{Key: "k", Limit: l, Cost: 1}
+	// the primary's clock: 3.2 s into one of its windows
+	p := start + at(3200*time.Millisecond)
+	c := &clock{}
+	s := newStore(c, Options{})
+	primary := &oracle{}
+	var last algorithms.Result
+	for i := range 6 {
+		last, _ = primary.allow(l, p+int64(i)*at(100*time.Millisecond), 1)
+	}
+	p += at(500*time.Millisecond) + int64(trip) // seeded as the last answer arrives
+	if peek {
+		// seeded from a peek 2 s into the next window, where the used
+		// estimate is all the previous window's
+		p += at(10*time.Second - 1700*time.Millisecond)
+		last, _ = primary.allow(l, p, 0)
+	}
+	c.ns.Store(p + int64(skew))
+	s.Seed([]store.Check{check}, []algorithms.Result{last})
+	var mine, theirs int
+	var firstReset bool
+	step := time.Duration(at(500 * time.Millisecond))
+	for call := range 60 { // three windows, a call every 500 ms
+		got := decide(t, s, check)
+		want, _ := primary.allow(l, p, 1)
+		if !firstReset {
+			firstReset = true
+			if got.ResetAfter > want.ResetAfter+int64(trip) {
+				t.Errorf("first answer after the seed: reset after %v, the primary's %v", time.Duration(got.ResetAfter), time.Duration(want.ResetAfter))
+			}
+		}
+		if got.Allowed {
+			mine++
+		}
+		if want.Allowed {
+			theirs++
+		}
+		exact := l.Algorithm == store.FixedWindow || l.Algorithm == store.SlidingWindow || l.Algorithm == store.GCRA
+		if exact && (got.Allowed != want.Allowed || got.Remaining != want.Remaining) {
+			t.Fatalf("call %d: answered allowed=%v remaining=%d reset=%v, the primary allowed=%v remaining=%d reset=%v", call,
+				got.Allowed, got.Remaining, time.Duration(got.ResetAfter), want.Allowed, want.Remaining, time.Duration(want.ResetAfter))
+		}
+		if mine > theirs {
+			t.Fatalf("call %d: %d admitted, the primary %d", call, mine, theirs)
+		}
+		p += int64(step)
+		c.Advance(step)
+	}
+	if mine < theirs-1 {
+		t.Fatalf("%d admitted over three windows, the primary %d", mine, theirs)
 	}
 }
 

@@ -218,7 +218,7 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 	}
 	for i := range checks {
 		if err := validate(&checks[i]); err != nil {
-			return fmt.Errorf("%w: checks[%d] (%s): %v", store.ErrInvalidLimit, i, checks[i].Limit.Algorithm, err)
+			return fmt.Errorf("%w: checks[%d] (%s): %w", store.ErrInvalidLimit, i, checks[i].Limit.Algorithm, err)
 		}
 	}
 	now := s.now().UnixNano()
@@ -239,8 +239,8 @@ func (s *Store) Decide(ctx context.Context, checks []store.Check, out []algorith
 	return nil
 }
 
-// decideOnce decides a check with a Once: the charge if its pair was not
-// applied within the TTL, then a Probe of the key (see store.Once).
+// decideOnce decides a check with a Once: the charge or refund if its pair
+// was not applied within the TTL, then a Probe of the key (see store.Once).
 func (s *Store) decideOnce(c *store.Check, now int64) (algorithms.Result, error) {
 	sh := s.shardOf(c.Key)
 	c.Once.Duplicate = !s.once.claim(c.Key, c.Once.Token, now)
@@ -321,13 +321,15 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 		e = nil
 	}
 	if e == nil {
-		if c.Cost == 0 {
-			return freshPeek(c.Limit), nil // nothing to store (a probe of a fresh limiter answers the same)
+		if c.Cost == 0 || c.Mode == store.Refund {
+			// Nothing to store: a probe of a fresh limiter answers the
+			// same, and a refund finds nothing to give back.
+			return freshPeek(c.Limit, now), nil
 		}
 		e = &entry{key: c.Key, alg: c.Limit.Algorithm}
 		if e.alg == store.SlidingLog {
 			e.logCap = c.Limit.Requests
-			e.log = slidingLog(c.Limit).NewState()
+			e.log = slidingLog(c.Limit, nil).NewState()
 		}
 		e.size = entrySize(c.Key, e.logCap)
 	}
@@ -336,8 +338,9 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 		return r, err
 	}
 	e.limit = c.Limit
-	if r.ResetAfter <= 0 {
-		// The limiter is full: a missing entry means the same.
+	if r.ResetAfter <= 0 || (e.alg == store.FixedWindow && r.Remaining == r.Limit) {
+		// The limiter is full (a fixed window with nothing counted answers
+		// the time until it ends): a missing entry means the same.
 		if e.prev != nil {
 			sh.remove(e)
 		}
@@ -399,13 +402,14 @@ func (sh *shard) remove(e *entry) {
 // is unchanged and the error is returned.
 func (e *entry) apply(c *store.Check, now int64) (algorithms.Result, error) {
 	l := c.Limit
+	at := now + e.shift // the clock of fixed_window's and sliding_window's windows
 	switch l.Algorithm {
 	case store.FixedWindow:
-		return checkOn(fixedWindow(l), &e.fw, c.Mode, now+e.shift, c.Cost)
+		return checkOn(fixedWindow(l, l.Periods(at)), &e.fw, c.Mode, at, c.Cost)
 	case store.SlidingWindow:
-		return checkOn(slidingWindow(l), &e.sw, c.Mode, now+e.shift, c.Cost)
+		return checkOn(slidingWindow(l, l.Periods(at)), &e.sw, c.Mode, at, c.Cost)
 	case store.SlidingLog:
-		return checkOn(slidingLog(l), e.log, c.Mode, now, c.Cost)
+		return checkOn(slidingLog(l, l.Periods(now)), e.log, c.Mode, now, c.Cost)
 	case store.TokenBucket:
 		return checkOn(tokenBucket(l), &e.tb, c.Mode, now, c.Cost)
 	case store.GCRA:
@@ -421,15 +425,18 @@ type limiter[S any] interface {
 	Allow(s S, now, cost int64) (algorithms.Result, error)
 	Probe(s S, now int64) (algorithms.Result, error)
 	Charge(s S, now, cost int64) (algorithms.Result, error)
+	Refund(s S, now, amount int64) (algorithms.Result, error)
 }
 
-// checkOn is the check of mode (Allow unless Probe or Charge) on s.
+// checkOn is the check of mode (Allow unless Probe, Charge or Refund) on s.
 func checkOn[L limiter[S], S any](lim L, s S, mode store.Mode, now, cost int64) (algorithms.Result, error) {
 	switch mode {
 	case store.Probe:
 		return lim.Probe(s, now)
 	case store.Charge:
 		return lim.Charge(s, now, cost)
+	case store.Refund:
+		return lim.Refund(s, now, cost)
 	}
 	return lim.Allow(s, now, cost)
 }
@@ -437,14 +444,15 @@ func checkOn[L limiter[S], S any](lim L, s S, mode store.Mode, now, cost int64) 
 // errUnknown is returned for an algorithm validate would have refused.
 var errUnknown = errors.New("memory: unknown algorithm")
 
-// freshPeek returns what a cost-0 check answers against a fresh limiter.
-func freshPeek(l store.Limit) algorithms.Result {
+// freshPeek returns what a cost-0 check answers against a fresh limiter at
+// now (a fixed window's ResetAfter is the time until its window ends).
+func freshPeek(l store.Limit, now int64) algorithms.Result {
 	var r algorithms.Result
 	switch l.Algorithm {
 	case store.FixedWindow:
-		r, _ = fixedWindow(l).Allow(&algorithms.FixedWindowState{}, 0, 0)
+		r, _ = fixedWindow(l, l.Periods(now)).Allow(&algorithms.FixedWindowState{}, now, 0)
 	case store.SlidingWindow:
-		r, _ = slidingWindow(l).Allow(&algorithms.SlidingWindowState{}, 0, 0)
+		r, _ = slidingWindow(l, nil).Allow(&algorithms.SlidingWindowState{}, 0, 0)
 	case store.SlidingLog:
 		r = algorithms.Result{Allowed: true, Limit: l.Requests, Remaining: l.Requests}
 	case store.TokenBucket:
@@ -461,15 +469,16 @@ func freshPeek(l store.Limit) algorithms.Result {
 func validate(c *store.Check) error {
 	var capacity int64
 	var err error
+	var none *algorithms.Periods // a calendar's are valid: the limit's shape is checked
 	switch c.Limit.Algorithm {
 	case store.FixedWindow:
-		p := fixedWindow(c.Limit)
+		p := fixedWindow(c.Limit, none)
 		capacity, err = p.Limit, p.Validate()
 	case store.SlidingWindow:
-		p := slidingWindow(c.Limit)
+		p := slidingWindow(c.Limit, none)
 		capacity, err = p.Limit, p.Validate()
 	case store.SlidingLog:
-		p := slidingLog(c.Limit)
+		p := slidingLog(c.Limit, none)
 		capacity, err = p.Limit, p.Validate()
 		if err == nil && p.Limit > MaxSlidingLog {
 			return fmt.Errorf("sliding_log limit %d is more than the memory store keeps per key (%d)", p.Limit, MaxSlidingLog)
@@ -489,32 +498,36 @@ func validate(c *store.Check) error {
 	switch {
 	case err != nil:
 		return err
+	case store.ValidCalendar(&c.Limit) != nil:
+		return store.ValidCalendar(&c.Limit)
 	case store.ValidOnce(c) != nil:
 		return store.ValidOnce(c)
 	case c.Cost < 0:
 		return algorithms.ErrCostNegative
-	case c.Mode > store.Charge:
+	case c.Mode > store.Refund:
 		return fmt.Errorf("mode %d is unknown", c.Mode)
 	case c.Mode == store.Probe && c.Cost != 0:
 		return fmt.Errorf("a probe's cost must be 0 (got %d)", c.Cost)
-	case c.Cost > capacity && c.Mode != store.Charge:
+	case c.Cost > capacity && c.Mode != store.Charge && c.Mode != store.Refund:
 		return algorithms.ErrCostTooLarge
 	}
 	return nil
 }
 
-// The shared/algorithms parameters of a store.Limit, times in nanoseconds.
+// The shared/algorithms parameters of a store.Limit, times in nanoseconds;
+// p are the periods around the time of the decision (nil for windows of
+// fixed length).
 
-func fixedWindow(l store.Limit) algorithms.FixedWindow {
-	return algorithms.FixedWindow{Limit: l.Requests, Window: int64(l.Window), Aligned: true}
+func fixedWindow(l store.Limit, p *algorithms.Periods) algorithms.FixedWindow {
+	return algorithms.FixedWindow{Limit: l.Requests, Window: int64(l.Window), Aligned: true, Periods: p}
 }
 
-func slidingWindow(l store.Limit) algorithms.SlidingWindow {
-	return algorithms.SlidingWindow{Limit: l.Requests, Window: int64(l.Window)}
+func slidingWindow(l store.Limit, p *algorithms.Periods) algorithms.SlidingWindow {
+	return algorithms.SlidingWindow{Limit: l.Requests, Window: int64(l.Window), Periods: p}
 }
 
-func slidingLog(l store.Limit) algorithms.SlidingLog {
-	return algorithms.SlidingLog{Limit: l.Requests, Window: int64(l.Window)}
+func slidingLog(l store.Limit, p *algorithms.Periods) algorithms.SlidingLog {
+	return algorithms.SlidingLog{Limit: l.Requests, Window: int64(l.Window), Periods: p}
 }
 
 func tokenBucket(l store.Limit) algorithms.TokenBucket {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/shared/algorithms"
 )
@@ -62,39 +63,90 @@ type oracle struct {
 }
 
 func (o *oracle) allow(l store.Limit, now, cost int64) (algorithms.Result, error) {
+	return o.decide(l, now, cost, store.Take)
+}
+
+// decide decides one check of mode at now, with the calendar's periods
+// around now for a calendar limit.
+func (o *oracle) decide(l store.Limit, now, cost int64, mode store.Mode) (algorithms.Result, error) {
 	w := int64(l.Window)
 	b := l.Burst
 	if b == 0 {
 		b = l.Requests
 	}
+	p := l.Periods(now)
 	switch l.Algorithm {
 	case store.FixedWindow:
-		return algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Allow(&o.fw, now, cost)
+		return checkOn(algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true, Periods: p}, &o.fw, mode, now, cost)
 	case store.SlidingWindow:
-		return algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Allow(&o.sw, now, cost)
+		return checkOn(algorithms.SlidingWindow{Limit: l.Requests, Window: w, Periods: p}, &o.sw, mode, now, cost)
 	case store.SlidingLog:
-		p := algorithms.SlidingLog{Limit: l.Requests, Window: w}
+		a := algorithms.SlidingLog{Limit: l.Requests, Window: w, Periods: p}
 		if o.log == nil {
-			o.log = p.NewState()
+			o.log = a.NewState()
 		}
-		return p.Allow(o.log, now, cost)
+		return checkOn(a, o.log, mode, now, cost)
 	case store.TokenBucket:
-		return algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: b}.Allow(&o.tb, now, cost)
+		return checkOn(algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: b}, &o.tb, mode, now, cost)
 	case store.GCRA:
-		return algorithms.GCRA{MaxBurst: b - 1, Count: l.Requests, Period: w}.Allow(&o.gc, now, cost)
+		return checkOn(algorithms.GCRA{MaxBurst: b - 1, Count: l.Requests, Period: w}, &o.gc, mode, now, cost)
 	case store.Reserve:
-		return algorithms.Reserve{Rate: l.Requests, Period: w, Burst: b, MaxWait: int64(l.MaxWait)}.Allow(&o.rs, now, cost)
+		return checkOn(algorithms.Reserve{Rate: l.Requests, Period: w, Burst: b, MaxWait: int64(l.MaxWait)}, &o.rs, mode, now, cost)
 	}
 	return algorithms.Result{}, errors.New("unknown algorithm")
 }
 
+// calendarLimits count calendar periods in two zones, across daylight-saving
+// changes and months' ends (see calendarClock).
+var calendarLimits = func() []store.Limit {
+	var ls []store.Limit
+	for _, c := range []struct {
+		zone string
+		unit calendar.Unit
+		alg  store.Algorithm
+		n    int64
+	}{
+		{"Europe/Berlin", calendar.Day, store.FixedWindow, 5},
+		{"America/New_York", calendar.Month, store.FixedWindow, 40},
+		{"Europe/Berlin", calendar.Week, store.SlidingWindow, 12},
+		{"America/New_York", calendar.Day, store.SlidingWindow, 7},
+		{"Europe/Berlin", calendar.Month, store.SlidingLog, 30},
+		{"America/New_York", calendar.Day, store.SlidingLog, 6},
+	} {
+		cal, err := calendar.Of(c.zone, c.unit)
+		if err != nil {
+			panic(err)
+		}
+		ls = append(ls, store.Limit{Algorithm: c.alg, Requests: c.n, Window: cal.Longest().Truncate(time.Hour), Calendar: cal})
+	}
+	return ls
+}()
+
+// calendarClock starts a week before Berlin's clocks go back (October 25th,
+// 2026), with New York's a week later and October's end between them.
+func calendarClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 10, 18, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
 // TestMatchesAlgorithms drives every algorithm through the store and through
-// shared/algorithms directly with the same random times and costs; the
-// results must be identical, also across expiry, sweeps and peeks.
+// shared/algorithms directly with the same random times, costs and modes
+// (probes, charges and refunds among them); the results must be identical,
+// also across expiry, sweeps and peeks, and for calendar limits across
+// daylight-saving changes and a month's end.
 func TestMatchesAlgorithms(t *testing.T) {
-	for _, l := range limits {
-		t.Run(fmt.Sprintf("%s/%d/%d", l.Algorithm, l.Requests, l.Burst), func(t *testing.T) {
+	for _, l := range append(append([]store.Limit{}, limits...), calendarLimits...) {
+		name := fmt.Sprintf("%s/%d/%d", l.Algorithm, l.Requests, l.Burst)
+		if l.Calendar != nil {
+			name = fmt.Sprintf("%s/%d/%v", l.Algorithm, l.Requests, l.Calendar)
+		}
+		t.Run(name, func(t *testing.T) {
 			c := newClock()
+			window := l.Window
+			if l.Calendar != nil {
+				c, window = calendarClock(), l.Calendar.Shortest()/4 // steps of hours to days: most decisions near another
+			}
 			s := newStore(c, Options{})
 			rng := rand.New(rand.NewPCG(1, uint64(l.Algorithm)))
 			var o oracle
@@ -105,24 +157,65 @@ func TestMatchesAlgorithms(t *testing.T) {
 			for step := 0; step < 5000; step++ {
 				switch rng.IntN(10) {
 				case 0:
-					c.Advance(time.Duration(rng.Int64N(int64(3 * l.Window))))
+					c.Advance(time.Duration(rng.Int64N(int64(3 * window))))
 				case 1, 2, 3:
-					c.Advance(time.Duration(rng.Int64N(int64(l.Window / 10))))
+					c.Advance(time.Duration(rng.Int64N(int64(window / 10))))
 				}
 				if rng.IntN(50) == 0 {
 					s.Sweep()
 				}
-				cost := rng.Int64N(capacity + 1)
-				want, err := o.allow(l, c.nanos(), cost)
+				mode, cost := store.Take, rng.Int64N(capacity+1)
+				switch rng.IntN(10) {
+				case 0:
+					mode, cost = store.Probe, 0
+				case 1:
+					mode, cost = store.Charge, rng.Int64N(3*capacity+1)
+				case 2, 3:
+					mode, cost = store.Refund, rng.Int64N(capacity+1)
+				}
+				want, err := o.decide(l, c.nanos(), cost, mode)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := decide(t, s, store.Check{Key: "k", Limit: l, Cost: cost})
+				got := decide(t, s, store.Check{Key: "k", Limit: l, Cost: cost, Mode: mode})
 				if got != want {
-					t.Fatalf("step %d cost %d: store %+v, algorithms %+v", step, cost, got, want)
+					t.Fatalf("step %d %v cost %d at %v: store %+v, algorithms %+v", step, mode, cost, c.Now(), got, want)
 				}
 			}
 		})
+	}
+}
+
+// TestProbeOfUnusedKey: a probe (hits_addend 0) of a key that nothing
+// counted yet answers, for a fixed window, the time until the window ends,
+// as envoyproxy/ratelimit does, and leaves nothing stored; the other
+// algorithms are full now and say so (0), a calendar month until its end.
+func TestProbeOfUnusedKey(t *testing.T) {
+	c := newClock()
+	c.Advance(9 * time.Minute) // 51 minutes before the hour ends
+	s := newStore(c, Options{})
+	for _, l := range limits {
+		l.Window = time.Hour
+		for _, mode := range []store.Mode{store.Take, store.Probe} {
+			r := decide(t, s, store.Check{Key: "unused", Limit: l, Mode: mode})
+			want := int64(0)
+			if l.Algorithm == store.FixedWindow {
+				want = int64(51 * time.Minute)
+			}
+			if r.ResetAfter != want || r.Remaining != r.Limit || !r.Allowed {
+				t.Errorf("%s %v of an unused key: %+v, want reset after %v", l.Algorithm, mode, r, time.Duration(want))
+			}
+		}
+	}
+	cal, _ := calendar.Of("Europe/Berlin", calendar.Month)
+	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: 31 * 24 * time.Hour, Calendar: cal}
+	r := decide(t, s, store.Check{Key: "unused", Limit: l, Mode: store.Probe})
+	end := time.Date(2026, 12, 1, 0, 0, 0, 0, cal.Location())
+	if want := end.Sub(c.Now()); time.Duration(r.ResetAfter) != want {
+		t.Errorf("calendar month probe: reset after %v, want %v (December 1st in Berlin)", time.Duration(r.ResetAfter), want)
+	}
+	if n := s.Stats().Entries; n != 0 {
+		t.Errorf("probes stored %d entries", n)
 	}
 }
 

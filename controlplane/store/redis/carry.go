@@ -25,7 +25,7 @@ var carrySHA = func() string {
 }()
 
 // argsPerCarry is how many ARGV entries one key of carry.lua takes.
-const argsPerCarry = 9
+const argsPerCarry = 9 + calendarArgs
 
 // Carry adds to the state in Redis what a replica's memory store admitted
 // while Redis could not decide (see store.Carry and carry.lua), in script
@@ -47,14 +47,16 @@ func (s *Store) Carry(ctx context.Context, carries []store.Carry) (int, error) {
 		args [argsPerCarry]int64
 	}
 	items := make([]item, len(carries))
+	clock := s.clock()
 	for i, c := range carries {
-		w, err := encode(store.Check{Key: c.Key, Limit: c.Limit})
+		w, err := encode(store.Check{Key: c.Key, Limit: c.Limit}, clock)
 		if err != nil {
 			bad = append(bad, fmt.Errorf("key %.80q: %w", c.Key, err))
 			continue
 		}
-		v := carryValues(c)
-		items[i] = item{key: c.Key, args: [argsPerCarry]int64{w.lim.alg, w.lim.p1, w.lim.p2, w.lim.p3, v[0], v[1], v[2], v[3], v[4]}}
+		v, b := carryValues(c), calendarValues(w.lim.cal)
+		items[i] = item{key: c.Key, args: [argsPerCarry]int64{w.lim.alg, w.lim.p1, w.lim.p2, w.lim.p3, v[0], v[1], v[2], v[3], v[4],
+			b[0], b[1], b[2], b[3], b[4], b[5]}}
 		tag := ""
 		if !s.single {
 			tag = hashTag(c.Key)
@@ -99,6 +101,8 @@ func (s *Store) Carry(ctx context.Context, carries []store.Carry) (int, error) {
 				changed++
 			case badState:
 				bad = append(bad, fmt.Errorf("key %.80q holds a value sluice did not write", sc.args[3+k]))
+			case badClock:
+				bad = append(bad, fmt.Errorf("key %.80q: Redis's clock is more than a calendar period away from this replica's", sc.args[3+k]))
 			}
 		}
 	}

@@ -6,10 +6,12 @@
 --   KEYS[i]            the key
 --   ARGV[1]            "" to read the clock from TIME, or the time in
 --                      microseconds (tests only)
---   ARGV[2+9(i-1) ..]  key i: algorithm, three limit parameters (as
---                      dispatch.lua takes them), left (reserve: its
---                      max_wait), base, used, base_prev, used_prev (see
---                      below; microseconds)
+--   ARGV[2+15(i-1) ..] key i: algorithm (plus 100 for a calendar limit),
+--                      three limit parameters (as dispatch.lua takes them),
+--                      left (reserve: its max_wait), base, used, base_prev,
+--                      used_prev (see below; microseconds), and six period
+--                      boundaries for a calendar limit (else zeros; see
+--                      prelude.lua's periods)
 --
 -- The replica's clock is not this one (it may be skewed by any amount), so
 -- it sends durations from the moment it took the carry, never instants:
@@ -54,18 +56,21 @@ end
 -- both are matched. Others match when the clocks are less than half a
 -- window apart.
 local function window_of(window, left)
-  local ws = now - now % window
-  if 2 * (now + left - ws) >= window then
-    return ws
+  local ws, we = span(window, now)
+  if 2 * (now + left - ws) >= we - ws then
+    return ws, we
   end
-  return ws - window
+  if type(window) == 'table' then
+    return window[1], ws
+  end
+  return ws - window, ws
 end
 
 -- fixed_window: the count of the replica's window merges into the window
 -- it stands for, if that is the current one.
 local function carry_fw(key, limit, window, left, b, u)
-  local start = window_of(window, left)
-  if start + window <= now then
+  local start, e = window_of(window, left)
+  if e <= now then
     return 0
   end
   local s, count = fw_state(key, nil)
@@ -83,8 +88,8 @@ local function carry_fw(key, limit, window, left, b, u)
     return 0
   end
   call('DEL', key)
-  call('HSET', key, fmt('%d:%d', start, window), fmt('%d', n))
-  call('PEXPIRE', key, px(start + window - now))
+  call('HSET', key, fmt('%d:%d', start, e - start), fmt('%d', n))
+  call('PEXPIRE', key, px(e - now))
   return 1
 end
 
@@ -92,12 +97,16 @@ end
 -- state here are rolled to the same window (the replica's current window
 -- stands for one here as for fixed_window).
 local function carry_sw(key, limit, window, left, b, u, bp, up)
-  local start = window_of(window, left)
-  local ws = now - now % window
-  if ws == start + window then
+  local start, e = window_of(window, left)
+  local ws, we, wn = span(window, now)
+  if ws == e then
     b, u, bp, up, start = 0, 0, b, u, ws
   elseif ws > start then
     return 0
+  end
+  local ps = ws - (we - ws) -- the previous window's start
+  if type(window) == 'table' then
+    ps = window[1]
   end
   local rs, rp, rc = 0, 0, 0
   local v = get(key)
@@ -112,7 +121,7 @@ local function carry_sw(key, limit, window, left, b, u, bp, up)
   end
   if rs == start then
     -- the same window
-  elseif rs + window == start then
+  elseif rs == ps then
     rp, rc = rc, 0
   elseif rs > start and (rp > 0 or rc > 0) then
     return 0 -- Redis counts a later window already
@@ -123,9 +132,9 @@ local function carry_sw(key, limit, window, left, b, u, bp, up)
   if np == rp and nc == rc and rs == start then
     return 0
   end
-  local reset = start + window - now
+  local reset = we - now
   if nc > 0 then
-    reset = start + 2 * window - now
+    reset = wn - now
   end
   call('SET', key, fmt('%d:%d:%d', start, np, nc), 'PX', px(reset))
   return 1
@@ -135,9 +144,12 @@ end
 -- newest entry (which leaves the window left from now); the log's total
 -- merges.
 local function carry_sl(key, limit, window, left, b, u)
-  local at = now + left - window
+  local at = sl_arrival(window, now + left)
   if left <= 0 or at < 0 then
     return 0
+  end
+  if at > now then
+    at = now
   end
   -- a peek prunes what left the window and checks the state
   local ok = sliding_log(key, now, limit, window, 0, 0, '0')
@@ -166,7 +178,7 @@ local function carry_sl(key, limit, window, left, b, u)
   total = total + add
   call('ZADD', key, fmt('%d', at), fmt('%d:%d', at, merged), fmt('%d', -1 - total), '#')
   local newest = sl_entry(call('ZRANGE', key, -1, -1)[1])
-  call('PEXPIRE', key, px(newest + window - now))
+  call('PEXPIRE', key, px(sl_leaves(window, newest) - now))
   return 1
 end
 
@@ -266,6 +278,14 @@ for i = 1, #KEYS do
   local bp, up = tonumber(ARGV[j + 7]), tonumber(ARGV[j + 8])
   local k = KEYS[i]
   local r = BAD
+  if alg >= 100 then
+    alg = alg - 100
+    p2 = periods(now, tonumber(ARGV[j + 9]), tonumber(ARGV[j + 10]), tonumber(ARGV[j + 11]), tonumber(ARGV[j + 12]),
+      tonumber(ARGV[j + 13]), tonumber(ARGV[j + 14]))
+    if not p2 then
+      alg, r = 0, CLOCK
+    end
+  end
   if alg == 1 then
     r = carry_fw(k, p1, p2, left, b, u)
   elseif alg == 2 then
@@ -280,6 +300,6 @@ for i = 1, #KEYS do
     r = carry_rs(k, p1, p2, p3, left, b, u)
   end
   out[i] = r
-  j = j + 9
+  j = j + 15
 end
 return out

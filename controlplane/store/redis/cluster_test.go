@@ -109,7 +109,7 @@ func TestCluster(t *testing.T) {
 		// key charged once (the dedupe key shares its key's slot).
 		onceReplicas(t, client, "cluster-once")
 		markOnce(t, client, "cluster-mark")
-		differentialOnce(t, client, store.TokenBucket, 100, 40, false, false, true, true, 1100)
+		differentialWith(t, client, store.TokenBucket, 100, 40, diffOptions{modes: true, once: true}, 1100)
 	})
 
 	t.Run("noscript", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/shared/algorithms"
 )
@@ -27,22 +28,40 @@ import (
 // With modes, checks are also probes and charges (see randomMode).
 func differential(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits, shared, modes bool, seed int64) {
 	t.Helper()
-	differentialOnce(t, client, alg, keys, rounds, changeLimits, shared, modes, false, seed)
+	differentialWith(t, client, alg, keys, rounds, diffOptions{changeLimits: changeLimits, shared: shared, modes: modes}, seed)
 }
 
-// onceTTL is the dedupe TTL of differentialOnce: shorter than the longest
-// clock steps, so that tokens are forgotten too.
+// diffOptions say what differentialWith varies besides times and costs.
+type diffOptions struct {
+	changeLimits bool // limits change under existing state, as a policy update does
+	shared       bool // one limit and cost for every key of a round
+	modes        bool // probes, charges and refunds besides requests
+	once         bool // Once tokens on half the charges and refunds
+	calendar     bool // calendar limits, on a clock that crosses months' ends and daylight-saving changes
+}
+
+// onceTTL is the dedupe TTL of differentialWith: shorter than the longest
+// clock steps, so that tokens are forgotten too (three days on the calendar
+// clock, whose steps are longer).
 const onceTTL = 20 * time.Minute
 
-// differentialOnce is differential; with once, half the charges carry a
-// store.Once token drawn from a few per key, so that many are duplicates
-// (and some come back after onceTTL), against an oracle that charges a
-// token's first use within the TTL and answers a probe after it.
-func differentialOnce(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits, shared, modes, once bool, seed int64) {
+// differentialWith is differential with the options o; with o.once, half
+// the charges and refunds carry a store.Once token drawn from a few per
+// key, so that many are duplicates (and some come back after onceTTL),
+// against an oracle that applies a token's first use within the TTL and
+// answers a probe after it; with o.calendar, the limits are calendar ones,
+// on a clock from March 1st, 2026 over four months.
+func differentialWith(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, o diffOptions, seed int64) {
 	t.Helper()
+	changeLimits, shared, modes, once := o.changeLimits, o.shared, o.modes, o.once
 	rng := rand.New(rand.NewSource(seed))
 	clk := newClock(1_700_000_000_000_000 + rng.Int63n(1_000_000_000_000))
-	s := newStore(t, client, Options{MaxBatch: keys, Now: clk.Now, OnceTTL: onceTTL})
+	randomLimit, randomStep, ttl := randomLimit, randomStep, onceTTL
+	if o.calendar {
+		clk = newClock(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixMicro())
+		randomLimit, randomStep, ttl = randomCalendarLimit, randomCalendarStep, 72*time.Hour
+	}
+	s := newStore(t, client, Options{MaxBatch: keys, Now: clk.Now, OnceTTL: ttl})
 	applied := make([]map[string]int64, keys) // per key: token -> when it is forgotten (us)
 	var dups, charged int
 	const maxRequests = 1000
@@ -78,7 +97,7 @@ func differentialOnce(t *testing.T, client redis.UniversalClient, alg store.Algo
 				checks[i].Limit, checks[i].Cost, checks[i].Mode = l, cost, mode
 				oracles[i].l = l
 			}
-			tok := onceToken(rng, once && mode == store.Charge)
+			tok := onceToken(rng, once && (mode == store.Charge || mode == store.Refund))
 			for i := range checks {
 				checks[i].Once = nil
 				if tok != "" {
@@ -96,7 +115,7 @@ func differentialOnce(t *testing.T, client redis.UniversalClient, alg store.Algo
 					checks[i].Mode, checks[i].Cost = randomMode(rng, checks[i].Limit)
 				}
 				checks[i].Once = nil
-				if tok := onceToken(rng, once && checks[i].Mode == store.Charge); tok != "" {
+				if tok := onceToken(rng, once && (checks[i].Mode == store.Charge || checks[i].Mode == store.Refund)); tok != "" {
 					checks[i].Once = &store.Once{Token: tok}
 				}
 			}
@@ -118,7 +137,7 @@ func differentialOnce(t *testing.T, client redis.UniversalClient, alg store.Algo
 			var want algorithms.Result
 			var err error
 			if c.Once != nil {
-				want, err = onceOracle(oracles[i], &applied[i], clk.get(), c)
+				want, err = onceOracle(oracles[i], &applied[i], clk.get(), ttl, c)
 				if c.Once.Duplicate {
 					dups++
 				} else {
@@ -174,10 +193,11 @@ func onceToken(rng *rand.Rand, on bool) string {
 	return "t" + strconv.Itoa(rng.Intn(4))
 }
 
-// onceOracle decides c, a charge with a Once, on o at now (us), with
-// applied the key's tokens: the charge unless the token was applied within
-// onceTTL, then a probe. It fails when the store's Duplicate disagrees.
-func onceOracle(o *oracle, applied *map[string]int64, now int64, c store.Check) (algorithms.Result, error) {
+// onceOracle decides c, a charge or refund with a Once, on o at now (us),
+// with applied the key's tokens: the charge or refund unless the token was
+// applied within ttl, then a probe. It fails when the store's Duplicate
+// disagrees.
+func onceOracle(o *oracle, applied *map[string]int64, now int64, ttl time.Duration, c store.Check) (algorithms.Result, error) {
 	if *applied == nil {
 		*applied = map[string]int64{}
 	}
@@ -187,8 +207,8 @@ func onceOracle(o *oracle, applied *map[string]int64, now int64, c store.Check) 
 		return algorithms.Result{}, fmt.Errorf("token %s at %d us (remembered until %d, %v): store says duplicate=%v", c.Once.Token, now, exp, seen, c.Once.Duplicate)
 	}
 	if !dup {
-		(*applied)[c.Once.Token] = now + onceTTL.Microseconds()
-		if _, err := o.decide(now, c.Cost, store.Charge); err != nil {
+		(*applied)[c.Once.Token] = now + ttl.Microseconds()
+		if _, err := o.decide(now, c.Cost, c.Mode); err != nil {
 			return algorithms.Result{}, err
 		}
 	}
@@ -255,11 +275,66 @@ func TestDifferentialOnce(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {
-			differentialOnce(t, client, alg, 200, 60, true, false, true, true, int64(900+i))
+			differentialWith(t, client, alg, 200, 60, diffOptions{changeLimits: true, modes: true, once: true}, int64(900+i))
 		})
 		t.Run(alg.String()+"/shared", func(t *testing.T) {
-			differentialOnce(t, client, alg, 200, 120, true, true, true, true, int64(1000+i))
+			differentialWith(t, client, alg, 200, 120, diffOptions{changeLimits: true, shared: true, modes: true, once: true}, int64(1000+i))
 		})
+	}
+}
+
+// TestDifferentialCalendar is TestDifferentialOnce on calendar limits (days,
+// ISO weeks, months, years in Berlin and New York) for every algorithm with
+// windows, on a clock that goes from March 1st, 2026 through four months:
+// months' ends, and the daylight-saving changes of both zones, in the
+// scripts as in shared/algorithms given the same periods.
+func TestDifferentialCalendar(t *testing.T) {
+	_, client := startClient(t)
+	for i, alg := range []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog} {
+		t.Run(alg.String(), func(t *testing.T) {
+			differentialWith(t, client, alg, 100, 120, diffOptions{changeLimits: true, modes: true, once: true, calendar: true}, int64(1100+i))
+		})
+		t.Run(alg.String()+"/shared", func(t *testing.T) {
+			differentialWith(t, client, alg, 100, 120, diffOptions{changeLimits: true, shared: true, modes: true, calendar: true}, int64(1200+i))
+		})
+	}
+}
+
+// randomCalendarLimit returns a random calendar limit of alg (minWindow is
+// not used): a unit of day, week, month or year (sliding_window: not year,
+// whose periods its Lua arithmetic refuses) in Berlin or New York.
+func randomCalendarLimit(rng *rand.Rand, alg store.Algorithm, maxRequests, _ int64) store.Limit {
+	zone := []string{"Europe/Berlin", "America/New_York"}[rng.Intn(2)]
+	units := []calendar.Unit{calendar.Day, calendar.Week, calendar.Month, calendar.Year}
+	if alg == store.SlidingWindow {
+		units = units[:3]
+	}
+	unit := units[rng.Intn(len(units))]
+	cal, err := calendar.Of(zone, unit)
+	if err != nil {
+		panic(err)
+	}
+	nominal := map[calendar.Unit]time.Duration{calendar.Day: 24 * time.Hour, calendar.Week: 7 * 24 * time.Hour,
+		calendar.Month: 30 * 24 * time.Hour, calendar.Year: 365 * 24 * time.Hour}[unit]
+	return store.Limit{Algorithm: alg, Requests: logUniform(rng, 1, maxRequests), Window: nominal, Calendar: cal}
+}
+
+// randomCalendarStep returns a clock step in microseconds of about a day on
+// average: often none, some within a period, a few of a week or more, and
+// backward (when back is set) by up to an hour.
+func randomCalendarStep(rng *rand.Rand, back bool) int64 {
+	const hour = int64(time.Hour / time.Microsecond)
+	switch r := rng.Intn(100); {
+	case r < 20:
+		return 0
+	case r < 30 && back:
+		return -logUniform(rng, 1, hour)
+	case r < 50:
+		return logUniform(rng, 1, hour)
+	case r < 92:
+		return rng.Int63n(48 * hour)
+	default:
+		return 5*24*hour + rng.Int63n(5*24*hour)
 	}
 }
 

@@ -8,12 +8,16 @@
 --                          it; expiries then get a day of slack)
 --   ARGV[2]                how long a dedupe key lives, in milliseconds
 --   ARGV[3]                n, the number of distinct limits in this call
---   ARGV[4 .. 3+5n]        each limit: algorithm (1 fixed_window,
+--   ARGV[4 ...]            each limit: algorithm (1 fixed_window,
 --                          2 sliding_window, 3 sliding_log, 4 token_bucket,
 --                          5 gcra, 6 reserve) plus 10 times the mode of its
 --                          checks (0 allow, 1 probe, 2 charge, 3 charge
---                          once), and four parameters (see script.go)
---   ARGV[4+5n ...]         each check: its limit's number (1 to n), cost;
+--                          once, 4 refund, 5 refund once) plus 100 for a
+--                          calendar limit, and four parameters (see
+--                          script.go); a calendar limit then has six more,
+--                          the starts of six periods in a row (see
+--                          prelude.lua's periods)
+--   ARGV[...]              each check: its limit's number (1 to n), cost;
 --                          or, when every check has the same, that one
 --                          pair alone (with one check the two forms agree)
 --
@@ -21,6 +25,7 @@
 -- has passed the time it holds (then set to now plus the TTL, with PX that
 -- long), else nothing; either way it answers a probe of its key afterwards,
 -- as a long answer whose allowed value is 2 more when it charged nothing.
+-- A refund once is the same with a refund.
 --
 -- Each algorithm is called as f(key, now, p1, p2, p3, cost, cost_text, p4,
 -- mode):
@@ -58,9 +63,18 @@ local fs, p1s, p2s, p3s, p4s, ms = {}, {}, {}, {}, {}, {}
 local j = 4
 for l = 1, tonumber(ARGV[3]) do
   local a = tonumber(ARGV[j])
-  fs[l], ms[l] = decide[a % 10], floor(a / 10)
+  fs[l], ms[l] = decide[a % 10], floor(a / 10) % 10
   p1s[l], p2s[l], p3s[l], p4s[l] = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
   j = j + 5
+  if a >= 100 then
+    -- a calendar limit: its window is the periods around now
+    p2s[l] = periods(now, tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]),
+      tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]))
+    if not p2s[l] then
+      fs[l] = false
+    end
+    j = j + 6
+  end
 end
 
 local out, long, nlong, R = { 0 }, {}, 0, nil
@@ -77,9 +91,20 @@ local function put(i, allowed, remaining, retry, reset)
   out[i + 1] = -nlong / 4
 end
 
--- once decides a charge once on key (dedupe key dk): the charge, if the
--- dedupe key was not set, then a probe, as a long answer for check i.
-local function once(i, f, key, dk, p1, p2, p3, cost, cs, p4)
+-- unknown answers check i whose limit could not be decided: an unknown
+-- algorithm (nil) or a calendar this clock is outside of (false).
+local function unknown(i, f)
+  if f == false then
+    put(i, CLOCK, 0, 0, 0)
+  else
+    put(i, BAD, 0, 0, 0)
+  end
+end
+
+-- once decides a charge or refund once (mode 2 or 4) on key (dedupe key
+-- dk): the charge or refund, if the dedupe key was not set, then a probe,
+-- as a long answer for check i.
+local function once(i, f, key, dk, p1, p2, p3, cost, cs, p4, mode)
   local dup, seen = 2, rpcall('GET', dk)
   if type(seen) ~= 'string' or (tonumber(seen) or MAX) <= now then
     -- The value is when the key is forgotten, in the call's clock (an
@@ -87,7 +112,7 @@ local function once(i, f, key, dk, p1, p2, p3, cost, cs, p4)
     local ttl = tonumber(ARGV[2])
     call('SET', dk, fmt('%d', now + ttl * 1000), 'PX', fmt('%d', ttl + pad))
     dup = 0
-    local a = f(key, now, p1, p2, p3, cost, cs, p4, 2)
+    local a = f(key, now, p1, p2, p3, cost, cs, p4, mode)
     if a == BAD then
       call('DEL', dk) -- nothing was charged: a retry must charge
       put(i, BAD, 0, 0, 0)
@@ -114,24 +139,24 @@ if #ARGV == j + 1 then
   if f == fixed_window and cost > 0 and mode == 0 then
     -- fixed_window's common case inline: the field already held a count of
     -- this window and the request fits (see fixed_window.lua).
-    local ws = now - now % p2
-    local field = fw_field(p2, ws)
-    R = ws + p2 - now
+    local ws, we, wn = span(p2, now)
+    local field = fw_field(p2, ws, we)
+    R = we - now
     for i = 1, n do
       local c = rpcall('HINCRBY', KEYS[i], field, cs)
       if type(c) == 'number' and c > cost and c <= p1 then
         out[i + 1] = p1 - c
       else
-        put(i, fw_counted(KEYS[i], now, p1, p2, cost, cs, ws, field, c))
+        put(i, fw_counted(KEYS[i], now, p1, ws, we, wn, cost, cs, field, c))
       end
     end
-  elseif mode == 3 then
+  elseif mode == 3 or mode == 5 then
     n = n / 2
     for i = 1, n do
       if f then
-        once(i, f, KEYS[2 * i - 1], KEYS[2 * i], p1, p2, p3, cost, cs, p4)
+        once(i, f, KEYS[2 * i - 1], KEYS[2 * i], p1, p2, p3, cost, cs, p4, mode - 1)
       else
-        put(i, BAD, 0, 0, 0)
+        unknown(i, f)
       end
     end
   else
@@ -139,7 +164,7 @@ if #ARGV == j + 1 then
       if f then
         put(i, f(KEYS[i], now, p1, p2, p3, cost, cs, p4, mode))
       else
-        put(i, BAD, 0, 0, 0)
+        unknown(i, f)
       end
     end
   end
@@ -149,9 +174,12 @@ else
     local l = tonumber(ARGV[j])
     local f = fs[l]
     if not f then
-      put(i, BAD, 0, 0, 0)
-    elseif ms[l] == 3 then
-      once(i, f, KEYS[k], KEYS[k + 1], p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1], p4s[l])
+      unknown(i, f)
+      if ms[l] == 3 or ms[l] == 5 then
+        k = k + 1
+      end
+    elseif ms[l] == 3 or ms[l] == 5 then
+      once(i, f, KEYS[k], KEYS[k + 1], p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1], p4s[l], ms[l] - 1)
       k = k + 1
     else
       put(i, f(KEYS[k], now, p1s[l], p2s[l], p3s[l], tonumber(ARGV[j + 1]), ARGV[j + 1], p4s[l], ms[l]))

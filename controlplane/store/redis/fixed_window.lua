@@ -1,9 +1,10 @@
--- fixed_window.lua: algorithms.FixedWindow with Aligned set, on
+-- fixed_window.lua: algorithms.FixedWindow with Aligned set (or with a
+-- calendar's Periods, when window is a table: see prelude.lua's span), on
 -- microseconds.
 --
 -- State at key: a hash holding one field, "start:window", whose value is the
--- count of the window that starts at start (window is the limit's window
--- length when the field was made). sluice before 2026-11 kept the string
+-- count of the window that starts at start (window is the length of that
+-- window when the field was made). sluice before 2026-11 kept the string
 -- "start:count"; such a state is read, and replaced by the hash on the next
 -- allowed request.
 --
@@ -21,9 +22,13 @@
 -- The write that makes a field sets the expiry (the end of the window); the
 -- HINCRBYs of the same window keep it. A field per window length means a
 -- limit changed to another window under a live state gets its expiry moved.
+--
+-- A refund (mode 4) takes its cost off the count of the current window,
+-- never below 0, and answers a peek.
 
--- fw_fields maps a window length to the name of the current window's field,
--- for this script call (whose clock does not move).
+-- fw_fields maps a window length (or a calendar's periods) to the name of
+-- the current window's field, for this script call (whose clock does not
+-- move).
 local fw_fields = {}
 
 -- fw_state reads key's state, leaving out field skip (the field the caller
@@ -62,9 +67,10 @@ local function fw_state(key, skip)
 end
 
 -- fw_slow decides on the state read whole. added says the caller's HINCRBY
--- just made field (the current window's) with cost in it: fw_slow takes it
--- back unless the new state is exactly that.
-local function fw_slow(key, now, limit, window, cost, ws, field, added, mode)
+-- just made field (the current window's, [ws, we), followed by one that
+-- ends at wn) with cost in it: fw_slow takes it back unless the new state
+-- is exactly that.
+local function fw_slow(key, now, limit, ws, we, wn, cost, field, added, mode)
   local skip = nil
   if added then
     skip = field
@@ -80,16 +86,23 @@ local function fw_slow(key, now, limit, window, cost, ws, field, added, mode)
   if ws > start or count == 0 then
     start, count = ws, 0
   end
-  local e = start + window
-  local allowed, retry, reset = 0, 0, 0
+  local e = later(start, ws, we, wn)
+  local allowed, retry = 0, 0
   local need = cost
   if mode == 1 then
     need = 1 -- a probe: would the smallest request fit
+  elseif mode == 4 then
+    count = count - cost -- a refund, never below 0, then a peek
+    if count <= 0 then
+      count = 0
+      start, e = ws, we -- an empty window is the current one
+    end
+    need = 0
   end
   if count + need <= limit then
     allowed = 1
   end
-  if allowed == 1 or mode == 2 then
+  if (allowed == 1 and mode ~= 4) or mode == 2 then
     count = capped(count, cost, 2 * limit)
   end
   if allowed == 0 then
@@ -99,10 +112,8 @@ local function fw_slow(key, now, limit, window, cost, ws, field, added, mode)
   if remaining < 0 then
     remaining = 0
   end
-  if count > 0 then
-    reset = e - now
-  end
-  if (allowed == 0 and mode ~= 2) or (start == start0 and count == count0) then
+  local reset = e - now -- until the window ends, counted in or not
+  if (allowed == 0 and mode ~= 2 and mode ~= 4) or (start == start0 and count == count0) then
     -- nothing changes (a denial, a peek or probe in the same window, or a
     -- charge at the debt ceiling)
     if added then
@@ -119,7 +130,7 @@ local function fw_slow(key, now, limit, window, cost, ws, field, added, mode)
   end
   local want = field
   if start ~= ws then
-    want = fmt('%d:%d', start, window)
+    want = fmt('%d:%d', start, e - start)
   end
   if legacy then
     call('DEL', key)
@@ -136,12 +147,12 @@ local function fw_slow(key, now, limit, window, cost, ws, field, added, mode)
   return allowed, remaining, retry, reset
 end
 
--- fw_field returns the name of the field of the window of length window
--- that starts at ws (the current one: the clock does not move during a call).
-local function fw_field(window, ws)
+-- fw_field returns the name of the field of the window [ws, we) (the
+-- current one of window: the clock does not move during a call).
+local function fw_field(window, ws, we)
   local field = fw_fields[window]
   if not field then
-    field = fmt('%d:%d', ws, window)
+    field = fmt('%d:%d', ws, we - ws)
     fw_fields[window] = field
   end
   return field
@@ -150,11 +161,11 @@ end
 -- fw_counted decides a request of cost > 0 after HINCRBY key field cost
 -- answered n (a number, or an error table when the key is not a hash or the
 -- field not an integer).
-local function fw_counted(key, now, limit, window, cost, cost_text, ws, field, n)
+local function fw_counted(key, now, limit, ws, we, wn, cost, cost_text, field, n)
   if type(n) ~= 'number' then
     -- not a hash (the old string state, or something else), or the field
     -- is not an integer: nothing was written
-    return fw_slow(key, now, limit, window, cost, ws, field, false, 0)
+    return fw_slow(key, now, limit, ws, we, wn, cost, field, false, 0)
   end
   if n <= cost or n > MAX then
     -- a new field (or one holding nonsense): decide on the whole state
@@ -166,14 +177,13 @@ local function fw_counted(key, now, limit, window, cost, cost_text, ws, field, n
       -- The field is the key's only one: the state is this window's with
       -- cost in it, exactly what fw_slow would decide on an empty state,
       -- without reading it back. Most keys of a spread load start here.
-      local e = ws + window
-      call('PEXPIRE', key, px(e - now))
-      return 1, limit - cost, 0, e - now
+      call('PEXPIRE', key, px(we - now))
+      return 1, limit - cost, 0, we - now
     end
-    return fw_slow(key, now, limit, window, cost, ws, field, true, 0)
+    return fw_slow(key, now, limit, ws, we, wn, cost, field, true, 0)
   end
   -- The field held n - cost > 0: it is the state, this window's.
-  local e = ws + window
+  local e = we
   if n <= limit then
     return 1, limit - n, 0, e - now
   end
@@ -186,10 +196,10 @@ local function fw_counted(key, now, limit, window, cost, cost_text, ws, field, n
 end
 
 local function fixed_window(key, now, limit, window, _, cost, cost_text, _, mode)
-  local ws = now - now % window
-  local field = fw_field(window, ws)
+  local ws, we, wn = span(window, now)
+  local field = fw_field(window, ws, we)
   if cost == 0 or (mode and mode ~= 0) then -- lease.lua calls without a mode
-    return fw_slow(key, now, limit, window, cost, ws, field, false, mode)
+    return fw_slow(key, now, limit, ws, we, wn, cost, field, false, mode)
   end
-  return fw_counted(key, now, limit, window, cost, cost_text, ws, field, rpcall('HINCRBY', key, field, cost_text))
+  return fw_counted(key, now, limit, ws, we, wn, cost, cost_text, field, rpcall('HINCRBY', key, field, cost_text))
 end

@@ -154,7 +154,7 @@ func TestUniformArguments(t *testing.T) {
 func refsOf(checks []store.Check) []ref {
 	c := &call{}
 	for _, ch := range checks {
-		w, err := encode(ch)
+		w, err := encode(ch, 0)
 		if err != nil {
 			panic(err)
 		}

@@ -1,7 +1,9 @@
 -- gcra.lua: algorithms.GCRA (redis-cell's CL.THROTTLE semantics), line by
 -- line, on microseconds. State at key: the theoretical arrival time "tat".
 -- Like the Go function, an allowed request or a charge writes the state
--- (unless nothing changed); a denied one writes nothing.
+-- (unless nothing changed); a denied one writes nothing; a refund (mode 4)
+-- moves the TAT back by its cost's emission intervals, never before now,
+-- and answers a peek.
 local function gcra(key, now, max_burst, count, period, cost, _, _, mode)
   local tat0 = 0
   local v = get(key)
@@ -23,6 +25,12 @@ local function gcra(key, now, max_burst, count, period, cost, _, _, mode)
   local need = cost
   if mode == 1 then
     need = 1 -- a probe: would the smallest request fit
+  elseif mode == 4 then
+    tat = tat - t * cost -- a refund, never before now, then a peek
+    if tat < now then
+      tat = now
+    end
+    need, cost = 0, 0
   end
   local allowed, retry = 0, 0
   if tat + t * need - dvt <= now then
@@ -43,7 +51,7 @@ local function gcra(key, now, max_burst, count, period, cost, _, _, mode)
   if spare > 0 then
     remaining = floor(spare / t)
   end
-  if (allowed == 1 or mode == 2) and tat ~= tat0 then
+  if (allowed == 1 or mode == 2 or mode == 4) and tat ~= tat0 then
     call('SET', key, fmt('%d', tat), 'PX', px(ttl))
   end
   return allowed, remaining, retry, ttl

@@ -75,7 +75,8 @@ func (o *oracle) allow(now, cost int64) (algorithms.Result, error) {
 }
 
 // decide decides one check of the given cost and mode at now (in the
-// oracle's unit).
+// oracle's unit), on the calendar's periods around now for a calendar
+// limit.
 func (o *oracle) decide(now, cost int64, mode store.Mode) (algorithms.Result, error) {
 	l := o.l
 	w := int64(l.Window / o.scale)
@@ -83,61 +84,62 @@ func (o *oracle) decide(now, cost int64, mode store.Mode) (algorithms.Result, er
 	if burst == 0 {
 		burst = l.Requests
 	}
+	var p *algorithms.Periods
+	if l.Calendar != nil {
+		ns := l.Calendar.Periods(now * int64(o.scale))
+		u := int64(o.scale)
+		p = &algorithms.Periods{Prev: ns.Prev / u, Start: ns.Start / u, End: ns.End / u, Next: ns.Next / u}
+	}
 	switch l.Algorithm {
 	case store.FixedWindow:
-		a := algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}
-		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.fw, now, cost) },
-			func() (algorithms.Result, error) { return a.Probe(&o.fw, now) },
-			func() (algorithms.Result, error) { return a.Charge(&o.fw, now, cost) })
+		return pick(algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true, Periods: p}, &o.fw, mode, now, cost)
 	case store.SlidingWindow:
-		a := algorithms.SlidingWindow{Limit: l.Requests, Window: w}
-		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.sw, now, cost) },
-			func() (algorithms.Result, error) { return a.Probe(&o.sw, now) },
-			func() (algorithms.Result, error) { return a.Charge(&o.sw, now, cost) })
+		return pick(algorithms.SlidingWindow{Limit: l.Requests, Window: w, Periods: p}, &o.sw, mode, now, cost)
 	case store.SlidingLog:
-		a := algorithms.SlidingLog{Limit: l.Requests, Window: w}
-		return pick(mode, func() (algorithms.Result, error) { return a.Allow(o.sl, now, cost) },
-			func() (algorithms.Result, error) { return a.Probe(o.sl, now) },
-			func() (algorithms.Result, error) { return a.Charge(o.sl, now, cost) })
+		return pick(algorithms.SlidingLog{Limit: l.Requests, Window: w, Periods: p}, o.sl, mode, now, cost)
 	case store.TokenBucket:
-		a := algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}
-		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.tb, now, cost) },
-			func() (algorithms.Result, error) { return a.Probe(&o.tb, now) },
-			func() (algorithms.Result, error) { return a.Charge(&o.tb, now, cost) })
+		return pick(algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}, &o.tb, mode, now, cost)
 	case store.GCRA:
-		a := algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}
-		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.gc, now, cost) },
-			func() (algorithms.Result, error) { return a.Probe(&o.gc, now) },
-			func() (algorithms.Result, error) { return a.Charge(&o.gc, now, cost) })
+		return pick(algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}, &o.gc, mode, now, cost)
 	case store.Reserve:
-		a := algorithms.Reserve{Rate: l.Requests, Period: w, Burst: burst, MaxWait: int64(l.MaxWait / o.scale)}
-		return pick(mode, func() (algorithms.Result, error) { return a.Allow(&o.rs, now, cost) },
-			func() (algorithms.Result, error) { return a.Probe(&o.rs, now) },
-			func() (algorithms.Result, error) { return a.Charge(&o.rs, now, cost) })
+		return pick(algorithms.Reserve{Rate: l.Requests, Period: w, Burst: burst, MaxWait: int64(l.MaxWait / o.scale)}, &o.rs, mode, now, cost)
 	}
 	return algorithms.Result{}, fmt.Errorf("unknown algorithm %v", l.Algorithm)
 }
 
+// limiter is what every algorithm of shared/algorithms offers on its state.
+type limiter[S any] interface {
+	Allow(s S, now, cost int64) (algorithms.Result, error)
+	Probe(s S, now int64) (algorithms.Result, error)
+	Charge(s S, now, cost int64) (algorithms.Result, error)
+	Refund(s S, now, amount int64) (algorithms.Result, error)
+}
+
 // pick runs the function of mode.
-func pick(mode store.Mode, allow, probe, charge func() (algorithms.Result, error)) (algorithms.Result, error) {
+func pick[L limiter[S], S any](lim L, s S, mode store.Mode, now, cost int64) (algorithms.Result, error) {
 	switch mode {
 	case store.Probe:
-		return probe()
+		return lim.Probe(s, now)
 	case store.Charge:
-		return charge()
+		return lim.Charge(s, now, cost)
+	case store.Refund:
+		return lim.Refund(s, now, cost)
 	}
-	return allow()
+	return lim.Allow(s, now, cost)
 }
 
 // randomMode returns a mode and its cost for l: mostly Take (with
-// randomCost), a probe (cost 0) or a charge of up to three capacities (past
-// the debt ceiling at times).
+// randomCost), a probe (cost 0), a charge of up to three capacities (past
+// the debt ceiling at times) or a refund of up to three capacities (past
+// what the limiter holds at times).
 func randomMode(rng *rand.Rand, l store.Limit) (store.Mode, int64) {
 	switch r := rng.Intn(100); {
-	case r < 20:
+	case r < 15:
 		return store.Probe, 0
-	case r < 45:
+	case r < 35:
 		return store.Charge, 1 + rng.Int63n(3*capacity(l))
+	case r < 50:
+		return store.Refund, rng.Int63n(3*capacity(l) + 1)
 	}
 	return store.Take, randomCost(rng, l)
 }

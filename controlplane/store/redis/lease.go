@@ -92,10 +92,11 @@ func (s *Store) Lease(ctx context.Context, reqs []LeaseRequest, out []Lease) err
 	if len(out) != len(reqs) {
 		return fmt.Errorf("redisstore: %d leases for %d requests", len(out), len(reqs))
 	}
-	args := make([][6]int64, len(reqs))
+	args := make([][]int64, len(reqs))
 	keys := make([]string, len(reqs))
+	clock := s.clock()
 	for i, r := range reqs {
-		w, err := encode(store.Check{Key: r.Key, Limit: r.Limit, Cost: 1})
+		w, err := encode(store.Check{Key: r.Key, Limit: r.Limit, Cost: 1}, clock)
 		if err != nil {
 			return fmt.Errorf("redisstore: lease %d: %w: %w", i, store.ErrInvalidLimit, err)
 		}
@@ -107,7 +108,8 @@ func (s *Store) Lease(ctx context.Context, reqs []LeaseRequest, out []Lease) err
 		}
 		longest := min(max(int64(r.Longest/time.Microsecond), 1), maxSpan)
 		keys[i] = r.Key
-		args[i] = [6]int64{w.lim.alg, w.lim.p1, w.lim.p2, w.lim.p3, min(r.Want, w.limit), longest}
+		b := calendarValues(w.lim.cal)
+		args[i] = []int64{w.lim.alg, w.lim.p1, w.lim.p2, w.lim.p3, min(r.Want, w.limit), longest, b[0], b[1], b[2], b[3], b[4], b[5]}
 	}
 	vals, err := s.perKey(ctx, leaseSHA, leaseSource, keys, args, leaseAnswer)
 	if err != nil {
@@ -116,8 +118,11 @@ func (s *Store) Lease(ctx context.Context, reqs []LeaseRequest, out []Lease) err
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	for i := range reqs {
 		v := vals[i]
-		if v[0] == badState {
+		switch v[0] {
+		case badState:
 			return fmt.Errorf("redisstore: lease: key %.80q holds a value sluice did not write", reqs[i].Key)
+		case badClock:
+			return fmt.Errorf("redisstore: lease: key %.80q: Redis's clock is more than a calendar period away from this replica's", reqs[i].Key)
 		}
 		out[i] = Lease{Granted: v[0], Remaining: v[1], RetryAfter: us(v[2]), ResetAfter: us(v[3]), Valid: us(v[4]), End: v[5]}
 	}
@@ -128,10 +133,10 @@ func (s *Store) Lease(ctx context.Context, reqs []LeaseRequest, out []Lease) err
 // return.lua). It returns how many keys got units back: a lease that ended
 // before the script ran gives nothing back.
 func (s *Store) Return(ctx context.Context, rets []Returned) (int, error) {
-	args := make([][6]int64, len(rets))
+	args := make([][]int64, len(rets))
 	keys := make([]string, len(rets))
 	for i, r := range rets {
-		w, err := encode(store.Check{Key: r.Key, Limit: r.Limit})
+		w, err := encode(store.Check{Key: r.Key, Limit: r.Limit}, 0) // token_bucket and gcra: no calendar
 		if err != nil {
 			return 0, fmt.Errorf("redisstore: return %d: %w: %w", i, store.ErrInvalidLimit, err)
 		}
@@ -139,7 +144,7 @@ func (s *Store) Return(ctx context.Context, rets []Returned) (int, error) {
 			return 0, fmt.Errorf("redisstore: return %d: %s leases are not returned", i, r.Limit.Algorithm)
 		}
 		keys[i] = r.Key
-		args[i] = [6]int64{w.lim.alg, w.lim.p1, w.lim.p2, w.lim.p3, min(max(r.Units, 0), maxSpan), min(max(r.End, 0), maxNow)}
+		args[i] = []int64{w.lim.alg, w.lim.p1, w.lim.p2, w.lim.p3, min(max(r.Units, 0), maxSpan), min(max(r.End, 0), maxNow)}
 	}
 	vals, err := s.perKey(ctx, returnSHA, returnSource, keys, args, 1)
 	if err != nil {
@@ -161,10 +166,11 @@ func (s *Store) Return(ctx context.Context, rets []Returned) (int, error) {
 	return n, nil
 }
 
-// perKey runs a script that takes six arguments per key (after the clock)
-// and answers per integers per key, in calls of at most MaxBatch keys of
-// one hash slot, sent in one round trip. It answers each key's integers.
-func (s *Store) perKey(ctx context.Context, sha, src string, keys []string, args [][6]int64, per int) ([][]int64, error) {
+// perKey runs a script that takes the same number of arguments per key
+// (args[i], after the clock) and answers per integers per key, in calls of
+// at most MaxBatch keys of one hash slot, sent in one round trip. It
+// answers each key's integers.
+func (s *Store) perKey(ctx context.Context, sha, src string, keys []string, args [][]int64, per int) ([][]int64, error) {
 	var now any = ""
 	if s.now != nil {
 		now = s.now().UnixMicro()
@@ -187,7 +193,7 @@ func (s *Store) perKey(ctx context.Context, sha, src string, keys []string, args
 		g := groups[tag]
 		for len(g) > 0 {
 			n := min(len(g), s.maxBatch)
-			a := make([]any, 0, 4+n*8)
+			a := make([]any, 0, 4+n*(2+len(args[g[0]])))
 			a = append(a, "evalsha", sha, 2*n)
 			for _, i := range g[:n] {
 				a = append(a, keys[i], keys[i]+markSuffix)

@@ -6,9 +6,12 @@
 --   KEYS[2i-1], KEYS[2i]  key i and its lease mark (see below)
 --   ARGV[1]            "" to read the clock from TIME, or the time in
 --                      microseconds (tests only)
---   ARGV[2+6(i-1) ..]  key i: algorithm, three limit parameters (as
---                      dispatch.lua takes them), k (the units wanted, >= 1),
---                      the longest validity in microseconds (> 0)
+--   ARGV[2+12(i-1) ..] key i: algorithm (plus 100 for a calendar limit),
+--                      three limit parameters (as dispatch.lua takes them),
+--                      k (the units wanted, >= 1), the longest validity in
+--                      microseconds (> 0), and six period boundaries for a
+--                      calendar limit (else zeros; see prelude.lua's
+--                      periods)
 --
 -- A lease is the algorithm's own decision of cost g = min(k, remaining),
 -- where remaining is what a peek at now answers, so a lease of g and g
@@ -55,7 +58,8 @@ fw_fields = {}
 local function lease_validity(alg, p1, p2, p3, g, longest)
   local v
   if alg == 1 or alg == 2 then
-    v = p2 - now % p2
+    local _, we = span(p2, now)
+    v = we - now
   else
     local t, cap -- the emission interval, the capacity
     if alg == 4 then
@@ -113,6 +117,9 @@ end
 
 -- lease decides one key: granted, remaining, retry, reset, validity.
 local function lease(key, mark, alg, p1, p2, p3, k, longest)
+  if alg == CLOCK then
+    return CLOCK, 0, 0, 0, 0
+  end
   local f = ({ fixed_window, sliding_window, nil, token_bucket, gcra })[alg]
   if not f then
     return BAD, 0, 0, 0, 0
@@ -167,10 +174,19 @@ end
 
 local out, j = {}, 2
 for i = 1, #KEYS / 2 do
-  local g, remaining, retry, reset, v = lease(KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]),
+  local alg, p2 = tonumber(ARGV[j]), tonumber(ARGV[j + 2])
+  if alg >= 100 then
+    alg = alg - 100
+    p2 = periods(now, tonumber(ARGV[j + 6]), tonumber(ARGV[j + 7]), tonumber(ARGV[j + 8]), tonumber(ARGV[j + 9]),
+      tonumber(ARGV[j + 10]), tonumber(ARGV[j + 11]))
+    if not p2 then
+      alg = CLOCK
+    end
+  end
+  local g, remaining, retry, reset, v = lease(KEYS[2 * i - 1], KEYS[2 * i], alg, tonumber(ARGV[j + 1]), p2,
     tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]))
   local o = 6 * (i - 1)
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = g, remaining, retry, reset, v, now + v
-  j = j + 6
+  j = j + 12
 end
 return out

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/shared/algorithms"
 )
@@ -118,117 +119,147 @@ func TestLeaseNeverOverAdmits(t *testing.T) {
 	_, client := startClient(t)
 	clk := newClock(1_700_000_000_000_000)
 	s := newStore(t, client, Options{Now: clk.Now})
-	ctx := context.Background()
 	for i, alg := range leasable {
 		for mix := range 3 {
 			t.Run(fmt.Sprintf("%s/mix%d", alg, mix), func(t *testing.T) {
-				rng := rand.New(rand.NewSource(int64(700 + 10*i + mix)))
-				l := leaseLimits[alg]
-				key := "never:" + alg.String()
-				type held struct {
-					units, end int64 // end on the (injected) Redis clock
-					expiry     int64
-				}
-				var leases []*held
-				var mark int64       // the latest lease end
-				var admitted []int64 // admission times
-				granted, spent, returned, denied := int64(0), int64(0), int64(0), 0
-				for step := 0; step < 3000; step++ {
-					clk.add(rng.Int63n(20_000)) // up to 20 ms
-					now := clk.get()
-					r := rng.Intn(10)
-					if mix > 0 && r >= 3 && r < 4+2*mix {
-						r = 3 // more per-request decisions
-					}
-					switch {
-					case r < 3: // a replica takes a lease
-						out := make([]Lease, 1)
-						want := 1 + rng.Int63n(8)
-						longest := time.Duration(1+rng.Int63n(400)) * time.Millisecond
-						if err := s.Lease(ctx, []LeaseRequest{{Key: key, Limit: l, Want: want, Longest: longest}}, out); err != nil {
-							t.Fatal(err)
-						}
-						g := out[0]
-						if g.Granted > want || g.Granted < 0 {
-							t.Fatalf("granted %d of %d", g.Granted, want)
-						}
-						if g.Granted == 0 {
-							denied++
-							if g.RetryAfter <= 0 {
-								t.Fatalf("a refused lease without retry-after: %+v", g)
-							}
-							continue
-						}
-						if g.Valid <= 0 || g.Valid > longest && g.Valid > time.Microsecond {
-							t.Fatalf("validity %v, longest %v", g.Valid, longest)
-						}
-						if g.End != now+int64(g.Valid/time.Microsecond) {
-							t.Fatalf("end %d, now %d + valid %v", g.End, now, g.Valid)
-						}
-						granted += g.Granted
-						mark = max(mark, g.End)
-						leases = append(leases, &held{units: g.Granted, end: g.End, expiry: now + int64(g.Valid/time.Microsecond)})
-					case r < 4: // a per-request decision
-						res := make([]algorithms.Result, 1)
-						if err := s.Decide(ctx, []store.Check{{Key: key, Limit: l, Cost: 1}}, res); err != nil {
-							t.Fatal(err)
-						}
-						if res[0].Allowed {
-							admitted = append(admitted, now)
-						}
-					case r < 9: // replicas spend their leases
-						for _, h := range leases {
-							for h.units > 0 && now < h.expiry && rng.Intn(3) > 0 {
-								h.units--
-								spent++
-								admitted = append(admitted, now)
-							}
-						}
-					default: // an idle lease goes back
-						if len(leases) == 0 || !Returnable(alg) {
-							continue
-						}
-						h := leases[rng.Intn(len(leases))]
-						if h.units == 0 {
-							continue
-						}
-						n, err := s.Return(ctx, []Returned{{Key: key, Limit: l, Units: h.units, End: h.end}})
-						if err != nil {
-							t.Fatal(err)
-						}
-						if (n == 1) != (now < h.end && mark <= h.end) {
-							t.Fatalf("return at %d of a lease ending %d (latest end %d): %d keys", now, h.end, mark, n)
-						}
-						if n == 1 {
-							returned += h.units
-						}
-						h.units = 0
-					}
-					kept := leases[:0]
-					for _, h := range leases {
-						if h.units > 0 && now < h.expiry {
-							kept = append(kept, h)
-						}
-					}
-					leases = kept
-				}
-				o := newOracle(l, time.Microsecond, l.Requests)
-				for n, at := range admitted {
-					res, err := o.allow(at, 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !res.Allowed {
-						t.Fatalf("admission %d at %d: the algorithm refuses it (state after %d admissions): over-admission", n, at, n)
-					}
-				}
-				if spent < 50 || denied < 20 {
-					t.Fatalf("spent %d, refused leases %d: the steps do not reach the limit", spent, denied)
-				}
-				t.Logf("%d admissions (%d from leases), %d granted, %d returned, %d refused leases", len(admitted), spent, granted, returned, denied)
+				leaseNeverOverAdmits(t, s, clk, leaseLimits[alg], "never:"+alg.String(), mix, int64(700+10*i+mix))
 			})
 		}
 	}
+}
+
+// TestLeaseNeverOverAdmitsCalendar is TestLeaseNeverOverAdmits on calendar
+// days of Berlin, from 15 s before the night its clocks go back:
+// a window's lease never outlives its period.
+func TestLeaseNeverOverAdmitsCalendar(t *testing.T) {
+	_, client := startClient(t)
+	day, err := calendar.Of("Europe/Berlin", calendar.Day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 10, 25, 0, 0, 0, 0, day.Location()).Add(-15 * time.Second).UnixMicro()
+	for i, alg := range []store.Algorithm{store.FixedWindow, store.SlidingWindow} {
+		for mix := range 3 {
+			t.Run(fmt.Sprintf("%s/mix%d", alg, mix), func(t *testing.T) {
+				clk := newClock(start)
+				s := newStore(t, client, Options{Now: clk.Now})
+				l := store.Limit{Algorithm: alg, Requests: 150, Window: 24 * time.Hour, Calendar: day}
+				leaseNeverOverAdmits(t, s, clk, l, fmt.Sprintf("never-calendar:%s:%d", alg, mix), mix, int64(900+10*i+mix))
+				if clk.get() < start+15_000_000 {
+					t.Fatalf("the steps ended %v before midnight: they must cross it", time.Duration(start+15_000_000-clk.get())*time.Microsecond)
+				}
+			})
+		}
+	}
+}
+
+// leaseNeverOverAdmits runs TestLeaseNeverOverAdmits's steps on l at key.
+func leaseNeverOverAdmits(t *testing.T, s *Store, clk *clock, l store.Limit, key string, mix int, seed int64) {
+	t.Helper()
+	ctx := context.Background()
+	alg := l.Algorithm
+	rng := rand.New(rand.NewSource(seed))
+	type held struct {
+		units, end int64 // end on the (injected) Redis clock
+		expiry     int64
+	}
+	var leases []*held
+	var mark int64       // the latest lease end
+	var admitted []int64 // admission times
+	granted, spent, returned, denied := int64(0), int64(0), int64(0), 0
+	for step := 0; step < 3000; step++ {
+		clk.add(rng.Int63n(20_000)) // up to 20 ms
+		now := clk.get()
+		r := rng.Intn(10)
+		if mix > 0 && r >= 3 && r < 4+2*mix {
+			r = 3 // more per-request decisions
+		}
+		switch {
+		case r < 3: // a replica takes a lease
+			out := make([]Lease, 1)
+			want := 1 + rng.Int63n(8)
+			longest := time.Duration(1+rng.Int63n(400)) * time.Millisecond
+			if err := s.Lease(ctx, []LeaseRequest{{Key: key, Limit: l, Want: want, Longest: longest}}, out); err != nil {
+				t.Fatal(err)
+			}
+			g := out[0]
+			if g.Granted > want || g.Granted < 0 {
+				t.Fatalf("granted %d of %d", g.Granted, want)
+			}
+			if g.Granted == 0 {
+				denied++
+				if g.RetryAfter <= 0 {
+					t.Fatalf("a refused lease without retry-after: %+v", g)
+				}
+				continue
+			}
+			if g.Valid <= 0 || g.Valid > longest && g.Valid > time.Microsecond {
+				t.Fatalf("validity %v, longest %v", g.Valid, longest)
+			}
+			if g.End != now+int64(g.Valid/time.Microsecond) {
+				t.Fatalf("end %d, now %d + valid %v", g.End, now, g.Valid)
+			}
+			granted += g.Granted
+			mark = max(mark, g.End)
+			leases = append(leases, &held{units: g.Granted, end: g.End, expiry: now + int64(g.Valid/time.Microsecond)})
+		case r < 4: // a per-request decision
+			res := make([]algorithms.Result, 1)
+			if err := s.Decide(ctx, []store.Check{{Key: key, Limit: l, Cost: 1}}, res); err != nil {
+				t.Fatal(err)
+			}
+			if res[0].Allowed {
+				admitted = append(admitted, now)
+			}
+		case r < 9: // replicas spend their leases
+			for _, h := range leases {
+				for h.units > 0 && now < h.expiry && rng.Intn(3) > 0 {
+					h.units--
+					spent++
+					admitted = append(admitted, now)
+				}
+			}
+		default: // an idle lease goes back
+			if len(leases) == 0 || !Returnable(alg) {
+				continue
+			}
+			h := leases[rng.Intn(len(leases))]
+			if h.units == 0 {
+				continue
+			}
+			n, err := s.Return(ctx, []Returned{{Key: key, Limit: l, Units: h.units, End: h.end}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (n == 1) != (now < h.end && mark <= h.end) {
+				t.Fatalf("return at %d of a lease ending %d (latest end %d): %d keys", now, h.end, mark, n)
+			}
+			if n == 1 {
+				returned += h.units
+			}
+			h.units = 0
+		}
+		kept := leases[:0]
+		for _, h := range leases {
+			if h.units > 0 && now < h.expiry {
+				kept = append(kept, h)
+			}
+		}
+		leases = kept
+	}
+	o := newOracle(l, time.Microsecond, l.Requests)
+	for n, at := range admitted {
+		res, err := o.allow(at, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			t.Fatalf("admission %d at %d: the algorithm refuses it (state after %d admissions): over-admission", n, at, n)
+		}
+	}
+	if spent < 50 || denied < 20 {
+		t.Fatalf("spent %d, refused leases %d: the steps do not reach the limit", spent, denied)
+	}
+	t.Logf("%d admissions (%d from leases), %d granted, %d returned, %d refused leases", len(admitted), spent, granted, returned, denied)
 }
 
 // TestLeaseRefusals: sliding_log is not leased, a bad state is reported, and

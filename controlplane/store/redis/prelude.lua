@@ -27,6 +27,11 @@ local MAX = 9007199254740992
 -- writes nothing.
 local BAD = -1
 
+-- CLOCK is the first reply value of a check of a calendar limit whose
+-- periods, as the caller sent them, do not reach this server's clock (see
+-- periods). Such a check writes nothing.
+local CLOCK = -2
+
 -- pad is added to every expiry, in milliseconds. start raises it when
 -- the caller injected the time, so that wall-clock expiry cannot overtake
 -- the injected clock.
@@ -60,8 +65,9 @@ end
 -- capped is algorithms.capped: v+add, or, past ceiling, the larger of v and
 -- ceiling (a charge fills up to the debt ceiling, never lowers a state above
 -- it). mode, in every algorithm below, is 0 for Allow, 1 for Probe (cost is
--- 0; the request must fit 1) and 2 for Charge (see shared/algorithms
--- usage.go).
+-- 0; the request must fit 1), 2 for Charge (see shared/algorithms usage.go)
+-- and 4 for Refund (cost is given back, then the answer is a peek: see
+-- shared/algorithms refund.go).
 local function capped(v, add, ceiling)
   if v + add <= ceiling then
     return v + add
@@ -102,6 +108,45 @@ local function refill(missing, rate, at, now)
     return 0
   end
   return missing - elapsed * rate
+end
+
+-- span returns the window that holds now, [start, end), and the end of the
+-- window after it: windows of length w aligned to the clock, or, when w is
+-- a table, a calendar's periods around now {prev, start, end, next} (see
+-- periods).
+local function span(w, now)
+  if type(w) == 'table' then
+    return w[2], w[3], w[4]
+  end
+  local ws = now - now % w
+  return ws, ws + w, ws + 2 * w
+end
+
+-- later returns the end of the window that starts at start, and the
+-- length of the one after it, for a start not before the window that holds
+-- now (ws, we, wn from span): algorithms.later.
+local function later(start, ws, we, wn)
+  if start == ws then
+    return we, wn - we
+  elseif start == we then
+    return wn, we - ws
+  end
+  return start + (we - ws), we - ws
+end
+
+-- periods returns the calendar periods around now {prev, start, end,
+-- next} among six boundaries in a row b1..b6 (microseconds, the caller's
+-- clock: the third and fourth hold its now), or nil when this clock is
+-- more than a period away from the caller's.
+local function periods(now, b1, b2, b3, b4, b5, b6)
+  if b2 <= now and now < b3 then
+    return { b1, b2, b3, b4 }
+  elseif b3 <= now and now < b4 then
+    return { b2, b3, b4, b5 }
+  elseif b4 <= now and now < b5 then
+    return { b3, b4, b5, b6 }
+  end
+  return nil
 end
 
 -- get returns the string at key, nil when the key is missing, or false when

@@ -3,7 +3,10 @@
 -- free ticket (when the next request may proceed) and missing the units
 -- (1/period permit) missing from a full store at next.
 -- A granted reservation writes the state at once, so the next caller, on any
--- replica, gets the following slot; a refused one writes nothing.
+-- replica, gets the following slot; a refused one writes nothing. A refund
+-- (mode 4) moves the free ticket back by the time its cost takes to accrue
+-- (rounded down), never before now, puts the rest back into the store,
+-- never past full, and answers a peek.
 --
 -- Its answer differs in one place: an allowed request has no retry-after, so
 -- the third value is the wait (microseconds) instead; a refused one answers
@@ -24,6 +27,21 @@ local function reserve(key, now, rate, period, burst, cost, _, max_wait, mode)
   if now > next then -- resync: permits stored while idle
     missing = refill(missing, rate, next, now)
     next = now
+  end
+  if mode == 4 then
+    local units = cost * period
+    local back = floor(units / rate)
+    if back > next - now then
+      back = next - now
+    end
+    next = next - back
+    if next == now then
+      missing = missing - (units - back * rate)
+      if missing < 0 then
+        missing = 0
+      end
+    end
+    cost = 0
   end
   local capacity = burst * period
   local wait = next - now
@@ -65,7 +83,7 @@ local function reserve(key, now, rate, period, burst, cost, _, max_wait, mode)
     ahead = 0
   end
   local reset = ahead + ceil_div(missing, rate)
-  if (allowed == 1 or mode == 2) and (next ~= next0 or missing ~= missing0) then
+  if (allowed == 1 or mode == 2 or mode == 4) and (next ~= next0 or missing ~= missing0) then
     call('SET', key, fmt('%d:%d', next, missing), 'PX', px(reset))
   end
   return allowed, remaining, third, reset

@@ -68,8 +68,33 @@ const (
 // modeScale encodes a check's mode in its limit's algorithm number:
 // algorithm + modeScale*mode (dispatch.lua splits them), so that a call's
 // distinct limits stay distinct per mode and each check still sends two
-// arguments.
-const modeScale = 10
+// arguments; calendarFlag is added for a calendar limit, whose parameters
+// are followed by its periods' boundaries.
+const (
+	modeScale    = 10
+	calendarFlag = 100
+)
+
+// The modes dispatch.lua knows (see the algorithm files).
+const (
+	luaCharge = 2
+	luaOnce   = 1 // added to a charge or a refund applied once
+	luaRefund = 4
+)
+
+// calendarArgs is how many boundaries a calendar limit sends.
+const calendarArgs = 6
+
+// calendarValues returns a calendar limit's boundaries in microseconds, as
+// the scripts take them: zeros for none.
+func calendarValues(cal *[calendarArgs]int64) (us [calendarArgs]int64) {
+	if cal != nil {
+		for i, b := range cal {
+			us[i] = b / int64(time.Microsecond)
+		}
+	}
+	return us
+}
 
 // argsPerLimit is how many ARGV entries one distinct limit takes: algorithm
 // and four parameters; argsPerCheck, how many one check takes: its limit's
@@ -84,8 +109,12 @@ const (
 const longAnswer = 4
 
 // badState is the allowed value the script answers for a key that holds
-// something sluice did not write (dispatch.lua's BAD).
-const badState = -1
+// something sluice did not write (dispatch.lua's BAD); badClock, for a
+// calendar limit whose periods do not reach Redis's clock (CLOCK).
+const (
+	badState = -1
+	badClock = -2
+)
 
 // Bounds that keep every intermediate value of the scripts below 2^53, where
 // Lua's doubles hold integers exactly. Times are microseconds: the clock stays
@@ -110,6 +139,8 @@ var (
 		Problem: "is too long for the Redis store: its Lua arithmetic is exact only below 2^53 microseconds"}
 	errMaxWaitMicros = &algorithms.LimitError{Field: "max_wait",
 		Problem: "is not a whole number of microseconds (the Redis store's clock unit)"}
+	errLuaCalendar = &algorithms.LimitError{Field: "calendar",
+		Problem: "periods are too long for sliding_window in the Redis store: its Lua arithmetic is exact only below 2^53"}
 	errBurst     = &algorithms.LimitError{Field: "burst", Problem: "must not be negative (0 means requests)"}
 	errKey       = &algorithms.LimitError{Field: "key", Problem: "is empty"}
 	errAlg       = &algorithms.LimitError{Field: "algorithm", Problem: "is unknown"}
@@ -127,13 +158,11 @@ type wire struct {
 	dedupe string      // its dedupe key, in key's hash slot (onceKey)
 }
 
-// modeOnce is dispatch.lua's mode of a charge once (store.Once).
-const modeOnce = 3
-
 // params is a limit as the script receives it.
 type params struct {
-	alg            int64 // dispatch.lua's algorithm number
-	p1, p2, p3, p4 int64 // the algorithm's parameters, times in microseconds
+	alg            int64                // dispatch.lua's algorithm number
+	p1, p2, p3, p4 int64                // the algorithm's parameters, times in microseconds
+	cal            *[calendarArgs]int64 // a calendar limit's period boundaries (Unix ns, shared), else nil
 }
 
 // encode validates c and converts it to the script's arguments:
@@ -143,9 +172,12 @@ type params struct {
 //	gcra: max_burst, count, period, 0
 //	reserve: rate, period, burst, max_wait
 //
-// It applies the algorithms' own validation (on microseconds, as the script
-// computes) and the bounds the Lua arithmetic needs.
-func encode(c store.Check) (wire, error) {
+// and, for a calendar limit, the starts of six periods in a row around now
+// (Unix nanoseconds, the caller's clock: the script finds the periods
+// around Redis's). It applies the algorithms' own validation (on
+// microseconds, as the script computes) and the bounds the Lua arithmetic
+// needs.
+func encode(c store.Check, now int64) (wire, error) {
 	if c.Key == "" {
 		return wire{}, errKey
 	}
@@ -166,19 +198,19 @@ func encode(c store.Check) (wire, error) {
 	switch l.Algorithm {
 	case store.FixedWindow:
 		err = algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Validate()
-		x.lim, x.limit = params{algFixedWindow, l.Requests, w, 0, 0}, l.Requests
+		x.lim, x.limit = params{alg: algFixedWindow, p1: l.Requests, p2: w, p3: 0, p4: 0}, l.Requests
 	case store.SlidingLog:
 		err = algorithms.SlidingLog{Limit: l.Requests, Window: w}.Validate()
-		x.lim, x.limit = params{algSlidingLog, l.Requests, w, 0, 0}, l.Requests
+		x.lim, x.limit = params{alg: algSlidingLog, p1: l.Requests, p2: w, p3: 0, p4: 0}, l.Requests
 	case store.SlidingWindow:
 		err = algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Validate()
-		x.lim, x.limit = params{algSlidingWindow, l.Requests, w, 0, 0}, l.Requests
+		x.lim, x.limit = params{alg: algSlidingWindow, p1: l.Requests, p2: w, p3: 0, p4: 0}, l.Requests
 	case store.TokenBucket:
 		err = algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}.Validate()
-		x.lim, x.limit = params{algTokenBucket, l.Requests, w, burst, 0}, burst
+		x.lim, x.limit = params{alg: algTokenBucket, p1: l.Requests, p2: w, p3: burst, p4: 0}, burst
 	case store.GCRA:
 		err = algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}.Validate()
-		x.lim, x.limit = params{algGCRA, burst - 1, l.Requests, w, 0}, burst
+		x.lim, x.limit = params{alg: algGCRA, p1: burst - 1, p2: l.Requests, p3: w, p4: 0}, burst
 	case store.Reserve:
 		if l.MaxWait%time.Microsecond != 0 {
 			return wire{}, errMaxWaitMicros
@@ -188,7 +220,7 @@ func encode(c store.Check) (wire, error) {
 		if err == nil && mw > maxSpan {
 			err = errLuaMaxWait
 		}
-		x.lim, x.limit = params{algReserve, l.Requests, w, burst, mw}, burst
+		x.lim, x.limit = params{alg: algReserve, p1: l.Requests, p2: w, p3: burst, p4: mw}, burst
 	default:
 		return wire{}, errAlg
 	}
@@ -198,27 +230,42 @@ func encode(c store.Check) (wire, error) {
 	if err := luaBounds(l.Algorithm, l.Requests, w, burst); err != nil {
 		return wire{}, err
 	}
+	if err := store.ValidCalendar(&l); err != nil {
+		return wire{}, &algorithms.LimitError{Field: "calendar", Problem: err.Error()}
+	}
+	if l.Calendar != nil {
+		if l.Algorithm == store.SlidingWindow && int64(l.Calendar.Longest()/time.Microsecond) > 4*maxSpan/1000 {
+			return wire{}, errLuaCalendar
+		}
+		x.lim.cal = l.Calendar.Boundaries(now)
+		x.lim.alg += calendarFlag
+	}
+	mode := int64(c.Mode)
 	switch {
 	case c.Cost < 0:
 		return wire{}, algorithms.ErrCostNegative
-	case c.Mode > store.Charge:
+	case c.Mode > store.Refund:
 		return wire{}, errMode
 	case c.Mode == store.Probe && c.Cost != 0:
 		return wire{}, errProbeCost
 	case store.ValidOnce(&c) != nil:
 		return wire{}, &algorithms.LimitError{Field: "once", Problem: store.ValidOnce(&c).Error()}
-	case c.Mode == store.Charge:
-		// The algorithms clamp a charge at twice the capacity (the debt
-		// ceiling); clamping here keeps the script's numbers small.
+	case c.Mode == store.Charge || c.Mode == store.Refund:
+		// The algorithms clamp a charge or a refund at twice the capacity
+		// (the debt ceiling); clamping here keeps the script's numbers
+		// small.
 		x.cost = min(c.Cost, 2*x.limit)
+		if c.Mode == store.Refund {
+			mode = luaRefund
+		}
 	case c.Cost > x.limit:
 		return wire{}, algorithms.ErrCostTooLarge
 	}
-	x.lim.alg += modeScale * int64(c.Mode)
 	if c.Once != nil {
-		x.lim.alg += modeScale * (modeOnce - int64(store.Charge))
+		mode += luaOnce
 		x.once, x.dedupe = c.Once, onceKey(c.Key, c.Once.Token)
 	}
+	x.lim.alg += modeScale * mode
 	return x, nil
 }
 

@@ -98,7 +98,13 @@ func newScriptCmd(ctx context.Context, refs []ref, now any, onceTTL int64, funct
 			keys++
 		}
 	}
-	args := make([]any, 0, 6+keys+len(refs)*argsPerCheck+len(lims)*argsPerLimit)
+	n := 6 + keys + len(refs)*argsPerCheck + len(lims)*argsPerLimit
+	for _, p := range lims {
+		if p.alg >= calendarFlag {
+			n += calendarArgs
+		}
+	}
+	args := make([]any, 0, n)
 	if functions {
 		args = append(args, "fcall", libraryName, keys)
 	} else {
@@ -114,6 +120,11 @@ func newScriptCmd(ctx context.Context, refs []ref, now any, onceTTL int64, funct
 	args = append(args, now, onceTTL, len(lims))
 	for _, p := range lims {
 		args = append(args, p.alg, p.p1, p.p2, p.p3, p.p4)
+		if p.alg >= calendarFlag {
+			for _, b := range calendarValues(p.cal) {
+				args = append(args, b)
+			}
+		}
 	}
 	if uniform(refs, nums) {
 		args = append(args, nums[0], refs[0].c.wires[refs[0].i].cost)
@@ -289,6 +300,8 @@ func decode(sc *scriptCmd) {
 			}
 		case badState:
 			c.err = fmt.Errorf("redisstore: key %.80q holds a value sluice did not write (wrong type or unparsable state); delete it to reset the limit", w.key)
+		case badClock:
+			c.err = fmt.Errorf("redisstore: key %.80q: Redis's clock is more than a calendar period away from this replica's", w.key)
 		default:
 			c.err = fmt.Errorf("redisstore: script answered allowed=%d for key %.80q", long[0], w.key)
 		}

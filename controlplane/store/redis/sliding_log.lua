@@ -1,4 +1,5 @@
--- sliding_log.lua: algorithms.SlidingLog on microseconds. State at key: a
+-- sliding_log.lua: algorithms.SlidingLog on microseconds (window a length,
+-- or a calendar's periods: see prelude.lua's span). State at key: a
 -- sorted set. Each instant with admitted requests is one member "at:cost"
 -- scored at: requests of one instant merge, as the Go ring merges them, which
 -- also keeps members unique. The member '#' scored -1-total carries the
@@ -18,13 +19,100 @@
 -- time the log has seen, so no window ending at or after that time ever holds
 -- more than limit.
 --
--- Reads come first and writes last, so a BAD reply never follows a write.
+-- Reads come first and writes last, so a BAD reply never follows a write
+-- (but for a refund, which removes entries as it reads them).
+--
+-- A refund (mode 4) removes its cost from the newest entries (the last one
+-- in part), then answers a peek.
 
 -- sl_entry returns the arrival time and cost in an entry member, nil if it
 -- does not parse. (Reading times from members spares Redis formatting scores.)
 local function sl_entry(member)
   local at, c = match(member, '^(%d+):(%d+)$')
   return tonumber(at), tonumber(c)
+end
+
+-- sl_edge is SlidingLog.edge: entries at or before it have left the window.
+local function sl_edge(window, now)
+  if type(window) == 'table' then
+    local gap = now - window[2]
+    if gap > window[2] - window[1] - 1 then
+      gap = window[2] - window[1] - 1
+    end
+    return window[1] + gap
+  end
+  return now - window
+end
+
+-- sl_leaves is SlidingLog.Leaves: when an entry of at leaves the window.
+local function sl_leaves(window, at)
+  if type(window) ~= 'table' then
+    return at + window
+  end
+  local l
+  if at < window[2] then
+    l = window[2] + (at - window[1])
+    if l > window[3] then
+      l = window[3]
+    end
+  else
+    l = window[3] + (at - window[2])
+    if l > window[4] then
+      l = window[4]
+    end
+  end
+  return l
+end
+
+-- sl_arrival is SlidingLog.Arrival: the earliest arrival whose entry
+-- leaves the window at leave or later.
+local function sl_arrival(window, leave)
+  if type(window) ~= 'table' then
+    return leave - window
+  end
+  if leave < window[2] + (window[2] - window[1]) and leave <= window[3] then
+    return window[1] + (leave - window[2])
+  end
+  local d = leave - window[3]
+  if d < 0 then
+    d = 0
+  end
+  return window[2] + d
+end
+
+-- sl_refund removes cost from the newest entries of key (total before it;
+-- the entries that left the window were dropped already) and returns the
+-- new total, or nil when an entry does not parse.
+local function sl_refund(key, total, cost)
+  local take = cost
+  if take > total then
+    take = total
+  end
+  local left = take
+  while left > 0 do
+    local tail = call('ZRANGE', key, -1, -1)[1]
+    if not tail or tail == '#' then
+      return nil -- the set holds less than its total says
+    end
+    local at, c = sl_entry(tail)
+    if not c then
+      return nil
+    end
+    call('ZREM', key, tail)
+    if c > left then
+      call('ZADD', key, fmt('%d', at), fmt('%d:%d', at, c - left))
+      left = 0
+    else
+      left = left - c
+    end
+  end
+  total = total - take
+  if total == 0 then
+    call('DEL', key)
+  elseif take > 0 then
+    call('ZADD', key, fmt('%d', -1 - total), '#')
+  end
+  return total
 end
 
 local function sliding_log(key, now, limit, window, _, cost, _, _, mode)
@@ -42,8 +130,8 @@ local function sliding_log(key, now, limit, window, _, cost, _, _, mode)
       oldest = tonumber(head[4])
     end
   end
-  -- Entries at or before now-window have left the window.
-  local edge = now - window
+  -- Entries at or before the edge (now-window) have left the window.
+  local edge = sl_edge(window, now)
   local pruned, npruned = false, 0
   if oldest and oldest <= edge then
     local gone = call('ZRANGEBYSCORE', key, 0, fmt('%d', edge))
@@ -64,6 +152,22 @@ local function sliding_log(key, now, limit, window, _, cost, _, _, mode)
   local need = cost
   if mode == 1 then
     need = 1 -- a probe: would the smallest request fit
+  elseif mode == 4 then
+    -- a refund: writes first (the entries read so far parsed), then a peek
+    if pruned then
+      if total == 0 then
+        call('DEL', key)
+      else
+        call('ZREMRANGEBYSCORE', key, 0, fmt('%d', edge))
+        call('ZADD', key, fmt('%d', -1 - total), '#')
+      end
+      pruned = false
+    end
+    total = sl_refund(key, total, cost)
+    if not total then
+      return BAD, 0, 0, 0
+    end
+    need, cost = 0, 0
   end
   if total + need <= limit then
     allowed = 1
@@ -142,7 +246,7 @@ local function sliding_log(key, now, limit, window, _, cost, _, _, mode)
     if not at then
       return BAD, 0, 0, 0 -- the set holds less than its total says
     end
-    retry = at + window - now
+    retry = sl_leaves(window, at) - now
   end
   if total > 0 then
     if not newest then
@@ -152,7 +256,7 @@ local function sliding_log(key, now, limit, window, _, cost, _, _, mode)
         return BAD, 0, 0, 0
       end
     end
-    reset = newest + window - now
+    reset = sl_leaves(window, newest) - now
   end
   local remaining = limit - total
   if remaining < 0 then

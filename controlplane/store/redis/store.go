@@ -237,8 +237,12 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	c := &call{wires: make([]wire, len(checks)), out: out, done: make(chan struct{})}
+	var now int64 // this clock, read for calendar limits only
 	for i, ch := range checks {
-		w, err := encode(ch)
+		if ch.Limit.Calendar != nil && now == 0 {
+			now = s.clock()
+		}
+		w, err := encode(ch, now)
 		if err != nil {
 			return fmt.Errorf("redisstore: check %d (%s): %w: %w", i, ch.Limit.Algorithm, store.ErrInvalidLimit, err)
 		}
@@ -272,6 +276,16 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 	}
 	<-c.done // the results are being written right now
 	return c.err
+}
+
+// clock returns this replica's time (Unix nanoseconds): the injected one
+// in tests. The scripts' clock is Redis's; this one only picks the calendar
+// periods to send (see encode).
+func (s *Store) clock() int64 {
+	if s.now != nil {
+		return s.now().UnixNano()
+	}
+	return time.Now().UnixNano()
 }
 
 // timers are stopped timers for DecideWithin (since Go 1.23 a stopped or
