@@ -8,12 +8,16 @@ import (
 )
 
 // Bounds of the RLQS listener (ServerConfig's defaults). An Envoy holds one
-// stream per rate_limit_quota filter configuration, so a few streams per
-// connection and a few thousand connections cover large fleets.
+// connection per replica and one stream per rate_limit_quota filter
+// configuration, so a few streams per connection and a few thousand
+// connections cover large fleets. A report holds all of a stream's
+// buckets: 128 KiB is 1,024 buckets of ids up to about 100 bytes. Each
+// stream may hold a message being received, so the messages bound what
+// the streams hold (see docs/design.md for the figure).
 const (
-	DefaultMaxConns      = 4096
+	DefaultMaxConns      = 2048
 	DefaultMaxStreams    = 16
-	DefaultMaxMsgSize    = 1 << 20
+	DefaultMaxMsgSize    = 128 << 10
 	DefaultIdleTimeout   = 5 * time.Minute
 	DefaultMinPingPeriod = 10 * time.Second
 )
@@ -49,17 +53,19 @@ func (c ServerConfig) withDefaults() ServerConfig {
 }
 
 // NewGRPCServer returns a grpc-go server serving svc within cfg's bounds
-// (all but MaxConns, which its listener enforces: see MaxConnsOf).
-func NewGRPCServer(svc *Service, cfg ServerConfig) *grpc.Server {
+// (all but MaxConns, which its listener enforces: see MaxConnsOf), with
+// extra options (the control plane adds its frame guard, stream budget and
+// stream interceptor).
+func NewGRPCServer(svc *Service, cfg ServerConfig, extra ...grpc.ServerOption) *grpc.Server {
 	cfg = cfg.withDefaults()
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(cfg.MaxStreams),
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize),
 		grpc.MaxSendMsgSize(cfg.MaxMsgSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.MinPingPeriod, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout, Time: time.Minute, Timeout: 20 * time.Second}),
-		grpc.ConnectionTimeout(10*time.Second),
-	)
+		grpc.ConnectionTimeout(10 * time.Second),
+	}, extra...)...)
 	svc.Register(gs)
 	return gs
 }

@@ -87,6 +87,7 @@
 //	-rlqs-addr           SLUICE_RLQS_ADDR           Envoy's Rate Limit Quota Service listen address (off)
 //	-rlqs-ttl            SLUICE_RLQS_TTL            RLQS assignment time to live, whole seconds (15s)
 //	-rlqs-max-buckets    SLUICE_RLQS_MAX_BUCKETS    RLQS buckets one Envoy stream may have (1024)
+//	-rlqs-max-bucket-bytes SLUICE_RLQS_MAX_BUCKET_BYTES RLQS bytes the buckets of all streams may hold (128 MiB)
 //	-version                                        print the version, commit and Go version, and exit
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
@@ -312,7 +313,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		Pprof:            c.pprof,
 		Logger:           log,
 		RLQSAddr:         c.rlqsAddr,
-		RLQS:             rlqs.Options{TTL: c.rlqsTTL, MaxBuckets: c.rlqsMaxBuckets},
+		RLQS:             rlqs.Options{TTL: c.rlqsTTL, MaxBuckets: c.rlqsMaxBuckets, MaxBucketBytes: c.rlqsMaxBucketBytes},
 
 		MaxConns:           c.maxConns,
 		MaxStreamsPerConn:  uint32(c.maxStreamsPerConn),
