@@ -311,9 +311,9 @@ func TestBrokenStreamBound(t *testing.T) {
 			m := newSim(t)
 			var a, b, c *simEnvoy
 			m.run(60*time.Second, map[time.Duration]func(){
-				0:                        func() { a = m.add("a", 100) },
-				1300 * time.Millisecond:  func() { b = m.add("b", 100) },
-				2700 * time.Millisecond:  func() { c = m.add("c", 100) },
+				0:                       func() { a = m.add("a", 100) },
+				1300 * time.Millisecond: func() { b = m.add("b", 100) },
+				2700 * time.Millisecond: func() { c = m.add("c", 100) },
 				20500 * time.Millisecond: func() {
 					if !drain {
 						m.breakStream(a)

@@ -23,11 +23,6 @@ type rlqsPart struct {
 	ln   net.Listener
 }
 
-// rlqsSharedStreams is how many RLQS streams the connections may open
-// beyond their first, shared fairly (streamBudget): an Envoy holds one
-// stream per rate_limit_quota filter configuration, mostly one.
-const rlqsSharedStreams = 1024
-
 // errRLQSBusy refuses an RLQS stream over the server's stream budget.
 var errRLQSBusy = status.Error(codes.ResourceExhausted,
 	"sluice: too many RLQS streams on this server; retry shortly or on another replica")
@@ -61,22 +56,23 @@ func (s *Server) buildRLQS() error {
 	if sc.IdleTimeout == 0 {
 		sc.IdleTimeout = orDefault(s.cfg.IdleTimeout, DefaultIdleTimeout)
 	}
+	sc = sc.WithDefaults()
 	firstCall := firstCallTimeout(s.cfg)
-	budget := s.rlqsStreamBudget(firstCall)
+	budget := s.rlqsStreamBudget(int64(sc.SharedStreams), firstCall)
 	gs := rlqs.NewGRPCServer(svc, sc,
 		grpc.Creds(s.guard(nil, "rlqs")),
 		grpc.InTapHandle(budget.admit),
 		grpc.StreamInterceptor(rlqsActivity(budget, sc.IdleTimeout)))
-	lim := s.evicting(s.limit(ln, "rlqs", rlqs.MaxConnsOf(sc)), "rlqs", sc.IdleTimeout, firstCall)
+	lim := s.evicting(s.limit(ln, "rlqs", sc.MaxConns), "rlqs", sc.IdleTimeout, firstCall)
 	s.rlqs = &rlqsPart{svc: svc, grpc: gs, ln: lim}
 	return nil
 }
 
 // rlqsStreamBudget returns the RLQS listener's stream budget: a
-// connection's first stream always, rlqsSharedStreams more shared fairly,
-// each stream's first report within firstCall; its refusals counted.
-func (s *Server) rlqsStreamBudget(firstCall time.Duration) *streamBudget {
-	b := newStreamBudget(rlqsSharedStreams, firstCall)
+// connection's first stream always, shared more shared fairly, each
+// stream's first report within firstCall; its refusals counted.
+func (s *Server) rlqsStreamBudget(shared int64, firstCall time.Duration) *streamBudget {
+	b := newStreamBudget(shared, firstCall)
 	b.streaming, b.busy = true, errRLQSBusy
 	s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_rlqs_streams_refused_total",

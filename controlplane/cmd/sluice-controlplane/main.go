@@ -240,9 +240,17 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		debug.SetGCPercent(c.gcPercent)
 	}
 	if getenv("GOMEMLIMIT") == "" {
-		limit := memoryLimit(c.memBytes)
+		// The live heap that grows with load: the memory store and the
+		// RLQS buckets. (RLQS reports in flight, up to
+		// rlqs.ServerConfig.MaxBytes under attack, are left out: the
+		// collector then works harder, within the runtime's CPU cap.)
+		bounded := c.memBytes
+		if c.rlqsAddr != "" {
+			bounded += c.rlqsMaxBucketBytes
+		}
+		limit := memoryLimit(bounded)
 		debug.SetMemoryLimit(limit)
-		log.Info("Go memory limit set from the bounds", "gomemlimit_bytes", limit, "memory_max_bytes", c.memBytes)
+		log.Info("Go memory limit set from the bounds", "gomemlimit_bytes", limit, "memory_max_bytes", c.memBytes, "rlqs_max_bucket_bytes", c.rlqsMaxBucketBytes)
 	}
 
 	policies := policy.Example()
