@@ -98,10 +98,9 @@ func NewGRPCServer(svc *Service, cfg ServerConfig, extra ...grpc.ServerOption) *
 		// it is receiving.
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
-		// A report every 5 s per stream: small read buffers, and write
-		// buffers returned to a pool between writes.
+		// A report every 5 s per stream: a small read buffer (grpc-go
+		// returns write buffers to a pool between writes by default).
 		grpc.ReadBufferSize(readBuffer),
-		grpc.SharedWriteBuffer(true),
 		grpc.MaxRecvMsgSize(cfg.MaxMsgSize),
 		grpc.MaxSendMsgSize(cfg.MaxMsgSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.MinPingPeriod, PermitWithoutStream: true}),

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,29 +96,15 @@ func rlqsActivity(b *streamBudget, idle time.Duration) grpc.StreamServerIntercep
 		}
 		quiet := time.AfterFunc(idle, func() { c.cancel(errStreamIdle) })
 		defer quiet.Stop()
-		return handler(srv, &reportMarks{ServerStream: ss, report: func() {
-			b.arrived(c)
-			c.ca.lastEnd.Store(b.now().UnixNano())
-			quiet.Reset(idle)
+		// grpc-go lets one goroutine at a time receive on a stream.
+		return handler(srv, &afterRecv{ServerStream: ss, f: func(err error) {
+			if err == nil {
+				b.arrived(c)
+				c.ca.lastEnd.Store(b.now().UnixNano())
+				quiet.Reset(idle)
+			}
 		}})
 	}
-}
-
-// reportMarks calls report after each message received.
-type reportMarks struct {
-	grpc.ServerStream
-	report func()
-	mu     sync.Mutex
-}
-
-func (s *reportMarks) RecvMsg(m any) error {
-	err := s.ServerStream.RecvMsg(m)
-	if err == nil {
-		s.mu.Lock()
-		s.report()
-		s.mu.Unlock()
-	}
-	return err
 }
 
 // RLQSAddr returns the RLQS listener's address, or "" when it is off.

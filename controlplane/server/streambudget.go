@@ -238,20 +238,20 @@ func (b *streamBudget) requestArrived(ctx context.Context, req any, _ *grpc.Unar
 // service's Watch): the request is in at the first message received.
 func (b *streamBudget) requestArrivedStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if c, ok := ss.Context().Value(callKey{}).(*call); ok {
-		return handler(srv, &firstRecv{ServerStream: ss, arrived: func() { b.arrived(c) }})
+		var once sync.Once
+		return handler(srv, &afterRecv{ServerStream: ss, f: func(error) { once.Do(func() { b.arrived(c) }) }})
 	}
 	return handler(srv, ss)
 }
 
-// firstRecv calls arrived once its stream's first message is in.
-type firstRecv struct {
+// afterRecv calls f with the result of each RecvMsg of its stream.
+type afterRecv struct {
 	grpc.ServerStream
-	arrived func()
-	once    sync.Once
+	f func(error)
 }
 
-func (s *firstRecv) RecvMsg(m any) error {
+func (s *afterRecv) RecvMsg(m any) error {
 	err := s.ServerStream.RecvMsg(m)
-	s.once.Do(s.arrived)
+	s.f(err)
 	return err
 }

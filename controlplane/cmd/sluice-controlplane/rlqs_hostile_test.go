@@ -381,21 +381,8 @@ func TestHostileRLQSFloods(t *testing.T) {
 		name string
 		send func(c *rawConn) error
 	}{
-		{"rapid reset", func(c *rawConn) error {
-			id, err := c.startCallTo(rlqsMethod, time.Second)
-			if err != nil {
-				return err
-			}
-			return c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
-		}},
-		{"empty CONTINUATION", func(c *rawConn) error {
-			if c.nextID == 1 {
-				c.nextID = 3
-				c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-				return c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0x82}})
-			}
-			return c.fr.WriteContinuation(1, false, nil)
-		}},
+		{"rapid reset", rapidReset(rlqsMethod)},
+		{"empty CONTINUATION", emptyContinuation},
 	}
 	for _, flood := range floods {
 		probes := startRLQSProbes(t, addr)
@@ -414,43 +401,6 @@ func TestHostileRLQSFloods(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-}
-
-// floodUntilClosed sends send's frames on a new connection to addr for up
-// to 5 s, and returns how the connection ended ("" if it did not), the
-// frames sent and when it ended.
-func floodUntilClosed(t *testing.T, addr string, send func(*rawConn) error) (how string, frames int, after time.Duration) {
-	t.Helper()
-	c, err := dialRaw(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.nc.Close()
-	ended := make(chan string, 1)
-	go func() {
-		fr := http2.NewFramer(nil, c.nc)
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				ended <- fmt.Sprintf("closed (%v)", err)
-				return
-			}
-			if g, ok := f.(*http2.GoAwayFrame); ok && g.ErrCode == http2.ErrCodeEnhanceYourCalm {
-				ended <- fmt.Sprintf("GOAWAY ENHANCE_YOUR_CALM %q", g.DebugData())
-				return
-			}
-		}
-	}()
-	start := time.Now()
-	deadline := start.Add(5 * time.Second)
-	for time.Now().Before(deadline) && send(c) == nil {
-		frames++
-	}
-	select {
-	case how = <-ended:
-	case <-time.After(time.Until(deadline.Add(time.Second))):
-	}
-	return how, frames, time.Since(start)
 }
 
 // TestHostilePingFloods: clients that flood PING frames on the grpc-go
