@@ -493,7 +493,10 @@ func TestBucketBudget(t *testing.T) {
 		t.Fatalf("another connection under its share: %d of its 6 buckets answered, want all", n)
 	}
 	waitFor(t, "the greedy connection's buckets shed", func() bool { return counter(t, reg, "sluice_rlqs_buckets_shed_total") > 0 })
-	if held := f.svc.budget.total - f.svc.budget.free; held > 20*cost {
+	f.svc.budget.mu.Lock()
+	held := f.svc.budget.total - f.svc.budget.free
+	f.svc.budget.mu.Unlock()
+	if held > 20*cost {
 		t.Errorf("the budget holds %d bytes, more than its %d", held, 20*cost)
 	}
 	greedy.CloseSend()
