@@ -26,9 +26,9 @@
 // their next reports (one report interval), and a released share whose
 // Envoy in fact runs on (its stream broke; it reopens one at its next
 // report). The usage budget bounds both: loans are taken from it when
-// lent, and every report's usage is debited from it, so over any window
-// the Envoys admit at most the budget, 10 s of the limit, beyond the limit
-// (measured in TestBrokenStreamBound). A server that stops calls Drain
+// lent, and every report's usage is debited from it (one report interval
+// late at most), so over any window the Envoys admit at most the budget,
+// 10 s of the limit, beyond the limit (measured in TestBrokenStreamBound). A server that stops calls Drain
 // first: its streams' Envoys run on, so their shares are kept one more
 // report interval.
 //
