@@ -33,8 +33,10 @@ type Demand interface {
 	// envoy's assignment, valid until now+ttl. No other Assign on key comes
 	// between the read and the write.
 	Assign(ctx context.Context, key, envoy string, demand float64, now time.Time, ttl time.Duration, decide func(map[string]Envoy) float64) (float64, error)
-	// Forget removes envoy from keys (Envoy abandoned the buckets).
-	Forget(ctx context.Context, keys []string, envoy string) error
+	// Release makes envoy's entries in keys expire at until, unless they
+	// expire sooner; a zero until removes them at once (Envoy abandoned
+	// the buckets, or its stream closed).
+	Release(ctx context.Context, keys []string, envoy string, until time.Time) error
 }
 
 // maxEnvoys bounds the Envoys one bucket keeps: past it new Envoys are
@@ -103,12 +105,20 @@ func (m *MemoryDemand) sweep(now time.Time) {
 	}
 }
 
-// Forget implements Demand.
-func (m *MemoryDemand) Forget(_ context.Context, keys []string, envoy string) error {
+// Release implements Demand.
+func (m *MemoryDemand) Release(_ context.Context, keys []string, envoy string, until time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, k := range keys {
-		delete(m.keys[k], envoy)
+		e, ok := m.keys[k][envoy]
+		switch {
+		case !ok:
+		case until.IsZero():
+			delete(m.keys[k], envoy)
+		case until.Before(e.expires):
+			e.expires = until
+			m.keys[k][envoy] = e
+		}
 		if len(m.keys[k]) == 0 {
 			delete(m.keys, k)
 		}
@@ -209,11 +219,33 @@ func parseEnvoy(v string) (e Envoy, expiresMs int64, ok bool) {
 	return e, expiresMs, true
 }
 
-// Forget implements Demand.
-func (r *RedisDemand) Forget(ctx context.Context, keys []string, envoy string) error {
+// Release implements Demand. Only envoy's replica writes envoy's fields,
+// and its stream has ended, so a read and a write suffice.
+func (r *RedisDemand) Release(ctx context.Context, keys []string, envoy string, until time.Time) error {
+	if until.IsZero() {
+		_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys {
+				p.HDel(ctx, k, envoy)
+			}
+			return nil
+		})
+		return err
+	}
+	cmds := make([]*redis.StringCmd, len(keys))
+	if _, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.HGet(ctx, k, envoy)
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	untilMs := until.UnixMilli()
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.HDel(ctx, k, envoy)
+		for i, k := range keys {
+			if e, exp, ok := parseEnvoy(cmds[i].Val()); ok && untilMs < exp {
+				p.HSet(ctx, k, envoy, formatEnvoy(e, untilMs))
+			}
 		}
 		return nil
 	})

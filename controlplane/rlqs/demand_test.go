@@ -53,12 +53,28 @@ func testDemand(t *testing.T, d Demand) {
 	if len(seen) != 2 || seen["a"] != (Envoy{25, 35}) || seen["c"] != (Envoy{7, 0}) {
 		t.Fatalf("after b's TTL: decided on %v, want a and c", seen)
 	}
-	if err := d.Forget(ctx, []string{"k", "other"}, "a"); err != nil {
+	// Released until later: kept until then, not past its own expiry.
+	at := now.Add(time.Second + ttl)
+	assign("k", "a", 25, at, 35)
+	if err := d.Release(ctx, []string{"k", "missing"}, "a", at.Add(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	assign("k", "c", 8, now.Add(time.Second+ttl), 2)
-	if len(seen) != 1 || seen["c"] != (Envoy{8, 1}) {
-		t.Fatalf("after a is forgotten: decided on %v, want only c", seen)
+	assign("k", "c", 8, at.Add(2*time.Second), 2)
+	if len(seen) != 2 || seen["a"] != (Envoy{25, 35}) {
+		t.Fatalf("a released in 3 s, after 2 s: decided on %v, want a still there", seen)
+	}
+	assign("k", "c", 8, at.Add(3*time.Second), 2)
+	if len(seen) != 1 {
+		t.Fatalf("a released in 3 s, after 3 s: decided on %v, want only c", seen)
+	}
+	// Released at once.
+	assign("k", "a", 25, at.Add(4*time.Second), 35)
+	if err := d.Release(ctx, []string{"k", "other"}, "a", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	assign("k", "c", 8, at.Add(4*time.Second), 2)
+	if len(seen) != 1 || seen["c"] != (Envoy{8, 2}) {
+		t.Fatalf("after a is released: decided on %v, want only c", seen)
 	}
 }
 
@@ -122,7 +138,8 @@ func TestRedisDemandRace(t *testing.T) {
 				id := strconv.Itoa(e)
 				// Each Envoy takes all that the others leave free.
 				got, err := ds[e%replicas].Assign(context.Background(), key, id, math.Inf(1), now, 15*time.Second, func(all map[string]Envoy) float64 {
-					return Allot(rate, all, id, 0, 0)
+					share, _ := Grant(rate, all, id, 0, 0, 0) // nothing lent
+					return share
 				})
 				if err != nil {
 					t.Error(err)

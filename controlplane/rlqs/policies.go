@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"time"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 )
@@ -30,7 +31,7 @@ func (s *Service) SetPolicies(p *policy.Set) {
 		if err := st.send(resp); err != nil {
 			s.log.Debug("rlqs: cannot send abandon_action", "error", err.Error())
 		}
-		s.forget(st, keys)
+		s.release(st, keys, time.Time{})
 	}
 }
 
@@ -42,6 +43,8 @@ func (s *Service) abandoned(st *stream, p *policy.Set) (*rlqspb.RateLimitQuotaRe
 	defer st.mu.Unlock()
 	var resp *rlqspb.RateLimitQuotaResponse
 	var keys []string
+	var bytes int64
+	defer func() { s.budget.release(st.client, bytes) }()
 	dom := p.Domain(st.domain)
 	for key, b := range st.buckets {
 		if !b.hadLimit {
@@ -54,7 +57,7 @@ func (s *Service) abandoned(st *stream, p *policy.Set) (*rlqspb.RateLimitQuotaRe
 			resp = &rlqspb.RateLimitQuotaResponse{}
 		}
 		resp.BucketAction = append(resp.BucketAction, &rlqspb.RateLimitQuotaResponse_BucketAction{
-			BucketId: b.id,
+			BucketId: idOf(b.entries),
 			BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{
 				AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{},
 			},
@@ -64,7 +67,7 @@ func (s *Service) abandoned(st *stream, p *policy.Set) (*rlqspb.RateLimitQuotaRe
 			keys = append(keys, b.demandKey)
 		}
 		delete(st.buckets, key)
-		s.buckets.Add(-1)
+		bytes += b.cost
 	}
 	return resp, keys
 }

@@ -8,15 +8,29 @@
 // per bucket. A bucket id's entries are a request descriptor: sorted by key,
 // they are matched against the policy of the report's domain
 // (policy.Domain.Match). The limit's rate (requests_per_unit per unit) is
-// divided among the Envoys that report the bucket, by max-min fairness over
-// their reported demand (Shares), cut to what the other Envoys' assignments
-// still in force leave free (Allot), and each Envoy gets a token bucket of
-// its share: the assignments in force never sum past the rate. The Envoys'
+// divided among the Envoys that report the bucket (Grant): each takes what
+// the others' assignments in force leave free, up to its demand, and one
+// left below its max-min fair share (Shares) borrows the difference from the
+// usage budget; each Envoy gets a token bucket of its share. The Envoys'
 // demand and assignments are kept in Redis when the control plane has
 // Redis (RedisDemand), so that replicas divide one rate among all the
 // Envoys; the usage each Envoy reports is debited from a token bucket of
-// the limit's rate in the store, and an Envoy whose usage finds that bucket
-// empty (the budget is spent) is told to deny all until its next report.
+// the limit's rate in the store (the usage budget, 10 s of the rate), and
+// an Envoy whose usage finds that bucket empty is told to deny all until
+// its next report.
+//
+// A stream that closes releases its shares at once, so that a newcomer of a
+// rolling restart gets the departed Envoy's share at its first report; a
+// newcomer that finds the rate held borrows its fair share. Both can admit
+// more than the limit for a while: a loan, until the others make room at
+// their next reports (one report interval), and a released share whose
+// Envoy in fact runs on (its stream broke; it reopens one at its next
+// report). The usage budget bounds both: loans are taken from it when
+// lent, and every report's usage is debited from it (one report interval
+// late at most), so over any window the Envoys admit at most the budget,
+// 10 s of the limit, beyond the limit (measured in TestBrokenStreamBound). A server that stops calls Drain
+// first: its streams' Envoys run on, so their shares are kept one more
+// report interval.
 //
 // Envoy 1.40 reports every 5 s whatever reporting_interval says, reads only
 // the seconds of assignment_time_to_live and of token_bucket.fill_interval,
@@ -25,6 +39,11 @@
 // several report intervals (Options.TTL). A token bucket means the same rate
 // to Envoy and to a client that reads token_bucket.proto literally (see
 // TokenBucket). Only a stream's first report must carry its domain.
+//
+// What the service holds is bounded: a bucket id (MaxEntries, MaxEntryLen,
+// MaxBucketIDBytes; kept once, keyed by its digest), the buckets of a
+// stream (Options.MaxBuckets) and of all streams (Options.MaxBucketBytes,
+// shared fairly among connections: a bucketBudget).
 package rlqs
 
 import (
@@ -34,7 +53,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +60,7 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
@@ -54,16 +73,18 @@ const ReportInterval = 5 * time.Second
 // Defaults for Options.
 const (
 	DefaultMaxBuckets = 1024
-	// DefaultMaxTotalBuckets bounds the buckets of all streams together
-	// (a few hundred bytes each).
-	DefaultMaxTotalBuckets = 1 << 18
-	DefaultTTL             = 3 * ReportInterval
-	DefaultHeadroom        = 0.05
-	DefaultFloor           = 1.0
-	// MaxEntries bounds a bucket id's entries, and MaxEntryLen each key and
-	// value.
-	MaxEntries  = 64
-	MaxEntryLen = 1024
+	// DefaultMaxBucketBytes bounds what the buckets of all streams hold
+	// (see BucketCost): 128 MiB, about 80,000 buckets of short ids, 17,000
+	// at MaxBucketIDBytes.
+	DefaultMaxBucketBytes = 128 << 20
+	DefaultTTL            = 3 * ReportInterval
+	DefaultHeadroom       = 0.05
+	DefaultFloor          = 1.0
+	// MaxEntries bounds a bucket id's entries, MaxEntryLen each key and
+	// value, and MaxBucketIDBytes all of its keys and values together.
+	MaxEntries       = 64
+	MaxEntryLen      = 1024
+	MaxBucketIDBytes = 4096
 	// MaxDomainLen bounds a report's domain.
 	MaxDomainLen = 256
 )
@@ -80,9 +101,13 @@ type Options struct {
 	// no_assignment_behavior) and are counted in
 	// sluice_rlqs_buckets_refused_total.
 	MaxBuckets int
-	// MaxTotalBuckets bounds the buckets of all streams together, the
-	// same way.
-	MaxTotalBuckets int
+	// MaxBucketBytes bounds the bytes the buckets of all streams hold
+	// together (BucketCost each), shared fairly among the clients (the
+	// connections): past a client's share, its new buckets are refused the
+	// same way, and a client under its share that finds none free takes
+	// room from the client most over its share, whose stream is told to
+	// abandon buckets.
+	MaxBucketBytes int64
 	// TTL is the assignments' time to live, in whole seconds (at least
 	// 2 s); DefaultTTL (3 report intervals) survives two missed reports.
 	TTL time.Duration
@@ -110,11 +135,12 @@ type Service struct {
 	log      *slog.Logger
 	policies atomic.Pointer[policy.Set]
 	m        metrics
-
-	buckets atomic.Int64 // of all streams
+	budget   *bucketBudget
+	draining atomic.Bool // Drain was called: closed streams keep their shares
 
 	mu      sync.Mutex
 	streams map[*stream]struct{}
+	clients map[string]*client // by peer address: one per connection
 }
 
 // New returns a Service deciding from st with the given policies (nil
@@ -123,11 +149,11 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 	if st == nil {
 		return nil, errors.New("rlqs: store is nil")
 	}
-	if opts.MaxBuckets < 0 || opts.MaxTotalBuckets < 0 || opts.TTL < 0 || opts.Headroom < 0 || opts.Floor < 0 {
-		return nil, errors.New("rlqs: MaxBuckets, MaxTotalBuckets, TTL, Headroom and Floor must not be negative")
+	if opts.MaxBuckets < 0 || opts.MaxBucketBytes < 0 || opts.TTL < 0 || opts.Headroom < 0 || opts.Floor < 0 {
+		return nil, errors.New("rlqs: MaxBuckets, MaxBucketBytes, TTL, Headroom and Floor must not be negative")
 	}
-	if opts.MaxTotalBuckets == 0 {
-		opts.MaxTotalBuckets = DefaultMaxTotalBuckets
+	if opts.MaxBucketBytes == 0 {
+		opts.MaxBucketBytes = DefaultMaxBucketBytes
 	}
 	if opts.MaxBuckets == 0 {
 		opts.MaxBuckets = DefaultMaxBuckets
@@ -147,7 +173,8 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Service{store: st, opts: opts, log: opts.Logger, local: NewMemoryDemand(), streams: map[*stream]struct{}{}}
+	s := &Service{store: st, opts: opts, log: opts.Logger, local: NewMemoryDemand(),
+		streams: map[*stream]struct{}{}, clients: map[string]*client{}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -156,6 +183,7 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 		s.demand = s.local
 	}
 	s.m = newMetrics(opts.Registerer, s.streamCount)
+	s.budget = newBucketBudget(opts.MaxBucketBytes, s.shed)
 	s.SetPolicies(policies)
 	return s, nil
 }
@@ -165,23 +193,27 @@ func (s *Service) Register(r grpc.ServiceRegistrar) { rlqspb.RegisterRateLimitQu
 
 // stream is one Envoy's stream.
 type stream struct {
-	id      string // identifies the Envoy in the shared demand
+	id      string  // identifies the Envoy in the shared demand
+	client  *client // its connection's share of the bucket budget
 	srv     rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer
 	sendMu  sync.Mutex
 	mu      sync.Mutex // guards what follows
 	domain  string
-	buckets map[string]*bucket // by canonical id (bucketKey)
-	warned  bool               // MaxBuckets logged
+	buckets map[bucketKey]*bucket
+	warned  bool // a refused bucket logged
 }
 
-// bucket is one bucket of a stream.
+// bucket is one bucket of a stream. It keeps its id's entries (the only
+// copy of the id; the map key is their digest) and what its assignments
+// need.
 type bucket struct {
-	id        *rlqspb.BucketId
 	entries   []store.Entry // sorted by key
+	cost      int64         // BucketCost, held in the bucket budget
 	last      time.Time     // last report (zero before the first)
 	demandKey string        // where its demand lives; "" without a limit
 	hadLimit  bool          // a limit applied at the last report
 	sent      TokenBucket   // the token bucket last assigned; zero after a blanket rule
+	prepaid   int64         // usage already charged for a loan (see Lend)
 }
 
 func (st *stream) send(r *rlqspb.RateLimitQuotaResponse) error {
@@ -194,10 +226,7 @@ func (st *stream) send(r *rlqspb.RateLimitQuotaResponse) error {
 // assignment for each of its buckets. A malformed report ends the stream
 // with InvalidArgument and changes nothing.
 func (s *Service) StreamRateLimitQuotas(srv rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	st := &stream{id: newID(), srv: srv, buckets: map[string]*bucket{}}
-	s.mu.Lock()
-	s.streams[st] = struct{}{}
-	s.mu.Unlock()
+	st := s.openStream(srv, peerAddr(srv.Context()))
 	defer s.closeStream(st)
 	for {
 		rep, err := srv.Recv()
@@ -221,30 +250,85 @@ func (s *Service) StreamRateLimitQuotas(srv rlqspb.RateLimitQuotaService_StreamR
 	}
 }
 
-// closeStream forgets a stream. Its Envoy's entries stay in the demand
-// store until they expire: the Envoy keeps its assignments until their
-// time-to-live, whether it reconnects (as a new stream) or not.
+// peerAddr names a stream's client: its connection's remote address.
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// openStream registers a new stream of the client at addr.
+func (s *Service) openStream(srv rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer, addr string) *stream {
+	st := &stream{id: newID(), srv: srv, buckets: map[bucketKey]*bucket{}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.clients[addr]
+	if c == nil {
+		c = &client{addr: addr, streams: map[*stream]struct{}{}}
+		s.clients[addr] = c
+	}
+	c.streams[st] = struct{}{}
+	st.client = c
+	s.streams[st] = struct{}{}
+	return st
+}
+
+// closeStream forgets a stream and releases what its buckets held: their
+// bytes in the bucket budget, and (unless the service drains) their
+// Envoy's entries in the demand, so that the shares it held are free for
+// the others at once. The Envoy of a closed stream is mostly gone (a
+// restart, a scale-down); one whose stream broke reopens it at its next
+// report, and the usage budget bounds what it admits meanwhile on its last
+// assignment (see the package doc).
 func (s *Service) closeStream(st *stream) {
 	s.mu.Lock()
 	delete(s.streams, st)
+	c := st.client
+	delete(c.streams, st)
+	if len(c.streams) == 0 {
+		delete(s.clients, c.addr)
+	}
 	s.mu.Unlock()
 	st.mu.Lock()
-	s.buckets.Add(-int64(len(st.buckets)))
+	keys := make([]string, 0, len(st.buckets))
+	var bytes int64
+	for _, b := range st.buckets {
+		bytes += b.cost
+		if b.demandKey != "" {
+			keys = append(keys, b.demandKey)
+		}
+	}
 	st.buckets = nil
 	st.mu.Unlock()
+	s.budget.release(c, bytes)
+	var until time.Time // at once
+	if s.draining.Load() {
+		// Its Envoy reopens a stream elsewhere at its next report.
+		until = s.opts.Now().Add(ReportInterval + time.Second)
+	}
+	s.release(st, keys, until)
 }
 
-// forget removes st's Envoy from keys (buckets it abandoned).
-func (s *Service) forget(st *stream, keys []string) {
+// Drain makes the streams that close from now on keep their shares for
+// one more report interval instead of releasing them at once: call it
+// before ending the streams of a server that stops, whose Envoys go on
+// with their assignments and reopen a stream on another replica at their
+// next report.
+func (s *Service) Drain() { s.draining.Store(true) }
+
+// release releases st's Envoy's entries in keys (buckets it abandoned or
+// closed) at until (zero: at once).
+func (s *Service) release(st *stream, keys []string, until time.Time) {
 	if len(keys) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	s.local.Forget(ctx, keys, st.id)
+	s.local.Release(ctx, keys, st.id, until)
 	if s.demand != s.local {
-		if err := s.demand.Forget(ctx, keys, st.id); err != nil {
-			s.log.Debug("rlqs: cannot forget an abandoned bucket's Envoy (its entry expires)", "error", err.Error())
+		if err := s.demand.Release(ctx, keys, st.id, until); err != nil {
+			s.log.Debug("rlqs: cannot forget a closed or abandoned bucket's Envoy (its entry expires)", "error", err.Error())
 		}
 	}
 }
@@ -260,51 +344,4 @@ func newID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// handle answers one usage report of st's Envoy.
-func (s *Service) handle(ctx context.Context, st *stream, rep *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if err := validate(rep, st.domain); err != nil {
-		return nil, err
-	}
-	if st.domain == "" {
-		st.domain = rep.GetDomain() // a later report may leave it out
-	}
-	s.m.reports.Inc()
-	now := s.opts.Now()
-	resp := &rlqspb.RateLimitQuotaResponse{}
-	for _, u := range rep.GetBucketQuotaUsages() {
-		entries := sortedEntries(u.GetBucketId().GetBucket())
-		key := bucketKey(entries)
-		b := st.buckets[key]
-		if b == nil {
-			if len(st.buckets) >= s.opts.MaxBuckets || s.buckets.Add(1) > int64(s.opts.MaxTotalBuckets) {
-				if len(st.buckets) < s.opts.MaxBuckets {
-					s.buckets.Add(-1)
-				}
-				s.m.refused.Inc()
-				if !st.warned {
-					st.warned = true
-					s.log.Warn("rlqs: more buckets than allowed (per stream or in all): the new ones get no assignment",
-						"max_buckets", s.opts.MaxBuckets, "max_total_buckets", s.opts.MaxTotalBuckets, "domain", st.domain)
-				}
-				continue
-			}
-			b = &bucket{id: &rlqspb.BucketId{Bucket: u.GetBucketId().GetBucket()}, entries: entries}
-			st.buckets[key] = b
-		}
-		demand := math.Inf(1) // unknown until two reports
-		total := float64(u.GetNumRequestsAllowed()) + float64(u.GetNumRequestsDenied())
-		switch elapsed := now.Sub(b.last); {
-		case !b.last.IsZero() && elapsed > 0:
-			demand = total / elapsed.Seconds()
-		case u.GetTimeElapsed().AsDuration() > 0: // whole seconds, may be 0
-			demand = total / u.GetTimeElapsed().AsDuration().Seconds()
-		}
-		b.last = now
-		resp.BucketAction = append(resp.BucketAction, s.assign(ctx, st, b, demand, int64(min(u.GetNumRequestsAllowed(), math.MaxInt64)), now))
-	}
-	return resp, nil
 }

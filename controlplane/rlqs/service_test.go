@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -209,14 +210,15 @@ func TestFirstReport(t *testing.T) {
 }
 
 // TestShareBetweenStreams: two Envoys of one bucket divide the rate by
-// their demand, measured between reports (time_elapsed 0 included); an
-// Envoy only gets what the other's assignment in force leaves free.
+// their demand, measured between reports (time_elapsed 0 included). A
+// newcomer while the first holds the whole rate borrows its fair share from
+// the usage budget; each then takes what the other's assignment leaves.
 func TestShareBetweenStreams(t *testing.T) {
 	f := newFixture(t, Options{}, ServerConfig{})
 	a, b := f.open(t), f.open(t)
 	exchange(t, a, report("api", usage(api, 1, 0, 0)))
-	if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 1, 0, 0))).GetBucketAction()[0]); got != 0 {
-		t.Errorf("second Envoy while the first holds the whole rate: %v/s, want DENY_ALL", got)
+	if got := startRateOfAction(t, exchange(t, b, report("api", usage(api, 1, 0, 0))).GetBucketAction()[0]); !near(got, 50) {
+		t.Errorf("second Envoy while the first holds the whole rate: %v/s, want its fair share lent, 50", got)
 	}
 	f.clock.Add(ReportInterval)
 	// a: 100 requests in 5 s (20/s) but time_elapsed says 0: the server's
@@ -225,8 +227,7 @@ func TestShareBetweenStreams(t *testing.T) {
 	if ra != 22 { // 20/s + 5% + 1
 		t.Errorf("a at 20/s: %v/s, want 22 (its demand with headroom)", ra)
 	}
-	// b's first token bucket (after DENY_ALL): Envoy starts it full
-	rb := startRateOfAction(t, exchange(t, b, report("api", usage(api, 250, 250, 5*time.Second))).GetBucketAction()[0])
+	rb := rateOfAction(t, exchange(t, b, report("api", usage(api, 250, 250, 5*time.Second))).GetBucketAction()[0])
 	if !near(rb, 78) {
 		t.Errorf("b at 100/s: %v/s, want the remaining 78", rb)
 	}
@@ -292,6 +293,10 @@ func TestDomainOnlyFirst(t *testing.T) {
 // naming the problem, and records nothing.
 func TestMalformed(t *testing.T) {
 	long := strings.Repeat("k", MaxEntryLen+1)
+	big := map[string]string{}
+	for i := range 5 {
+		big[fmt.Sprint("k", i)] = strings.Repeat("v", MaxEntryLen)
+	}
 	many := map[string]string{}
 	for i := range MaxEntries + 1 {
 		many[string(rune('a'+i%26))+strings.Repeat("x", i)] = "v"
@@ -307,6 +312,7 @@ func TestMalformed(t *testing.T) {
 		{"no bucket id", []*rlqspb.RateLimitQuotaUsageReports{report("api", &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{})}, "bucket_id"},
 		{"empty bucket id", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(map[string]string{}, 1, 0, 0))}, "bucket_id"},
 		{"too many entries", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(many, 1, 0, 0))}, "entries"},
+		{"bucket id past its bytes", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(big, 1, 0, 0))}, "bytes"},
 		{"long key", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(map[string]string{long: "v"}, 1, 0, 0))}, "bucket_id"},
 		{"empty key", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(map[string]string{"": "v"}, 1, 0, 0))}, "bucket_id"},
 		{"negative elapsed", []*rlqspb.RateLimitQuotaUsageReports{report("api", usage(api, 1, 0, -time.Second))}, "time_elapsed"},
@@ -426,49 +432,80 @@ func TestAbandonOnDelete(t *testing.T) {
 	}
 }
 
-// TestStreamEndKeepsAssignment: a closed stream's Envoy keeps its
-// assignment until its time-to-live, so its share is not handed out before.
-func TestStreamEndKeepsAssignment(t *testing.T) {
-	f := newFixture(t, Options{}, ServerConfig{})
-	a, b := f.open(t), f.open(t)
-	exchange(t, a, report("api", usage(api, 1, 0, 0)))
-	exchange(t, b, report("api", usage(api, 1, 0, 0)))
-	f.clock.Add(ReportInterval)
-	exchange(t, a, report("api", usage(api, 0, 400, 0)))
-	a.CloseSend()
-	if _, err := a.Recv(); err == nil {
-		t.Fatal("stream a still open")
-	}
-	if got := startRateOfAction(t, exchange(t, b, report("api", usage(api, 0, 400, 0))).GetBucketAction()[0]); !near(got, 50) { // its first token bucket
-		t.Errorf("with a's stream closed but its assignment in force: b gets %v/s, want 50", got)
-	}
-	f.clock.Add(DefaultTTL)
-	if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 0, 1500, 0))).GetBucketAction()[0]); got != 100 { // 100/s over 15 s
-		t.Errorf("after a's assignment expired: b gets %v/s, want all 100", got)
+// TestStreamEndReleasesShare: a closed stream's share is free for the
+// others at once; after Drain (a server that stops), it is kept one more
+// report interval.
+func TestStreamEndReleasesShare(t *testing.T) {
+	for _, drain := range []bool{false, true} {
+		f := newFixture(t, Options{}, ServerConfig{})
+		a, b := f.open(t), f.open(t)
+		exchange(t, a, report("api", usage(api, 1, 0, 0)))
+		exchange(t, b, report("api", usage(api, 1, 0, 0)))
+		f.clock.Add(ReportInterval)
+		exchange(t, a, report("api", usage(api, 0, 1500, 0)))
+		if drain {
+			f.svc.Drain()
+		}
+		a.CloseSend()
+		if _, err := a.Recv(); err == nil {
+			t.Fatal("stream a still open")
+		}
+		waitFor(t, "a's stream closed", func() bool { return f.svc.streamCount() == 1 })
+		want := 100.0
+		if drain {
+			want = 50
+		}
+		if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 0, 1500, 0))).GetBucketAction()[0]); !near(got, want) {
+			t.Errorf("drain %v: right after a's stream closed, b gets %v/s, want %v", drain, got, want)
+		}
+		f.clock.Add(ReportInterval + time.Second)
+		if got := rateOfAction(t, exchange(t, b, report("api", usage(api, 0, 1500, 0))).GetBucketAction()[0]); got != 100 {
+			t.Errorf("drain %v: a report interval later, b gets %v/s, want all 100", drain, got)
+		}
 	}
 }
 
-// TestMaxTotalBuckets: all streams together hold at most MaxTotalBuckets;
-// a closed stream's buckets count no more.
-func TestMaxTotalBuckets(t *testing.T) {
+// TestBucketBudget: the buckets of all streams hold at most
+// MaxBucketBytes, shared fairly by connection: a greedy connection gets no
+// more than its share, another still gets its buckets (taking room from
+// the greedy one, whose buckets are shed), and a closed stream's buckets
+// count no more.
+func TestBucketBudget(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	f := newFixture(t, Options{MaxTotalBuckets: 2, Registerer: reg}, ServerConfig{})
-	a, b := f.open(t), f.open(t)
 	x := func(v string) map[string]string { return map[string]string{"name": v} }
-	if n := len(exchange(t, a, report("api", usage(x("a"), 1, 0, 0), usage(x("b"), 1, 0, 0))).GetBucketAction()); n != 2 {
-		t.Fatalf("2 buckets of 2: %d actions", n)
+	cost := BucketCost(sortedEntries(x("a0")))
+	f := newFixture(t, Options{MaxBucketBytes: 20 * cost, Registerer: reg}, ServerConfig{})
+	greedy, other := f.open(t), f.open(t)
+	var us []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage
+	for i := range 20 {
+		us = append(us, usage(x(fmt.Sprintf("a%d", i)), 1, 0, 0))
 	}
-	// A report with no bucket to answer gets no response.
-	if err := b.Send(report("api", usage(x("c"), 1, 0, 0))); err != nil {
-		t.Fatal(err)
+	if n := len(exchange(t, greedy, report("api", us...)).GetBucketAction()); n != 10 {
+		t.Fatalf("one connection alone asking for the whole budget: %d buckets, want half of it (10)", n)
 	}
-	waitFor(t, "the third bucket refused", func() bool { return counter(t, reg, "sluice_rlqs_buckets_refused_total") == 1 })
-	a.CloseSend()
-	a.Recv()
-	waitFor(t, "a's buckets released", func() bool { return f.svc.buckets.Load() == 0 })
-	if n := len(exchange(t, b, report("api", usage(x("c"), 1, 0, 0))).GetBucketAction()); n != 1 {
-		t.Fatalf("after a's stream ended: %d actions for b's bucket, want 1", n)
+	// The other connection's share, now that two hold some, is a third:
+	// it takes what is free, then room from the greedy one.
+	us = us[:0]
+	for i := range 6 {
+		us = append(us, usage(x(fmt.Sprintf("b%d", i)), 1, 0, 0))
 	}
+	if n := len(exchange(t, other, report("api", us...)).GetBucketAction()); n != 6 {
+		t.Fatalf("another connection under its share: %d of its 6 buckets answered, want all", n)
+	}
+	waitFor(t, "the greedy connection's buckets shed", func() bool { return counter(t, reg, "sluice_rlqs_buckets_shed_total") > 0 })
+	f.svc.budget.mu.Lock()
+	held := f.svc.budget.total - f.svc.budget.free
+	f.svc.budget.mu.Unlock()
+	if held > 20*cost {
+		t.Errorf("the budget holds %d bytes, more than its %d", held, 20*cost)
+	}
+	greedy.CloseSend()
+	greedy.Recv()
+	waitFor(t, "the greedy stream's buckets released", func() bool {
+		f.svc.budget.mu.Lock()
+		defer f.svc.budget.mu.Unlock()
+		return f.svc.budget.free == 14*cost
+	})
 }
 
 // waitFor waits up to 5 s for cond (the server acts after its handler

@@ -50,15 +50,23 @@ func Want(demand, headroom, floor float64) float64 {
 	return max(demand, 0)*(1+headroom) + floor
 }
 
-// Allot returns envoy's share of rate among the Envoys of a bucket: its
-// max-min fair share of their wants (Shares over Want of each demand), cut
-// to what the others' assignments still in force leave free. So the
-// assignments in force never sum past rate: an Envoy's share grows only as
-// the others' shrink, each at its own next report. Envoys are taken in the
-// order of their ids, so that every replica computes the same shares.
-func Allot(rate float64, all map[string]Envoy, envoy string, headroom, floor float64) float64 {
-	if _, ok := all[envoy]; !ok || !(rate > 0) {
-		return 0
+// Grant returns envoy's share of rate among the Envoys of a bucket, and
+// how much of it is lent. It takes what the others' assignments in force
+// leave free, up to its want (Want of its demand): the rate a departed
+// Envoy held, or one that shrank left, goes at once to the next Envoy that
+// reports, past its max-min fair share if need be (Shares over the Envoys'
+// wants). An Envoy that this leaves below its fair share (a newcomer while
+// the others hold the rate, an Envoy that reports after another took what
+// was free) borrows the difference, at most lendable requests a second.
+// Each Envoy's next report then takes only what is free, loans counted: so
+// the assignments in force exceed rate only by what is lent, at most the
+// Envoys' fair shares (the rate), for at most one report interval. Envoys
+// are taken in the order of their ids, so that every replica computes the
+// same shares.
+func Grant(rate float64, all map[string]Envoy, envoy string, headroom, floor, lendable float64) (share, lent float64) {
+	me, ok := all[envoy]
+	if !ok || !(rate > 0) {
+		return 0, 0
 	}
 	ids := make([]string, 0, len(all))
 	for id := range all {
@@ -66,14 +74,20 @@ func Allot(rate float64, all map[string]Envoy, envoy string, headroom, floor flo
 	}
 	sort.Strings(ids)
 	wants := make([]float64, len(ids))
-	me, others := 0, 0.0
-	for i, id := range ids {
-		wants[i] = Want(all[id].Demand, headroom, floor)
+	i, others := 0, 0.0
+	for k, id := range ids {
+		wants[k] = Want(all[id].Demand, headroom, floor)
 		if id == envoy {
-			me = i
+			i = k
 		} else {
 			others += max(all[id].Assigned, 0)
 		}
 	}
-	return max(min(Shares(rate, wants)[me], rate-others), 0)
+	fair := Shares(rate, wants)[i]
+	take := max(min(Want(me.Demand, headroom, floor), rate-others), 0)
+	if take >= fair || !(lendable > 0) {
+		return take, 0
+	}
+	lent = min(fair-take, lendable)
+	return take + lent, lent
 }

@@ -94,27 +94,34 @@ func TestWant(t *testing.T) {
 	}
 }
 
-func TestAllot(t *testing.T) {
+// TestGrant: an Envoy takes what is free up to its want, and borrows up
+// to its fair share what it cannot take, within lendable.
+func TestGrant(t *testing.T) {
 	tests := []struct {
-		name  string
-		all   map[string]Envoy
-		envoy string
-		want  float64
+		name        string
+		all         map[string]Envoy
+		envoy       string
+		lendable    float64
+		share, lent float64
 	}{
-		{"alone, unknown", map[string]Envoy{"a": {inf, 0}}, "a", 100},
-		{"alone, small", map[string]Envoy{"a": {20, 100}}, "a", 20},
-		{"newcomer while the rate is held", map[string]Envoy{"a": {inf, 100}, "b": {inf, 0}}, "b", 0},
-		{"shrinks to its fair share", map[string]Envoy{"a": {200, 100}, "b": {inf, 0}}, "a", 50},
-		{"grows into what is free", map[string]Envoy{"a": {200, 50}, "b": {200, 0}}, "b", 50},
-		{"grows only as far as free", map[string]Envoy{"a": {200, 70}, "b": {200, 0}}, "b", 30},
-		{"small below fair share", map[string]Envoy{"a": {20, 0}, "b": {80, 0}, "c": {200, 0}}, "a", 20},
-		{"1:4:10 at 3x", map[string]Envoy{"a": {20, 20}, "b": {80, 0}, "c": {200, 40}}, "b", 40},
-		{"unknown Envoy", map[string]Envoy{"a": {20, 20}}, "z", 0},
+		{"alone, unknown", map[string]Envoy{"a": {inf, 0}}, "a", 100, 100, 0},
+		{"alone, small: its demand and headroom", map[string]Envoy{"a": {20, 100}}, "a", 100, 22, 0},
+		{"newcomer while the rate is held: its fair share, lent", map[string]Envoy{"a": {inf, 100}, "b": {inf, 0}}, "b", 1000, 50, 50},
+		{"newcomer, nothing to lend", map[string]Envoy{"a": {inf, 100}, "b": {inf, 0}}, "b", 0, 0, 0},
+		{"newcomer, a loan cut to what the budget lends", map[string]Envoy{"a": {inf, 100}, "b": {inf, 0}}, "b", 20, 20, 20},
+		{"shrinks to what is free", map[string]Envoy{"a": {200, 100}, "b": {inf, 50}}, "a", 0, 50, 0},
+		{"takes what a departed Envoy left, past its fair share", map[string]Envoy{"a": {200, 25}, "b": {200, 25}, "c": {200, 0}}, "c", 100, 50, 0},
+		{"takes what is free up to its want", map[string]Envoy{"a": {200, 20}, "b": {30, 10}}, "b", 100, 32.5, 0},
+		{"small below fair share", map[string]Envoy{"a": {20, 0}, "b": {80, 0}, "c": {200, 0}}, "a", 100, 22, 0},
+		{"1:4:10 at 3x", map[string]Envoy{"a": {20, 20}, "b": {80, 0}, "c": {200, 40}}, "b", 0, 40, 0},
+		{"below its fair share after another took the rest", map[string]Envoy{"a": {200, 60}, "b": {200, 30}}, "b", 100, 50, 10},
+		{"unknown Envoy", map[string]Envoy{"a": {20, 20}}, "z", 100, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Allot(100, tt.all, tt.envoy, 0, 0); math.Abs(got-tt.want) > 1e-9 {
-				t.Errorf("Allot(100, %v, %q) = %v, want %v", tt.all, tt.envoy, got, tt.want)
+			share, lent := Grant(100, tt.all, tt.envoy, 0.05, 1, tt.lendable)
+			if math.Abs(share-tt.share) > 1e-9 || math.Abs(lent-tt.lent) > 1e-9 {
+				t.Errorf("Grant(100, %v, %q, lendable %v) = %v, %v lent; want %v, %v lent", tt.all, tt.envoy, tt.lendable, share, lent, tt.share, tt.lent)
 			}
 		})
 	}

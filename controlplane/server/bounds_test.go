@@ -69,33 +69,6 @@ func TestUnaryOptions(t *testing.T) {
 	}
 }
 
-// TestFairShare: a connection takes a shared stream while it holds less
-// than its share of the total and fewer than are left free.
-func TestFairShare(t *testing.T) {
-	tests := []struct {
-		name                       string
-		total, free, held, holders int64
-		want                       bool
-	}{
-		{"alone, the first", 819, 819, 0, 0, true},
-		{"alone, at half", 819, 409, 409, 1, false},
-		{"none left", 819, 0, 0, 64, false},
-		{"64 greedy: under the share", 819, 51, 11, 64, true},
-		{"64 greedy: at the share", 819, 51, 12, 64, false},
-		{"at the share though many are free", 819, 700, 12, 64, false},
-		{"a newcomer counts itself", 819, 51, 0, 64, true},
-		{"a newcomer gets the last one", 819, 1, 0, 64, true},
-		{"more connections than streams: one each", 819, 5, 0, 2000, true},
-		{"more connections than streams: not two", 819, 5, 1, 2000, false},
-	}
-	for _, tc := range tests {
-		if got := fairShare(tc.total, tc.free, tc.held, tc.holders); got != tc.want {
-			t.Errorf("%s: fairShare(total %d, free %d, held %d, holders %d) = %v, want %v",
-				tc.name, tc.total, tc.free, tc.held, tc.holders, got, tc.want)
-		}
-	}
-}
-
 // freeStreams returns the budget's free shared streams.
 func (b *streamBudget) freeStreams() int64 {
 	b.mu.Lock()

@@ -14,10 +14,10 @@ import (
 
 // Bounds of the frame guard (see frameGuard): what one connection of a
 // grpc-go server may send before it is told GOAWAY ENHANCE_YOUR_CALM and
-// closed. grpc-go bounds the rest itself (PING floods: its keepalive
-// enforcement; header sizes: MaxHeaderListSize; streams:
-// MaxConcurrentStreams), but answers each of these frames and never closes
-// the connection.
+// closed. grpc-go bounds the rest itself (header sizes: MaxHeaderListSize;
+// streams: MaxConcurrentStreams), but answers each of these frames and
+// never closes the connection, or (PING floods: its keepalive enforcement)
+// only after it has answered a flood it reads faster than it can write.
 const (
 	// guardWindow is the window of streams opened over which resets and
 	// refused streams are counted: past guardMaxBad of them, or past
@@ -30,6 +30,12 @@ const (
 	// CONTINUATION frames and its bytes (four times MaxHeaderListSize).
 	guardMaxContinuations = 16
 	guardMaxBlock         = 64 << 10
+	// guardMaxPings bounds the PING frames a client may send within
+	// guardPingWindow without the server writing HEADERS or DATA in
+	// between: a keepalive pings every few seconds at most, and a client's
+	// flow-control (BDP) pings follow the server's DATA.
+	guardMaxPings   = 32
+	guardPingWindow = time.Second
 )
 
 // HTTP/2 frame types and flags the guard reads (RFC 9113, 6).
@@ -38,6 +44,7 @@ const (
 	frameHeaders      = 0x1
 	frameRSTStream    = 0x3
 	frameSettings     = 0x4
+	framePing         = 0x6
 	frameGoAway       = 0x7
 	frameContinuation = 0x9
 
@@ -65,7 +72,11 @@ const clientPrefaceLen = 24
 //   - SETTINGS: more than 16 in a window (a client sends one, at the
 //     start);
 //   - header blocks of more than 16 CONTINUATION frames or 64 KiB (the
-//     CONTINUATION flood, empty frames included).
+//     CONTINUATION flood, empty frames included);
+//   - PING: more than 32 within a second with no HEADERS or DATA from the
+//     server in between (a flood, which grpc-go answers frame by frame
+//     and keepalive enforcement only ends once it has written the answers
+//     queued before its GOAWAY).
 //
 // Writes are serialized and their frame boundaries tracked, so that the
 // GOAWAY goes out between two of grpc-go's frames (or not at all, the
@@ -89,6 +100,12 @@ type frameGuard struct {
 	blocks    uint64      // header blocks that opened streams, ever
 	checked   uint64      // blocks compared with addr.tapped so far
 	tapped    uint64      // addr.tapped at the last comparison
+	pingsFrom time.Time   // when the pings counted began
+	pings     int         // pings since pingsFrom, or since the server wrote HEADERS or DATA
+
+	// answered is set by Write when the server writes HEADERS or DATA:
+	// the pings counted start again.
+	answered atomic.Bool
 
 	// Write side.
 	wmu    sync.Mutex
@@ -102,7 +119,7 @@ func newFrameGuard(c net.Conn, addr *connAddr, calms prometheus.Counter) *frameG
 }
 
 // errCalm is returned by the reads of a connection the guard ended.
-var errCalm = errors.New("sluice: connection closed: too many resets, refused streams, SETTINGS or CONTINUATION frames (GOAWAY ENHANCE_YOUR_CALM)")
+var errCalm = errors.New("sluice: connection closed: too many resets, refused streams, SETTINGS, CONTINUATION or PING frames (GOAWAY ENHANCE_YOUR_CALM)")
 
 // Read reads from the connection and counts the frames read.
 func (g *frameGuard) Read(b []byte) (int, error) {
@@ -188,6 +205,10 @@ func (g *frameGuard) frame(typ, flags byte, stream uint32, length int) string {
 				return "too many SETTINGS frames"
 			}
 		}
+	case framePing:
+		if flags&flagAck == 0 {
+			return g.ping()
+		}
 	}
 	if (typ == frameHeaders || typ == frameContinuation) && flags&flagEndHeaders != 0 {
 		g.inBlock = false
@@ -201,6 +222,19 @@ func (g *frameGuard) frame(typ, flags byte, stream uint32, length int) string {
 				g.opened, g.bad, g.settings = 0, 0, 0
 			}
 		}
+	}
+	return ""
+}
+
+// ping counts a PING from the client.
+func (g *frameGuard) ping() string {
+	now := time.Now()
+	if g.answered.Swap(false) || now.Sub(g.pingsFrom) >= guardPingWindow {
+		g.pingsFrom, g.pings = now, 0
+	}
+	g.pings++
+	if g.pings > guardMaxPings {
+		return "too many PING frames"
 	}
 	return ""
 }
@@ -241,7 +275,10 @@ func (g *frameGuard) Write(b []byte) (int, error) {
 	}
 	n, err := g.Conn.Write(b)
 	for p := b[:n]; len(p) > 0; {
-		p, _ = g.out.next(p)
+		var ok bool
+		if p, ok = g.out.next(p); ok && (g.out.hdr[3] == frameHeaders || g.out.hdr[3] == frameData) {
+			g.answered.Store(true)
+		}
 	}
 	return n, err
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/binary"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -187,5 +188,54 @@ func TestFrameCursor(t *testing.T) {
 		if i != len(want) || !c.atBoundary() {
 			t.Errorf("pieces of %d: %d headers found, at a boundary: %v; want %d, true", piece, i, c.atBoundary(), len(want))
 		}
+	}
+}
+
+// TestFrameGuardPings: a PING flood ends the connection; pings that the
+// server's HEADERS or DATA separate (flow-control pings), PING ACKs, and
+// keepalives spread over time do not.
+func TestFrameGuardPings(t *testing.T) {
+	preface := []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	pings := func(n int, flags byte) []byte {
+		var b []byte
+		for range n {
+			b = append(b, frame(framePing, flags, 0, 8)...)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name     string
+		rounds   int // rounds of 16 pings
+		flags    byte
+		answered bool // the server writes DATA after each round
+		pause    bool // a window passes after each round
+		want     string
+	}{
+		{"flood", 3, 0, false, false, "too many PING frames"},
+		{"32 pings are fine", 2, 0, false, false, ""},
+		{"pings that DATA separates", 50, 0, true, false, ""},
+		{"PING ACKs", 50, flagAck, false, false, ""},
+		{"keepalives over time", 50, 0, false, true, ""},
+	} {
+		server, client := net.Pipe()
+		go io.Copy(io.Discard, client)
+		g := newFrameGuard(server, nil, nil)
+		got := g.scan(preface)
+		for range tc.rounds {
+			if got != "" {
+				break
+			}
+			got = g.scan(pings(16, tc.flags))
+			if tc.answered {
+				g.Write(frame(frameData, 0, 1, 10))
+			}
+			if tc.pause {
+				g.pingsFrom = g.pingsFrom.Add(-guardPingWindow)
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+		server.Close()
 	}
 }

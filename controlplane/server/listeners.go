@@ -249,7 +249,7 @@ func (s *Server) guard(creds credentials.TransportCredentials, name string) cred
 	}
 	calms := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_connections_calmed_total", ConstLabels: prometheus.Labels{"listener": name},
-		Help: "Connections told GOAWAY ENHANCE_YOUR_CALM and closed for flooding resets, refused streams, SETTINGS or CONTINUATION frames (grpc-go servers).",
+		Help: "Connections told GOAWAY ENHANCE_YOUR_CALM and closed for flooding resets, refused streams, SETTINGS, CONTINUATION or PING frames (grpc-go servers).",
 	})
 	s.registry.MustRegister(calms)
 	return guardCreds{creds, calms}

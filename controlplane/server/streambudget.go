@@ -12,11 +12,13 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/sluicehq/sluice/controlplane/fairshare"
 )
 
 // streamBudget admits the streams of a grpc-go server (its InTapHandle):
 // the first stream of a connection always, the others from a shared budget
-// by fair shares (see fairShare). A connection under its share that finds
+// by fair shares (package fairshare). A connection under its share that finds
 // none free takes one from the connection that holds the most over its
 // share, one of whose streams still waiting for its request is cancelled
 // (preempted): so no connection keeps more than its share while others
@@ -37,6 +39,11 @@ type streamBudget struct {
 	late        atomic.Uint64 // calls reset for want of their request, ever
 	bodyTimeout time.Duration // 0: none
 	now         func() time.Time
+	// streaming says the calls are long-lived streams (RLQS): a
+	// connection's activity is then its streams' messages (see
+	// rlqsActivity), not its calls, which would keep it busy for good.
+	streaming bool
+	busy      error // refuses a stream over the budget
 
 	mu      sync.Mutex
 	total   int64                  // shared streams
@@ -47,28 +54,8 @@ type streamBudget struct {
 // newStreamBudget returns a budget of shared streams whose calls must
 // deliver their request within bodyTimeout (0: no limit).
 func newStreamBudget(shared int64, bodyTimeout time.Duration) *streamBudget {
-	return &streamBudget{total: shared, free: shared, holders: map[*connAddr]struct{}{}, bodyTimeout: bodyTimeout, now: time.Now}
+	return &streamBudget{total: shared, free: shared, holders: map[*connAddr]struct{}{}, bodyTimeout: bodyTimeout, now: time.Now, busy: errBusy}
 }
-
-// fairShare reports whether a connection that holds held of the total
-// shared streams may take a free one, when free are left and holders
-// connections (itself among them if held > 0) hold some: while it holds
-// less than its share (see share) and fewer than are left free. n greedy
-// connections then hold total/(n+1) each and leave a share free for a
-// connection that holds less; the second condition keeps a connection
-// that is alone, or first, from taking more than half of what is left.
-func fairShare(total, free, held, holders int64) bool {
-	n := holders
-	if held == 0 {
-		n++
-	}
-	return held < share(total, n) && free > held
-}
-
-// share is each connection's share of the total shared streams when n
-// connections hold some (or ask for some): total / (n + 1), what each
-// would hold were one more connection to come, and at least 1.
-func share(total, n int64) int64 { return max(1, total/(n+1)) }
 
 // errBusy refuses a stream over the budget.
 var errBusy = status.Error(codes.ResourceExhausted,
@@ -107,10 +94,14 @@ func (b *streamBudget) admit(ctx context.Context, _ *tap.Info) (context.Context,
 	c := &call{ca: ca, cancel: cancel}
 	if !ca.guaranteed.CompareAndSwap(0, 1) && !b.take(c) {
 		cancel(nil)
-		ca.lastEnd.Store(b.now().UnixNano()) // the connection is in use
-		return nil, errBusy
+		if !b.streaming {
+			ca.lastEnd.Store(b.now().UnixNano()) // the connection is in use
+		}
+		return nil, b.busy
 	}
-	ca.begin()
+	if !b.streaming {
+		ca.begin()
+	}
 	if b.bodyTimeout > 0 {
 		c.timer = time.AfterFunc(b.bodyTimeout, func() {
 			b.late.Add(1)
@@ -119,7 +110,9 @@ func (b *streamBudget) admit(ctx context.Context, _ *tap.Info) (context.Context,
 	}
 	context.AfterFunc(ctx, func() {
 		b.release(c)
-		ca.end(b.now())
+		if !b.streaming {
+			ca.end(b.now())
+		}
 	})
 	return context.WithValue(cctx, callKey{}, c), nil
 }
@@ -135,9 +128,9 @@ func (b *streamBudget) take(c *call) bool {
 		n++
 	}
 	switch {
-	case fairShare(b.total, b.free, held, int64(len(b.holders))):
+	case fairshare.Fits(b.total, b.free, held, 1, int64(len(b.holders))):
 		b.free--
-	case held < share(b.total, n) && b.preempt(share(b.total, n)):
+	case held < fairshare.Share(b.total, n) && b.preempt(fairshare.Share(b.total, n)):
 	default:
 		b.refused.Add(1)
 		return false
@@ -245,20 +238,20 @@ func (b *streamBudget) requestArrived(ctx context.Context, req any, _ *grpc.Unar
 // service's Watch): the request is in at the first message received.
 func (b *streamBudget) requestArrivedStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if c, ok := ss.Context().Value(callKey{}).(*call); ok {
-		return handler(srv, &firstRecv{ServerStream: ss, arrived: func() { b.arrived(c) }})
+		var once sync.Once
+		return handler(srv, &afterRecv{ServerStream: ss, f: func(error) { once.Do(func() { b.arrived(c) }) }})
 	}
 	return handler(srv, ss)
 }
 
-// firstRecv calls arrived once its stream's first message is in.
-type firstRecv struct {
+// afterRecv calls f with the result of each RecvMsg of its stream.
+type afterRecv struct {
 	grpc.ServerStream
-	arrived func()
-	once    sync.Once
+	f func(error)
 }
 
-func (s *firstRecv) RecvMsg(m any) error {
+func (s *afterRecv) RecvMsg(m any) error {
 	err := s.ServerStream.RecvMsg(m)
-	s.once.Do(s.arrived)
+	s.f(err)
 	return err
 }

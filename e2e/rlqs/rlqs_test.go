@@ -69,14 +69,24 @@ type envoySpec struct {
 	rate float64 // requests per second
 }
 
+// budgetBeyond is what the Envoys of a bucket may admit beyond the limit
+// over any window (package rlqs): the usage budget, 10 s of the limit.
+const budgetBeyond = 10 * limit
+
 // TestQuotaShares runs 3 Envoys with Envoy's rate_limit_quota filter
 // against 2 control-plane replicas sharing Redis, with demand in the ratio
-// 1:4:10 and a total of 3x the limit, then kills the control planes.
+// 1:4:10 and a total of 3x the limit, replaces one Envoy by a new one (a
+// rolling restart), then kills the control planes.
 //
-//   - The admitted rate (counted at the upstream) never exceeds the limit
-//     by more than 5% in any 5 s interval; from the second periodic report
-//     on it is within 5% of the limit, and the Envoy whose demand is below
-//     its fair share gets all of it.
+//   - Before the second periodic report, newcomers borrow their fair share
+//     from the usage budget: the admitted rate stays within the limit
+//     plus the budget (10 s of the limit) over the first 10 s. From the
+//     second report on it is within 5% of the limit in every 5 s interval,
+//     and the Envoy whose demand is below its fair share gets all of it.
+//   - The Envoy that replaces another is never denied everything: from its
+//     second report on, the admitted rate is within [95%, 100% + the share
+//     the departed Envoy held], and the newcomer gets a share. (Before, it
+//     got DENY_ALL until the departed Envoy's assignment expired.)
 //   - With the control planes gone, each Envoy stays on its last assignment
 //     until the time-to-live (15 s), then on its configured fallback.
 func TestQuotaShares(t *testing.T) {
@@ -119,9 +129,11 @@ func TestQuotaShares(t *testing.T) {
 	}
 	t.Cleanup(up.close)
 
-	specs := []envoySpec{{"e1", 0, 0.2 * limit}, {"e2", 0, 0.8 * limit}, {"e3", 1, 2.0 * limit}}
-	urls := make([]string, len(specs))
-	for i, s := range specs {
+	// start runs an Envoy of spec and its client until the returned stop.
+	lctx, stopAll := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopAll(); wg.Wait() }()
+	start := func(s envoySpec) (*load, func()) {
 		boot := stack.Bootstrap(
 			[]stack.M{stack.HTTPListener("in", 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "up"))}, quotaFilter())},
 			[]stack.M{stack.Cluster("up", up.ln.Addr().String()), stack.GRPCCluster("rlqs", rlqsAddrs[s.cp])})
@@ -135,20 +147,31 @@ func TestQuotaShares(t *testing.T) {
 			}
 			e.Stop()
 		})
-		urls[i] = e.URL("in") + "/"
+		l := &load{}
+		cctx, cancel := context.WithCancel(lctx)
+		done := make(chan struct{})
+		wg.Add(1)
+		go func() { defer wg.Done(); defer close(done); l.run(cctx, e.URL("in")+"/", s.name, s.rate) }()
+		return l, func() { cancel(); <-done; e.Stop() }
 	}
-
-	// The load, from t0 to the end of the test.
-	lctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	specs := []envoySpec{{"e1", 0, 0.2 * limit}, {"e2", 0, 0.8 * limit}, {"e3", 1, 2.0 * limit}}
 	loads := make([]*load, len(specs))
+	stops := make([]func(), len(specs))
 	t0 := time.Now()
 	for i, s := range specs {
-		loads[i] = &load{}
-		wg.Add(1)
-		go func() { defer wg.Done(); loads[i].run(lctx, urls[i], s.name, s.rate) }()
+		loads[i], stops[i] = start(s)
 	}
-	defer func() { stop(); wg.Wait() }()
+	// rate returns what the Envoys named admitted in [from, to), a second.
+	rate := func(from, to time.Time, names ...string) (float64, string) {
+		total := 0
+		var per []string
+		for _, n := range names {
+			k := up.count(n, from, to)
+			total += k
+			per = append(per, fmt.Sprintf("%s %.1f/s", n, float64(k)/to.Sub(from).Seconds()))
+		}
+		return float64(total) / to.Sub(from).Seconds(), strings.Join(per, ", ")
+	}
 
 	// Each Envoy reports on creating the bucket (t0) and then every 5 s.
 	// From 10 s on, every Envoy has sent two periodic reports and been
@@ -156,26 +179,19 @@ func TestQuotaShares(t *testing.T) {
 	const measureFrom, intervals = 10 * time.Second, 4
 	sleepUntil(t0.Add(measureFrom + intervals*5*time.Second))
 	t.Logf("admitted per 5 s interval (limit %d/s; demand %v/s):", limit, []float64{specs[0].rate, specs[1].rate, specs[2].rate})
-	for k := -2; k < intervals; k++ { // the first two intervals: at most the limit
+	if r, per := rate(t0, t0.Add(measureFrom), "e1", "e2", "e3"); r*measureFrom.Seconds() > limit*measureFrom.Seconds()+budgetBeyond {
+		t.Errorf("[0s, 10s): admitted %.1f/s (%s), more than the limit and the usage budget", r, per)
+	}
+	for k := -2; k < intervals; k++ {
 		from := t0.Add(measureFrom + time.Duration(k)*5*time.Second)
 		to := from.Add(5 * time.Second)
-		var per []string
-		total := 0
-		for _, s := range specs {
-			n := up.count(s.name, from, to)
-			total += n
-			per = append(per, fmt.Sprintf("%s %.1f/s", s.name, float64(n)/5))
-		}
-		rate := float64(total) / 5
-		t.Logf("  [%2.0fs, %2.0fs): %.1f/s = %.1f%% of the limit (%s)", from.Sub(t0).Seconds(), to.Sub(t0).Seconds(), rate, 100*rate/limit, strings.Join(per, ", "))
-		if k < 0 { // before the second report: no more than the limit either
-			if rate > 1.05*limit {
-				t.Errorf("[%v, %v): admitted %.1f/s, more than the limit %d/s", from.Sub(t0), to.Sub(t0), rate, limit)
-			}
+		r, per := rate(from, to, "e1", "e2", "e3")
+		t.Logf("  [%2.0fs, %2.0fs): %.1f/s = %.1f%% of the limit (%s)", from.Sub(t0).Seconds(), to.Sub(t0).Seconds(), r, 100*r/limit, per)
+		if k < 0 { // newcomers borrow until their second report
 			continue
 		}
-		if math.Abs(rate-limit) > 0.05*limit {
-			t.Errorf("[%v, %v): admitted %.1f/s, want within 5%% of %d/s", from.Sub(t0), to.Sub(t0), rate, limit)
+		if math.Abs(r-limit) > 0.05*limit {
+			t.Errorf("[%v, %v): admitted %.1f/s, want within 5%% of %d/s", from.Sub(t0), to.Sub(t0), r, limit)
 		}
 		// e1's demand is below its fair share: it must get all of it, both
 		// in requests admitted and in requests refused (which do not depend
@@ -184,6 +200,32 @@ func TestQuotaShares(t *testing.T) {
 		if float64(admitted) < 0.95*5*specs[0].rate || refused > admitted/20 {
 			t.Errorf("[%v, %v): e1 got %d requests admitted and %d refused at %.0f/s, below its fair share: want all of it (95%%+)",
 				from.Sub(t0), to.Sub(t0), admitted, refused, specs[0].rate)
+		}
+	}
+
+	// A rolling restart: e2 stops (its stream closes with it) and a new
+	// Envoy, e2b, takes its load. From e2b's second periodic report on
+	// (10 s after its first request), measure two 5 s intervals.
+	stops[1]()
+	specs[1] = envoySpec{"e2b", 0, 0.8 * limit}
+	t1 := time.Now()
+	loads[1], stops[1] = start(specs[1])
+	sleepUntil(t1.Add(measureFrom + 10*time.Second))
+	departed := (limit - 0.2*limit) / 2 // e2's share: half of what e1 leaves
+	t.Logf("e2 replaced by e2b; admitted per 5 s interval after e2b started:")
+	for k := range 4 {
+		from := t1.Add(time.Duration(k) * 5 * time.Second)
+		to := from.Add(5 * time.Second)
+		r, per := rate(from, to, "e1", "e2b", "e3")
+		t.Logf("  [%2.0fs, %2.0fs): %.1f/s = %.1f%% of the limit (%s)", from.Sub(t1).Seconds(), to.Sub(t1).Seconds(), r, 100*r/limit, per)
+		if k < 2 { // before e2b's second report
+			continue
+		}
+		if r < 0.95*limit || r > limit+departed {
+			t.Errorf("[%v, %v) after e2b started: admitted %.1f/s, want within [95%%, 100%% + %.0f/s]", from.Sub(t1), to.Sub(t1), r, departed)
+		}
+		if n := up.count("e2b", from, to); n == 0 {
+			t.Errorf("[%v, %v) after e2b started: e2b admitted nothing", from.Sub(t1), to.Sub(t1))
 		}
 	}
 

@@ -61,6 +61,7 @@ type config struct {
 	rlqsAddr            string
 	rlqsTTL             time.Duration
 	rlqsMaxBuckets      int
+	rlqsMaxBucketBytes  int64
 	maxConns            int
 	maxStreamsPerConn   int
 	maxConnBufferBytes  int64
@@ -177,6 +178,7 @@ func newFlagSet(c *config) (*flag.FlagSet, map[string]string) {
 	str(&c.rlqsAddr, "rlqs-addr", "SLUICE_RLQS_ADDR", "", "Envoy's Rate Limit Quota Service (RLQS) listen address (default: off)")
 	dur(&c.rlqsTTL, "rlqs-ttl", "SLUICE_RLQS_TTL", rlqs.DefaultTTL, "RLQS assignment time to live, whole seconds (3 of Envoy's 5 s reports)")
 	num(&c.rlqsMaxBuckets, "rlqs-max-buckets", "SLUICE_RLQS_MAX_BUCKETS", rlqs.DefaultMaxBuckets, "RLQS buckets one Envoy stream may have")
+	i64(&c.rlqsMaxBucketBytes, "rlqs-max-bucket-bytes", "SLUICE_RLQS_MAX_BUCKET_BYTES", rlqs.DefaultMaxBucketBytes, "RLQS: bytes the buckets of all streams may hold (about 1.6 KiB per bucket of a short id), shared fairly among connections")
 	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once (grpc-go mode: the one idle longest is closed to make room)")
 	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", server.DefaultMaxStreamsPerConn, "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
 	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
@@ -244,6 +246,8 @@ func (c *config) finish(fs *flag.FlagSet, envOf map[string]string, getenv func(s
 		errs = append(errs, errors.New("-memory-max-entries and -memory-max-bytes must be positive"))
 	case c.rlqsTTL < 2*time.Second || c.rlqsTTL%time.Second != 0 || c.rlqsMaxBuckets <= 0:
 		errs = append(errs, fmt.Errorf("-rlqs-ttl must be whole seconds, at least 2s, and -rlqs-max-buckets positive (got %v, %d)", c.rlqsTTL, c.rlqsMaxBuckets))
+	case c.rlqsMaxBucketBytes <= 0:
+		errs = append(errs, fmt.Errorf("-rlqs-max-bucket-bytes must be positive (got %d)", c.rlqsMaxBucketBytes))
 	case (c.policyCert == "") != (c.policyKey == ""):
 		errs = append(errs, errors.New("-policy-tls-cert and -policy-tls-key go together"))
 	case c.policyCA != "" && c.policyCert == "":

@@ -470,21 +470,8 @@ func TestHostileFloods(t *testing.T) {
 		name string
 		send func(c *rawConn) error // one round of the flood
 	}{
-		{"rapid reset", func(c *rawConn) error {
-			id, err := c.startCall(time.Second)
-			if err != nil {
-				return err
-			}
-			return c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
-		}},
-		{"empty CONTINUATION", func(c *rawConn) error {
-			if c.nextID == 1 {
-				c.nextID = 3
-				c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-				return c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0x82}})
-			}
-			return c.fr.WriteContinuation(1, false, nil)
-		}},
+		{"rapid reset", rapidReset("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")},
+		{"empty CONTINUATION", emptyContinuation},
 		{"SETTINGS", func(c *rawConn) error {
 			c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 			return c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
@@ -501,43 +488,9 @@ func TestHostileFloods(t *testing.T) {
 		}},
 	}
 	for _, flood := range floods {
-		c, err := dialRaw(grpcAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
 		calls := startLoad(2, func(w int) error { return decide(normal, fmt.Sprint("flood-", w)) })
-		ended := make(chan string, 1)
-		go func() {
-			fr := http2.NewFramer(nil, c.nc)
-			for {
-				f, err := fr.ReadFrame()
-				if err != nil {
-					ended <- fmt.Sprintf("closed (%v)", err)
-					return
-				}
-				if g, ok := f.(*http2.GoAwayFrame); ok && g.ErrCode == http2.ErrCodeEnhanceYourCalm {
-					ended <- fmt.Sprintf("GOAWAY ENHANCE_YOUR_CALM %q", g.DebugData())
-					return
-				}
-			}
-		}()
-		start := time.Now()
-		frames := 0
-		deadline := start.Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			if flood.send(c) != nil {
-				break
-			}
-			frames++
-		}
-		var how string
-		select {
-		case how = <-ended:
-		case <-time.After(time.Until(deadline.Add(time.Second))):
-		}
-		closedAfter := time.Since(start)
-		c.nc.Close()
-		time.Sleep(time.Until(start.Add(time.Second))) // normal calls for a second at least
+		how, frames, closedAfter := floodUntilClosed(t, grpcAddr, flood.send)
+		time.Sleep(time.Second) // normal calls for a second at least
 		share := calls.finish(t, flood.name+": normal calls on another connection")
 		if how == "" {
 			t.Errorf("%s: connection still open after %d frames in 5 s", flood.name, frames)
@@ -554,4 +507,64 @@ func TestHostileFloods(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+}
+
+// floodUntilClosed sends send's frames on a new connection to addr for up
+// to 5 s, and returns how the connection ended ("" if it did not), the
+// frames sent and when it ended.
+func floodUntilClosed(t *testing.T, addr string, send func(*rawConn) error) (how string, frames int, after time.Duration) {
+	t.Helper()
+	c, err := dialRaw(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.nc.Close()
+	ended := make(chan string, 1)
+	go func() {
+		fr := http2.NewFramer(nil, c.nc)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				ended <- fmt.Sprintf("closed (%v)", err)
+				return
+			}
+			if g, ok := f.(*http2.GoAwayFrame); ok && g.ErrCode == http2.ErrCodeEnhanceYourCalm {
+				ended <- fmt.Sprintf("GOAWAY ENHANCE_YOUR_CALM %q", g.DebugData())
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	deadline := start.Add(5 * time.Second)
+	for time.Now().Before(deadline) && send(c) == nil {
+		frames++
+	}
+	select {
+	case how = <-ended:
+	case <-time.After(time.Until(deadline.Add(time.Second))):
+	}
+	return how, frames, time.Since(start)
+}
+
+// rapidReset is one round of the rapid reset flood on the gRPC method
+// path: a stream opened and reset at once.
+func rapidReset(path string) func(*rawConn) error {
+	return func(c *rawConn) error {
+		id, err := c.startCallTo(path, time.Second)
+		if err != nil {
+			return err
+		}
+		return c.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	}
+}
+
+// emptyContinuation is one round of the CONTINUATION flood: a header block
+// that never ends, one empty CONTINUATION frame at a time.
+func emptyContinuation(c *rawConn) error {
+	if c.nextID == 1 {
+		c.nextID = 3
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		return c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0x82}})
+	}
+	return c.fr.WriteContinuation(1, false, nil)
 }

@@ -67,10 +67,16 @@ func (c *rawConn) openHalf() error {
 // startCall sends the HEADERS of a new ShouldRateLimit stream, within
 // timeout, and returns its stream id.
 func (c *rawConn) startCall(timeout time.Duration) (uint32, error) {
+	return c.startCallTo("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", timeout)
+}
+
+// startCallTo sends the HEADERS of a new stream of the gRPC method path,
+// within timeout, and returns its stream id.
+func (c *rawConn) startCallTo(path string, timeout time.Duration) (uint32, error) {
 	c.hbuf.Reset()
 	for _, f := range [][2]string{
 		{":method", "POST"}, {":scheme", "http"}, {":authority", "sluice"},
-		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+		{":path", path},
 		{"content-type", "application/grpc"}, {"te", "trailers"},
 	} {
 		c.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})

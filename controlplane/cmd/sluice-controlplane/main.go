@@ -87,6 +87,7 @@
 //	-rlqs-addr           SLUICE_RLQS_ADDR           Envoy's Rate Limit Quota Service listen address (off)
 //	-rlqs-ttl            SLUICE_RLQS_TTL            RLQS assignment time to live, whole seconds (15s)
 //	-rlqs-max-buckets    SLUICE_RLQS_MAX_BUCKETS    RLQS buckets one Envoy stream may have (1024)
+//	-rlqs-max-bucket-bytes SLUICE_RLQS_MAX_BUCKET_BYTES RLQS bytes the buckets of all streams may hold (128 MiB)
 //	-version                                        print the version, commit and Go version, and exit
 //	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
 //	                                                $GOGC when that is set and this is not): the live
@@ -239,9 +240,17 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		debug.SetGCPercent(c.gcPercent)
 	}
 	if getenv("GOMEMLIMIT") == "" {
-		limit := memoryLimit(c.memBytes)
+		// The live heap that grows with load: the memory store and the
+		// RLQS buckets. (RLQS reports in flight, up to
+		// rlqs.ServerConfig.MaxBytes under attack, are left out: the
+		// collector then works harder, within the runtime's CPU cap.)
+		bounded := c.memBytes
+		if c.rlqsAddr != "" {
+			bounded += c.rlqsMaxBucketBytes
+		}
+		limit := memoryLimit(bounded)
 		debug.SetMemoryLimit(limit)
-		log.Info("Go memory limit set from the bounds", "gomemlimit_bytes", limit, "memory_max_bytes", c.memBytes)
+		log.Info("Go memory limit set from the bounds", "gomemlimit_bytes", limit, "memory_max_bytes", c.memBytes, "rlqs_max_bucket_bytes", c.rlqsMaxBucketBytes)
 	}
 
 	policies := policy.Example()
@@ -313,7 +322,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		Pprof:            c.pprof,
 		Logger:           log,
 		RLQSAddr:         c.rlqsAddr,
-		RLQS:             rlqs.Options{TTL: c.rlqsTTL, MaxBuckets: c.rlqsMaxBuckets},
+		RLQS:             rlqs.Options{TTL: c.rlqsTTL, MaxBuckets: c.rlqsMaxBuckets, MaxBucketBytes: c.rlqsMaxBucketBytes},
 
 		MaxConns:           c.maxConns,
 		MaxStreamsPerConn:  uint32(c.maxStreamsPerConn),

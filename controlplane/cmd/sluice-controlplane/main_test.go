@@ -100,6 +100,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-rlqs-ttl", "1500ms"}, nil, "-rlqs-ttl must be whole seconds"},
 		{[]string{"-rlqs-ttl", "1s"}, nil, "-rlqs-ttl must be whole seconds, at least 2s"},
 		{nil, map[string]string{"SLUICE_RLQS_MAX_BUCKETS": "0"}, "-rlqs-max-buckets positive"},
+		{[]string{"-rlqs-max-bucket-bytes", "0"}, nil, "-rlqs-max-bucket-bytes must be positive"},
 		{[]string{"-max-conns", "0"}, nil, "-max-conns, -max-streams-per-conn"},
 		{nil, map[string]string{"SLUICE_IDLE_TIMEOUT": "-1s"}, "-idle-timeout must be positive"},
 		{[]string{"-request-body-timeout", "0s"}, nil, "-first-call-timeout and -request-body-timeout must be positive"},

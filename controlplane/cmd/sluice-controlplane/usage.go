@@ -36,7 +36,7 @@ var flagGroups = []struct {
 	{"Policies", []string{"policy", "policy-watch", "policy-file"}},
 	{"envoyproxy/ratelimit behaviour", []string{"charge-past-limit", "quota-mode", "response-dynamic-metadata"}},
 	{"Policy service (ratectl)", []string{"policy-addr", "policy-token-file", "policy-tls-cert", "policy-tls-key", "policy-client-ca"}},
-	{"Rate Limit Quota Service (RLQS)", []string{"rlqs-addr", "rlqs-ttl", "rlqs-max-buckets"}},
+	{"Rate Limit Quota Service (RLQS)", []string{"rlqs-addr", "rlqs-ttl", "rlqs-max-buckets", "rlqs-max-bucket-bytes"}},
 }
 
 // envOnly are the settings that are environment variables only: secrets,
