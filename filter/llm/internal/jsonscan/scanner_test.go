@@ -1,0 +1,264 @@
+package jsonscan
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// testSchema wants a little of everything:
+//
+//	{"n": int 0, "b": bool 0, "s": measured 0, "c": capture 0 (8 bytes),
+//	 "raw": raw 1, "f": flag 0, "o": {"n": int 1}, "a": [ {"n": int 2} ],
+//	 "rec": recursive: strings measured 2, arrays and "k" members recurse}
+func testSchema() *Schema {
+	s := NewSchema()
+	s.Capture(0, 8)
+	root := s.New()
+	def := func(f func(d *Def)) Node {
+		d := NoDef()
+		f(&d)
+		return s.Add(d)
+	}
+	rec := s.New()
+	r := NoDef()
+	r.Measure, r.Array, r.Elem, r.Members = 2, true, rec, []Member{{"k", rec}}
+	s.Set(rec, r)
+	s.Set(root, Def{
+		Members: []Member{
+			{"n", def(func(d *Def) { d.Int = 0 })},
+			{"b", def(func(d *Def) { d.Bool = 0 })},
+			{"s", def(func(d *Def) { d.Measure = 0 })},
+			{"c", def(func(d *Def) { d.Capture = 0 })},
+			{"raw", def(func(d *Def) { d.Raw = 1 })},
+			{"f", def(func(d *Def) { d.Flag = 0 })},
+			{"o", def(func(d *Def) { d.Members = []Member{{"n", def(func(d *Def) { d.Int = 1 })}} })},
+			{"a", def(func(d *Def) {
+				d.Array, d.Elem = true, def(func(d *Def) { d.Members = []Member{{"n", def(func(d *Def) { d.Int = 2 })}} })
+			})},
+			{"rec", rec},
+		},
+		Int: None, Bool: None, Measure: None, Capture: None, Raw: None, Flag: None,
+	})
+	return s
+}
+
+var schema = testSchema()
+
+// scan scans doc in pieces of size n (0: whole).
+func scan(doc string, n int) *Scanner {
+	s := NewScanner(schema)
+	b := []byte(doc)
+	if n <= 0 {
+		n = len(b) + 1
+	}
+	for len(b) > 0 {
+		k := min(n, len(b))
+		s.Write(b[:k])
+		b = b[k:]
+	}
+	return s
+}
+
+func TestValues(t *testing.T) {
+	doc := `{"x":[1,{"n":5}],"n":42,"b":true,"s":"h\u00e9\n\ud83d\ude00!","c":"abc\u00e9",` +
+		`"raw":{"a":[1,2]},"f":{},"o":{"n":7,"z":"q"},"a":[{"n":1},{"n":2}],"rec":["ab",{"k":"cd","j":"zz"}]}`
+	for _, n := range []int{0, 1, 2, 3, 7} {
+		s := scan(doc, n)
+		if !s.Complete() {
+			t.Fatalf("pieces of %d: not complete (error at %d)", n, s.ErrorOffset())
+		}
+		check := func(what string, got, want any) {
+			t.Helper()
+			if got != want {
+				t.Errorf("pieces of %d: %s = %v, want %v", n, what, got, want)
+			}
+		}
+		v, set, bad := s.Int(0)
+		check("n", [3]any{v, set, bad}, [3]any{int64(42), true, false})
+		v, _, _ = s.Int(1)
+		check("o.n", v, int64(7))
+		v, _, _ = s.Int(2)
+		check("a[].n (last)", v, int64(2))
+		b, set := s.Bool(0)
+		check("b", [2]bool{b, set}, [2]bool{true, true})
+		// h (1) é (2) \n (1) 😀 (4, a surrogate pair) ! (1)
+		check("s measured", s.Counter(0), int64(9))
+		c, over := s.Captured(0)
+		check("c captured", string(c), "abc\u00e9")
+		check("c over", over, false)
+		check("raw", s.Counter(1), int64(len(`{"a":[1,2]}`)))
+		check("flag", s.Flag(0), true)
+		check("rec", s.Counter(2), int64(4))
+	}
+}
+
+func TestIntSlots(t *testing.T) {
+	for _, tc := range []struct {
+		doc      string
+		v        int64
+		set, bad bool
+	}{
+		{`{"n":0}`, 0, true, false},
+		{`{"n":9007199254740991}`, 9007199254740991, true, false},
+		{`{"n":9007199254740992}`, 0, false, true},
+		{`{"n":99999999999999999999999}`, 0, false, true},
+		{`{"n":-1}`, 0, false, true},
+		{`{"n":1.0}`, 0, false, true},
+		{`{"n":1e3}`, 0, false, true},
+		{`{"n":"12"}`, 0, false, true},
+		{`{"n":true}`, 0, false, true},
+		{`{"n":{"x":1}}`, 0, false, true},
+		{`{"n":[1]}`, 0, false, true},
+		{`{"n":null}`, 0, false, false},
+		{`{"n":-1,"n":3}`, 3, true, false},
+		{`{"n":3,"n":"x"}`, 3, false, true},
+	} {
+		v, set, bad := scan(tc.doc, 0).Int(0)
+		if set != tc.set || bad != tc.bad || set && v != tc.v {
+			t.Errorf("%s: Int = %d, %v, %v; want %d, %v, %v", tc.doc, v, set, bad, tc.v, tc.set, tc.bad)
+		}
+	}
+}
+
+func TestCaptureBound(t *testing.T) {
+	s := scan(`{"c":"0123456789"}`, 3)
+	c, over := s.Captured(0)
+	if string(c) != "01234567" || !over {
+		t.Errorf("Captured = %q, %v; want the first 8 bytes and over", c, over)
+	}
+	s = scan(`{"c":"\ud800x"}`, 1) // a lone high surrogate
+	if c, _ := s.Captured(0); string(c) != "\ufffdx" {
+		t.Errorf("lone surrogate captured as %q", c)
+	}
+}
+
+func TestLongKeysMatchNothing(t *testing.T) {
+	long := strings.Repeat("n", MaxKey+1)
+	s := scan(`{"`+long+`":1,"\u006e":2}`, 5) // "\u006e" is "n"
+	if v, set, _ := s.Int(0); !set || v != 2 {
+		t.Errorf("Int = %d, %v; want the escaped key to match and the long one not", v, set)
+	}
+}
+
+func TestDepth(t *testing.T) {
+	ok := `{"x":` + strings.Repeat("[", MaxDepth-1) + strings.Repeat("]", MaxDepth-1) + `}`
+	if s := scan(ok, 0); !s.Complete() {
+		t.Errorf("depth %d: not complete", MaxDepth)
+	}
+	deep := `{"x":` + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + `}`
+	if s := scan(deep, 0); !s.Failed() {
+		t.Errorf("depth %d: not failed", MaxDepth+1)
+	}
+}
+
+// TestGrammar compares validity with encoding/json on documents that
+// probe each rule, whole and byte by byte.
+func TestGrammar(t *testing.T) {
+	for _, doc := range []string{
+		`{}`, ` { } `, `{"a":1}`, `{"a":[]}`, `{"a":[1,2,3]}`, `{"a":{"b":{"c":null}}}`,
+		`{"a":-0}`, `{"a":-0.5e-7}`, `{"a":1E+2}`, `{"a":01}`, `{"a":-}`, `{"a":1.}`, `{"a":.5}`,
+		`{"a":1e}`, `{"a":1e+}`, `{"a":+1}`, `{"a":tru}`, `{"a":truex}`, `{"a":nul}`, `{"a":falsey}`,
+		`{"a":"\x01"}`, `{"a":"\q"}`, `{"a":"\u12"}`, `{"a":"\u12G4"}`, `{"a":"\/\b\f\n\r\t"}`,
+		`{"a":1,}`, `{"a":[1,]}`, `{,}`, `{"a" 1}`, `{"a":1 "b":2}`, `{"a":[1}`, `{"a":{]}`,
+		`{} {}`, `{}x`, `[]`, `"s"`, `1`, ``, `   `, `{"a":"\ud800"}`, "{\"a\":\"\xff\"}",
+		`{"a":1}}`, `{"a":[[[]]]}`, `{1:2}`, `{"a"}`, `{"a":}`,
+	} {
+		want := json.Valid([]byte(doc)) && strings.HasPrefix(strings.TrimSpace(doc), "{")
+		for _, n := range []int{0, 1} {
+			s := scan(doc, n)
+			if s.Complete() != want {
+				t.Errorf("%q in pieces of %d: Complete = %v, encoding/json says %v", doc, n, s.Complete(), want)
+			}
+			if want == s.Failed() && doc != "" && strings.TrimSpace(doc) != "" && !isTruncated(doc) {
+				t.Errorf("%q: Failed = %v", doc, s.Failed())
+			}
+		}
+	}
+}
+
+// isTruncated reports whether doc is a valid document's beginning.
+func isTruncated(doc string) bool {
+	d := json.NewDecoder(strings.NewReader(doc))
+	for {
+		_, err := d.Token()
+		if err != nil {
+			return err.Error() == "unexpected EOF" || err.Error() == "EOF"
+		}
+	}
+}
+
+func TestReset(t *testing.T) {
+	s := scan(`{"n":1,"b":true,"s":"abc","c":"x","f":1}`, 0)
+	s.Reset()
+	s.Write([]byte(`{"o":{}}`))
+	if !s.Complete() || s.IntsSeen(1) || s.Counter(0) != 0 || s.Flag(0) {
+		t.Error("Reset left values of the first document")
+	}
+	if _, set := s.Bool(0); set {
+		t.Error("Reset left a boolean")
+	}
+	if c, _ := s.Captured(0); len(c) != 0 {
+		t.Error("Reset left a capture")
+	}
+}
+
+func TestWriteAllocatesNothing(t *testing.T) {
+	doc := []byte(`{"n":42,"s":"h\u00e9llo","c":"abc\u00e9","raw":{"a":[1,2]},"a":[{"n":1}],"x":[true,false,null,1.5e3]}`)
+	s := NewScanner(schema)
+	if n := testing.AllocsPerRun(100, func() {
+		s.Reset()
+		for i := range doc {
+			s.Write(doc[i : i+1])
+		}
+	}); n != 0 {
+		t.Errorf("Write allocates %v times per document", n)
+	}
+}
+
+func FuzzScanner(f *testing.F) {
+	for _, doc := range []string{`{"n":42,"s":"x","rec":[{"k":"ab"}]}`, `{"a":[1,{"b":null}],"c":-0.5e3}`, `{"s":"\ud83d\ude00\u00e9"}`} {
+		f.Add([]byte(doc), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte, cut uint8) {
+		whole := NewScanner(schema)
+		whole.Write(doc)
+		want := json.Valid(doc) && bytes.HasPrefix(bytes.TrimLeft(doc, " \t\r\n"), []byte("{")) && depth(doc) <= MaxDepth
+		if whole.Complete() != want {
+			t.Fatalf("Complete = %v, encoding/json says %v: %q", whole.Complete(), want, doc)
+		}
+		parts := NewScanner(schema)
+		k := min(int(cut), len(doc))
+		parts.Write(doc[:k])
+		parts.Write(doc[k:])
+		if parts.state != whole.state || parts.ints != whole.ints || parts.intSet != whole.intSet || parts.intBad != whole.intBad ||
+			parts.counters != whole.counters || parts.flags != whole.flags || parts.bools != whole.bools {
+			t.Fatalf("cut at %d gives another result: %q", k, doc)
+		}
+		c1, o1 := whole.Captured(0)
+		c2, o2 := parts.Captured(0)
+		if !bytes.Equal(c1, c2) || o1 != o2 {
+			t.Fatalf("cut at %d gives another capture: %q", k, doc)
+		}
+	})
+}
+
+// depth is the deepest nesting of a valid document.
+func depth(doc []byte) int {
+	d := json.NewDecoder(bytes.NewReader(doc))
+	n, deepest := 0, 0
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return deepest
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			n++
+			deepest = max(deepest, n)
+		case json.Delim('}'), json.Delim(']'):
+			n--
+		}
+	}
+}

@@ -1,0 +1,130 @@
+// Package jsonscan is a resumable JSON scanner that is fed a document in
+// pieces and keeps only the values a Schema names: whole numbers into slots,
+// booleans, bounded copies of a few strings, and the lengths of others. It
+// validates the whole document (RFC 8259 grammar; string bytes are not
+// checked as UTF-8) and keeps no part of it: its memory is the Scanner
+// struct, whatever the document's size. The document must be an object.
+package jsonscan
+
+// Node is a value position in a Schema: what to do with a value found
+// there. The zero Node is Skip.
+type Node uint8
+
+// Skip is the node of values nobody wants: they are validated, not kept.
+const Skip Node = 0
+
+// None marks a Def's field as unused.
+const None = -1
+
+// Limits of a Scanner's fixed storage.
+const (
+	MaxDepth     = 64  // nesting of objects and arrays; deeper is an error
+	MaxKey       = 32  // key bytes compared with a Schema's member names; longer keys match none
+	MaxInts      = 24  // integer slots
+	MaxBools     = 8   // boolean slots
+	MaxCounters  = 8   // length counters
+	MaxFlags     = 8   // presence flags
+	MaxCaptures  = 4   // captured strings
+	CaptureBytes = 384 // bytes of all captures together
+	maxNodes     = 255
+)
+
+// Def says what a Node does with each kind of value. Every slot field is
+// None or an index below its Max constant.
+type Def struct {
+	Members []Member // objects are descended with these members; nil: objects are skipped
+	Elem    Node     // with Array: the node of each element
+	Array   bool     // arrays are descended (else skipped)
+	Int     int      // a whole number in [0, MaxInt] goes to this slot; any other value marks it bad (null is absent)
+	Bool    int      // true or false goes to this slot
+	Measure int      // a string's decoded length in bytes is added to this counter
+	Capture int      // a string is copied to this capture, up to its size
+	Raw     int      // an object's or array's length in bytes, as written, is added to this counter
+	Flag    int      // any value but null sets this flag
+}
+
+// Member is one object member a Def wants.
+type Member struct {
+	Name string
+	Node Node
+}
+
+// MaxInt is the largest whole number a slot takes (2^53-1, exact in a
+// double, so a count survives Redis' Lua and JSON decoders in other
+// languages); larger numbers mark their slot bad.
+const MaxInt = 1<<53 - 1
+
+// Schema is a set of nodes; node 1, the first added, is the document's
+// root, which must be an object.
+type Schema struct {
+	defs     []Def // index = Node; defs[0] is Skip
+	capOff   [MaxCaptures]uint16
+	capSize  [MaxCaptures]uint16
+	capTotal int
+}
+
+// NewSchema returns a Schema holding only Skip.
+func NewSchema() *Schema {
+	return &Schema{defs: []Def{NoDef()}}
+}
+
+// NoDef returns a Def that wants nothing: every slot None.
+func NoDef() Def {
+	return Def{Int: None, Bool: None, Measure: None, Capture: None, Raw: None, Flag: None}
+}
+
+// New adds a node that wants nothing yet; Set gives it its Def. Two
+// steps, so that nodes can refer to each other (and to themselves).
+func (s *Schema) New() Node {
+	if len(s.defs) > maxNodes {
+		panic("jsonscan: too many nodes")
+	}
+	s.defs = append(s.defs, NoDef())
+	return Node(len(s.defs) - 1)
+}
+
+// Add adds a node with its Def.
+func (s *Schema) Add(d Def) Node {
+	n := s.New()
+	s.Set(n, d)
+	return n
+}
+
+// Set gives n its Def. It panics on a slot out of range: schemas are
+// built once, by this module's code.
+func (s *Schema) Set(n Node, d Def) {
+	check := func(v, limit int) {
+		if v < None || v >= limit {
+			panic("jsonscan: slot out of range")
+		}
+	}
+	check(d.Int, MaxInts)
+	check(d.Bool, MaxBools)
+	check(d.Measure, MaxCounters)
+	check(d.Raw, MaxCounters)
+	check(d.Flag, MaxFlags)
+	check(d.Capture, MaxCaptures)
+	if d.Capture != None && s.capSize[d.Capture] == 0 {
+		panic("jsonscan: capture without a size (call Capture first)")
+	}
+	s.defs[n] = d
+}
+
+// Capture gives capture slot c its size in bytes.
+func (s *Schema) Capture(c, size int) {
+	if c < 0 || c >= MaxCaptures || size <= 0 || s.capSize[c] != 0 || s.capTotal+size > CaptureBytes {
+		panic("jsonscan: bad capture")
+	}
+	s.capOff[c], s.capSize[c] = uint16(s.capTotal), uint16(size)
+	s.capTotal += size
+}
+
+// member finds the node of key in d's members (Skip if none).
+func (d *Def) member(key []byte) Node {
+	for i := range d.Members {
+		if d.Members[i].Name == string(key) {
+			return d.Members[i].Node
+		}
+	}
+	return Skip
+}
