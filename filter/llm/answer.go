@@ -82,6 +82,32 @@ type answerState struct {
 
 // commit adds a complete document's values.
 func (a *answerState) commit(sc *jsonscan.Scanner) {
+	if sc.IntsSeen(1<<(2*rawCount) - 1) {
+		a.usage(sc)
+	}
+	typ, _ := sc.Captured(capType)
+	text := sc.Counter(ctrChat) + sc.Counter(ctrAnthropic)
+	if responsesTextDelta(typ) {
+		text += sc.Counter(ctrResponses)
+	}
+	if text > 0 {
+		a.addText(text)
+	}
+	if v, set, _ := sc.Int(slotFinal + rawOutput); set {
+		a.providerCount(v)
+	} else if v, set, _ := sc.Int(slotPartial + rawOutput); set {
+		a.providerCount(v)
+	}
+	if v, set, _ := sc.Int(slotSeq); set {
+		a.seq, a.hasSeq = v, true
+	}
+	if sc.Flag(flagError) || string(typ) == "error" || string(typ) == "response.failed" {
+		a.stats.Errors++
+	}
+}
+
+// usage takes a document's usage counts.
+func (a *answerState) usage(sc *jsonscan.Scanner) {
 	for k := 0; k < rawCount; k++ {
 		for _, slot := range [2]int{slotPartial + k, slotFinal + k} {
 			v, set, bad := sc.Int(slot)
@@ -94,23 +120,6 @@ func (a *answerState) commit(sc *jsonscan.Scanner) {
 	}
 	if sc.IntsSeen(finalMask) {
 		a.acc.final = true
-	}
-	typ, _ := sc.Captured(capType)
-	text := sc.Counter(ctrChat) + sc.Counter(ctrAnthropic)
-	if responsesTextDelta(typ) {
-		text += sc.Counter(ctrResponses)
-	}
-	a.addText(text)
-	if v, set, _ := sc.Int(slotFinal + rawOutput); set {
-		a.providerCount(v)
-	} else if v, set, _ := sc.Int(slotPartial + rawOutput); set {
-		a.providerCount(v)
-	}
-	if v, set, _ := sc.Int(slotSeq); set {
-		a.seq, a.hasSeq = v, true
-	}
-	if sc.Flag(flagError) || string(typ) == "error" || string(typ) == "response.failed" {
-		a.stats.Errors++
 	}
 }
 

@@ -30,12 +30,14 @@ const (
 // SSEReader reads the usage of a streamed answer (text/event-stream) fed
 // chunk by chunk, and counts its output tokens as they pass. Chunks may
 // split the stream anywhere. Each event's data is scanned as it comes and
-// never kept: the reader's memory is its own struct (about 1.5 KiB),
-// whatever the answer's length. Reuse one with Reset.
+// never kept: the reader's memory is its own struct (about 3 KiB, half of
+// it the memo that lets an event skip the prefix it shares with the one
+// before), whatever the answer's length. Reuse one with Reset.
 type SSEReader struct {
-	sc  jsonscan.Scanner
-	st  answerState
-	max int64
+	sc   jsonscan.Scanner
+	memo jsonscan.Memo
+	st   answerState
+	max  int64
 
 	line     lineState
 	crSkip   bool // the last line ended with CR: an LF right after is part of that line end
@@ -46,7 +48,9 @@ type SSEReader struct {
 	evBytes   int64 // its bytes so far (lines and line ends)
 	dataBytes int64 // its data, data lines joined with LF
 	hasData   bool
+	first     bool // in its first data line (the one the memo serves)
 	over      bool // longer than max: no longer read
+	noMemo    bool // tests: read every event whole
 	headLen   int
 	head      [6]byte // the first data bytes, to know "[DONE]"
 }
@@ -96,9 +100,15 @@ func (r *SSEReader) NextSequence() int64 {
 // event without the blank line that ends it is taken when its data is one
 // complete JSON object, and counted as malformed otherwise.
 func (r *SSEReader) Result() Result {
+	if r.first && !r.over && !r.noMemo {
+		r.memo.Flush(&r.sc) // the scanner reads what the memo held back
+	}
 	st := r.st
-	if r.hasData || r.over {
-		r.finish(&st)
+	// A last line "data" or "data:" without its line end is an empty data
+	// line: an event that is not JSON.
+	hasData := r.hasData || r.line == lnSpace || r.line == lnField && r.isData()
+	if hasData || r.over {
+		r.finish(&st, hasData)
 	}
 	return st.result()
 }
@@ -117,17 +127,16 @@ func (r *SSEReader) Write(p []byte) {
 			}
 		}
 		switch r.line {
-		case lnData, lnIgnore:
-			j := i
-			for j < len(p) && p[j] != '\n' && p[j] != '\r' {
-				j++
+		case lnData:
+			i += r.dataLine(p[i:])
+			if i < len(p) && (p[i] == '\n' || p[i] == '\r') {
+				r.endLine(p[i])
+				i++
 			}
-			if r.line == lnData {
-				r.data(p[i:j])
-			} else {
-				r.count(int64(j - i))
-			}
-			if i = j; i < len(p) {
+		case lnIgnore:
+			n := jsonscan.LineEnd(p[i:])
+			r.count(int64(n))
+			if i += n; i < len(p) {
 				r.endLine(p[i])
 				i++
 			}
@@ -139,6 +148,18 @@ func (r *SSEReader) Write(p []byte) {
 				i++
 			}
 		default:
+			if r.line == lnStart {
+				// The two fields of every event, whole, at once.
+				if n := fieldAt(p[i:]); n > 0 {
+					r.count(int64(n))
+					i += n
+					r.line = lnIgnore
+					if n == len("data:") {
+						r.line = lnSpace
+					}
+					continue
+				}
+			}
 			i++
 			if c == '\r' || c == '\n' {
 				r.endLine(c)
@@ -162,6 +183,17 @@ func (r *SSEReader) Write(p []byte) {
 			}
 		}
 	}
+}
+
+// fieldAt is the length of "data:" or "event:" when p starts with one.
+func fieldAt(p []byte) int {
+	switch {
+	case len(p) >= 5 && p[0] == 'd' && p[1] == 'a' && p[2] == 't' && p[3] == 'a' && p[4] == ':':
+		return 5
+	case len(p) >= 6 && p[0] == 'e' && p[1] == 'v' && p[2] == 'e' && p[3] == 'n' && p[4] == 't' && p[5] == ':':
+		return 6
+	}
+	return 0
 }
 
 // isData reports whether the field name read is "data".
@@ -191,6 +223,10 @@ func (r *SSEReader) endLine(c byte) {
 	case lnSpace:
 		r.startData()
 	}
+	if r.first && !r.noMemo {
+		r.memo.End(&r.sc, r.over)
+	}
+	r.first = false
 	r.line, r.fieldLen = lnStart, 0
 }
 
@@ -201,16 +237,34 @@ var newline = []byte{'\n'}
 func (r *SSEReader) startData() {
 	if r.hasData {
 		r.feed(newline)
+	} else {
+		r.first = true
+		r.memo.Begin()
 	}
 	r.hasData = true
 }
 
-// data takes bytes of a data line.
-func (r *SSEReader) data(b []byte) {
-	if len(b) > 0 {
-		r.count(int64(len(b)))
-		r.feed(b)
+// dataLine reads a data line's value from the start of p, up to its end
+// or the event's bound, and returns how many bytes it took.
+func (r *SSEReader) dataLine(p []byte) int {
+	var n int
+	if r.over {
+		n = jsonscan.LineEnd(p)
+	} else {
+		// Up to one byte past the bound, which makes the event oversized.
+		q := p[:min(int64(len(p)), r.max-r.evBytes+1)]
+		if r.first && !r.noMemo {
+			n = r.memo.Line(&r.sc, q)
+		} else {
+			n = r.sc.WriteLine(q)
+		}
 	}
+	if r.headLen < len(r.head) {
+		r.headLen += copy(r.head[r.headLen:], p[:n])
+	}
+	r.dataBytes += int64(n)
+	r.count(int64(n))
+	return n
 }
 
 // feed adds b to the event's data.
@@ -227,15 +281,15 @@ func (r *SSEReader) feed(b []byte) {
 // dispatch ends the event in progress (at a blank line).
 func (r *SSEReader) dispatch() {
 	if r.hasData || r.over {
-		r.finish(&r.st)
+		r.finish(&r.st, r.hasData)
 	}
 	r.sc.Reset()
 	r.evBytes, r.dataBytes, r.hasData, r.over, r.headLen = 0, 0, false, false, 0
 }
 
 // finish adds the event in progress to st.
-func (r *SSEReader) finish(st *answerState) {
-	if r.hasData {
+func (r *SSEReader) finish(st *answerState, hasData bool) {
+	if hasData {
 		st.stats.Events++
 	}
 	switch {

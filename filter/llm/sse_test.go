@@ -194,8 +194,9 @@ func TestOversizedEvent(t *testing.T) {
 	huge := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("z", 1<<20) + "\"}}]}\n\n"
 	good := "data: {\"usage\":{\"input_tokens\":2,\"output_tokens\":3}}\n\n"
 	r := NewSSEReader(StreamOptions{MaxEventBytes: 64 << 10})
+	hugeBytes := []byte(huge)
 	if n := testing.AllocsPerRun(1, func() {
-		for b := []byte(huge); len(b) > 0; b = b[min(len(b), 16<<10):] {
+		for b := hugeBytes; len(b) > 0; b = b[min(len(b), 16<<10):] {
 			r.Write(b[:min(len(b), 16<<10)])
 		}
 	}); n != 0 {

@@ -1,23 +1,27 @@
 package jsonscan
 
-import "unicode/utf8"
+import (
+	"bytes"
+	"math/bits"
+)
 
 // state is where the Scanner is in the grammar.
 type state uint8
 
 const (
-	stBegin    state = iota // before the root object
-	stValue                 // a value is due; its node is s.next
-	stObjFirst              // after '{': a key or '}'
-	stKey                   // after ',' in an object: a key
-	stColon                 // after a key: ':'
-	stArrFirst              // after '[': a value or ']'
-	stAfter                 // after a value: ',' or the end of its container
-	stString                // in a string (key or value)
-	stNumber                // in a number
-	stLiteral               // in true, false or null
-	stEnd                   // the root object is complete: only whitespace may follow
-	stError                 // the document is not JSON, or too deep
+	stBegin     state = iota // before the root object
+	stValue                  // a value is due; its node is s.next
+	stObjFirst               // after '{': a key or '}'
+	stKey                    // after ',' in an object: a key
+	stColon                  // after a key: ':'
+	stColonNext              // after a key already looked up (s.next): ':'
+	stArrFirst               // after '[': a value or ']'
+	stAfter                  // after a value: ',' or the end of its container
+	stString                 // in a string (key or value)
+	stNumber                 // in a number
+	stLiteral                // in true, false or null
+	stEnd                    // the root object is complete: only whitespace may follow
+	stError                  // the document is not JSON, or too deep
 )
 
 // strMode is what the scanner does with the bytes of the current string.
@@ -159,424 +163,260 @@ func (s *Scanner) Captured(c int) (b []byte, over bool) {
 
 // Write scans the next piece of the document. Pieces may split it
 // anywhere. After an error, Write ignores what follows.
-func (s *Scanner) Write(p []byte) {
+func (s *Scanner) Write(p []byte) { s.write(p, false) }
+
+// WriteLine scans p up to its first CR or LF, which it leaves, and returns
+// the number of bytes it took: an SSE data line, whose end is no byte of
+// the data (the caller writes the LF that joins two data lines).
+func (s *Scanner) WriteLine(p []byte) int { return s.write(p, true) }
+
+// Byte classes of write's loop.
+const (
+	cBad   = iota
+	cSpace // ' ', '\t'
+	cEOL   // '\n', '\r'
+	cQuote
+	cColon
+	cComma
+	cOpen  // '{', '['
+	cClose // '}', ']'
+	cNum   // '-', '0'-'9'
+	cLit   // 't', 'f', 'n'
+)
+
+var classes = func() (t [256]uint8) {
+	for _, c := range "-0123456789" {
+		t[c] = cNum
+	}
+	t[' '], t['\t'], t['\n'], t['\r'] = cSpace, cSpace, cEOL, cEOL
+	t['"'], t[':'], t[','] = cQuote, cColon, cComma
+	t['{'], t['['], t['}'], t[']'] = cOpen, cOpen, cClose, cClose
+	t['t'], t['f'], t['n'] = cLit, cLit, cLit
+	return t
+}()
+
+// write is Write and, with line, WriteLine. Its loop takes a whole token
+// at a time when the token is whole in p and plain (a key or string
+// without escapes, a whole number, a literal): in Wasm a function call or
+// a branch costs as much as a byte's work, so the frequent cases take
+// few of either. A token that spans pieces, or has escapes, goes through
+// resume, byte by byte.
+func (s *Scanner) write(p []byte, line bool) int {
 	i := 0
-	for i < len(p) && s.state != stError {
-		switch s.state {
-		case stString:
-			i = s.inString(p, i)
-		case stNumber:
-			i = s.inNumber(p, i)
-		case stLiteral:
-			i = s.inLiteral(p, i)
-		default:
-			c := p[i]
-			if c == ' ' || c == '\n' || c == '\r' || c == '\t' {
-				i++
-				continue
-			}
-			i = s.structural(p, i)
+	var stop bool
+	if s.state >= stString {
+		if s.state == stError {
+			goto bad
+		}
+		if i, stop = s.resume(p, 0, line); stop {
+			goto stopped
 		}
 	}
-	s.base += int64(len(p))
-}
-
-// fail makes the document invalid at p[i].
-func (s *Scanner) fail(i int) int {
-	s.state, s.errAt = stError, s.base+int64(i)
-	return i
-}
-
-// structural handles the byte p[i] outside strings, numbers and literals
-// and returns the index of the next byte to read.
-func (s *Scanner) structural(p []byte, i int) int {
-	c := p[i]
-	switch s.state {
-	case stBegin:
-		if c != '{' {
-			return s.fail(i)
-		}
-		s.next = 1
-		return s.value(p, i)
-	case stValue:
-		return s.value(p, i)
-	case stObjFirst, stKey:
-		if c == '"' {
-			s.str, s.keyLen, s.state, s.isKey = strSkip, 0, stString, true
-			if s.nodes[s.depth-1] != Skip {
-				s.str = strKey
+	for i < len(p) {
+		c := p[i]
+		switch classes[c] {
+		case cSpace:
+			i++
+		case cEOL:
+			if line {
+				goto out
 			}
-			return i + 1
-		}
-		if c == '}' && s.state == stObjFirst {
-			return s.close(i)
-		}
-	case stColon:
-		if c == ':' {
-			s.next = Skip
-			if top := s.nodes[s.depth-1]; top != Skip && s.keyLen <= MaxKey {
-				s.next = s.schema.defs[top].member(s.key[:s.keyLen])
+			i++
+		case cQuote:
+			// k: the string's length if it is whole in p and plain; the
+			// first word inline (most keys are shorter than 8 bytes).
+			k := len(p)
+			if i+9 <= len(p) {
+				if m := special(le64(p[i+1:])); m != 0 {
+					k = bits.TrailingZeros64(m) >> 3
+				}
+			}
+			if k == len(p) {
+				k = plain(p[i+1:])
+			}
+			whole := i+1+k < len(p) && p[i+1+k] == '"'
+			if s.state == stKey || s.state == stObjFirst {
+				top := s.nodes[s.depth-1]
+				if whole {
+					s.next = Skip
+					if top != Skip && k <= MaxKey {
+						s.next = s.schema.defs[top].member(p[i+1 : i+1+k])
+					}
+					s.state = stColonNext
+					if i += k + 2; i < len(p) && p[i] == ':' { // compact JSON: one trip fewer
+						s.state = stValue
+						i++
+					}
+					continue
+				}
+				s.str, s.keyLen, s.state, s.isKey = strSkip, 0, stString, true
+				if top != Skip {
+					s.str = strKey
+				}
+			} else {
+				if !s.valueAt(c) {
+					goto fail
+				}
+				if d := &s.schema.defs[s.next]; whole && d.plainString {
+					if d.Measure != None {
+						s.counters[d.Measure] += int64(k)
+					}
+					s.afterValue()
+					i = s.comma(p, i+k+2)
+					continue
+				}
+				s.value(c, i)
+			}
+			if i, stop = s.resume(p, i+1, line); stop {
+				goto stopped
+			}
+		case cColon:
+			switch s.state {
+			case stColonNext:
+			case stColon:
+				s.next = Skip
+				if top := s.nodes[s.depth-1]; top != Skip && s.keyLen <= MaxKey {
+					s.next = s.schema.defs[top].member(s.key[:s.keyLen])
+				}
+			default:
+				goto fail
 			}
 			s.state = stValue
-			return i + 1
-		}
-	case stArrFirst:
-		if c == ']' {
-			return s.close(i)
-		}
-		s.next = s.schema.defs[s.nodes[s.depth-1]].Elem
-		return s.value(p, i)
-	case stAfter:
-		obj := s.isObj&(1<<(s.depth-1)) != 0
-		switch {
-		case c == ',' && obj:
-			s.state = stKey
-			return i + 1
-		case c == ',':
-			s.next, s.state = s.schema.defs[s.nodes[s.depth-1]].Elem, stValue
-			return i + 1
-		case c == '}' && obj, c == ']' && !obj:
-			return s.close(i)
+			i++
+		case cComma:
+			if s.state != stAfter {
+				goto fail
+			}
+			if s.isObj&(1<<(s.depth-1)) != 0 {
+				s.state = stKey
+			} else {
+				s.next, s.state = s.schema.defs[s.nodes[s.depth-1]].Elem, stValue
+			}
+			i++
+		case cOpen:
+			if !s.valueAt(c) || !s.value(c, i) {
+				goto fail
+			}
+			i++
+		case cClose:
+			obj := c == '}'
+			switch {
+			case s.state == stAfter && obj == (s.isObj&(1<<(s.depth-1)) != 0):
+			case s.state == stObjFirst && obj, s.state == stArrFirst && !obj:
+			default:
+				goto fail
+			}
+			if s.depth == s.rawDepth {
+				s.counters[s.rawCtr] += s.base + int64(i) + 1 - s.rawStart
+				s.rawDepth = 0
+			}
+			s.depth--
+			s.afterValue()
+			i++
+		case cNum:
+			if !s.valueAt(c) {
+				goto fail
+			}
+			if j := s.integer(p, i); j > i {
+				i = s.comma(p, j)
+				continue
+			}
+			s.value(c, i) // not a plain integer, or not whole in p
+			if i, stop = s.resume(p, i+1, line); stop {
+				goto stopped
+			}
+		case cLit:
+			if !s.valueAt(c) {
+				goto fail
+			}
+			if j := s.literal(p, i); j > i {
+				i = s.comma(p, j)
+				continue
+			}
+			s.value(c, i)
+			if i, stop = s.resume(p, i+1, line); stop {
+				goto stopped
+			}
+		default:
+			goto fail
 		}
 	}
-	return s.fail(i)
+out:
+	s.base += int64(i)
+	return i
+stopped:
+	if s.state != stError {
+		goto out // at a line end, in a string
+	}
+	goto bad
+fail:
+	s.fail(i)
+bad:
+	if line {
+		i += LineEnd(p[i:])
+	} else {
+		i = len(p)
+	}
+	s.base += int64(i)
+	return i
 }
 
-// value starts the value at p[i], whose node is s.next.
-func (s *Scanner) value(p []byte, i int) int {
+// comma takes the ',' right after a member's value (compact JSON), to
+// save a trip around write's loop.
+func (s *Scanner) comma(p []byte, i int) int {
+	if i < len(p) && p[i] == ',' && s.state == stAfter && s.isObj&(1<<(s.depth-1)) != 0 {
+		s.state = stKey
+		return i + 1
+	}
+	return i
+}
+
+// valueAt reports whether a value may start here (c is its first byte)
+// and sets s.next to its node.
+func (s *Scanner) valueAt(c byte) bool {
+	switch s.state {
+	case stValue:
+		return true
+	case stArrFirst:
+		s.next = s.schema.defs[s.nodes[s.depth-1]].Elem
+		return true
+	case stBegin:
+		s.next = 1
+		return c == '{'
+	}
+	return false
+}
+
+// integer takes a plain integer whole in p from p[i] (followed by a byte
+// that ends it) and returns the index after it, or i when the number is
+// anything else (a fraction, an exponent, a leading zero, or cut by the
+// end of p): then the byte by byte path reads it.
+func (s *Scanner) integer(p []byte, i int) int {
+	j, neg := i, p[i] == '-'
+	if neg {
+		j++
+	}
+	start := j
+	var v uint64
+	for ; j < len(p); j++ {
+		d := p[j] - '0'
+		if d > 9 {
+			break
+		}
+		v = v*10 + uint64(d)
+	}
+	n := j - start
+	if j == len(p) || n == 0 || n > 1 && p[start] == '0' || p[j] == '.' || p[j]|0x20 == 'e' {
+		return i
+	}
 	d := &s.schema.defs[s.next]
-	c := p[i]
-	if c != 'n' && d.Flag != None {
+	if d.Flag != None {
 		s.flags |= 1 << d.Flag
 	}
-	if d.Int != None && c != 'n' && c != '-' && (c < '0' || c > '9') {
-		s.setBad(d.Int)
-	}
-	switch {
-	case c == '{', c == '[':
-		obj := c == '{'
-		node := Skip
-		if obj && d.Members != nil || !obj && d.Array {
-			node = s.next
-		}
-		if s.depth == MaxDepth {
-			return s.fail(i)
-		}
-		s.nodes[s.depth] = node
-		if obj {
-			s.isObj |= 1 << s.depth
-			s.state = stObjFirst
-		} else {
-			s.isObj &^= 1 << s.depth
-			s.state = stArrFirst
-		}
-		s.depth++
-		if d.Raw != None && s.rawDepth == 0 {
-			s.rawDepth, s.rawStart, s.rawCtr = s.depth, s.base+int64(i), d.Raw
-		}
-	case c == '"':
-		s.str, s.state, s.isKey = strSkip, stString, false
-		switch {
-		case d.Capture != None:
-			s.str, s.slot = strCapture, d.Capture
-			s.capLen[d.Capture] = 0
-			s.capOver &^= 1 << d.Capture
-		case d.Measure != None:
-			s.str, s.slot = strMeasure, d.Measure
-		}
-	case c == '-' || c >= '0' && c <= '9':
-		s.state, s.numSlot, s.num, s.numOK = stNumber, d.Int, 0, true
-		s.nst = nMinus
-		if c != '-' {
-			s.nst = nInt
-			if c == '0' {
-				s.nst = nZero
-			}
-			s.num = uint64(c - '0')
-		} else {
-			s.numOK = false // negative: not a count
-		}
-	case c == 't', c == 'f', c == 'n':
-		s.state, s.litPos, s.litSlot = stLiteral, 1, d.Bool
-		s.lit = "null"
-		if c == 't' {
-			s.lit = "true"
-		} else if c == 'f' {
-			s.lit = "false"
-		}
-	default:
-		return s.fail(i)
-	}
-	return i + 1
-}
-
-// close ends the container that p[i] closes.
-func (s *Scanner) close(i int) int {
-	if s.depth == s.rawDepth {
-		s.counters[s.rawCtr] += s.base + int64(i) + 1 - s.rawStart
-		s.rawDepth = 0
-	}
-	s.depth--
-	s.afterValue()
-	return i + 1
-}
-
-// afterValue moves on once a value is complete.
-func (s *Scanner) afterValue() {
-	if s.depth == 0 {
-		s.state = stEnd
-	} else {
-		s.state = stAfter
-	}
-}
-
-func (s *Scanner) setBad(slot int) {
-	s.intBad |= 1 << slot
-	s.intSet &^= 1 << slot
-}
-
-// inString reads string bytes from p[i].
-func (s *Scanner) inString(p []byte, i int) int {
-	for i < len(p) {
-		if s.esc != 0 {
-			if !s.escape(p[i]) {
-				return s.fail(i)
-			}
-			i++
-			continue
-		}
-		start := i
-		for i < len(p) {
-			c := p[i]
-			if c == '"' || c == '\\' || c < 0x20 {
-				break
-			}
-			i++
-		}
-		if i > start {
-			s.text(p[start:i])
-		}
-		if i == len(p) {
-			return i
-		}
-		switch p[i] {
-		case '"':
-			s.flushHigh()
-			if s.isKey {
-				s.state = stColon
-			} else {
-				s.afterValue()
-			}
-			return i + 1
-		case '\\':
-			s.esc = 1
-			i++
-		default:
-			return s.fail(i) // a control character
-		}
-	}
-	return i
-}
-
-// text takes a run of plain string bytes.
-func (s *Scanner) text(b []byte) {
-	switch s.str {
-	case strMeasure:
-		s.counters[s.slot] += int64(len(b))
-	case strKey:
-		s.flushHigh()
-		if s.keyLen < MaxKey {
-			copy(s.key[s.keyLen:], b)
-		}
-		s.keyLen += len(b)
-	case strCapture:
-		s.flushHigh()
-		s.capture(b)
-	}
-}
-
-// capture appends b to the current capture, up to its size.
-func (s *Scanner) capture(b []byte) {
-	c := s.slot
-	n, size := int(s.capLen[c]), int(s.schema.capSize[c])
-	if n+len(b) > size {
-		s.capOver |= 1 << c
-		b = b[:size-n]
-	}
-	copy(s.capBuf[int(s.schema.capOff[c])+n:], b)
-	s.capLen[c] = uint16(n + len(b))
-}
-
-// escape takes one byte of an escape sequence; false if it is invalid.
-func (s *Scanner) escape(c byte) bool {
-	if s.esc == 1 {
-		var b byte
-		switch c {
-		case '"', '\\', '/':
-			b = c
-		case 'b':
-			b = '\b'
-		case 'f':
-			b = '\f'
-		case 'n':
-			b = '\n'
-		case 'r':
-			b = '\r'
-		case 't':
-			b = '\t'
-		case 'u':
-			s.esc, s.unit = 2, 0
-			return true
-		default:
-			return false
-		}
-		s.esc = 0
-		s.text([]byte{b})
-		return true
-	}
-	var v byte
-	switch {
-	case c >= '0' && c <= '9':
-		v = c - '0'
-	case c >= 'a' && c <= 'f':
-		v = c - 'a' + 10
-	case c >= 'A' && c <= 'F':
-		v = c - 'A' + 10
-	default:
-		return false
-	}
-	s.unit = s.unit<<4 | uint16(v)
-	if s.esc++; s.esc == 6 {
-		s.esc = 0
-		s.codeUnit(s.unit)
-	}
-	return true
-}
-
-// codeUnit takes a \u escape's UTF-16 code unit.
-func (s *Scanner) codeUnit(u uint16) {
-	switch s.str {
-	case strMeasure:
-		// Its length in UTF-8; each half of a surrogate pair counts 2,
-		// so that a pair counts 4.
-		n := int64(3)
-		switch {
-		case u < 0x80:
-			n = 1
-		case u < 0x800 || u >= 0xD800 && u < 0xE000:
-			n = 2
-		}
-		s.counters[s.slot] += n
-	case strKey, strCapture:
-		isHigh, isLow := u >= 0xD800 && u < 0xDC00, u >= 0xDC00 && u < 0xE000
-		if s.high != 0 && isLow {
-			r := rune(s.high-0xD800)<<10 | rune(u-0xDC00) + 0x10000
-			s.high = 0
-			s.appendRune(r)
-			return
-		}
-		s.flushHigh()
-		switch {
-		case isHigh:
-			s.high = u
-		case isLow:
-			s.appendRune(utf8.RuneError)
-		default:
-			s.appendRune(rune(u))
-		}
-	}
-}
-
-// flushHigh writes a high surrogate that no low half followed as U+FFFD.
-func (s *Scanner) flushHigh() {
-	if s.high != 0 {
-		s.high = 0
-		s.appendRune(utf8.RuneError)
-	}
-}
-
-// appendRune adds r to the current key or capture.
-func (s *Scanner) appendRune(r rune) {
-	var buf [utf8.UTFMax]byte
-	b := utf8.AppendRune(buf[:0], r)
-	if s.str == strCapture {
-		s.capture(b)
-		return
-	}
-	if s.keyLen+len(b) <= MaxKey {
-		copy(s.key[s.keyLen:], b)
-	}
-	s.keyLen += len(b)
-}
-
-// inNumber reads number bytes from p[i]; the byte that ends the number is
-// left for structural.
-func (s *Scanner) inNumber(p []byte, i int) int {
-	for ; i < len(p); i++ {
-		c := p[i]
-		digit := c >= '0' && c <= '9'
-		switch s.nst {
-		case nMinus:
-			if !digit {
-				return s.fail(i)
-			}
-			s.nst = nInt
-			if c == '0' {
-				s.nst = nZero
-			}
-		case nZero, nInt:
-			if digit && s.nst == nInt {
-				if d := uint64(c - '0'); s.num > (MaxInt-d)/10 {
-					s.numOK = false
-				} else {
-					s.num = s.num*10 + d
-				}
-				continue
-			}
-			switch c {
-			case '.':
-				s.nst, s.numOK = nDot, false
-			case 'e', 'E':
-				s.nst, s.numOK = nE, false
-			default:
-				if digit { // a digit after a leading 0
-					return s.fail(i)
-				}
-				return s.endNumber(i)
-			}
-		case nDot, nESign:
-			if !digit {
-				return s.fail(i)
-			}
-			s.nst++
-		case nFrac, nExp:
-			if digit {
-				continue
-			}
-			if s.nst == nFrac && (c == 'e' || c == 'E') {
-				s.nst = nE
-				continue
-			}
-			return s.endNumber(i)
-		case nE:
-			switch {
-			case c == '+' || c == '-':
-				s.nst = nESign
-			case digit:
-				s.nst = nExp
-			default:
-				return s.fail(i)
-			}
-		}
-	}
-	return i
-}
-
-// endNumber completes the number that p[i] ends.
-func (s *Scanner) endNumber(i int) int {
-	if slot := s.numSlot; slot != None {
-		if s.numOK {
-			s.ints[slot] = int64(s.num)
+	if slot := d.Int; slot != None {
+		// 16 digits hold MaxInt, and cannot overflow v.
+		if !neg && n <= 16 && v <= MaxInt {
+			s.ints[slot] = int64(v)
 			s.intSet |= 1 << slot
 			s.intBad &^= 1 << slot
 		} else {
@@ -584,28 +424,94 @@ func (s *Scanner) endNumber(i int) int {
 		}
 	}
 	s.afterValue()
+	return j
+}
+
+// literal takes true, false or null whole in p from p[i] and returns the
+// index after it, or i (cut by the end of p, or misspelt: the byte by byte
+// path reads it, or finds the error).
+func (s *Scanner) literal(p []byte, i int) int {
+	n, val := 4, false
+	switch {
+	case i+4 <= len(p) && p[i] == 'n' && p[i+1] == 'u' && p[i+2] == 'l' && p[i+3] == 'l':
+		s.afterValue()
+		return i + 4
+	case i+4 <= len(p) && p[i] == 't' && p[i+1] == 'r' && p[i+2] == 'u' && p[i+3] == 'e':
+		val = true
+	case i+5 <= len(p) && p[i] == 'f' && p[i+1] == 'a' && p[i+2] == 'l' && p[i+3] == 's' && p[i+4] == 'e':
+		n = 5
+	default:
+		return i
+	}
+	d := &s.schema.defs[s.next]
+	if d.Flag != None {
+		s.flags |= 1 << d.Flag
+	}
+	if d.Int != None {
+		s.setBad(d.Int)
+	}
+	if slot := d.Bool; slot != None {
+		s.setBool(slot, val)
+	}
+	s.afterValue()
+	return i + n
+}
+
+// LineEnd is the index of p's first CR or LF, or len(p).
+func LineEnd(p []byte) int {
+	n := bytes.IndexByte(p, '\n')
+	if n < 0 {
+		n = len(p)
+	}
+	if r := bytes.IndexByte(p[:n], '\r'); r >= 0 {
+		return r
+	}
+	return n
+}
+
+// plain is the length of p's first run of bytes that need nothing in a
+// string: no quote, backslash or control character. Eight bytes at a
+// time, and the first such byte found with a count of trailing zeros: in
+// Wasm a branch costs as much as a byte's work, so a byte loop is slow
+// (bytes.IndexByte is fast, but it finds one byte, not three).
+func plain(p []byte) int {
+	i := 0
+	for ; i+8 <= len(p); i += 8 {
+		if m := special(le64(p[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	if i == len(p) {
+		return i
+	}
+	if len(p) >= 8 { // the last 8 bytes, those before i masked out
+		shift := uint(i-(len(p)-8)) * 8
+		if m := special(le64(p[len(p)-8:])) >> shift << shift; m != 0 {
+			return len(p) - 8 + bits.TrailingZeros64(m)>>3
+		}
+		return len(p)
+	}
+	for ; i < len(p); i++ {
+		if c := p[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
 	return i
 }
 
-// inLiteral reads the bytes of true, false or null from p[i].
-func (s *Scanner) inLiteral(p []byte, i int) int {
-	for ; i < len(p) && s.litPos < len(s.lit); i++ {
-		if p[i] != s.lit[s.litPos] {
-			return s.fail(i)
-		}
-		s.litPos++
-	}
-	if s.litPos == len(s.lit) {
-		if s.litSlot != None && s.lit[0] != 'n' {
-			bit := uint8(1) << s.litSlot
-			s.boolSet |= bit
-			if s.lit[0] == 't' {
-				s.bools |= bit
-			} else {
-				s.bools &^= bit
-			}
-		}
-		s.afterValue()
-	}
-	return i
+// special marks (with its high bit) each byte of v that is a quote, a
+// backslash or a control character. A mark may also fall on a byte after
+// a marked one (a borrow), never before: the lowest mark is exact.
+func special(v uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, b := v^(ones*'"'), v^(ones*'\\')
+	return ((q-ones)&^q | (b-ones)&^b | (v-ones*0x20)&^v) & highs
+}
+
+// le64 reads 8 bytes little-endian (one load once compiled; not
+// encoding/binary, which would bring reflect into the filter).
+func le64(b []byte) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }

@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -204,6 +205,30 @@ func TestReset(t *testing.T) {
 	}
 }
 
+func TestPlain(t *testing.T) {
+	for n := 0; n <= 20; n++ {
+		for at := 0; at <= n; at++ {
+			for _, c := range []byte{'"', '\\', 0, 0x1f, '\n'} {
+				b := bytes.Repeat([]byte{'a'}, n)
+				want := n
+				if at < n {
+					b[at], want = c, at
+				}
+				b = append(b, 0xff, 0x80) // never special
+				if got := plain(b[:n]); got != want {
+					t.Errorf("plain of %d bytes, %q at %d: %d", n, c, at, got)
+				}
+			}
+		}
+	}
+	if got := plain([]byte("ab\x01\x01\"cd")); got != 2 {
+		t.Errorf("plain with a borrow after the first mark: %d", got)
+	}
+	if got := plain([]byte("\xff\x80 ~\x7fabc\x1f")); got != 8 {
+		t.Errorf("plain of high bytes: %d", got)
+	}
+}
+
 func TestWriteAllocatesNothing(t *testing.T) {
 	doc := []byte(`{"n":42,"s":"h\u00e9llo","c":"abc\u00e9","raw":{"a":[1,2]},"a":[{"n":1}],"x":[true,false,null,1.5e3]}`)
 	s := NewScanner(schema)
@@ -232,7 +257,7 @@ func FuzzScanner(f *testing.F) {
 		k := min(int(cut), len(doc))
 		parts.Write(doc[:k])
 		parts.Write(doc[k:])
-		if parts.state != whole.state || parts.ints != whole.ints || parts.intSet != whole.intSet || parts.intBad != whole.intBad ||
+		if parts.Complete() != whole.Complete() || parts.Failed() != whole.Failed() || parts.ints != whole.ints || parts.intSet != whole.intSet || parts.intBad != whole.intBad ||
 			parts.counters != whole.counters || parts.flags != whole.flags || parts.bools != whole.bools {
 			t.Fatalf("cut at %d gives another result: %q", k, doc)
 		}
@@ -261,4 +286,60 @@ func depth(doc []byte) int {
 			n--
 		}
 	}
+}
+
+// TestMemo: a Scanner helped by a Memo ends every document of a sequence
+// in the state a fresh one reaches, whatever the documents share, however
+// they are cut.
+func TestMemo(t *testing.T) {
+	base := `{"n":1,"b":true,"c":"abcdefgh","o":{"n":2},"s":"hello","a":[{"n":3}],"rec":[{"k":"xy"}],"raw":[1,2],"f":null}`
+	rng := rand.New(rand.NewPCG(5, 6))
+	var m Memo
+	memo := NewScanner(schema)
+	for i := 0; i < 3000; i++ {
+		doc := []byte(base)
+		for k := rng.IntN(3); k > 0; k-- { // change a byte or two, often late
+			at := len(doc) - 1 - rng.IntN(len(doc))/(1+rng.IntN(4))
+			doc[at] = "ab\"1:,{}[] x"[rng.IntN(12)]
+		}
+		if rng.IntN(10) == 0 {
+			doc = append(doc, strings.Repeat("z", rng.IntN(2*MemoBytes))...)
+		}
+		fresh := NewScanner(schema)
+		fresh.Write(doc)
+		memo.Reset()
+		m.Begin()
+		for rest := doc; len(rest) > 0; {
+			n := min(len(rest), 1+rng.IntN(len(doc)))
+			if got := m.Line(memo, rest[:n]); got != n {
+				t.Fatalf("Line took %d of %d bytes", got, n)
+			}
+			rest = rest[n:]
+			if rng.IntN(4) == 0 {
+				m.Flush(memo)
+			}
+		}
+		m.End(memo, false)
+		if !sameResults(memo, fresh) {
+			t.Fatalf("document %d: %q: the memo changed the result", i, doc)
+		}
+	}
+}
+
+// sameResults compares what two Scanners found.
+func sameResults(a, b *Scanner) bool {
+	ca, oa := a.Captured(0)
+	cb, ob := b.Captured(0)
+	return a.Complete() == b.Complete() && a.Failed() == b.Failed() && a.intSet == b.intSet && a.intBad == b.intBad &&
+		a.counters == b.counters && a.flags == b.flags && a.boolSet == b.boolSet && a.bools&a.boolSet == b.bools&b.boolSet &&
+		bytes.Equal(ca, cb) && oa == ob && intsEqual(a, b)
+}
+
+func intsEqual(a, b *Scanner) bool {
+	for k := 0; k < MaxInts; k++ {
+		if a.intSet&(1<<k) != 0 && a.ints[k] != b.ints[k] {
+			return false
+		}
+	}
+	return true
 }

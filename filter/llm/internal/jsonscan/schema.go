@@ -41,6 +41,10 @@ type Def struct {
 	Capture int      // a string is copied to this capture, up to its size
 	Raw     int      // an object's or array's length in bytes, as written, is added to this counter
 	Flag    int      // any value but null sets this flag
+
+	plainString bool             // a string here is only measured or skipped (write's fast path)
+	index       [indexSize]uint8 // member index + 1 by keyHash
+	collide     bool             // two members share a hash: member scans
 }
 
 // Member is one object member a Def wants.
@@ -65,7 +69,9 @@ type Schema struct {
 
 // NewSchema returns a Schema holding only Skip.
 func NewSchema() *Schema {
-	return &Schema{defs: []Def{NoDef()}}
+	s := &Schema{defs: []Def{{}}}
+	s.Set(Skip, NoDef())
+	return s
 }
 
 // NoDef returns a Def that wants nothing: every slot None.
@@ -104,9 +110,19 @@ func (s *Schema) Set(n Node, d Def) {
 	check(d.Raw, MaxCounters)
 	check(d.Flag, MaxFlags)
 	check(d.Capture, MaxCaptures)
+	for _, m := range d.Members {
+		if m.Name == "" || len(m.Name) > MaxKey {
+			panic("jsonscan: a member name must have 1 to MaxKey bytes")
+		}
+	}
 	if d.Capture != None && s.capSize[d.Capture] == 0 {
 		panic("jsonscan: capture without a size (call Capture first)")
 	}
+	d.plainString = d.Int == None && d.Capture == None && d.Flag == None
+	if len(d.Members) > 255 {
+		panic("jsonscan: too many members")
+	}
+	d.buildIndex()
 	s.defs[n] = d
 }
 
@@ -119,12 +135,48 @@ func (s *Schema) Capture(c, size int) {
 	s.capTotal += size
 }
 
-// member finds the node of key in d's members (Skip if none).
+// keyHash picks a member's slot in Def.index: names that differ in
+// length, first or last byte rarely collide.
+func keyHash(key []byte) int {
+	return (len(key)*7 + int(key[0]) + int(key[len(key)-1])*3) & (indexSize - 1)
+}
+
+const indexSize = 32
+
+// member finds the node of key in d's members (Skip if none): one hash
+// and one comparison, as a branch costs as much as a byte's work in Wasm.
 func (d *Def) member(key []byte) Node {
+	if len(key) == 0 { // no member has an empty name
+		return Skip
+	}
+	if m := d.index[keyHash(key)]; m != 0 && d.Members[m-1].Name == string(key) {
+		return d.Members[m-1].Node
+	}
+	if d.collide {
+		return d.scan(key)
+	}
+	return Skip
+}
+
+// scan finds key's member one by one.
+func (d *Def) scan(key []byte) Node {
 	for i := range d.Members {
 		if d.Members[i].Name == string(key) {
 			return d.Members[i].Node
 		}
 	}
 	return Skip
+}
+
+// buildIndex fills d.index; colliding names are found by a scan.
+func (d *Def) buildIndex() {
+	d.index, d.collide = [indexSize]uint8{}, false
+	for i, m := range d.Members {
+		h := keyHash([]byte(m.Name))
+		if d.index[h] != 0 {
+			d.collide = true
+			continue
+		}
+		d.index[h] = uint8(i + 1)
+	}
 }
