@@ -1,0 +1,8 @@
+// Command empty is the smallest Wasm reactor module upstream Go builds:
+// the floor the other two are compared with.
+package main
+
+func main() {}
+
+//go:wasmexport cost
+func cost(input, output, cached, a, b, c int64) int64 { return input*a + output*b + cached*c }

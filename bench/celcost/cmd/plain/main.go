@@ -1,0 +1,12 @@
+// Command plain is a Wasm reactor module that computes the weighted cost
+// with filter/llm's integer arithmetic.
+package main
+
+import "github.com/sluicehq/sluice/filter/llm"
+
+func main() {}
+
+//go:wasmexport cost
+func cost(input, output, cached, a, b, c int64) int64 {
+	return llm.Weights{Input: a, Output: b, Cached: c}.Cost(llm.Usage{Input: input, Output: output, Cached: cached})
+}
