@@ -11,10 +11,11 @@ const Expr = "input * a + output * b + cached * c"
 
 // Compile compiles Expr once, as a filter would at configuration time.
 func Compile() (cel.Program, error) {
-	env, err := cel.NewEnv(
-		cel.Variable("input", cel.IntType), cel.Variable("output", cel.IntType), cel.Variable("cached", cel.IntType),
-		cel.Variable("a", cel.IntType), cel.Variable("b", cel.IntType), cel.Variable("c", cel.IntType),
-	)
+	var opts []cel.EnvOption
+	for _, n := range Names {
+		opts = append(opts, cel.Variable(n, cel.IntType))
+	}
+	env, err := cel.NewEnv(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -25,27 +26,19 @@ func Compile() (cel.Program, error) {
 	return env.Program(ast)
 }
 
-// Vars is one evaluation's variables: an Activation without a map, CEL's
-// cheapest way in.
-type Vars struct {
-	Input, Output, Cached, A, B, C int64
-}
+// Names are the expression's variables, in the order of Vars.
+var Names = [...]string{"input", "output", "cached", "a", "b", "c"}
+
+// Vars is one evaluation's variables, in the order of Names: an
+// Activation without a map, CEL's cheapest way in.
+type Vars [len(Names)]int64
 
 // ResolveName implements interpreter.Activation.
 func (v *Vars) ResolveName(name string) (any, bool) {
-	switch name {
-	case "input":
-		return types.Int(v.Input), true
-	case "output":
-		return types.Int(v.Output), true
-	case "cached":
-		return types.Int(v.Cached), true
-	case "a":
-		return types.Int(v.A), true
-	case "b":
-		return types.Int(v.B), true
-	case "c":
-		return types.Int(v.C), true
+	for i, n := range Names {
+		if n == name {
+			return types.Int(v[i]), true
+		}
 	}
 	return nil, false
 }

@@ -7,8 +7,11 @@ import (
 )
 
 var (
-	vars = Vars{Input: 1017, Output: 297, Cached: 768, A: 3_000_000, B: 15_000_000, C: 300_000}
+	vars = Vars{1017, 297, 768, 3_000_000, 15_000_000, 300_000} // input, output, cached and their weights
 	sink int64
+
+	weights = llm.Weights{Input: vars[3], Output: vars[4], Cached: vars[5]}
+	usage   = llm.Usage{Input: vars[0], Output: vars[1], Cached: vars[2]}
 )
 
 func TestSame(t *testing.T) {
@@ -17,8 +20,7 @@ func TestSame(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := Eval(prg, &vars)
-	w := llm.Weights{Input: vars.A, Output: vars.B, Cached: vars.C}
-	want := w.Cost(llm.Usage{Input: vars.Input, Output: vars.Output, Cached: vars.Cached})
+	want := weights.Cost(usage)
 	if (got+llm.WeightScale-1)/llm.WeightScale != want { // the expression does not divide by the scale
 		t.Errorf("CEL %d, Go %d", got, want)
 	}
@@ -36,11 +38,9 @@ func BenchmarkCEL(b *testing.B) {
 }
 
 func BenchmarkGo(b *testing.B) {
-	w := llm.Weights{Input: vars.A, Output: vars.B, Cached: vars.C}
-	u := llm.Usage{Input: vars.Input, Output: vars.Output, Cached: vars.Cached}
 	b.ReportAllocs()
 	for b.Loop() {
-		sink = w.Cost(u)
+		sink = weights.Cost(usage)
 	}
 }
 

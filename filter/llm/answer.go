@@ -31,24 +31,24 @@ func newAnswerSchema() *jsonscan.Schema {
 	s := jsonscan.NewSchema()
 	s.Capture(capType, capTypeSz)
 	root := s.New()
-	chat := s.Add(measured(ctrChat))
+	chat := s.Add(jsonscan.Def{Measure: at(ctrChat)})
 	function := s.Add(object(member("arguments", chat)))
 	toolCall := s.Add(object(member("function", function)))
 	chatDelta := s.Add(object(append(members(chat, "content", "refusal", "reasoning_content", "reasoning"),
 		member("tool_calls", s.Add(arrayOf(toolCall))))...))
 	choices := s.Add(arrayOf(s.Add(object(member("delta", chatDelta)))))
 	// Anthropic's delta is an object, the Responses API's a string.
-	delta := object(members(s.Add(measured(ctrAnthropic)), "text", "partial_json", "thinking")...)
-	delta.Measure = ctrResponses
+	delta := object(members(s.Add(jsonscan.Def{Measure: at(ctrAnthropic)}), "text", "partial_json", "thinking")...)
+	delta.Measure = at(ctrResponses)
 	s.Set(root, object(
 		member("usage", usageNode(s, slotFinal)),
 		member("response", s.Add(object(member("usage", usageNode(s, slotFinal))))),
 		member("message", s.Add(object(member("usage", usageNode(s, slotPartial))))),
-		member("type", s.Add(captured(capType))),
+		member("type", s.Add(jsonscan.Def{Capture: at(capType)})),
 		member("delta", s.Add(delta)),
 		member("choices", choices),
-		member("sequence_number", s.Add(intAt(slotSeq))),
-		member("error", s.Add(flagged(flagError))),
+		member("sequence_number", s.Add(jsonscan.Def{Int: at(slotSeq)})),
+		member("error", s.Add(jsonscan.Def{Flag: at(flagError)})),
 	))
 	return s
 }
@@ -56,12 +56,12 @@ func newAnswerSchema() *jsonscan.Schema {
 // usageNode is a usage object of any of the three formats, read into the
 // rawCount slots from base.
 func usageNode(s *jsonscan.Schema, base int) jsonscan.Node {
-	details := s.Add(object(member("cached_tokens", s.Add(intAt(base+rawCachedPart)))))
-	m := append(members(s.Add(intAt(base+rawInput)), "prompt_tokens", "input_tokens"),
-		members(s.Add(intAt(base+rawOutput)), "completion_tokens", "output_tokens")...)
+	details := s.Add(object(member("cached_tokens", s.Add(jsonscan.Def{Int: at(base + rawCachedPart)}))))
+	m := append(members(s.Add(jsonscan.Def{Int: at(base + rawInput)}), "prompt_tokens", "input_tokens"),
+		members(s.Add(jsonscan.Def{Int: at(base + rawOutput)}), "completion_tokens", "output_tokens")...)
 	m = append(m, members(details, "prompt_tokens_details", "input_tokens_details")...)
-	m = append(m, member("cache_read_input_tokens", s.Add(intAt(base+rawCacheRead))),
-		member("cache_creation_input_tokens", s.Add(intAt(base+rawCacheWrite))))
+	m = append(m, member("cache_read_input_tokens", s.Add(jsonscan.Def{Int: at(base + rawCacheRead)})),
+		member("cache_creation_input_tokens", s.Add(jsonscan.Def{Int: at(base + rawCacheWrite)})))
 	return s.Add(object(m...))
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/filter/llm/internal/jsontest"
 )
 
 // A second reading of the same formats, written the obvious way with
@@ -45,34 +47,13 @@ func refEvents(stream string) []string {
 // most 64 deep and without duplicate keys (ok false otherwise; valid says
 // whether it is a JSON object at all).
 func refObject(doc []byte) (m map[string]json.RawMessage, valid, ok bool) {
-	if !json.Valid(doc) || !bytes.HasPrefix(bytes.TrimLeft(doc, " \t\r\n"), []byte("{")) {
-		return nil, false, false
-	}
-	if refDepth(doc) > 64 {
+	if !jsontest.ValidObject(doc, 64) {
 		return nil, false, false
 	}
 	if err := json.Unmarshal(doc, &m); err != nil {
 		return nil, false, false
 	}
 	return m, true, !hasDuplicateKeys(doc)
-}
-
-func refDepth(doc []byte) int {
-	d := json.NewDecoder(bytes.NewReader(doc))
-	n, deepest := 0, 0
-	for {
-		tok, err := d.Token()
-		if err != nil {
-			return deepest
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			n++
-			deepest = max(deepest, n)
-		case json.Delim('}'), json.Delim(']'):
-			n--
-		}
-	}
 }
 
 // hasDuplicateKeys reports whether any object of a valid doc repeats a key

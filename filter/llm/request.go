@@ -117,25 +117,23 @@ func newRequestSchema() *jsonscan.Schema {
 	text, path := s.New(), s.New()
 	textMembers := members(text, "content", "text", "arguments", "output", "refusal")
 	textMembers = append(textMembers, members(path, "tool_calls", "function")...)
-	raw := jsonscan.NoDef()
-	raw.Raw = reqRaw
-	input := raw
-	input.Measure = reqText
+	raw := jsonscan.Def{Raw: at(reqRaw)}
+	input := jsonscan.Def{Raw: at(reqRaw), Measure: at(reqText)}
 	textMembers = append(textMembers, member("input", s.Add(input))) // Anthropic's tool_use input: an object
 	t := object(textMembers...)
-	t.Array, t.Elem, t.Measure = true, text, reqText
+	t.Array, t.Elem, t.Measure = true, text, at(reqText)
 	s.Set(text, t)
 	p := object(textMembers...)
 	p.Array, p.Elem = true, path
 	s.Set(path, p)
 	s.Set(root, object(
-		member("model", s.Add(captured(reqModel))),
-		member("max_tokens", s.Add(intAt(reqMaxTokens))),
-		member("max_completion_tokens", s.Add(intAt(reqMaxCompletion))),
-		member("max_output_tokens", s.Add(intAt(reqMaxOutput))),
-		member("n", s.Add(intAt(reqChoices))),
-		member("stream", s.Add(boolAt(reqStream))),
-		member("stream_options", s.Add(object(member("include_usage", s.Add(boolAt(reqIncludeUsage)))))),
+		member("model", s.Add(jsonscan.Def{Capture: at(reqModel)})),
+		member("max_tokens", s.Add(jsonscan.Def{Int: at(reqMaxTokens)})),
+		member("max_completion_tokens", s.Add(jsonscan.Def{Int: at(reqMaxCompletion)})),
+		member("max_output_tokens", s.Add(jsonscan.Def{Int: at(reqMaxOutput)})),
+		member("n", s.Add(jsonscan.Def{Int: at(reqChoices)})),
+		member("stream", s.Add(jsonscan.Def{Bool: at(reqStream)})),
+		member("stream_options", s.Add(object(member("include_usage", s.Add(jsonscan.Def{Bool: at(reqIncludeUsage)}))))),
 		member("messages", text), member("system", text), member("input", text), member("instructions", text),
 		member("tools", s.Add(raw)),
 	))

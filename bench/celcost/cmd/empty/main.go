@@ -4,5 +4,6 @@ package main
 
 func main() {}
 
+//lint:ignore U1000 the host calls it (go:wasmexport)
 //go:wasmexport cost
 func cost(input, output, cached, a, b, c int64) int64 { return input*a + output*b + cached*c }

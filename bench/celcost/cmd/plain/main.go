@@ -6,6 +6,7 @@ import "github.com/sluicehq/sluice/filter/llm"
 
 func main() {}
 
+//lint:ignore U1000 the host calls it (go:wasmexport)
 //go:wasmexport cost
 func cost(input, output, cached, a, b, c int64) int64 {
 	return llm.Weights{Input: a, Output: b, Cached: c}.Cost(llm.Usage{Input: input, Output: output, Cached: cached})

@@ -6,9 +6,11 @@ import "github.com/sluicehq/sluice/bench/celcost"
 
 func main() {}
 
+//lint:ignore U1000 cost reads it
 var prg, _ = celcost.Compile()
 
+//lint:ignore U1000 the host calls it (go:wasmexport)
 //go:wasmexport cost
 func cost(input, output, cached, a, b, c int64) int64 {
-	return celcost.Eval(prg, &celcost.Vars{Input: input, Output: output, Cached: cached, A: a, B: b, C: c})
+	return celcost.Eval(prg, &celcost.Vars{input, output, cached, a, b, c})
 }

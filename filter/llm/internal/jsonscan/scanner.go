@@ -258,8 +258,8 @@ func (s *Scanner) write(p []byte, line bool) int {
 					goto fail
 				}
 				if d := &s.schema.defs[s.next]; whole && d.plainString {
-					if d.Measure != None {
-						s.counters[d.Measure] += int64(k)
+					if d.measure != None {
+						s.counters[d.measure] += int64(k)
 					}
 					s.afterValue()
 					i = s.comma(p, i+k+2)
@@ -290,7 +290,7 @@ func (s *Scanner) write(p []byte, line bool) int {
 			if s.isObj&(1<<(s.depth-1)) != 0 {
 				s.state = stKey
 			} else {
-				s.next, s.state = s.schema.defs[s.nodes[s.depth-1]].Elem, stValue
+				s.next, s.state = s.schema.defs[s.nodes[s.depth-1]].elem, stValue
 			}
 			i++
 		case cOpen:
@@ -313,27 +313,21 @@ func (s *Scanner) write(p []byte, line bool) int {
 			s.depth--
 			s.afterValue()
 			i++
-		case cNum:
+		case cNum, cLit:
 			if !s.valueAt(c) {
 				goto fail
 			}
-			if j := s.integer(p, i); j > i {
+			j := i
+			if c == 't' || c == 'f' || c == 'n' {
+				j = s.literal(p, i)
+			} else {
+				j = s.integer(p, i)
+			}
+			if j > i {
 				i = s.comma(p, j)
 				continue
 			}
-			s.value(c, i) // not a plain integer, or not whole in p
-			if i, stop = s.resume(p, i+1, line); stop {
-				goto stopped
-			}
-		case cLit:
-			if !s.valueAt(c) {
-				goto fail
-			}
-			if j := s.literal(p, i); j > i {
-				i = s.comma(p, j)
-				continue
-			}
-			s.value(c, i)
+			s.value(c, i) // not a plain integer or literal whole in p
 			if i, stop = s.resume(p, i+1, line); stop {
 				goto stopped
 			}
@@ -378,7 +372,7 @@ func (s *Scanner) valueAt(c byte) bool {
 	case stValue:
 		return true
 	case stArrFirst:
-		s.next = s.schema.defs[s.nodes[s.depth-1]].Elem
+		s.next = s.schema.defs[s.nodes[s.depth-1]].elem
 		return true
 	case stBegin:
 		s.next = 1
@@ -410,19 +404,11 @@ func (s *Scanner) integer(p []byte, i int) int {
 		return i
 	}
 	d := &s.schema.defs[s.next]
-	if d.Flag != None {
-		s.flags |= 1 << d.Flag
+	if d.flag != None {
+		s.flags |= 1 << d.flag
 	}
-	if slot := d.Int; slot != None {
-		// 16 digits hold MaxInt, and cannot overflow v.
-		if !neg && n <= 16 && v <= MaxInt {
-			s.ints[slot] = int64(v)
-			s.intSet |= 1 << slot
-			s.intBad &^= 1 << slot
-		} else {
-			s.setBad(slot)
-		}
-	}
+	// 16 digits hold MaxInt, and cannot overflow v.
+	s.setInt(d.intSlot, v, !neg && n <= 16 && v <= MaxInt)
 	s.afterValue()
 	return j
 }
@@ -444,13 +430,13 @@ func (s *Scanner) literal(p []byte, i int) int {
 		return i
 	}
 	d := &s.schema.defs[s.next]
-	if d.Flag != None {
-		s.flags |= 1 << d.Flag
+	if d.flag != None {
+		s.flags |= 1 << d.flag
 	}
-	if d.Int != None {
-		s.setBad(d.Int)
+	if d.intSlot != None {
+		s.setBad(d.intSlot)
 	}
-	if slot := d.Bool; slot != None {
+	if slot := d.boolSlot; slot != None {
 		s.setBool(slot, val)
 	}
 	s.afterValue()

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/filter/llm/internal/jsontest"
 )
 
 // testSchema wants a little of everything:
@@ -16,32 +18,19 @@ import (
 func testSchema() *Schema {
 	s := NewSchema()
 	s.Capture(0, 8)
-	root := s.New()
-	def := func(f func(d *Def)) Node {
-		d := NoDef()
-		f(&d)
-		return s.Add(d)
-	}
-	rec := s.New()
-	r := NoDef()
-	r.Measure, r.Array, r.Elem, r.Members = 2, true, rec, []Member{{"k", rec}}
-	s.Set(rec, r)
-	s.Set(root, Def{
-		Members: []Member{
-			{"n", def(func(d *Def) { d.Int = 0 })},
-			{"b", def(func(d *Def) { d.Bool = 0 })},
-			{"s", def(func(d *Def) { d.Measure = 0 })},
-			{"c", def(func(d *Def) { d.Capture = 0 })},
-			{"raw", def(func(d *Def) { d.Raw = 1 })},
-			{"f", def(func(d *Def) { d.Flag = 0 })},
-			{"o", def(func(d *Def) { d.Members = []Member{{"n", def(func(d *Def) { d.Int = 1 })}} })},
-			{"a", def(func(d *Def) {
-				d.Array, d.Elem = true, def(func(d *Def) { d.Members = []Member{{"n", def(func(d *Def) { d.Int = 2 })}} })
-			})},
-			{"rec", rec},
-		},
-		Int: None, Bool: None, Measure: None, Capture: None, Raw: None, Flag: None,
-	})
+	root, rec := s.New(), s.New()
+	s.Set(rec, Def{Measure: At(2), Array: true, Elem: rec, Members: []Member{{"k", rec}}})
+	s.Set(root, Def{Members: []Member{
+		{"n", s.Add(Def{Int: At(0)})},
+		{"b", s.Add(Def{Bool: At(0)})},
+		{"s", s.Add(Def{Measure: At(0)})},
+		{"c", s.Add(Def{Capture: At(0)})},
+		{"raw", s.Add(Def{Raw: At(1)})},
+		{"f", s.Add(Def{Flag: At(0)})},
+		{"o", s.Add(Def{Members: []Member{{"n", s.Add(Def{Int: At(1)})}}})},
+		{"a", s.Add(Def{Array: true, Elem: s.Add(Def{Members: []Member{{"n", s.Add(Def{Int: At(2)})}}})})},
+		{"rec", rec},
+	}})
 	return s
 }
 
@@ -249,7 +238,7 @@ func FuzzScanner(f *testing.F) {
 	f.Fuzz(func(t *testing.T, doc []byte, cut uint8) {
 		whole := NewScanner(schema)
 		whole.Write(doc)
-		want := json.Valid(doc) && bytes.HasPrefix(bytes.TrimLeft(doc, " \t\r\n"), []byte("{")) && depth(doc) <= MaxDepth
+		want := jsontest.ValidObject(doc, MaxDepth)
 		if whole.Complete() != want {
 			t.Fatalf("Complete = %v, encoding/json says %v: %q", whole.Complete(), want, doc)
 		}
@@ -267,25 +256,6 @@ func FuzzScanner(f *testing.F) {
 			t.Fatalf("cut at %d gives another capture: %q", k, doc)
 		}
 	})
-}
-
-// depth is the deepest nesting of a valid document.
-func depth(doc []byte) int {
-	d := json.NewDecoder(bytes.NewReader(doc))
-	n, deepest := 0, 0
-	for {
-		tok, err := d.Token()
-		if err != nil {
-			return deepest
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			n++
-			deepest = max(deepest, n)
-		case json.Delim('}'), json.Delim(']'):
-			n--
-		}
-	}
 }
 
 // TestMemo: a Scanner helped by a Memo ends every document of a sequence

@@ -13,7 +13,15 @@ type Node uint8
 // Skip is the node of values nobody wants: they are validated, not kept.
 const Skip Node = 0
 
-// None marks a Def's field as unused.
+// Slot names a slot, counter, flag or capture of a Def: its index plus
+// one, so that the zero Slot is none and a Def literal says only what it
+// wants. At makes one.
+type Slot uint8
+
+// At is the Slot of index i.
+func At(i int) Slot { return Slot(i + 1) }
+
+// None marks an unused slot in a node (the compiled form of a Def).
 const None = -1
 
 // Limits of a Scanner's fixed storage.
@@ -29,18 +37,28 @@ const (
 	maxNodes     = 255
 )
 
-// Def says what a Node does with each kind of value. Every slot field is
-// None or an index below its Max constant.
+// Def says what a Node does with each kind of value; its zero value
+// wants nothing (its values are validated and skipped). Every Slot is
+// below its Max constant.
 type Def struct {
 	Members []Member // objects are descended with these members; nil: objects are skipped
 	Elem    Node     // with Array: the node of each element
 	Array   bool     // arrays are descended (else skipped)
-	Int     int      // a whole number in [0, MaxInt] goes to this slot; any other value marks it bad (null is absent)
-	Bool    int      // true or false goes to this slot
-	Measure int      // a string's decoded length in bytes is added to this counter
-	Capture int      // a string is copied to this capture, up to its size
-	Raw     int      // an object's or array's length in bytes, as written, is added to this counter
-	Flag    int      // any value but null sets this flag
+	Int     Slot     // a whole number in [0, MaxInt] goes to this slot; any other value marks it bad (null is absent)
+	Bool    Slot     // true or false goes to this slot
+	Measure Slot     // a string's decoded length in bytes is added to this counter
+	Capture Slot     // a string is copied to this capture, up to its size
+	Raw     Slot     // an object's or array's length in bytes, as written, is added to this counter
+	Flag    Slot     // any value but null sets this flag
+}
+
+// node is a Def as the scanner reads it: indexes (None: unused), and what
+// the loop's fast paths need.
+type node struct {
+	members                                        []Member
+	elem                                           Node
+	array                                          bool
+	intSlot, boolSlot, measure, capture, raw, flag int
 
 	plainString bool             // a string here is only measured or skipped (write's fast path)
 	index       [indexSize]uint8 // member index + 1 by keyHash
@@ -61,7 +79,7 @@ const MaxInt = 1<<53 - 1
 // Schema is a set of nodes; node 1, the first added, is the document's
 // root, which must be an object.
 type Schema struct {
-	defs     []Def // index = Node; defs[0] is Skip
+	defs     []node // index = Node; defs[0] is Skip
 	capOff   [MaxCaptures]uint16
 	capSize  [MaxCaptures]uint16
 	capTotal int
@@ -69,14 +87,9 @@ type Schema struct {
 
 // NewSchema returns a Schema holding only Skip.
 func NewSchema() *Schema {
-	s := &Schema{defs: []Def{{}}}
-	s.Set(Skip, NoDef())
+	s := &Schema{defs: []node{{}}}
+	s.Set(Skip, Def{})
 	return s
-}
-
-// NoDef returns a Def that wants nothing: every slot None.
-func NoDef() Def {
-	return Def{Int: None, Bool: None, Measure: None, Capture: None, Raw: None, Flag: None}
 }
 
 // New adds a node that wants nothing yet; Set gives it its Def. Two
@@ -85,8 +98,10 @@ func (s *Schema) New() Node {
 	if len(s.defs) > maxNodes {
 		panic("jsonscan: too many nodes")
 	}
-	s.defs = append(s.defs, NoDef())
-	return Node(len(s.defs) - 1)
+	s.defs = append(s.defs, node{})
+	n := Node(len(s.defs) - 1)
+	s.Set(n, Def{})
+	return n
 }
 
 // Add adds a node with its Def.
@@ -99,31 +114,29 @@ func (s *Schema) Add(d Def) Node {
 // Set gives n its Def. It panics on a slot out of range: schemas are
 // built once, by this module's code.
 func (s *Schema) Set(n Node, d Def) {
-	check := func(v, limit int) {
-		if v < None || v >= limit {
+	index := func(v Slot, limit int) int {
+		if int(v) > limit {
 			panic("jsonscan: slot out of range")
 		}
+		return int(v) - 1
 	}
-	check(d.Int, MaxInts)
-	check(d.Bool, MaxBools)
-	check(d.Measure, MaxCounters)
-	check(d.Raw, MaxCounters)
-	check(d.Flag, MaxFlags)
-	check(d.Capture, MaxCaptures)
+	x := node{members: d.Members, elem: d.Elem, array: d.Array,
+		intSlot: index(d.Int, MaxInts), boolSlot: index(d.Bool, MaxBools), measure: index(d.Measure, MaxCounters),
+		capture: index(d.Capture, MaxCaptures), raw: index(d.Raw, MaxCounters), flag: index(d.Flag, MaxFlags)}
 	for _, m := range d.Members {
 		if m.Name == "" || len(m.Name) > MaxKey {
 			panic("jsonscan: a member name must have 1 to MaxKey bytes")
 		}
 	}
-	if d.Capture != None && s.capSize[d.Capture] == 0 {
-		panic("jsonscan: capture without a size (call Capture first)")
-	}
-	d.plainString = d.Int == None && d.Capture == None && d.Flag == None
 	if len(d.Members) > 255 {
 		panic("jsonscan: too many members")
 	}
-	d.buildIndex()
-	s.defs[n] = d
+	if x.capture != None && s.capSize[x.capture] == 0 {
+		panic("jsonscan: capture without a size (call Capture first)")
+	}
+	x.plainString = x.intSlot == None && x.capture == None && x.flag == None
+	x.buildIndex()
+	s.defs[n] = x
 }
 
 // Capture gives capture slot c its size in bytes.
@@ -145,12 +158,12 @@ const indexSize = 32
 
 // member finds the node of key in d's members (Skip if none): one hash
 // and one comparison, as a branch costs as much as a byte's work in Wasm.
-func (d *Def) member(key []byte) Node {
+func (d *node) member(key []byte) Node {
 	if len(key) == 0 { // no member has an empty name
 		return Skip
 	}
-	if m := d.index[keyHash(key)]; m != 0 && d.Members[m-1].Name == string(key) {
-		return d.Members[m-1].Node
+	if m := d.index[keyHash(key)]; m != 0 && d.members[m-1].Name == string(key) {
+		return d.members[m-1].Node
 	}
 	if d.collide {
 		return d.scan(key)
@@ -159,19 +172,19 @@ func (d *Def) member(key []byte) Node {
 }
 
 // scan finds key's member one by one.
-func (d *Def) scan(key []byte) Node {
-	for i := range d.Members {
-		if d.Members[i].Name == string(key) {
-			return d.Members[i].Node
+func (d *node) scan(key []byte) Node {
+	for i := range d.members {
+		if d.members[i].Name == string(key) {
+			return d.members[i].Node
 		}
 	}
 	return Skip
 }
 
 // buildIndex fills d.index; colliding names are found by a scan.
-func (d *Def) buildIndex() {
+func (d *node) buildIndex() {
 	d.index, d.collide = [indexSize]uint8{}, false
-	for i, m := range d.Members {
+	for i, m := range d.members {
 		h := keyHash([]byte(m.Name))
 		if d.index[h] != 0 {
 			d.collide = true

@@ -17,17 +17,17 @@ func (s *Scanner) fail(i int) int {
 // false when a container would nest deeper than MaxDepth.
 func (s *Scanner) value(c byte, i int) bool {
 	d := &s.schema.defs[s.next]
-	if c != 'n' && d.Flag != None {
-		s.flags |= 1 << d.Flag
+	if c != 'n' && d.flag != None {
+		s.flags |= 1 << d.flag
 	}
-	if d.Int != None && c != 'n' && c != '-' && (c < '0' || c > '9') {
-		s.setBad(d.Int)
+	if d.intSlot != None && c != 'n' && c != '-' && (c < '0' || c > '9') {
+		s.setBad(d.intSlot)
 	}
 	switch {
 	case c == '{', c == '[':
 		obj := c == '{'
 		node := Skip
-		if obj && d.Members != nil || !obj && d.Array {
+		if obj && d.members != nil || !obj && d.array {
 			node = s.next
 		}
 		if s.depth == MaxDepth {
@@ -42,21 +42,21 @@ func (s *Scanner) value(c byte, i int) bool {
 			s.state = stArrFirst
 		}
 		s.depth++
-		if d.Raw != None && s.rawDepth == 0 {
-			s.rawDepth, s.rawStart, s.rawCtr = s.depth, s.base+int64(i), d.Raw
+		if d.raw != None && s.rawDepth == 0 {
+			s.rawDepth, s.rawStart, s.rawCtr = s.depth, s.base+int64(i), d.raw
 		}
 	case c == '"':
 		s.str, s.state, s.isKey = strSkip, stString, false
 		switch {
-		case d.Capture != None:
-			s.str, s.slot = strCapture, d.Capture
-			s.capLen[d.Capture] = 0
-			s.capOver &^= 1 << d.Capture
-		case d.Measure != None:
-			s.str, s.slot = strMeasure, d.Measure
+		case d.capture != None:
+			s.str, s.slot = strCapture, d.capture
+			s.capLen[d.capture] = 0
+			s.capOver &^= 1 << d.capture
+		case d.measure != None:
+			s.str, s.slot = strMeasure, d.measure
 		}
 	case c == '-' || c >= '0' && c <= '9':
-		s.state, s.numSlot, s.num, s.numOK = stNumber, d.Int, 0, true
+		s.state, s.numSlot, s.num, s.numOK = stNumber, d.intSlot, 0, true
 		s.nst = nMinus
 		if c != '-' {
 			s.nst = nInt
@@ -68,7 +68,7 @@ func (s *Scanner) value(c byte, i int) bool {
 			s.numOK = false // negative: not a count
 		}
 	default: // 't', 'f', 'n'
-		s.state, s.litPos, s.litSlot = stLiteral, 1, d.Bool
+		s.state, s.litPos, s.litSlot = stLiteral, 1, d.boolSlot
 		s.lit = "null"
 		if c == 't' {
 			s.lit = "true"
@@ -358,17 +358,22 @@ func (s *Scanner) inNumber(p []byte, i int) int {
 
 // endNumber completes the number that p[i] ends.
 func (s *Scanner) endNumber(i int) int {
-	if slot := s.numSlot; slot != None {
-		if s.numOK {
-			s.ints[slot] = int64(s.num)
-			s.intSet |= 1 << slot
-			s.intBad &^= 1 << slot
-		} else {
-			s.setBad(slot)
-		}
-	}
+	s.setInt(s.numSlot, s.num, s.numOK)
 	s.afterValue()
 	return i
+}
+
+// setInt gives slot (None: no slot) the value v, or marks it bad.
+func (s *Scanner) setInt(slot int, v uint64, ok bool) {
+	switch {
+	case slot == None:
+	case ok:
+		s.ints[slot] = int64(v)
+		s.intSet |= 1 << slot
+		s.intBad &^= 1 << slot
+	default:
+		s.setBad(slot)
+	}
 }
 
 // inLiteral reads the bytes of true, false or null from p[i].
