@@ -5,7 +5,7 @@ import "github.com/sluicehq/sluice/filter/llm/internal/jsonscan"
 // JSONReader reads the usage of an answer that is not streamed (one JSON
 // object, application/json), fed chunk by chunk. The usage object may
 // come anywhere in the body; nothing of the body is kept: the reader's
-// memory is its own struct (about 1.5 KiB), whatever the body's size.
+// memory is its own struct (about 1 KiB), whatever the body's size.
 // Reuse one with Reset.
 type JSONReader struct {
 	sc jsonscan.Scanner

@@ -72,9 +72,9 @@
 //
 // # Bounds
 //
-// Nothing of a body is kept. A reader's memory is its struct: about 1.5
-// KiB for RequestReader and JSONReader, 3 KiB for SSEReader (half of it a
-// memo, below), whatever the body's size. Within it: nesting up to 64
+// Nothing of a body is kept. A reader's memory is its struct: about 1 KiB
+// for RequestReader and JSONReader, 2.6 KiB for SSEReader (half of it a
+// memo, below), whatever the body's size (TestReaderSizes holds them). Within it: nesting up to 64
 // levels (deeper is malformed), keys compared up to 32 bytes, the model
 // name kept up to MaxModelBytes, an event's type up to 48. An SSE event is
 // read up to MaxEventBytes (4 MiB by default, a million tokens: the

@@ -141,7 +141,7 @@ func newRequestSchema() *jsonscan.Schema {
 }
 
 // RequestReader reads a request body fed in pieces, up to a maximum,
-// keeping nothing of it: its memory is its own struct (about 1.5 KiB).
+// keeping nothing of it: its memory is its own struct (about 1 KiB).
 // Reuse one with Reset.
 type RequestReader struct {
 	sc        jsonscan.Scanner

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // readSSE reads a stream in the given chunks and returns the result and
@@ -250,5 +251,22 @@ func TestSSEReaderAllocatesNothing(t *testing.T) {
 		_ = r.Result()
 	}); n != 0 {
 		t.Errorf("a stream allocates %v times", n)
+	}
+}
+
+// TestReaderSizes holds the readers' memory, which is all they keep of a
+// body whatever its size, to the bounds doc.go states.
+func TestReaderSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		size, max uintptr
+	}{
+		{"SSEReader", unsafe.Sizeof(SSEReader{}), 2700},
+		{"RequestReader", unsafe.Sizeof(RequestReader{}), 1100},
+		{"JSONReader", unsafe.Sizeof(JSONReader{}), 1100},
+	} {
+		if tc.size > tc.max {
+			t.Errorf("%s is %d bytes, more than the %d doc.go states", tc.name, tc.size, tc.max)
+		}
 	}
 }
