@@ -7,7 +7,7 @@
 //
 //	auth, err := policyservice.NewAuthenticator(policyservice.AuthConfig{Tokens: tokens, Logger: log})
 //	gs := grpc.NewServer(append(auth.ServerOptions(), grpc.Creds(creds))...)
-//	policyservice.New(store, log).Register(gs)
+//	policyservice.New(store, policyservice.Options{Logger: log}).Register(gs)
 package policyservice
 
 import (
@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"unicode"
 
@@ -33,17 +34,32 @@ const maxSourceLen = 256
 // Service implements sluicev1.PolicyServiceServer.
 type Service struct {
 	sluicev1.UnimplementedPolicyServiceServer
-	store *policystore.Store
-	log   *slog.Logger
+	store   *policystore.Store
+	log     *slog.Logger
+	overlay func() *policy.Set
 }
 
-// New returns the service for store. log receives one line per change
-// (domain, version, who); nil means slog.Default().
-func New(store *policystore.Store, log *slog.Logger) *Service {
-	if log == nil {
-		log = slog.Default()
+// Options configures a Service.
+type Options struct {
+	// Logger receives one line per change (domain, version, who); nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// Overlay, when set, returns the domains served beside the store's and
+	// in place of the store's of the same names (an xDS server's), each
+	// naming its owner in its Source ("xds:<resource>"): Get and List show
+	// them.
+	Overlay func() *policy.Set
+}
+
+// New returns the service for store.
+func New(store *policystore.Store, opts Options) *Service {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	return &Service{store: store, log: log}
+	if opts.Overlay == nil {
+		opts.Overlay = func() *policy.Set { return nil }
+	}
+	return &Service{store: store, log: opts.Logger, overlay: opts.Overlay}
 }
 
 // Register registers the service on r (a *grpc.Server).
@@ -51,12 +67,14 @@ func (s *Service) Register(r grpc.ServiceRegistrar) {
 	sluicev1.RegisterPolicyServiceServer(r, s)
 }
 
-// guard converts an optional expected version.
-func guard(expected *uint64) policystore.Guard {
-	if expected == nil {
-		return policystore.Guard{}
+// guard converts an optional expected version and take_over.
+func guard(expected *uint64, takeOver bool) policystore.Guard {
+	var g policystore.Guard
+	if expected != nil {
+		g = policystore.Expect(*expected)
 	}
-	return policystore.Expect(*expected)
+	g.TakeOver = takeOver
+	return g
 }
 
 // Apply validates and stores one domain's policy.
@@ -64,7 +82,7 @@ func (s *Service) Apply(ctx context.Context, req *sluicev1.ApplyRequest) (*sluic
 	if err := checkSource(req.GetSource()); err != nil {
 		return nil, err
 	}
-	g := guard(req.ExpectedVersion)
+	g := guard(req.ExpectedVersion, req.GetTakeOver())
 	res, err := s.store.Apply(ctx, req.GetSource(), []byte(req.GetYaml()), g)
 	if err != nil {
 		return nil, statusOf(err)
@@ -97,6 +115,9 @@ func (s *Service) Get(ctx context.Context, req *sluicev1.GetRequest) (*sluicev1.
 		return nil, err
 	}
 	snap := s.store.Current()
+	if d := s.overlay().Domain(req.GetDomain()); d != nil {
+		return &sluicev1.GetResponse{Policy: overlayProto(d), StoreVersion: snap.Version}, nil
+	}
 	p := snap.Policy(req.GetDomain())
 	if p == nil {
 		return nil, status.Errorf(codes.NotFound, "domain %q: no such domain (list shows the domains there are)", req.GetDomain())
@@ -104,14 +125,32 @@ func (s *Service) Get(ctx context.Context, req *sluicev1.GetRequest) (*sluicev1.
 	return &sluicev1.GetResponse{Policy: toProto(p), StoreVersion: snap.Version}, nil
 }
 
-// List returns every domain's policy from one snapshot.
+// List returns every domain's policy in force: the store's, from one
+// snapshot, and the overlay's in place of the store's of the same name.
 func (s *Service) List(ctx context.Context, req *sluicev1.ListRequest) (*sluicev1.ListResponse, error) {
 	snap := s.store.Current()
+	overlay := s.overlay()
 	out := &sluicev1.ListResponse{StoreVersion: snap.Version}
 	for _, p := range snap.Policies() {
-		out.Policies = append(out.Policies, toProto(p))
+		if overlay.Domain(p.Domain) == nil {
+			out.Policies = append(out.Policies, toProto(p))
+		}
 	}
+	for _, d := range overlay.Domains() {
+		out.Policies = append(out.Policies, overlayProto(d))
+	}
+	sort.Slice(out.Policies, func(i, j int) bool { return out.Policies[i].Domain < out.Policies[j].Domain })
 	return out, nil
+}
+
+// overlayProto converts an overlay domain: version 0, its YAML as
+// policy.Marshal writes it, its Source as the owner.
+func overlayProto(d *policy.Domain) *sluicev1.Policy {
+	y, err := policy.Marshal(d)
+	if err != nil {
+		y = []byte(fmt.Sprintf("# cannot write the policy as YAML: %v\n", err))
+	}
+	return &sluicev1.Policy{Domain: d.Name, Yaml: string(y), Owner: d.Source}
 }
 
 // Delete removes one domain's policy.
@@ -119,7 +158,7 @@ func (s *Service) Delete(ctx context.Context, req *sluicev1.DeleteRequest) (*slu
 	if err := checkDomain(req.GetDomain()); err != nil {
 		return nil, err
 	}
-	g := guard(req.ExpectedVersion)
+	g := guard(req.ExpectedVersion, req.GetTakeOver())
 	v, err := s.store.Delete(ctx, req.GetDomain(), g)
 	if err != nil {
 		return nil, statusOf(err)
@@ -171,7 +210,7 @@ func changes(prev, snap *policystore.Snapshot) *sluicev1.WatchResponse {
 
 // toProto converts a stored policy.
 func toProto(p *policystore.Policy) *sluicev1.Policy {
-	return &sluicev1.Policy{Domain: p.Domain, Version: p.Version, Yaml: string(p.YAML)}
+	return &sluicev1.Policy{Domain: p.Domain, Version: p.Version, Yaml: string(p.YAML), Owner: p.Owner}
 }
 
 // statusOf maps a store error to a gRPC status.

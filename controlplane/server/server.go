@@ -131,9 +131,14 @@ type Config struct {
 	HTTPAddr string
 	// Redis says where state lives.
 	Redis RedisConfig
-	// Policies seeds an empty policy store (the start-up policy file); nil
-	// means none. Once the store holds anything (policies applied through
-	// the policy service, by this replica or another), the store wins.
+	// PolicyFiles are the policy files, which own their domains: they are
+	// put in force at start (the newest files win, see
+	// policystore.SourceState), and ratectl cannot change their domains.
+	PolicyFiles []policystore.Source
+	// Policies seeds an empty policy store (the embedded example, or
+	// policy files that seed only); nil means none. Once the store holds
+	// anything (policies applied through the policy service, by this
+	// replica or another), the store wins.
 	Policies *policy.Set
 	// PolicyAddr is the policy service's listen address; DefaultPolicyAddr
 	// if empty. The decision API stays on GRPCAddr, unauthenticated.
@@ -395,8 +400,8 @@ func (s *Server) build() error {
 }
 
 // buildPolicies opens the policy store: in Redis when the server has Redis
-// (every replica converges on it), else in a local file. The start-up
-// policies seed an empty store only.
+// (every replica converges on it), else in a local file. The policy files
+// are put in force; the seed seeds an empty store only.
 func (s *Server) buildPolicies() error {
 	var backend policystore.Backend
 	var err error
@@ -420,7 +425,7 @@ func (s *Server) buildPolicies() error {
 	if err != nil {
 		return err
 	}
-	opts := policystore.Options{Seed: s.cfg.Policies, Logger: s.log}
+	opts := policystore.Options{Files: s.cfg.PolicyFiles, Seed: s.cfg.Policies, Logger: s.log}
 	if s.cfg.OverlayOwner != "" {
 		opts.Owner = s.overlayOwner
 	}
@@ -452,7 +457,8 @@ func (s *Server) buildPolicyService() error {
 		grpc.ForceServerCodecV2(invalidarg.Codec(encoding.GetCodecV2(grpcproto.Name))))
 	s.polGRPC = grpc.NewServer(opts...)
 	// invalidarg: a request that does not decode is InvalidArgument.
-	s.polGRPC.RegisterService(invalidarg.Service(&sluicev1.PolicyService_ServiceDesc), policyservice.New(s.policies, s.log))
+	svc := policyservice.New(s.policies, policyservice.Options{Logger: s.log, Overlay: s.overlaySet})
+	s.polGRPC.RegisterService(invalidarg.Service(&sluicev1.PolicyService_ServiceDesc), svc)
 	addr := s.cfg.PolicyAddr
 	if addr == "" {
 		addr = DefaultPolicyAddr

@@ -66,7 +66,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 		t.Fatal(err)
 	}
 	policyServer := grpc.NewServer(auth.ServerOptions()...)
-	policyservice.New(st, log).Register(policyServer)
+	policyservice.New(st, policyservice.Options{Logger: log}).Register(policyServer)
 	rlsServer := grpc.NewServer()
 	decisions.Register(rlsServer)
 	serve := func(gs *grpc.Server) (string, chan struct{}) {

@@ -317,8 +317,9 @@ func TestBinaryMemory(t *testing.T) {
 		t.Errorf("/readyz %d", code)
 	}
 
-	// Raise the limit through the policy service: refused without the
-	// token, applied with it.
+	// Change the limits through the policy service: refused without the
+	// token; with it, refused for the domain the -policy file owns (naming
+	// the file, changing nothing), applied for another domain.
 	conn, err := grpc.NewClient(policyAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -331,11 +332,19 @@ func TestBinaryMemory(t *testing.T) {
 		t.Fatalf("Apply without a token: %v, want Unauthenticated", err)
 	}
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
-	if _, err := pc.Apply(ctx, req); err != nil {
+	if _, err := pc.Apply(ctx, req); status.Code(err) != grpccodes.FailedPrecondition || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Apply on the file's domain: %v, want FailedPrecondition naming %s", err, path)
+	}
+	if got := call(t, grpcAddr, "c").Statuses[0].CurrentLimit.RequestsPerUnit; got != 2 {
+		t.Fatalf("limit after a refused Apply = %d, want 2", got)
+	}
+	other := strings.Replace(raised, "domain: bin", "domain: other", 1)
+	if _, err := pc.Apply(ctx, &sluicev1.ApplyRequest{Source: "other.yaml", Yaml: other}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	if got := call(t, grpcAddr, "c").Statuses[0].CurrentLimit.RequestsPerUnit; got != 50 {
-		t.Fatalf("limit after Apply = %d, want 50", got)
+	list, err := pc.List(ctx, &sluicev1.ListRequest{})
+	if err != nil || len(list.Policies) != 2 || list.Policies[0].Owner != path || list.Policies[1].Owner != "" {
+		t.Fatalf("List: %v, %v; want bin owned by %s and other the store's", list, err, path)
 	}
 
 	if code := p.stop(t); code != 0 {
@@ -453,7 +462,7 @@ func TestBinarySIGHUP(t *testing.T) {
 
 	write(strings.Replace(binPolicy, "requests_per_unit: 2", "requests_per_unit: 7", 1))
 	hup()
-	line := p.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	line := p.waitLog(t, "SIGHUP: the policy files are in force", 1)
 	if !strings.Contains(line, `"changed":"bin"`) {
 		t.Errorf("log line %s", line)
 	}
@@ -469,7 +478,7 @@ func TestBinarySIGHUP(t *testing.T) {
 	for i, b := range bad {
 		write(b.doc)
 		hup()
-		line := p.waitLog(t, "SIGHUP: refused the -policy files; the current policies stay", i+1)
+		line := p.waitLog(t, "SIGHUP: refused the -policy files; the policies in force stay", i+1)
 		if !strings.Contains(line, b.want) || !strings.Contains(line, `"level":"ERROR"`) {
 			t.Errorf("log line %s\nwant it to hold %s", line, b.want)
 		}
@@ -477,7 +486,7 @@ func TestBinarySIGHUP(t *testing.T) {
 			t.Fatalf("limit %d after a bad SIGHUP, want 7 (kept)", got)
 		}
 	}
-	t.Logf("SIGHUP log lines:\n%s\n%s", p.waitLog(t, "SIGHUP: applied", 1), p.waitLog(t, "SIGHUP: refused", 2))
+	t.Logf("SIGHUP log lines:\n%s\n%s", p.waitLog(t, "SIGHUP: the policy files are in force", 1), p.waitLog(t, "SIGHUP: refused", 2))
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.output())
 	}
@@ -503,7 +512,7 @@ func TestBinarySIGHUPRedis(t *testing.T) {
 	if err := p1.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	p1.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	p1.waitLog(t, "SIGHUP: the policy files are in force", 1)
 	start := time.Now()
 	for limit(rec2) != 9 {
 		if time.Since(start) > 10*time.Second {
