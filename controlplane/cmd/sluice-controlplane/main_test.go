@@ -168,12 +168,28 @@ type proc struct {
 // its "serving" log line.
 func startBinary(t *testing.T, env []string, args ...string) (*proc, map[string]any) {
 	t.Helper()
+	return startBinaryIn(t, "", env, args...)
+}
+
+// startBinaryIn is startBinary in the working directory dir ("": the
+// test's).
+func startBinaryIn(t *testing.T, dir string, env []string, args ...string) (*proc, map[string]any) {
+	t.Helper()
 	bin, err := binary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	args = append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-policy-addr", "127.0.0.1:0", "-log-format", "json"}, args...)
-	p := &proc{cmd: exec.Command(bin, args...), serving: make(chan map[string]any, 1), exited: make(chan struct{})}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	return startCmd(t, cmd, env)
+}
+
+// startCmd starts cmd, a control plane, with env added to the test's
+// environment and waits for its "serving" log line.
+func startCmd(t *testing.T, cmd *exec.Cmd, env []string) (*proc, map[string]any) {
+	t.Helper()
+	p := &proc{cmd: cmd, serving: make(chan map[string]any, 1), exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
