@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
@@ -34,9 +35,13 @@ const maxSourceLen = 256
 // Service implements sluicev1.PolicyServiceServer.
 type Service struct {
 	sluicev1.UnimplementedPolicyServiceServer
-	store   *policystore.Store
-	log     *slog.Logger
-	overlay func() *policy.Set
+	store    *policystore.Store
+	log      *slog.Logger
+	overlay  func() *policy.Set
+	lim      Limits
+	gate     gate
+	applying chan struct{} // held while an Apply validates and stores
+	shared   shared
 }
 
 // Options configures a Service.
@@ -49,6 +54,8 @@ type Options struct {
 	// naming its owner in its Source ("xds:<resource>"): Get and List show
 	// them.
 	Overlay func() *policy.Set
+	// Limits bound the work in flight (zero: the defaults).
+	Limits Limits
 }
 
 // New returns the service for store.
@@ -59,7 +66,9 @@ func New(store *policystore.Store, opts Options) *Service {
 	if opts.Overlay == nil {
 		opts.Overlay = func() *policy.Set { return nil }
 	}
-	return &Service{store: store, log: opts.Logger, overlay: opts.Overlay}
+	lim := opts.Limits.withDefaults()
+	return &Service{store: store, log: opts.Logger, overlay: opts.Overlay, lim: lim,
+		gate: gate{lim: lim, perConn: map[string]int{}}, applying: make(chan struct{}, 1)}
 }
 
 // Register registers the service on r (a *grpc.Server).
@@ -77,10 +86,19 @@ func guard(expected *uint64, takeOver bool) policystore.Guard {
 	return g
 }
 
-// Apply validates and stores one domain's policy.
+// Apply validates and stores one domain's policy, one Apply at a time: the
+// largest policy costs about 130 MiB to parse, store and load back, and
+// the calls that wait hold only their request (at most Limits.MaxApplies
+// are admitted, TapHandle).
 func (s *Service) Apply(ctx context.Context, req *sluicev1.ApplyRequest) (*sluicev1.ApplyResponse, error) {
 	if err := checkSource(req.GetSource()); err != nil {
 		return nil, err
+	}
+	select {
+	case s.applying <- struct{}{}:
+		defer func() { <-s.applying }()
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	g := guard(req.ExpectedVersion, req.GetTakeOver())
 	res, err := s.store.Apply(ctx, req.GetSource(), []byte(req.GetYaml()), g)
@@ -109,38 +127,55 @@ func checkDomain(domain string) error {
 	return nil
 }
 
-// Get returns one domain's policy as this replica enforces it.
+// Get returns one domain's policy as this replica enforces it: an answer
+// shared by every client (see shared).
 func (s *Service) Get(ctx context.Context, req *sluicev1.GetRequest) (*sluicev1.GetResponse, error) {
 	if err := checkDomain(req.GetDomain()); err != nil {
 		return nil, err
 	}
-	snap := s.store.Current()
-	if d := s.overlay().Domain(req.GetDomain()); d != nil {
-		return &sluicev1.GetResponse{Policy: overlayProto(d), StoreVersion: snap.Version}, nil
+	uncompressed(ctx)
+	snap, overlay, domain := s.store.Current(), s.overlay(), req.GetDomain()
+	res := s.shared.getResponse(snap, overlay, domain, func() *sluicev1.GetResponse {
+		if d := overlay.Domain(domain); d != nil {
+			return &sluicev1.GetResponse{Policy: overlayProto(d), StoreVersion: snap.Version}
+		}
+		if p := snap.Policy(domain); p != nil {
+			return &sluicev1.GetResponse{Policy: toProto(p), StoreVersion: snap.Version}
+		}
+		return nil
+	})
+	if res == nil {
+		return nil, status.Errorf(codes.NotFound, "domain %q: no such domain (list shows the domains there are)", domain)
 	}
-	p := snap.Policy(req.GetDomain())
-	if p == nil {
-		return nil, status.Errorf(codes.NotFound, "domain %q: no such domain (list shows the domains there are)", req.GetDomain())
-	}
-	return &sluicev1.GetResponse{Policy: toProto(p), StoreVersion: snap.Version}, nil
+	return res, nil
 }
 
 // List returns every domain's policy in force: the store's, from one
-// snapshot, and the overlay's in place of the store's of the same name.
+// snapshot, and the overlay's in place of the store's of the same name; an
+// answer shared by every client.
 func (s *Service) List(ctx context.Context, req *sluicev1.ListRequest) (*sluicev1.ListResponse, error) {
-	snap := s.store.Current()
-	overlay := s.overlay()
-	out := &sluicev1.ListResponse{StoreVersion: snap.Version}
-	for _, p := range snap.Policies() {
-		if overlay.Domain(p.Domain) == nil {
-			out.Policies = append(out.Policies, toProto(p))
+	uncompressed(ctx)
+	snap, overlay := s.store.Current(), s.overlay()
+	return s.shared.listResponse(snap, overlay, func() *sluicev1.ListResponse {
+		out := &sluicev1.ListResponse{StoreVersion: snap.Version}
+		for _, p := range snap.Policies() {
+			if overlay.Domain(p.Domain) == nil {
+				out.Policies = append(out.Policies, toProto(p))
+			}
 		}
-	}
-	for _, d := range overlay.Domains() {
-		out.Policies = append(out.Policies, overlayProto(d))
-	}
-	sort.Slice(out.Policies, func(i, j int) bool { return out.Policies[i].Domain < out.Policies[j].Domain })
-	return out, nil
+		for _, d := range overlay.Domains() {
+			out.Policies = append(out.Policies, overlayProto(d))
+		}
+		sort.Slice(out.Policies, func(i, j int) bool { return out.Policies[i].Domain < out.Policies[j].Domain })
+		return out
+	}), nil
+}
+
+// uncompressed sends the call's answers as they are: a client that asks
+// for compression would get a compressed copy of the shared bytes of its
+// own.
+func uncompressed(ctx context.Context) {
+	grpc.SetSendCompressor(ctx, encoding.Identity)
 }
 
 // overlayProto converts an overlay domain: version 0, its YAML as
@@ -169,18 +204,21 @@ func (s *Service) Delete(ctx context.Context, req *sluicev1.DeleteRequest) (*slu
 }
 
 // Watch sends the current set, then every new version as the domains
-// applied and deleted since the previous message. It ends when the client
-// goes away or the store is closed (server shutdown: Unavailable).
+// applied and deleted since the previous message, each message shared by
+// the watchers (see shared). It ends when the client goes away, when it has
+// not taken a message when the next is due Limits.WatchSendTimeout after
+// it was sent, or when the store is closed (server shutdown: Unavailable).
 func (s *Service) Watch(req *sluicev1.WatchRequest, stream grpc.ServerStreamingServer[sluicev1.WatchResponse]) error {
 	ctx := stream.Context()
+	uncompressed(ctx)
 	var prev *policystore.Snapshot
 	for {
 		snap, err := s.store.Next(ctx, prev)
 		if err != nil {
 			return statusOf(err)
 		}
-		if msg := changes(prev, snap); msg != nil {
-			if err := stream.Send(msg); err != nil {
+		if msg := s.shared.watchMessage(prev, snap); msg != nil {
+			if err := sendWithin(stream, msg, s.lim.WatchSendTimeout); err != nil {
 				return err
 			}
 		}

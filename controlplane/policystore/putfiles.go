@@ -37,6 +37,13 @@ func (s *Store) PutFiles(ctx context.Context, sources []Source) ([]SourceResult,
 		return nil, err
 	}
 	if v > 0 {
+		written := map[string]*Policy{}
+		for _, src := range sources {
+			for _, f := range src.Files {
+				written[f.Domain.Name] = &Policy{Domain: f.Domain.Name, Version: v, YAML: f.Data, Parsed: f.Domain}
+			}
+		}
+		s.written.Store(&written)
 		s.catchUp(ctx, v)
 	}
 	return res, nil

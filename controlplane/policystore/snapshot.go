@@ -95,16 +95,21 @@ func sourceName(backend, domain string, version uint64) string {
 }
 
 // buildSnapshot parses a state read from the backend. A domain whose
-// version and text are those of prev's is not parsed again. A stored policy
-// that fails to parse (written by a sluice with other rules, or damaged) is
-// logged; prev's version of that domain is kept if there is one, else the
-// domain is left out.
-func buildSnapshot(backend string, st State, prev *Snapshot, log *slog.Logger) *Snapshot {
+// version and text are those of prev's is not parsed again, nor one this
+// replica just wrote and parsed (written: by domain, at the version written).
+// A stored policy that fails to parse (written by a sluice with other
+// rules, or damaged) is logged; prev's version of that domain is kept if
+// there is one, else the domain is left out.
+func buildSnapshot(backend string, st State, prev *Snapshot, written map[string]*Policy, log *slog.Logger) *Snapshot {
 	policies := make([]*Policy, 0, len(st.Records))
 	for _, rec := range st.Records {
 		old := prev.Policy(rec.Domain)
 		if old != nil && old.Version == rec.Version && bytes.Equal(old.YAML, rec.YAML) && old.Owner == rec.Owner && old.Source == rec.Source {
 			policies = append(policies, old)
+			continue
+		}
+		if w := written[rec.Domain]; w != nil && w.Version == rec.Version && bytes.Equal(w.YAML, rec.YAML) {
+			policies = append(policies, &Policy{Domain: rec.Domain, Version: rec.Version, YAML: rec.YAML, Parsed: w.Parsed, Owner: rec.Owner, Source: rec.Source})
 			continue
 		}
 		d, err := policy.Parse(sourceName(backend, rec.Domain, rec.Version), rec.YAML)

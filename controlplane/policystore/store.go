@@ -96,6 +96,10 @@ type Store struct {
 	failing   bool        // the last refresh failed (under refreshMu)
 	pending   []Source    // Options.Files, until put in force (under refreshMu)
 
+	// written are the domains this replica last wrote, parsed, at the
+	// version written: loading them back does not parse them again.
+	written atomic.Pointer[map[string]*Policy]
+
 	mu      sync.Mutex               // guards changed and the swap of cur
 	cur     atomic.Pointer[Snapshot] // the current snapshot, never nil
 	changed chan struct{}            // closed and replaced when cur changes
@@ -268,6 +272,7 @@ func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) 
 		return ApplyResult{}, err
 	}
 	if !unchanged {
+		s.written.Store(&map[string]*Policy{d.Name: {Domain: d.Name, Version: v, YAML: data, Parsed: d}})
 		s.catchUp(ctx, v)
 	}
 	return ApplyResult{Domain: d.Name, Version: v, Unchanged: unchanged}, nil
@@ -397,7 +402,7 @@ func (s *Store) refreshLocked(ctx context.Context) error {
 		return err
 	}
 	if s.pending != nil && st.Version != 0 {
-		if st, err = s.putPending(ctx, buildSnapshot(s.b.Name(), st, cur, s.log)); err != nil {
+		if st, err = s.putPending(ctx, buildSnapshot(s.b.Name(), st, cur, nil, s.log)); err != nil {
 			return err
 		}
 	}
@@ -408,7 +413,11 @@ func (s *Store) refreshLocked(ctx context.Context) error {
 		s.log.Warn("policy store: the store's version went back; following the store",
 			"backend", s.b.Name(), "from", cur.Version, "to", st.Version)
 	}
-	s.publish(buildSnapshot(s.b.Name(), st, cur, s.log))
+	var written map[string]*Policy
+	if w := s.written.Load(); w != nil {
+		written = *w
+	}
+	s.publish(buildSnapshot(s.b.Name(), st, cur, written, s.log))
 	s.loaded.Store(true)
 	return nil
 }

@@ -147,6 +147,9 @@ type Config struct {
 	// no token, no client CA and AllowUnauthenticated off, the policy
 	// service is not served at all (logged).
 	PolicyAuth policyservice.AuthConfig
+	// PolicyLimits bound the policy service's Applies and Watches in
+	// flight; zero fields take policyservice's defaults.
+	PolicyLimits policyservice.Limits
 	// PolicyTLS, when set, serves the policy listener over TLS; with
 	// PolicyAuth.ClientCAs it verifies client certificates (mTLS).
 	PolicyTLS *tls.Config
@@ -453,11 +456,12 @@ func (s *Server) buildPolicyService() error {
 	if s.cfg.PolicyTLS != nil {
 		creds = credentials.NewTLS(s.cfg.PolicyTLS)
 	}
-	opts := append(policyServerOptions(auth, idle, s.guard(creds, "policy")),
-		grpc.ForceServerCodecV2(invalidarg.Codec(encoding.GetCodecV2(grpcproto.Name))))
+	svc := policyservice.New(s.policies, policyservice.Options{Logger: s.log, Overlay: s.overlaySet, Limits: s.cfg.PolicyLimits})
+	// The codec sends the answers the service shares as they were encoded
+	// once; invalidarg: a request that does not decode is InvalidArgument.
+	opts := append(policyServerOptions(auth, svc, idle, s.guard(creds, "policy")),
+		grpc.ForceServerCodecV2(svc.Codec(invalidarg.Codec(encoding.GetCodecV2(grpcproto.Name)))))
 	s.polGRPC = grpc.NewServer(opts...)
-	// invalidarg: a request that does not decode is InvalidArgument.
-	svc := policyservice.New(s.policies, policyservice.Options{Logger: s.log, Overlay: s.overlaySet})
 	s.polGRPC.RegisterService(invalidarg.Service(&sluicev1.PolicyService_ServiceDesc), svc)
 	addr := s.cfg.PolicyAddr
 	if addr == "" {
