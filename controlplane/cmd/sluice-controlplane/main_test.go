@@ -272,7 +272,16 @@ func writePolicy(t *testing.T, doc string) string {
 	return path
 }
 
+// call makes one ShouldRateLimit call of domain bin for user on a new
+// connection.
 func call(t *testing.T, addr, user string) *rlsv3.RateLimitResponse {
+	t.Helper()
+	return callDomain(t, addr, "bin", user)
+}
+
+// callDomain makes one ShouldRateLimit call of domain for user on a new
+// connection.
+func callDomain(t *testing.T, addr, domain, user string) *rlsv3.RateLimitResponse {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -282,7 +291,7 @@ func call(t *testing.T, addr, user string) *rlsv3.RateLimitResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain:      "bin",
+		Domain:      domain,
 		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}},
 	})
 	if err != nil {

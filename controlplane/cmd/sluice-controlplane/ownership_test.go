@@ -12,14 +12,7 @@ import (
 	"testing"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
-
 	"github.com/sluicehq/sluice/internal/portlock"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -45,19 +38,7 @@ var probes atomic.Int64
 // returns the limit that applies, 0 when none does (an unknown domain).
 func limitOf(t *testing.T, addr, domain string) uint32 {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain,
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
-			{Key: "user", Value: "probe-" + strconv.FormatInt(probes.Add(1), 10)}}}}})
-	if err != nil {
-		t.Fatalf("ShouldRateLimit on %s: %v", addr, err)
-	}
+	resp := callDomain(t, addr, domain, "probe-"+strconv.FormatInt(probes.Add(1), 10))
 	if len(resp.Statuses) == 0 || resp.Statuses[0].CurrentLimit == nil {
 		return 0
 	}
@@ -219,15 +200,10 @@ func TestOwnershipSecondControlPlane(t *testing.T) {
 // apply does.
 func applyDomain(t *testing.T, addr, doc string) {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+shareToken)
-	if _, err := sluicev1.NewPolicyServiceClient(cc).Apply(ctx, &sluicev1.ApplyRequest{Source: "ratectl.yaml", Yaml: doc}); err != nil {
+	if err := policyCall(addr, func(ctx context.Context, c sluicev1.PolicyServiceClient) error {
+		_, err := c.Apply(ctx, &sluicev1.ApplyRequest{Source: "ratectl.yaml", Yaml: doc})
+		return err
+	}); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 }
