@@ -255,3 +255,38 @@ func TestFilesWhileStoreDown(t *testing.T) {
 	})
 	waitFor(t, first, convergeBound, "the other replica follows", func(snap *Snapshot) bool { return requestsOf(snap, "api") == 4 })
 }
+
+// TestReadSources: each path is a source with its files; the files' time
+// is their change time, which a file put in place with an old
+// modification time (restored from a backup, untarred) does not hide.
+func TestReadSources(t *testing.T) {
+	dir := t.TempDir()
+	pdir := filepath.Join(dir, "policies")
+	writeSource(t, pdir, map[string]int{"a": 1, "b": 2})
+	single := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(single, domainYAML("c", 3), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	old := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(single, old, old); err != nil {
+		t.Fatal(err)
+	}
+	srcs, err := ReadSources(pdir+"/", single)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(srcs) != 2 || srcs[0].Path != pdir || len(srcs[0].Files) != 2 || srcs[1].Path != single || len(srcs[1].Files) != 1 {
+		t.Fatalf("sources %+v", srcs)
+	}
+	if srcs[1].Stamp.Before(before.Add(-time.Second)) {
+		t.Errorf("a file with an old modification time, just put in place: stamp %v, want its change time (about %v)", srcs[1].Stamp, before)
+	}
+	again, _ := ReadSources(pdir, single)
+	if srcs[0].state().Hash != again[0].state().Hash || srcs[0].state().Hash == srcs[1].state().Hash {
+		t.Error("the hash of the same files differs, or two sources hash alike")
+	}
+	if r := srcs[0].state().Records; len(r) != 2 || r[0].Owner != filepath.Join(pdir, "a.yaml") || r[1].Domain != "b" {
+		t.Errorf("records %+v", r)
+	}
+}
