@@ -9,9 +9,12 @@
 // the backend's change notification or, if that was missed, by polling the
 // store's version. Each loaded version becomes an immutable Snapshot that
 // replaces the previous one whole, so a decision in flight sees one version
-// from start to end:
+// from start to end. Policy files own the domains they name (Options.Files,
+// PutFiles): Apply and Delete refuse those, and the newest version of a
+// file wins over the versions other replicas put in force (sources.go):
 //
-//	st, err := policystore.New(ctx, backend, policystore.Options{Seed: startupSet})
+//	files, err := policystore.ReadSources("/etc/sluice/policies")
+//	st, err := policystore.New(ctx, backend, policystore.Options{Files: files})
 //	...
 //	var policies atomic.Pointer[policy.Set]
 //	policies.Store(st.Current().Set)
