@@ -24,7 +24,9 @@ descriptors:
 // restarted.
 func TestApplyLowersLimit(t *testing.T) {
 	const before, after = 100, 5
-	c := startCluster(t, clusterConfig{policy: livePolicy(before)})
+	// The policy file only seeds the store, so that ratectl owns the
+	// domain (a file's own domain refuses ratectl).
+	c := startCluster(t, clusterConfig{policy: livePolicy(before), cpArgs: []string{"-policy-seed-only"}})
 	for i := range 2 * 2 * workers {
 		gw, vm := i%2, (i/2)%workers
 		if r := c.sendVM(gw, vm, "steady"); r.status != 200 || quota(r) != before {

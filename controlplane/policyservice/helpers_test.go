@@ -89,7 +89,7 @@ func startReplica(t testing.TB, b policystore.Backend, cfg replicaConfig) *repli
 		opts = append(opts, grpc.Creds(cfg.creds))
 	}
 	gs := grpc.NewServer(opts...)
-	New(st, log).Register(gs)
+	New(st, Options{Logger: log}).Register(gs)
 	decisions.Register(gs)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -7,7 +7,12 @@
 //
 //	auth, err := policyservice.NewAuthenticator(policyservice.AuthConfig{Tokens: tokens, Logger: log})
 //	gs := grpc.NewServer(append(auth.ServerOptions(), grpc.Creds(creds))...)
-//	policyservice.New(store, log).Register(gs)
+//	policyservice.New(store, policyservice.Options{Logger: log}).Register(gs)
+//
+// To bound what clients with credentials can have in flight (Limits), add
+// the Service's TapHandle to the server's tap after the Authenticator's,
+// and serve it with its Codec, which sends the answers it shares among
+// clients as they were encoded once (the server package does both).
 package policyservice
 
 import (
@@ -15,11 +20,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"unicode"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
@@ -33,17 +40,40 @@ const maxSourceLen = 256
 // Service implements sluicev1.PolicyServiceServer.
 type Service struct {
 	sluicev1.UnimplementedPolicyServiceServer
-	store *policystore.Store
-	log   *slog.Logger
+	store    *policystore.Store
+	log      *slog.Logger
+	overlay  func() *policy.Set
+	lim      Limits
+	gate     gate
+	applying chan struct{} // held while an Apply validates and stores
+	shared   shared
 }
 
-// New returns the service for store. log receives one line per change
-// (domain, version, who); nil means slog.Default().
-func New(store *policystore.Store, log *slog.Logger) *Service {
-	if log == nil {
-		log = slog.Default()
+// Options configures a Service.
+type Options struct {
+	// Logger receives one line per change (domain, version, who); nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// Overlay, when set, returns the domains served beside the store's and
+	// in place of the store's of the same names (an xDS server's), each
+	// naming its owner in its Source ("xds:<resource>"): Get and List show
+	// them.
+	Overlay func() *policy.Set
+	// Limits bound the work in flight (zero: the defaults).
+	Limits Limits
+}
+
+// New returns the service for store.
+func New(store *policystore.Store, opts Options) *Service {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	return &Service{store: store, log: log}
+	if opts.Overlay == nil {
+		opts.Overlay = func() *policy.Set { return nil }
+	}
+	lim := opts.Limits.withDefaults()
+	return &Service{store: store, log: opts.Logger, overlay: opts.Overlay, lim: lim,
+		gate: gate{lim: lim, perConn: map[string]int{}}, applying: make(chan struct{}, 1)}
 }
 
 // Register registers the service on r (a *grpc.Server).
@@ -51,20 +81,31 @@ func (s *Service) Register(r grpc.ServiceRegistrar) {
 	sluicev1.RegisterPolicyServiceServer(r, s)
 }
 
-// guard converts an optional expected version.
-func guard(expected *uint64) policystore.Guard {
-	if expected == nil {
-		return policystore.Guard{}
+// guard converts an optional expected version and take_over.
+func guard(expected *uint64, takeOver bool) policystore.Guard {
+	var g policystore.Guard
+	if expected != nil {
+		g = policystore.Expect(*expected)
 	}
-	return policystore.Expect(*expected)
+	g.TakeOver = takeOver
+	return g
 }
 
-// Apply validates and stores one domain's policy.
+// Apply validates and stores one domain's policy, one Apply at a time: the
+// largest policy costs about 130 MiB to parse, store and load back, and
+// the calls that wait hold only their request (at most Limits.MaxApplies
+// are admitted, TapHandle).
 func (s *Service) Apply(ctx context.Context, req *sluicev1.ApplyRequest) (*sluicev1.ApplyResponse, error) {
 	if err := checkSource(req.GetSource()); err != nil {
 		return nil, err
 	}
-	g := guard(req.ExpectedVersion)
+	select {
+	case s.applying <- struct{}{}:
+		defer func() { <-s.applying }()
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	g := guard(req.ExpectedVersion, req.GetTakeOver())
 	res, err := s.store.Apply(ctx, req.GetSource(), []byte(req.GetYaml()), g)
 	if err != nil {
 		return nil, statusOf(err)
@@ -91,27 +132,65 @@ func checkDomain(domain string) error {
 	return nil
 }
 
-// Get returns one domain's policy as this replica enforces it.
+// Get returns one domain's policy as this replica enforces it: an answer
+// shared by every client (see shared).
 func (s *Service) Get(ctx context.Context, req *sluicev1.GetRequest) (*sluicev1.GetResponse, error) {
 	if err := checkDomain(req.GetDomain()); err != nil {
 		return nil, err
 	}
-	snap := s.store.Current()
-	p := snap.Policy(req.GetDomain())
-	if p == nil {
-		return nil, status.Errorf(codes.NotFound, "domain %q: no such domain (list shows the domains there are)", req.GetDomain())
+	uncompressed(ctx)
+	snap, overlay, domain := s.store.Current(), s.overlay(), req.GetDomain()
+	res := s.shared.getResponse(snap, overlay, domain, func() *sluicev1.GetResponse {
+		if d := overlay.Domain(domain); d != nil {
+			return &sluicev1.GetResponse{Policy: overlayProto(d), StoreVersion: snap.Version}
+		}
+		if p := snap.Policy(domain); p != nil {
+			return &sluicev1.GetResponse{Policy: toProto(p), StoreVersion: snap.Version}
+		}
+		return nil
+	})
+	if res == nil {
+		return nil, status.Errorf(codes.NotFound, "domain %q: no such domain (list shows the domains there are)", domain)
 	}
-	return &sluicev1.GetResponse{Policy: toProto(p), StoreVersion: snap.Version}, nil
+	return res, nil
 }
 
-// List returns every domain's policy from one snapshot.
+// List returns every domain's policy in force: the store's, from one
+// snapshot, and the overlay's in place of the store's of the same name; an
+// answer shared by every client.
 func (s *Service) List(ctx context.Context, req *sluicev1.ListRequest) (*sluicev1.ListResponse, error) {
-	snap := s.store.Current()
-	out := &sluicev1.ListResponse{StoreVersion: snap.Version}
-	for _, p := range snap.Policies() {
-		out.Policies = append(out.Policies, toProto(p))
+	uncompressed(ctx)
+	snap, overlay := s.store.Current(), s.overlay()
+	return s.shared.listResponse(snap, overlay, func() *sluicev1.ListResponse {
+		out := &sluicev1.ListResponse{StoreVersion: snap.Version}
+		for _, p := range snap.Policies() {
+			if overlay.Domain(p.Domain) == nil {
+				out.Policies = append(out.Policies, toProto(p))
+			}
+		}
+		for _, d := range overlay.Domains() {
+			out.Policies = append(out.Policies, overlayProto(d))
+		}
+		sort.Slice(out.Policies, func(i, j int) bool { return out.Policies[i].Domain < out.Policies[j].Domain })
+		return out
+	}), nil
+}
+
+// uncompressed sends the call's answers as they are: a client that asks
+// for compression would get a compressed copy of the shared bytes of its
+// own.
+func uncompressed(ctx context.Context) {
+	grpc.SetSendCompressor(ctx, encoding.Identity)
+}
+
+// overlayProto converts an overlay domain: version 0, its YAML as
+// policy.Marshal writes it, its Source as the owner.
+func overlayProto(d *policy.Domain) *sluicev1.Policy {
+	y, err := policy.Marshal(d)
+	if err != nil {
+		y = []byte(fmt.Sprintf("# cannot write the policy as YAML: %v\n", err))
 	}
-	return out, nil
+	return &sluicev1.Policy{Domain: d.Name, Yaml: string(y), Owner: d.Source}
 }
 
 // Delete removes one domain's policy.
@@ -119,7 +198,7 @@ func (s *Service) Delete(ctx context.Context, req *sluicev1.DeleteRequest) (*slu
 	if err := checkDomain(req.GetDomain()); err != nil {
 		return nil, err
 	}
-	g := guard(req.ExpectedVersion)
+	g := guard(req.ExpectedVersion, req.GetTakeOver())
 	v, err := s.store.Delete(ctx, req.GetDomain(), g)
 	if err != nil {
 		return nil, statusOf(err)
@@ -130,18 +209,21 @@ func (s *Service) Delete(ctx context.Context, req *sluicev1.DeleteRequest) (*slu
 }
 
 // Watch sends the current set, then every new version as the domains
-// applied and deleted since the previous message. It ends when the client
-// goes away or the store is closed (server shutdown: Unavailable).
+// applied and deleted since the previous message, each message shared by
+// the watchers (see shared). It ends when the client goes away, when it has
+// not taken a message when the next is due Limits.WatchSendTimeout after
+// it was sent, or when the store is closed (server shutdown: Unavailable).
 func (s *Service) Watch(req *sluicev1.WatchRequest, stream grpc.ServerStreamingServer[sluicev1.WatchResponse]) error {
 	ctx := stream.Context()
+	uncompressed(ctx)
 	var prev *policystore.Snapshot
 	for {
 		snap, err := s.store.Next(ctx, prev)
 		if err != nil {
 			return statusOf(err)
 		}
-		if msg := changes(prev, snap); msg != nil {
-			if err := stream.Send(msg); err != nil {
+		if msg := s.shared.watchMessage(prev, snap); msg != nil {
+			if err := sendWithin(stream, msg, s.lim.WatchSendTimeout); err != nil {
 				return err
 			}
 		}
@@ -171,7 +253,7 @@ func changes(prev, snap *policystore.Snapshot) *sluicev1.WatchResponse {
 
 // toProto converts a stored policy.
 func toProto(p *policystore.Policy) *sluicev1.Policy {
-	return &sluicev1.Policy{Domain: p.Domain, Version: p.Version, Yaml: string(p.YAML)}
+	return &sluicev1.Policy{Domain: p.Domain, Version: p.Version, Yaml: string(p.YAML), Owner: p.Owner}
 }
 
 // statusOf maps a store error to a gRPC status.

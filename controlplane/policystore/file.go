@@ -15,14 +15,16 @@ import (
 )
 
 // fileFormat is the version of the file layout, written in its "format"
-// field.
-const fileFormat = 1
+// field. Format 2 added the owners of domains and the sources; a file of
+// format 1 is read as one without them.
+const fileFormat = 2
 
 // fileDoc is the file's content.
 type fileDoc struct {
-	Format   int          `json:"format"`   // fileFormat
-	Version  uint64       `json:"version"`  // the store version
-	Policies []filePolicy `json:"policies"` // sorted by domain
+	Format   int          `json:"format"`            // fileFormat
+	Version  uint64       `json:"version"`           // the store version
+	Policies []filePolicy `json:"policies"`          // sorted by domain
+	Sources  []fileSource `json:"sources,omitempty"` // sorted by path
 }
 
 // filePolicy is one domain in the file.
@@ -30,6 +32,15 @@ type filePolicy struct {
 	Domain  string `json:"domain"`
 	Version uint64 `json:"version"`
 	YAML    string `json:"yaml"`
+	Owner   string `json:"owner,omitempty"`
+	Source  string `json:"source,omitempty"`
+}
+
+// fileSource is the version of a source's files in force.
+type fileSource struct {
+	Path  string `json:"path"`
+	Stamp int64  `json:"stamp"`
+	Hash  string `json:"hash"`
 }
 
 // File keeps policies in one local JSON file, for embedded mode (no Redis).
@@ -110,8 +121,8 @@ func decodeFile(data []byte) (*fileDoc, error) {
 	if dec.More() {
 		return nil, errors.New("not a sluice policy file: data after the JSON document")
 	}
-	if doc.Format != fileFormat {
-		return nil, fmt.Errorf("format %d: this sluice reads format %d", doc.Format, fileFormat)
+	if doc.Format != 1 && doc.Format != fileFormat {
+		return nil, fmt.Errorf("format %d: this sluice reads formats 1 and %d", doc.Format, fileFormat)
 	}
 	seen := make(map[string]bool, len(doc.Policies))
 	for i, p := range doc.Policies {
@@ -130,9 +141,25 @@ func decodeFile(data []byte) (*fileDoc, error) {
 func (d *fileDoc) state() State {
 	st := State{Version: d.Version, Records: make([]Record, len(d.Policies))}
 	for i, p := range d.Policies {
-		st.Records[i] = Record{Domain: p.Domain, Version: p.Version, YAML: []byte(p.YAML)}
+		st.Records[i] = Record{Domain: p.Domain, Version: p.Version, YAML: []byte(p.YAML), Owner: p.Owner, Source: p.Source}
+	}
+	for _, s := range d.Sources {
+		st.Sources = append(st.Sources, SourceRecord(s))
 	}
 	return st
+}
+
+// setState replaces the document's content with st.
+func (d *fileDoc) setState(st State) {
+	d.Version = st.Version
+	d.Policies = make([]filePolicy, len(st.Records))
+	for i, rec := range st.Records {
+		d.Policies[i] = filePolicy{Domain: rec.Domain, Version: rec.Version, YAML: string(rec.YAML), Owner: rec.Owner, Source: rec.Source}
+	}
+	d.Sources = nil
+	for _, s := range st.Sources {
+		d.Sources = append(d.Sources, fileSource(s))
+	}
 }
 
 // Load reads the file.
@@ -196,6 +223,7 @@ func (f *File) update(ctx context.Context, change func(doc *fileDoc) (bool, erro
 		return err
 	}
 	sort.Slice(doc.Policies, func(i, j int) bool { return doc.Policies[i].Domain < doc.Policies[j].Domain })
+	doc.Format = fileFormat
 	data, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return fmt.Errorf("policystore: encode %s: %v", f.path, err)
@@ -268,13 +296,20 @@ func (f *File) Put(ctx context.Context, domain string, yaml []byte, g Guard) (ui
 		}
 		i := doc.find(domain)
 		var cur uint64
+		owned := false
 		if i >= 0 {
 			cur = doc.Policies[i].Version
+			if o := doc.Policies[i].Owner; o != "" {
+				if !g.TakeOver {
+					return false, fileOwned(domain, o)
+				}
+				owned = true
+			}
 		}
 		if g.Check && g.Version != cur {
 			return false, &ConflictError{Domain: domain, Expected: g.Version, Actual: cur}
 		}
-		if i >= 0 && doc.Policies[i].YAML == string(yaml) {
+		if i >= 0 && !owned && doc.Policies[i].YAML == string(yaml) {
 			version, unchanged = cur, true
 			return false, nil
 		}
@@ -302,6 +337,9 @@ func (f *File) Delete(ctx context.Context, domain string, g Guard) (uint64, erro
 		if i < 0 {
 			return false, fmt.Errorf("domain %q: %w", domain, ErrNotFound)
 		}
+		if o := doc.Policies[i].Owner; o != "" && !g.TakeOver {
+			return false, fileOwned(domain, o)
+		}
 		if cur := doc.Policies[i].Version; g.Check && g.Version != cur {
 			return false, &ConflictError{Domain: domain, Expected: g.Version, Actual: cur}
 		}
@@ -328,15 +366,40 @@ func (f *File) Init(ctx context.Context, st State) (bool, error) {
 		if doc.Version != 0 {
 			return false, nil
 		}
-		doc.Version = st.Version
-		doc.Policies = make([]filePolicy, len(st.Records))
-		for i, rec := range st.Records {
-			doc.Policies[i] = filePolicy{Domain: rec.Domain, Version: rec.Version, YAML: string(rec.YAML)}
-		}
+		doc.setState(st)
 		done = true
 		return true, nil
 	})
 	return done, err
+}
+
+// PutSources applies the rule of SourceState to the file.
+func (f *File) PutSources(ctx context.Context, srcs []SourceState) ([]SourceResult, uint64, error) {
+	for _, src := range srcs {
+		for _, rec := range src.Records {
+			if !utf8.Valid(rec.YAML) {
+				return nil, 0, fmt.Errorf("policystore: domain %q: the policy is not valid UTF-8", rec.Domain)
+			}
+		}
+	}
+	var res []SourceResult
+	var version uint64
+	err := f.update(ctx, func(doc *fileDoc) (bool, error) {
+		if doc.Version == 0 {
+			return false, fmt.Errorf("file %s: %w", f.path, ErrUninitialized)
+		}
+		st, out, changed, recorded := applySources(doc.state(), srcs)
+		res = out
+		if changed {
+			version = st.Version
+		}
+		doc.setState(st)
+		return changed || recorded, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return res, version, nil
 }
 
 // Subscribe returns a channel that is hinted after each change made through

@@ -68,7 +68,7 @@ func TestFileDamaged(t *testing.T) {
 	cases := map[string]string{
 		"not JSON":       "{domain: api",
 		"unknown field":  `{"format": 1, "version": 1, "policies": [], "extra": 1}`,
-		"other format":   `{"format": 2, "version": 1, "policies": []}`,
+		"other format":   `{"format": 3, "version": 1, "policies": []}`,
 		"version beyond": `{"format": 1, "version": 1, "policies": [{"domain": "a", "version": 2, "yaml": "x"}]}`,
 		"domain twice":   `{"format": 1, "version": 3, "policies": [{"domain": "a", "version": 2, "yaml": "x"}, {"domain": "a", "version": 3, "yaml": "y"}]}`,
 		"trailing data":  `{"format": 1, "version": 1, "policies": []} {}`,

@@ -25,11 +25,14 @@ var (
 	loadLua string
 	//go:embed lua/init.lua
 	initLua string
+	//go:embed lua/files.lua
+	filesLua string
 
 	putScript    = redis.NewScript(putLua)
 	deleteScript = redis.NewScript(deleteLua)
 	loadScript   = redis.NewScript(loadLua)
 	initScript   = redis.NewScript(initLua)
+	filesScript  = redis.NewScript(filesLua)
 )
 
 // DefaultNamespace is the hash tag of the policy keys unless
@@ -60,7 +63,11 @@ type RedisOptions struct {
 //
 //	sluice:{policies}:version          the store version (INCR on every change)
 //	sluice:{policies}:domains          the set of domain names
-//	sluice:{policies}:domain:<domain>  a hash: version, yaml
+//	sluice:{policies}:domain:<domain>  a hash: version, yaml, and for a domain
+//	                                   a policy file owns, owner (the file) and
+//	                                   source (its -policy path)
+//	sluice:{policies}:sources          a hash: -policy path -> "stamp hash", the
+//	                                   version of its files in force
 //
 // Every change is one Lua script, so the version guard is exact and a
 // reader never sees half of a change, and publishes the new version on
@@ -72,6 +79,7 @@ type Redis struct {
 	client  redis.UniversalClient
 	version string // the version counter's key
 	domains string // the domain set's key
+	sources string // the key of the sources' versions
 	prefix  string // the prefix of each domain's key
 	channel string // the change channel
 }
@@ -94,6 +102,7 @@ func NewRedis(client redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 		client:  client,
 		version: base + "version",
 		domains: base + "domains",
+		sources: base + "sources",
 		prefix:  base + "domain:",
 		channel: base + "changes",
 	}, nil
@@ -105,29 +114,68 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 // Name returns "redis".
 func (r *Redis) Name() string { return "redis" }
 
-// Load reads every domain and the version in one script call.
+// Load reads every domain, the sources and the version in one script call.
 func (r *Redis) Load(ctx context.Context) (State, error) {
-	res, err := loadScript.Run(ctx, r.client, []string{r.version, r.domains}, r.prefix).StringSlice()
+	res, err := loadScript.Run(ctx, r.client, []string{r.version, r.domains, r.sources}, r.prefix).Slice()
 	if err != nil {
 		return State{}, unavailable("redis", err)
 	}
-	if len(res) == 0 || (len(res)-1)%3 != 0 {
-		return State{}, fmt.Errorf("policystore: redis load: malformed reply of %d items", len(res))
-	}
 	var st State
-	if st.Version, err = strconv.ParseUint(res[0], 10, 64); err != nil {
-		return State{}, fmt.Errorf("policystore: redis key %s: not a version: %q", r.version, res[0])
+	var domains, sources []string
+	var ver string
+	ok := len(res) == 3
+	if ok {
+		ver, ok = res[0].(string)
 	}
-	st.Records = make([]Record, 0, (len(res)-1)/3)
-	for i := 1; i < len(res); i += 3 {
-		v, err := strconv.ParseUint(res[i+1], 10, 64)
+	if ok {
+		domains, ok = stringList(res[1])
+	}
+	if ok {
+		sources, ok = stringList(res[2])
+	}
+	if !ok || len(domains)%5 != 0 || len(sources)%2 != 0 {
+		return State{}, fmt.Errorf("policystore: redis load: malformed reply %.200v", res)
+	}
+	if st.Version, err = strconv.ParseUint(ver, 10, 64); err != nil {
+		return State{}, fmt.Errorf("policystore: redis key %s: not a version: %q", r.version, ver)
+	}
+	st.Records = make([]Record, 0, len(domains)/5)
+	for i := 0; i < len(domains); i += 5 {
+		v, err := strconv.ParseUint(domains[i+1], 10, 64)
 		if err != nil {
-			return State{}, fmt.Errorf("policystore: redis key %s%s: not a version: %q", r.prefix, res[i], res[i+1])
+			return State{}, fmt.Errorf("policystore: redis key %s%s: not a version: %q", r.prefix, domains[i], domains[i+1])
 		}
-		st.Records = append(st.Records, Record{Domain: res[i], Version: v, YAML: []byte(res[i+2])})
+		st.Records = append(st.Records, Record{Domain: domains[i], Version: v, YAML: []byte(domains[i+2]),
+			Owner: domains[i+3], Source: domains[i+4]})
 	}
 	sort.Slice(st.Records, func(i, j int) bool { return st.Records[i].Domain < st.Records[j].Domain })
+	for i := 0; i < len(sources); i += 2 {
+		rec, err := parseOrder(sources[i], sources[i+1])
+		if err != nil {
+			return State{}, err
+		}
+		st.Sources = append(st.Sources, rec)
+	}
+	sort.Slice(st.Sources, func(i, j int) bool { return st.Sources[i].Path < st.Sources[j].Path })
 	return st, nil
+}
+
+// stringList returns a script's array of strings (nil when empty), and
+// whether v is one.
+func stringList(v any) ([]string, bool) {
+	a, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	var out []string
+	for _, x := range a {
+		s, ok := x.(string)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
 }
 
 // Version reads the version counter; a missing counter is 0.
@@ -154,22 +202,42 @@ func guardArg(g Guard) string {
 	return strconv.FormatUint(g.Version, 10)
 }
 
-// scriptReply reads a {status, version} script reply.
-func scriptReply(res []int64, err error) (int64, uint64, error) {
+// scriptReply reads a {status, version[, owner]} script reply.
+func scriptReply(res []any, err error) (int64, uint64, string, error) {
 	if err != nil {
-		return 0, 0, unavailable("redis", err)
+		return 0, 0, "", unavailable("redis", err)
 	}
-	if len(res) != 2 || res[1] < 0 {
-		return 0, 0, fmt.Errorf("policystore: redis: malformed script reply %v", res)
+	var status, v int64
+	var owner string
+	ok := len(res) == 2 || len(res) == 3
+	if ok {
+		status, ok = res[0].(int64)
 	}
-	return res[0], uint64(res[1]), nil
+	if ok {
+		v, ok = res[1].(int64)
+	}
+	if ok && len(res) == 3 {
+		owner, ok = res[2].(string)
+	}
+	if !ok || v < 0 {
+		return 0, 0, "", fmt.Errorf("policystore: redis: malformed script reply %.200v", res)
+	}
+	return status, uint64(v), owner, nil
+}
+
+// takeOverArg encodes Guard.TakeOver for the scripts.
+func takeOverArg(g Guard) string {
+	if g.TakeOver {
+		return "1"
+	}
+	return ""
 }
 
 // Put runs put.lua.
 func (r *Redis) Put(ctx context.Context, domain string, yaml []byte, g Guard) (uint64, bool, error) {
-	status, v, err := scriptReply(putScript.Run(ctx, r.client,
+	status, v, owner, err := scriptReply(putScript.Run(ctx, r.client,
 		[]string{r.version, r.domains, r.prefix + domain},
-		domain, yaml, guardArg(g), r.channel).Int64Slice())
+		domain, yaml, guardArg(g), r.channel, takeOverArg(g)).Slice())
 	if err != nil {
 		return 0, false, err
 	}
@@ -182,15 +250,17 @@ func (r *Redis) Put(ctx context.Context, domain string, yaml []byte, g Guard) (u
 		return 0, false, &ConflictError{Domain: domain, Expected: g.Version, Actual: v}
 	case -2:
 		return 0, false, fmt.Errorf("redis: %w", ErrUninitialized)
+	case -3:
+		return 0, false, fileOwned(domain, owner)
 	}
 	return 0, false, fmt.Errorf("policystore: redis put: unexpected status %d", status)
 }
 
 // Delete runs delete.lua.
 func (r *Redis) Delete(ctx context.Context, domain string, g Guard) (uint64, error) {
-	status, v, err := scriptReply(deleteScript.Run(ctx, r.client,
+	status, v, owner, err := scriptReply(deleteScript.Run(ctx, r.client,
 		[]string{r.version, r.domains, r.prefix + domain},
-		domain, guardArg(g), r.channel).Int64Slice())
+		domain, guardArg(g), r.channel, takeOverArg(g)).Slice())
 	if err != nil {
 		return 0, err
 	}
@@ -201,6 +271,8 @@ func (r *Redis) Delete(ctx context.Context, domain string, g Guard) (uint64, err
 		return 0, fmt.Errorf("domain %q: %w", domain, ErrNotFound)
 	case 0:
 		return 0, &ConflictError{Domain: domain, Expected: g.Version, Actual: v}
+	case -3:
+		return 0, fileOwned(domain, owner)
 	}
 	return 0, fmt.Errorf("policystore: redis delete: unexpected status %d", status)
 }
@@ -210,16 +282,69 @@ func (r *Redis) Init(ctx context.Context, st State) (bool, error) {
 	if err := checkInitState(st); err != nil {
 		return false, err
 	}
-	args := make([]any, 0, 3+3*len(st.Records))
-	args = append(args, r.prefix, r.channel, strconv.FormatUint(st.Version, 10))
-	for _, rec := range st.Records {
-		args = append(args, rec.Domain, strconv.FormatUint(rec.Version, 10), rec.YAML)
+	args := make([]any, 0, 4+2*len(st.Sources)+5*len(st.Records))
+	args = append(args, r.prefix, r.channel, strconv.FormatUint(st.Version, 10), len(st.Sources))
+	for _, src := range st.Sources {
+		args = append(args, src.Path, src.order())
 	}
-	n, err := initScript.Run(ctx, r.client, []string{r.version, r.domains}, args...).Int64()
+	for _, rec := range st.Records {
+		args = append(args, rec.Domain, strconv.FormatUint(rec.Version, 10), rec.YAML, rec.Owner, rec.Source)
+	}
+	n, err := initScript.Run(ctx, r.client, []string{r.version, r.domains, r.sources}, args...).Int64()
 	if err != nil {
 		return false, unavailable("redis", err)
 	}
 	return n == 1, nil
+}
+
+// PutSources runs files.lua.
+func (r *Redis) PutSources(ctx context.Context, srcs []SourceState) ([]SourceResult, uint64, error) {
+	args := []any{r.prefix, r.channel, len(srcs)}
+	for _, src := range srcs {
+		args = append(args, src.Path, src.order(), src.Hash, len(src.Records))
+		for _, rec := range src.Records {
+			args = append(args, rec.Domain, rec.Owner, rec.YAML)
+		}
+	}
+	res, err := filesScript.Run(ctx, r.client, []string{r.version, r.domains, r.sources}, args...).Slice()
+	if err != nil {
+		return nil, 0, unavailable("redis", err)
+	}
+	if len(res) == 0 {
+		return nil, 0, errors.New("policystore: redis files: empty reply")
+	}
+	if len(res) == 1 && res[0] == int64(-2) {
+		return nil, 0, fmt.Errorf("redis: %w", ErrUninitialized)
+	}
+	v, ok := res[0].(int64)
+	if !ok || v < 0 || len(res) != 1+len(srcs) {
+		return nil, 0, fmt.Errorf("policystore: redis files: malformed reply %.200v", res)
+	}
+	out := make([]SourceResult, len(srcs))
+	for i, src := range srcs {
+		a, _ := res[1+i].([]any)
+		var outcome int64
+		var order string
+		var lists [4][]string
+		ok := len(a) == 6
+		if ok {
+			outcome, _ = a[0].(int64)
+			order, _ = a[1].(string)
+		}
+		for j := range lists {
+			if ok {
+				lists[j], ok = stringList(a[2+j])
+			}
+		}
+		rec, err := parseOrder(src.Path, order)
+		if !ok || err != nil || (outcome != int64(InForce) && outcome != int64(Older)) {
+			return nil, 0, fmt.Errorf("policystore: redis files: malformed reply %.200v", res)
+		}
+		out[i] = SourceResult{Path: src.Path, Outcome: Outcome(outcome), Record: rec,
+			Changed: lists[0], Unchanged: lists[1], Deleted: lists[2], Kept: lists[3]}
+		sort.Strings(out[i].Deleted)
+	}
+	return out, uint64(v), nil
 }
 
 // checkInitState checks what Init requires of a state.

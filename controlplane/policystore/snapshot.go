@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"sort"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 )
@@ -19,6 +20,12 @@ type Policy struct {
 	YAML []byte
 	// Parsed is the parsed, validated policy.
 	Parsed *policy.Domain
+	// Owner is the policy file that owns the domain, "" when the store
+	// owns it (ratectl).
+	Owner string
+	// Source is the -policy path Owner was read through ("" when the
+	// store owns the domain).
+	Source string
 }
 
 // Snapshot is one whole version of the policy set. It is immutable: the
@@ -33,6 +40,7 @@ type Snapshot struct {
 
 	policies []*Policy          // sorted by domain
 	byDomain map[string]*Policy // the same, by domain
+	sources  []SourceRecord     // the versions of the sources in force, by path
 }
 
 // Policy returns the named domain's policy, or nil.
@@ -55,18 +63,18 @@ func (s *Snapshot) Policies() []*Policy {
 // state returns the snapshot as a state to write back with Backend.Init:
 // the version and each domain's version raised to at least 1.
 func (s *Snapshot) state() State {
-	st := State{Version: max(s.Version, 1), Records: make([]Record, len(s.policies))}
+	st := State{Version: max(s.Version, 1), Records: make([]Record, len(s.policies)), Sources: s.sources}
 	for i, p := range s.policies {
 		v := max(p.Version, 1)
 		st.Version = max(st.Version, v)
-		st.Records[i] = Record{Domain: p.Domain, Version: v, YAML: p.YAML}
+		st.Records[i] = Record{Domain: p.Domain, Version: v, YAML: p.YAML, Owner: p.Owner, Source: p.Source}
 	}
 	return st
 }
 
 // newSnapshot assembles a snapshot from policies sorted by domain.
-func newSnapshot(version uint64, policies []*Policy) *Snapshot {
-	s := &Snapshot{Version: version, policies: policies, byDomain: make(map[string]*Policy, len(policies))}
+func newSnapshot(version uint64, policies []*Policy, sources []SourceRecord) *Snapshot {
+	s := &Snapshot{Version: version, policies: policies, byDomain: make(map[string]*Policy, len(policies)), sources: sources}
 	domains := make([]*policy.Domain, len(policies))
 	for i, p := range policies {
 		s.byDomain[p.Domain] = p
@@ -87,16 +95,21 @@ func sourceName(backend, domain string, version uint64) string {
 }
 
 // buildSnapshot parses a state read from the backend. A domain whose
-// version and text are those of prev's is not parsed again. A stored policy
-// that fails to parse (written by a sluice with other rules, or damaged) is
-// logged; prev's version of that domain is kept if there is one, else the
-// domain is left out.
-func buildSnapshot(backend string, st State, prev *Snapshot, log *slog.Logger) *Snapshot {
+// version and text are those of prev's is not parsed again, nor one this
+// replica just wrote and parsed (written: by domain, at the version written).
+// A stored policy that fails to parse (written by a sluice with other
+// rules, or damaged) is logged; prev's version of that domain is kept if
+// there is one, else the domain is left out.
+func buildSnapshot(backend string, st State, prev *Snapshot, written map[string]*Policy, log *slog.Logger) *Snapshot {
 	policies := make([]*Policy, 0, len(st.Records))
 	for _, rec := range st.Records {
 		old := prev.Policy(rec.Domain)
-		if old != nil && old.Version == rec.Version && bytes.Equal(old.YAML, rec.YAML) {
+		if old != nil && old.Version == rec.Version && bytes.Equal(old.YAML, rec.YAML) && old.Owner == rec.Owner && old.Source == rec.Source {
 			policies = append(policies, old)
+			continue
+		}
+		if w := written[rec.Domain]; w != nil && w.Version == rec.Version && bytes.Equal(w.YAML, rec.YAML) {
+			policies = append(policies, &Policy{Domain: rec.Domain, Version: rec.Version, YAML: rec.YAML, Parsed: w.Parsed, Owner: rec.Owner, Source: rec.Source})
 			continue
 		}
 		d, err := policy.Parse(sourceName(backend, rec.Domain, rec.Version), rec.YAML)
@@ -114,17 +127,19 @@ func buildSnapshot(backend string, st State, prev *Snapshot, log *slog.Logger) *
 			}
 			continue
 		}
-		policies = append(policies, &Policy{Domain: rec.Domain, Version: rec.Version, YAML: rec.YAML, Parsed: d})
+		policies = append(policies, &Policy{Domain: rec.Domain, Version: rec.Version, YAML: rec.YAML, Parsed: d, Owner: rec.Owner, Source: rec.Source})
 	}
-	return newSnapshot(st.Version, policies)
+	return newSnapshot(st.Version, policies, st.Sources)
 }
 
-// seedSnapshot returns the version-0 snapshot of the seed set: each domain
-// as the document it was parsed from, byte for byte, so that applying the
-// same file again (SIGHUP, ratectl apply) finds it unchanged; a domain not
-// parsed from a document is written as canonical YAML.
-func seedSnapshot(seed *policy.Set) (*Snapshot, error) {
-	var policies []*Policy
+// seedSnapshot returns the version-0 snapshot of the seed set and the
+// policy files (which own their domains, and win over the seed's domain of
+// the same name): each domain as the document it was parsed from, byte for
+// byte, so that applying the same file again (SIGHUP, ratectl apply) finds
+// it unchanged; a domain not parsed from a document is written as
+// canonical YAML.
+func seedSnapshot(seed *policy.Set, files []Source) (*Snapshot, error) {
+	byDomain := map[string]*Policy{}
 	for _, d := range seed.Domains() {
 		y := d.Text()
 		if y == nil {
@@ -133,7 +148,17 @@ func seedSnapshot(seed *policy.Set) (*Snapshot, error) {
 				return nil, fmt.Errorf("policystore: seed domain %q: %v", d.Name, err)
 			}
 		}
-		policies = append(policies, &Policy{Domain: d.Name, YAML: y, Parsed: d})
+		byDomain[d.Name] = &Policy{Domain: d.Name, YAML: y, Parsed: d}
 	}
-	return newSnapshot(0, policies), nil
+	for _, src := range files {
+		for _, f := range src.Files {
+			byDomain[f.Domain.Name] = &Policy{Domain: f.Domain.Name, YAML: f.Data, Parsed: f.Domain, Owner: f.Path, Source: src.Path}
+		}
+	}
+	policies := make([]*Policy, 0, len(byDomain))
+	for _, p := range byDomain {
+		policies = append(policies, p)
+	}
+	sort.Slice(policies, func(i, j int) bool { return policies[i].Domain < policies[j].Domain })
+	return newSnapshot(0, policies, nil), nil
 }

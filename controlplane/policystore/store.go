@@ -9,9 +9,12 @@
 // the backend's change notification or, if that was missed, by polling the
 // store's version. Each loaded version becomes an immutable Snapshot that
 // replaces the previous one whole, so a decision in flight sees one version
-// from start to end:
+// from start to end. Policy files own the domains they name (Options.Files,
+// PutFiles): Apply and Delete refuse those, and the newest version of a
+// file wins over the versions other replicas put in force (sources.go):
 //
-//	st, err := policystore.New(ctx, backend, policystore.Options{Seed: startupSet})
+//	files, err := policystore.ReadSources("/etc/sluice/policies")
+//	st, err := policystore.New(ctx, backend, policystore.Options{Files: files})
 //	...
 //	var policies atomic.Pointer[policy.Set]
 //	policies.Store(st.Current().Set)
@@ -21,7 +24,6 @@ package policystore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -42,10 +44,15 @@ const MaxPolicySize = policy.MaxDocumentSize
 
 // Options configures a Store.
 type Options struct {
+	// Files are the policy files, which own their domains: New puts them
+	// in force (PutFiles), or, when the backend cannot be read yet, serves
+	// them and puts them in force once it can.
+	Files []Source
 	// Seed is written to the backend when the store is empty (never
-	// written): the start-up policy file. A store that holds anything,
-	// even an empty set after deletions, is never seeded again. Until the
-	// backend can be read, the Store serves the seed (as version 0).
+	// written): start-up policies that no file owns (the embedded example,
+	// or -policy-seed-only's files). A store that holds anything, even an
+	// empty set after deletions, is never seeded again. Until the backend
+	// can be read, the Store serves the seed (as version 0).
 	Seed *policy.Set
 	// PollInterval is how often the store's version is polled, so that a
 	// replica that missed a change notification still converges. Default
@@ -57,34 +64,23 @@ type Options struct {
 	// Logger receives the store's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Owner, when set, names the owner of a domain that something else
-	// than this store configures (the xDS server), or returns "": Apply
-	// and Delete refuse an owned domain with an *OwnedError.
+	// than this store configures (the xDS server), or returns "": Apply,
+	// Delete and PutFiles refuse an owned domain with an *OwnedError (the
+	// domains policy files own are refused too, without it).
 	Owner func(domain string) string
 }
 
-// ErrOwned is what an *OwnedError wraps.
-var ErrOwned = errors.New("domain owned by another configuration source")
-
-// OwnedError refuses a change to a domain Options.Owner names an owner for.
-type OwnedError struct {
-	Domain, Owner string
-}
-
-// Error says who owns the domain and where to change it.
-func (e *OwnedError) Error() string {
-	return fmt.Sprintf("domain %q is configured by %s, which owns it: change it there (nothing was changed here)", e.Domain, e.Owner)
-}
-
-// Unwrap returns ErrOwned.
-func (e *OwnedError) Unwrap() error { return ErrOwned }
-
-// owned returns the *OwnedError for domain, or nil.
-func (s *Store) owned(domain string) error {
-	if s.owner == nil {
-		return nil
+// owned returns the *OwnedError for a change to domain by Apply or Delete
+// with g, or nil: Options.Owner's domains, and the domains policy files own
+// unless g.TakeOver (the backend checks these again, atomically).
+func (s *Store) owned(domain string, g Guard) error {
+	if s.owner != nil {
+		if o := s.owner(domain); o != "" {
+			return &OwnedError{Domain: domain, Owner: o}
+		}
 	}
-	if o := s.owner(domain); o != "" {
-		return &OwnedError{Domain: domain, Owner: o}
+	if p := s.Current().Policy(domain); p != nil && p.Owner != "" && !g.TakeOver {
+		return fileOwned(domain, p.Owner)
 	}
 	return nil
 }
@@ -101,6 +97,11 @@ type Store struct {
 	loaded    atomic.Bool // the backend has been read at least once
 	seeded    atomic.Bool // this Store wrote the seed into an empty store
 	failing   bool        // the last refresh failed (under refreshMu)
+	pending   []Source    // Options.Files, until put in force (under refreshMu)
+
+	// written are the domains this replica last wrote, parsed, at the
+	// version written: loading them back does not parse them again.
+	written atomic.Pointer[map[string]*Policy]
 
 	mu      sync.Mutex               // guards changed and the swap of cur
 	cur     atomic.Pointer[Snapshot] // the current snapshot, never nil
@@ -136,6 +137,7 @@ func New(ctx context.Context, b Backend, opts Options) (*Store, error) {
 		poll:    opts.PollInterval,
 		timeout: opts.Timeout,
 		owner:   opts.Owner,
+		pending: opts.Files,
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -148,7 +150,7 @@ func New(ctx context.Context, b Backend, opts Options) (*Store, error) {
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
-	first, err := seedSnapshot(opts.Seed)
+	first, err := seedSnapshot(opts.Seed, opts.Files)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +162,7 @@ func New(ctx context.Context, b Backend, opts Options) (*Store, error) {
 		if !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
-		s.log.Warn("policy store: cannot read the store yet; serving the start-up policies until it can be read",
+		s.log.Warn("policy store: cannot read the store yet; serving the start-up policies until it can be read (then the policy files are put in force)",
 			"backend", b.Name(), "domains", first.Set.Len(), "error", err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
@@ -255,7 +257,7 @@ func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) 
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	if err := s.owned(d.Name); err != nil {
+	if err := s.owned(d.Name, g); err != nil {
 		return ApplyResult{}, err
 	}
 	if err := s.checkSet(source, len(data), d); err != nil {
@@ -273,6 +275,7 @@ func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) 
 		return ApplyResult{}, err
 	}
 	if !unchanged {
+		s.written.Store(&map[string]*Policy{d.Name: {Domain: d.Name, Version: v, YAML: data, Parsed: d}})
 		s.catchUp(ctx, v)
 	}
 	return ApplyResult{Domain: d.Name, Version: v, Unchanged: unchanged}, nil
@@ -284,19 +287,25 @@ func (s *Store) Apply(ctx context.Context, source string, data []byte, g Guard) 
 // policy.ErrorList naming the bound. (Two replicas applying at once may
 // each pass it: the set then exceeds a bound by at most their two domains.)
 func (s *Store) checkSet(source string, size int, d *policy.Domain) error {
+	t := tally(s.Current(), func(p *Policy) bool { return p.Domain != d.Name })
+	if err := t.Add(source, int64(size), d); err != nil {
+		return policy.ErrorList{err}
+	}
+	return nil
+}
+
+// tally counts the policies of snap that keep says stay.
+func tally(snap *Snapshot, keep func(*Policy) bool) policy.SetTally {
 	var t policy.SetTally
-	for _, p := range s.Current().Policies() {
-		if p.Domain != d.Name {
+	for _, p := range snap.Policies() {
+		if keep(p) {
 			t.Domains++
 			t.Bytes += len(p.YAML)
 			t.Descriptors += p.Parsed.DescriptorCount()
 			t.Limits += len(p.Parsed.Limits())
 		}
 	}
-	if err := t.Add(source, int64(size), d); err != nil {
-		return policy.ErrorList{err}
-	}
-	return nil
+	return t
 }
 
 // Delete removes domain's policy if g holds and returns the new store
@@ -306,7 +315,7 @@ func (s *Store) Delete(ctx context.Context, domain string, g Guard) (uint64, err
 	if s.closed() {
 		return 0, ErrClosed
 	}
-	if err := s.owned(domain); err != nil {
+	if err := s.owned(domain, g); err != nil {
 		return 0, err
 	}
 	v, err := s.b.Delete(ctx, domain, g)
@@ -375,7 +384,9 @@ func (s *Store) refresh(ctx context.Context) error {
 	return err
 }
 
-// refreshLocked is refresh under refreshMu.
+// refreshLocked is refresh under refreshMu. Options.Files not yet put in
+// force are put in force first, so that the store's older version of them
+// is never published.
 func (s *Store) refreshLocked(ctx context.Context) error {
 	cur := s.Current()
 	v, err := s.b.Version(ctx)
@@ -386,12 +397,17 @@ func (s *Store) refreshLocked(ctx context.Context) error {
 		if err := s.initialize(ctx, cur); err != nil {
 			return err
 		}
-	} else if v == cur.Version && s.loaded.Load() {
+	} else if v == cur.Version && s.loaded.Load() && s.pending == nil {
 		return nil
 	}
 	st, err := s.b.Load(ctx)
 	if err != nil {
 		return err
+	}
+	if s.pending != nil && st.Version != 0 {
+		if st, err = s.putPending(ctx, buildSnapshot(s.b.Name(), st, cur, nil, s.log)); err != nil {
+			return err
+		}
 	}
 	if st.Version == 0 || (st.Version == cur.Version && s.loaded.Load()) {
 		return nil // emptied again since Init, or nothing new: the next round sees
@@ -400,7 +416,11 @@ func (s *Store) refreshLocked(ctx context.Context) error {
 		s.log.Warn("policy store: the store's version went back; following the store",
 			"backend", s.b.Name(), "from", cur.Version, "to", st.Version)
 	}
-	s.publish(buildSnapshot(s.b.Name(), st, cur, s.log))
+	var written map[string]*Policy
+	if w := s.written.Load(); w != nil {
+		written = *w
+	}
+	s.publish(buildSnapshot(s.b.Name(), st, cur, written, s.log))
 	s.loaded.Store(true)
 	return nil
 }

@@ -29,15 +29,26 @@ const (
 	httpMaxHeader    = 16 << 10
 )
 
+// policyKeepalive is how long a policy connection may go without a frame
+// from its client before the server PINGs it, and how long the PING may go
+// unanswered before the connection is closed: a client that stops reading
+// (a watcher that never reads holds its messages) is gone within both.
+const (
+	policyKeepaliveTime    = 30 * time.Second
+	policyKeepaliveTimeout = 10 * time.Second
+)
+
 // policyServerOptions bound the policy service's grpc-go server: messages
 // the size of the largest policy, fixed windows (no BDP growth), few
 // streams per connection, the handshake timeout, idle connections (no
-// call, no Watch) closed, and the frame guard. auth checks each call's
-// credentials from its tap handle; the tap also marks the calls it lets
-// through on their connection (connAddr.begin, end), so that a connection
-// that never made an authenticated call is evicted first at the cap and
-// closed after the first-call timeout.
-func policyServerOptions(auth *policyservice.Authenticator, idle time.Duration, creds credentials.TransportCredentials) []grpc.ServerOption {
+// call, no Watch) closed, clients that stop reading closed, and the frame
+// guard. auth checks each call's credentials from its tap handle, then svc
+// admits Applies and Watches within its limits (policyservice.Limits); the
+// tap also marks the calls it lets through on their connection
+// (connAddr.begin, end), so that a connection that never made an
+// authenticated call is evicted first at the cap and closed after the
+// first-call timeout.
+func policyServerOptions(auth *policyservice.Authenticator, svc *policyservice.Service, idle time.Duration, creds credentials.TransportCredentials) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
 			ca := peerConn(ctx)
@@ -45,6 +56,9 @@ func policyServerOptions(auth *policyservice.Authenticator, idle time.Duration, 
 				ca.tapped.Add(1)
 			}
 			ctx, err := auth.TapHandle(ctx, info)
+			if err == nil {
+				ctx, err = svc.TapHandle(ctx, info)
+			}
 			if err != nil || ca == nil {
 				return ctx, err
 			}
@@ -61,7 +75,7 @@ func policyServerOptions(auth *policyservice.Authenticator, idle time.Duration, 
 		grpc.InitialConnWindowSize(1 << 20),
 		grpc.MaxHeaderListSize(16 << 10),
 		grpc.ConnectionTimeout(DefaultHandshakeTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: policyKeepaliveTime, Timeout: policyKeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 }

@@ -78,13 +78,34 @@ func mergeOverlay(base, overlay *policy.Set) (*policy.Set, []string) {
 	return out, shadowed
 }
 
-// overlayOwner is the policy store's Owner: it names the overlay's owner for
-// the domains the overlay holds now.
+// overlayOwner is the policy store's Owner: for a domain the overlay holds
+// now, its resource (the domain's Source, "xds:<resource>") and the
+// overlay's owner.
 func (s *Server) overlayOwner(domain string) string {
 	s.setMu.Lock()
 	defer s.setMu.Unlock()
-	if s.overlay.Domain(domain) != nil {
-		return s.cfg.OverlayOwner
+	if d := s.overlay.Domain(domain); d != nil {
+		return d.Source + " from " + s.cfg.OverlayOwner
+	}
+	return ""
+}
+
+// overlaySet returns the overlay's domains (nil before the first).
+func (s *Server) overlaySet() *policy.Set {
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
+	return s.overlay
+}
+
+// Owner names what owns a domain in force: the overlay's resource
+// ("xds:<resource>"), the policy file that owns it, or "" for the policy
+// store (ratectl).
+func (s *Server) Owner(domain string) string {
+	if d := s.overlaySet().Domain(domain); d != nil {
+		return d.Source
+	}
+	if p := s.policies.Current().Policy(domain); p != nil {
+		return p.Owner
 	}
 	return ""
 }

@@ -54,7 +54,7 @@ func TestOverlayOwnsItsDomains(t *testing.T) {
 	ctx := context.Background()
 	_, err := srv.Policies().Apply(ctx, "ratectl", []byte("domain: xds-only\ndescriptors: [{key: user, rate_limit: {unit: hour, requests_per_unit: 1}}]"), policystore.Guard{})
 	var owned *policystore.OwnedError
-	if !errors.As(err, &owned) || owned.Owner != owner {
+	if !errors.As(err, &owned) || owned.Owner != "overlay.yaml from "+owner {
 		t.Fatalf("apply on an overlay domain: %v, want an OwnedError naming %q", err, owner)
 	}
 	if _, err := srv.Policies().Delete(ctx, "srv", policystore.Guard{}); !errors.Is(err, policystore.ErrOwned) {

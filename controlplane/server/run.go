@@ -72,13 +72,16 @@ func (s *Server) Run(ctx context.Context) error {
 
 // policySource says where the policies of snap came from, for the log.
 func (s *Server) policySource(snap *policystore.Snapshot) string {
+	store := "the " + s.policies.Backend().Name() + " store"
 	switch {
 	case snap.Version == 0:
 		return "start-up policies (the store cannot be read yet)"
+	case len(s.cfg.PolicyFiles) > 0:
+		return store + " (the policy files own their domains, the store the others)"
 	case s.policies.Seeded():
 		return "start-up policies, written to the empty " + s.policies.Backend().Name() + " store"
 	default:
-		return "the " + s.policies.Backend().Name() + " store (the start-up policies seed only an empty store; ratectl apply replaces a domain)"
+		return store + " (the start-up policies seed only an empty store; ratectl apply replaces a domain)"
 	}
 }
 

@@ -131,9 +131,14 @@ type Config struct {
 	HTTPAddr string
 	// Redis says where state lives.
 	Redis RedisConfig
-	// Policies seeds an empty policy store (the start-up policy file); nil
-	// means none. Once the store holds anything (policies applied through
-	// the policy service, by this replica or another), the store wins.
+	// PolicyFiles are the policy files, which own their domains: they are
+	// put in force at start (the newest files win, see
+	// policystore.SourceState), and ratectl cannot change their domains.
+	PolicyFiles []policystore.Source
+	// Policies seeds an empty policy store (the embedded example, or
+	// policy files that seed only); nil means none. Once the store holds
+	// anything (policies applied through the policy service, by this
+	// replica or another), the store wins.
 	Policies *policy.Set
 	// PolicyAddr is the policy service's listen address; DefaultPolicyAddr
 	// if empty. The decision API stays on GRPCAddr, unauthenticated.
@@ -142,6 +147,9 @@ type Config struct {
 	// no token, no client CA and AllowUnauthenticated off, the policy
 	// service is not served at all (logged).
 	PolicyAuth policyservice.AuthConfig
+	// PolicyLimits bound the policy service's Applies and Watches in
+	// flight; zero fields take policyservice's defaults.
+	PolicyLimits policyservice.Limits
 	// PolicyTLS, when set, serves the policy listener over TLS; with
 	// PolicyAuth.ClientCAs it verifies client certificates (mTLS).
 	PolicyTLS *tls.Config
@@ -403,8 +411,8 @@ func (s *Server) build() error {
 }
 
 // buildPolicies opens the policy store: in Redis when the server has Redis
-// (every replica converges on it), else in a local file. The start-up
-// policies seed an empty store only.
+// (every replica converges on it), else in a local file. The policy files
+// are put in force; the seed seeds an empty store only.
 func (s *Server) buildPolicies() error {
 	var backend policystore.Backend
 	var err error
@@ -428,7 +436,7 @@ func (s *Server) buildPolicies() error {
 	if err != nil {
 		return err
 	}
-	opts := policystore.Options{Seed: s.cfg.Policies, Logger: s.log}
+	opts := policystore.Options{Files: s.cfg.PolicyFiles, Seed: s.cfg.Policies, Logger: s.log}
 	if s.cfg.OverlayOwner != "" {
 		opts.Owner = s.overlayOwner
 	}
@@ -456,11 +464,13 @@ func (s *Server) buildPolicyService() error {
 	if s.cfg.PolicyTLS != nil {
 		creds = credentials.NewTLS(s.cfg.PolicyTLS)
 	}
-	opts := append(policyServerOptions(auth, idle, s.guard(creds, "policy")),
-		grpc.ForceServerCodecV2(invalidarg.Codec(encoding.GetCodecV2(grpcproto.Name))))
+	svc := policyservice.New(s.policies, policyservice.Options{Logger: s.log, Overlay: s.overlaySet, Limits: s.cfg.PolicyLimits})
+	// The codec sends the answers the service shares as they were encoded
+	// once; invalidarg: a request that does not decode is InvalidArgument.
+	opts := append(policyServerOptions(auth, svc, idle, s.guard(creds, "policy")),
+		grpc.ForceServerCodecV2(svc.Codec(invalidarg.Codec(encoding.GetCodecV2(grpcproto.Name)))))
 	s.polGRPC = grpc.NewServer(opts...)
-	// invalidarg: a request that does not decode is InvalidArgument.
-	s.polGRPC.RegisterService(invalidarg.Service(&sluicev1.PolicyService_ServiceDesc), policyservice.New(s.policies, s.log))
+	s.polGRPC.RegisterService(invalidarg.Service(&sluicev1.PolicyService_ServiceDesc), svc)
 	addr := s.cfg.PolicyAddr
 	if addr == "" {
 		addr = DefaultPolicyAddr

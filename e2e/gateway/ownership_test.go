@@ -105,11 +105,32 @@ func TestRatelimitXDSOwnership(t *testing.T) {
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer 0123456789abcdef-secret")
 	_, err = sluicev1.NewPolicyServiceClient(pc).Apply(ctx, &sluicev1.ApplyRequest{Source: "ratectl",
 		Yaml: "domain: default/eg/http\ndescriptors: [{key: r, rate_limit: {unit: hour, requests_per_unit: 1}}]\n"})
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "owns it") {
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "xds:") {
 		t.Errorf("ratectl apply on an xDS-owned domain: %v, want FailedPrecondition naming the owner", err)
+	}
+	_, err = sluicev1.NewPolicyServiceClient(pc).Apply(ctx, &sluicev1.ApplyRequest{Source: "ratectl",
+		Yaml: "domain: local\ndescriptors: [{key: user, rate_limit: {unit: hour, requests_per_unit: 9}}]\n"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), filepath.Join(files, "local.yaml")) {
+		t.Errorf("ratectl apply on the file's domain: %v, want FailedPrecondition naming the file", err)
 	}
 	if _, err := sluicev1.NewPolicyServiceClient(pc).Apply(ctx, &sluicev1.ApplyRequest{Source: "ratectl",
 		Yaml: "domain: other\ndescriptors: [{key: user, rate_limit: {unit: hour, requests_per_unit: 1}}]\n"}); err != nil {
 		t.Errorf("ratectl apply on a free domain: %v", err)
+	}
+	// ratectl list and /rlconfig name each domain's owner.
+	list, err := sluicev1.NewPolicyServiceClient(pc).List(ctx, &sluicev1.ListRequest{})
+	owners := map[string]string{}
+	for _, p := range list.GetPolicies() {
+		owners[p.GetDomain()] = p.GetOwner()
+	}
+	if want := map[string]string{listenerName: "xds:" + listenerName, "local": filepath.Join(files, "local.yaml"), "other": ""}; err != nil || fmt.Sprint(owners) != fmt.Sprint(want) {
+		t.Errorf("list: owners %v, %v; want %v", owners, err, want)
+	}
+	_, rlconfig := httpGet(hc, fmt.Sprintf("http://127.0.0.1:%d/rlconfig", debugPort))
+	for _, w := range []string{`# domain "` + listenerName + `", owner xds:` + listenerName, `# domain "local", owner ` + filepath.Join(files, "local.yaml"),
+		`# domain "other", owner the policy store (ratectl)`} {
+		if !strings.Contains(rlconfig, w) {
+			t.Errorf("/rlconfig lacks %q:\n%s", w, rlconfig)
+		}
 	}
 }

@@ -34,8 +34,9 @@ type ControlPlaneConfig struct {
 	// RedisAddr is the Redis server (host:port); empty runs on the embedded
 	// memory store.
 	RedisAddr string
-	// Policies are policy files seeding an empty policy store; none means
-	// the control plane's embedded example policies.
+	// Policies are policy files (-policy), which own their domains; none
+	// means the control plane's embedded example policies, which seed an
+	// empty policy store.
 	Policies []string
 	// Token is the policy service's bearer token (passed as $SLUICE_TOKEN);
 	// empty leaves the policy service off.

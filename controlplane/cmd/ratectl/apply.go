@@ -14,7 +14,7 @@ import (
 
 var applyCmd = &command{
 	name:    "apply",
-	args:    "-f FILE [-f FILE ...] [--expected-version N]",
+	args:    "-f FILE [-f FILE ...] [--expected-version N] [--take-over]",
 	summary: "validate and store policies, one domain per file (a directory: its *.yaml and *.yml files, searched as -policy searches it; -: standard input)",
 	setup: func(fs *flag.FlagSet) runner {
 		var files stringsFlag
@@ -22,8 +22,9 @@ var applyCmd = &command{
 		fs.Var(&files, "f", "policy `file` (repeatable); a directory applies its *.yaml/*.yml files; - reads standard input")
 		fs.Var(&files, "filename", "same as -f `file`")
 		fs.Var(&expected, "expected-version", "apply only if the domain is at this `version` (0: only if it does not exist yet); see get")
+		takeOver := fs.Bool("take-over", false, "apply to a domain a policy file owns, taking it over (for a file no control plane reads any more; one that reads it takes the domain back)")
 		return func(ctx context.Context, e *env, args []string) error {
-			return runApply(ctx, e, args, files, expected)
+			return runApply(ctx, e, args, files, expected, *takeOver)
 		}
 	},
 }
@@ -42,7 +43,7 @@ type policyDoc struct {
 	data   []byte
 }
 
-func runApply(ctx context.Context, e *env, args []string, files []string, expected versionFlag) error {
+func runApply(ctx context.Context, e *env, args []string, files []string, expected versionFlag, takeOver bool) error {
 	if len(args) > 0 {
 		return usagef("apply: unexpected argument %q: policy files go after -f", args[0])
 	}
@@ -64,7 +65,7 @@ func runApply(ctx context.Context, e *env, args []string, files []string, expect
 	var results []applyResult
 	var failed error
 	for _, d := range docs {
-		res, err := client.Apply(ctx, &sluicev1.ApplyRequest{Yaml: string(d.data), Source: d.source, ExpectedVersion: expected.ptr()})
+		res, err := client.Apply(ctx, &sluicev1.ApplyRequest{Yaml: string(d.data), Source: d.source, ExpectedVersion: expected.ptr(), TakeOver: takeOver})
 		if err != nil {
 			failed = e.explain(err, e.policyTarget())
 			if len(docs) > 1 {

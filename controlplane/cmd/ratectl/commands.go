@@ -120,7 +120,7 @@ var getCmd = &command{
 		}
 		out := policyOut(res.GetPolicy())
 		return e.print(getOutput{policyJSON: out, StoreVersion: res.GetStoreVersion()}, func(w io.Writer) {
-			fmt.Fprintf(w, "# domain %s, version %d (store version %d)\n", out.Domain, out.Version, res.GetStoreVersion())
+			fmt.Fprintf(w, "# domain %s, version %d (store version %d), owner %s\n", out.Domain, out.Version, res.GetStoreVersion(), out.Owner)
 			io.WriteString(w, out.YAML)
 			if !strings.HasSuffix(out.YAML, "\n") {
 				io.WriteString(w, "\n")
@@ -129,10 +129,12 @@ var getCmd = &command{
 	}),
 }
 
-// policyJSON is a policy in json and yaml output.
+// policyJSON is a policy in json and yaml output. Owner is the policy
+// file that owns the domain, "xds:<resource>", or "store".
 type policyJSON struct {
 	Domain  string `json:"domain" yaml:"domain"`
 	Version uint64 `json:"version" yaml:"version"`
+	Owner   string `json:"owner" yaml:"owner"`
 	YAML    string `json:"yaml" yaml:"yaml"`
 }
 
@@ -144,7 +146,11 @@ type getOutput struct {
 
 // policyOut converts a policy.
 func policyOut(p *sluicev1.Policy) policyJSON {
-	return policyJSON{Domain: p.GetDomain(), Version: p.GetVersion(), YAML: p.GetYaml()}
+	owner := p.GetOwner()
+	if owner == "" {
+		owner = "store"
+	}
+	return policyJSON{Domain: p.GetDomain(), Version: p.GetVersion(), Owner: owner, YAML: p.GetYaml()}
 }
 
 // --- list ---
@@ -152,7 +158,7 @@ func policyOut(p *sluicev1.Policy) policyJSON {
 var listCmd = &command{
 	name:    "list",
 	args:    "",
-	summary: "list every domain with its version",
+	summary: "list every domain in force with its version and owner (a policy file, xds:<resource>, or the store)",
 	setup: noFlags(func(ctx context.Context, e *env, args []string) error {
 		if len(args) != 0 {
 			return usagef("list: takes no argument (got %q)", args[0])
@@ -179,9 +185,9 @@ var listCmd = &command{
 			for _, p := range out.Policies {
 				width = max(width, len(p.Domain))
 			}
-			fmt.Fprintf(w, "%-*s  %s\n", width, "DOMAIN", "VERSION")
+			fmt.Fprintf(w, "%-*s  %-7s  %s\n", width, "DOMAIN", "VERSION", "OWNER")
 			for _, p := range out.Policies {
-				fmt.Fprintf(w, "%-*s  %d\n", width, p.Domain, p.Version)
+				fmt.Fprintf(w, "%-*s  %-7d  %s\n", width, p.Domain, p.Version, p.Owner)
 			}
 			fmt.Fprintf(w, "(store version %d)\n", out.StoreVersion)
 		})
@@ -198,18 +204,19 @@ type listOutput struct {
 
 var deleteCmd = &command{
 	name:    "delete",
-	args:    "DOMAIN [--expected-version N]",
+	args:    "DOMAIN [--expected-version N] [--take-over]",
 	summary: "delete one domain's policy",
 	setup: func(fs *flag.FlagSet) runner {
 		var expected versionFlag
 		fs.Var(&expected, "expected-version", "delete only if the domain is at this `version`; see get")
+		takeOver := fs.Bool("take-over", false, "delete a domain a policy file owns (for a file no control plane reads any more; one that reads it puts the domain back)")
 		return func(ctx context.Context, e *env, args []string) error {
-			return runDelete(ctx, e, args, expected)
+			return runDelete(ctx, e, args, expected, *takeOver)
 		}
 	},
 }
 
-func runDelete(ctx context.Context, e *env, args []string, expected versionFlag) error {
+func runDelete(ctx context.Context, e *env, args []string, expected versionFlag, takeOver bool) error {
 	if len(args) != 1 {
 		return usagef("delete: want one DOMAIN, got %d arguments", len(args))
 	}
@@ -218,7 +225,7 @@ func runDelete(ctx context.Context, e *env, args []string, expected versionFlag)
 		return err
 	}
 	defer done()
-	res, err := client.Delete(ctx, &sluicev1.DeleteRequest{Domain: args[0], ExpectedVersion: expected.ptr()})
+	res, err := client.Delete(ctx, &sluicev1.DeleteRequest{Domain: args[0], ExpectedVersion: expected.ptr(), TakeOver: takeOver})
 	if err != nil {
 		return e.explain(err, e.policyTarget())
 	}

@@ -39,15 +39,21 @@ type controlPlane struct {
 }
 
 // startControlPlane starts one on free loopback ports, stopped when the test
-// ends.
-func startControlPlane(t *testing.T) *controlPlane {
+// ends, with policy files (-policy) that own their domains.
+func startControlPlane(t *testing.T, files ...string) *controlPlane {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	b, err := policystore.NewFile(filepath.Join(t.TempDir(), "policies.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := policystore.New(context.Background(), b, policystore.Options{Logger: log})
+	var srcs []policystore.Source
+	if len(files) > 0 {
+		if srcs, err = policystore.ReadSources(files...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := policystore.New(context.Background(), b, policystore.Options{Files: srcs, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +72,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 		t.Fatal(err)
 	}
 	policyServer := grpc.NewServer(auth.ServerOptions()...)
-	policyservice.New(st, log).Register(policyServer)
+	policyservice.New(st, policyservice.Options{Logger: log}).Register(policyServer)
 	rlsServer := grpc.NewServer()
 	decisions.Register(rlsServer)
 	serve := func(gs *grpc.Server) (string, chan struct{}) {
@@ -148,6 +154,23 @@ descriptors:
       requests_per_unit: 3
 `
 
+// TestFileOwnedDomain: apply and delete of a domain a -policy file owns
+// are refused, naming the file, and change nothing; list and get name the
+// owner; --take-over changes it.
+func TestFileOwnedDomain(t *testing.T) {
+	dir := t.TempDir()
+	owned := writeFile(t, dir, "api.yaml", apiPolicy)
+	cp := startControlPlane(t, owned)
+	env := map[string]string{"SLUICE_SERVER": cp.policyAddr, "SLUICE_TOKEN": testToken}
+	changed := writeFile(t, t.TempDir(), "api.yaml", strings.Replace(apiPolicy, "requests_per_unit: 3", "requests_per_unit: 9", 1))
+	ratectl(t, env, "", "apply", "-f", changed).expect(t, "apply", 1, `domain "api" is owned by the policy file `+owned, "nothing was changed")
+	ratectl(t, env, "", "delete", "api").expect(t, "delete", 1, `domain "api" is owned by the policy file `+owned)
+	ratectl(t, env, "", "list").expect(t, "list", 0, "api     1        "+owned)
+	ratectl(t, env, "", "get", "api").expect(t, "get", 0, "owner "+owned, "requests_per_unit: 3")
+	ratectl(t, env, "", "apply", "-f", changed, "--take-over").expect(t, "apply --take-over", 0, `domain "api" applied: version 2`)
+	ratectl(t, env, "", "list").expect(t, "list after the take-over", 0, "api     2        store")
+}
+
 // TestEndToEnd drives every command against a running control plane.
 func TestEndToEnd(t *testing.T) {
 	cp := startControlPlane(t)
@@ -188,7 +211,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// get, in each format.
-	ratectl(t, env, "", "get", "web").expect(t, "get", 0, "# domain web, version 3 (store version 5)\ndomain: web\n")
+	ratectl(t, env, "", "get", "web").expect(t, "get", 0, "# domain web, version 3 (store version 5), owner store\ndomain: web\n")
 	r = ratectl(t, env, "", "get", "web", "--output", "json")
 	r.expect(t, "get -o json", 0)
 	var g getOutput
@@ -204,7 +227,7 @@ func TestEndToEnd(t *testing.T) {
 	ratectl(t, env, "", "get", "nope").expect(t, "get of a missing domain", 1, `domain "nope"`, "list")
 
 	// list.
-	ratectl(t, env, "", "list").expect(t, "list", 0, "DOMAIN  VERSION\napi     4\nbatch   5\nweb     3\n(store version 5)")
+	ratectl(t, env, "", "list").expect(t, "list", 0, "DOMAIN  VERSION  OWNER\napi     4        store\nbatch   5        store\nweb     3        store\n(store version 5)")
 	r = ratectl(t, env, "", "list", "-o", "json")
 	var l listOutput
 	if err := json.Unmarshal([]byte(r.stdout), &l); err != nil || len(l.Policies) != 3 || l.StoreVersion != 5 {

@@ -34,6 +34,7 @@ type config struct {
 	redisTLS            bool
 	redisTLSFiles       redisstore.TLS
 	policies            listFlag
+	policySeedOnly      bool
 	policyAddr          string
 	policyTokenFile     string
 	policyCert          string
@@ -138,9 +139,11 @@ func newFlagSet(c *config) (*flag.FlagSet, map[string]string) {
 	str(&c.redisTLSFiles.CertFile, "redis-tls-cert", "SLUICE_REDIS_TLS_CERT", "", "client certificate for Redis")
 	str(&c.redisTLSFiles.KeyFile, "redis-tls-key", "SLUICE_REDIS_TLS_KEY", "", "client key for Redis")
 	str(&c.redisTLSFiles.ServerName, "redis-tls-server-name", "SLUICE_REDIS_TLS_SERVER_NAME", "", "name the Redis servers' certificates must hold (default: the host of each address)")
-	fs.Var(&c.policies, "policy", "policy file or directory, comma-separated or repeated; seeds an empty store, re-applied on SIGHUP ($SLUICE_POLICY)")
+	fs.Var(&c.policies, "policy", "policy file or directory, comma-separated or repeated: the files own their domains, put in force at start, on SIGHUP and when they change (the newest files win) ($SLUICE_POLICY)")
 	envOf["policy"] = "SLUICE_POLICY"
-	dur(&c.policyWatch, "policy-watch", "SLUICE_POLICY_WATCH", 0, "re-apply the -policy files, as SIGHUP does, when their contents change, checking this often (0: off; e.g. 10s for a Kubernetes ConfigMap)")
+	fs.BoolVar(&c.policySeedOnly, "policy-seed-only", false, "the -policy files only seed an empty policy store and own no domain: after that ratectl changes them, and a changed file is applied on SIGHUP only (the behaviour before files owned their domains) ($SLUICE_POLICY_SEED_ONLY)")
+	envOf["policy-seed-only"] = "SLUICE_POLICY_SEED_ONLY"
+	dur(&c.policyWatch, "policy-watch", "SLUICE_POLICY_WATCH", 0, "put the -policy files in force, as SIGHUP does, when their contents change, checking this often (0: off; e.g. 10s for a Kubernetes ConfigMap)")
 	str(&c.policyAddr, "policy-addr", "SLUICE_POLICY_ADDR", server.DefaultPolicyAddr, "policy service listen address (authenticated)")
 	str(&c.policyTokenFile, "policy-token-file", "SLUICE_POLICY_TOKEN_FILE", "", "file of bearer tokens the policy service accepts, one a line (or set $SLUICE_TOKEN)")
 	str(&c.policyCert, "policy-tls-cert", "SLUICE_POLICY_TLS_CERT", "", "TLS certificate of the policy listener")

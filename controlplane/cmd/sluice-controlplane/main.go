@@ -30,11 +30,15 @@
 //	-redis-no-functions  SLUICE_REDIS_NO_FUNCTIONS  run the scripts by EVALSHA, never as a Redis 7 function
 //	                                                library (FUNCTION LOAD, FCALL) (false)
 //	-policy              SLUICE_POLICY              comma-separated policy files or directories (repeatable):
-//	                                                they seed an empty policy store (default: the
-//	                                                embedded example policies, domain sluice-demo);
-//	                                                SIGHUP re-reads them and applies their domains
-//	-policy-watch        SLUICE_POLICY_WATCH        check the -policy files this often and re-apply them, as
-//	                                                SIGHUP does, when their contents change (0: off)
+//	                                                the files own their domains (ratectl cannot change
+//	                                                them) and are put in force at start, on SIGHUP and
+//	                                                when they change; the newest files win (default: the
+//	                                                embedded example policies, domain sluice-demo, which
+//	                                                seed an empty store only)
+//	-policy-seed-only    SLUICE_POLICY_SEED_ONLY    the -policy files only seed an empty store and own no
+//	                                                domain (SIGHUP applies them as ratectl would) (false)
+//	-policy-watch        SLUICE_POLICY_WATCH        check the -policy files this often and put them in force,
+//	                                                as SIGHUP does, when their contents change (0: off)
 //	-policy-addr         SLUICE_POLICY_ADDR         policy service listen address (127.0.0.1:8082)
 //	-policy-token-file   SLUICE_POLICY_TOKEN_FILE   bearer tokens the policy service accepts, one a line
 //	                     SLUICE_TOKEN               one accepted token (environment only, never a flag)
@@ -123,6 +127,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/logthrottle"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/policyservice"
+	"github.com/sluicehq/sluice/controlplane/policystore"
 	"github.com/sluicehq/sluice/controlplane/rlqs"
 	"github.com/sluicehq/sluice/controlplane/server"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
@@ -254,8 +259,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 
 	policies := policy.Example()
+	var files []policystore.Source
 	if len(c.policies) > 0 {
-		if policies, err = policy.Load(c.policies...); err != nil {
+		if policies, files, err = readPolicies(c.policies, c.policySeedOnly); err != nil {
 			log.Error("invalid policy: fix the files named below", "error", err.Error())
 			return 2
 		}
@@ -301,6 +307,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			NoFunctions: c.redisNoFunctions, TLS: redisTLS,
 		},
 		Policies:         policies,
+		PolicyFiles:      files,
 		PolicyAddr:       c.policyAddr,
 		PolicyAuth:       auth,
 		PolicyTLS:        tlsConfig,
@@ -346,7 +353,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		defer t.Stop()
 		go watchPolicies(ctx, t.C, c.policies, changed)
 	}
-	go reloadOnHangup(ctx, hup, changed, log, c.policies, srv.Policies())
+	go reloadOnHangup(ctx, hup, changed, log, policyFiles{c.policies, c.policySeedOnly}, srv.Policies())
 	if err := srv.Run(ctx); err != nil {
 		log.Error("serving failed", "error", err.Error())
 		return 1

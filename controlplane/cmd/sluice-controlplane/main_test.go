@@ -169,21 +169,29 @@ type proc struct {
 // its "serving" log line.
 func startBinary(t *testing.T, env []string, args ...string) (*proc, map[string]any) {
 	t.Helper()
+	return startBinaryIn(t, "", env, args...)
+}
+
+// startBinaryIn is startBinary in the working directory dir ("": the
+// test's).
+func startBinaryIn(t *testing.T, dir string, env []string, args ...string) (*proc, map[string]any) {
+	t.Helper()
 	bin, err := binary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	args = append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-policy-addr", "127.0.0.1:0", "-log-format", "json"}, args...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	return startCmd(t, cmd)
+	cmd.Dir = dir
+	return startCmd(t, cmd, env)
 }
 
-// startCmd starts cmd, a control plane that logs JSON, and waits for its
-// "serving" log line.
-func startCmd(t *testing.T, cmd *exec.Cmd) (*proc, map[string]any) {
+// startCmd starts cmd, a control plane, with env added to the test's
+// environment and waits for its "serving" log line.
+func startCmd(t *testing.T, cmd *exec.Cmd, env []string) (*proc, map[string]any) {
 	t.Helper()
 	p := &proc{cmd: cmd, serving: make(chan map[string]any, 1), exited: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +273,16 @@ func writePolicy(t *testing.T, doc string) string {
 	return path
 }
 
+// call makes one ShouldRateLimit call of domain bin for user on a new
+// connection.
 func call(t *testing.T, addr, user string) *rlsv3.RateLimitResponse {
+	t.Helper()
+	return callDomain(t, addr, "bin", user)
+}
+
+// callDomain makes one ShouldRateLimit call of domain for user on a new
+// connection.
+func callDomain(t *testing.T, addr, domain, user string) *rlsv3.RateLimitResponse {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -275,7 +292,7 @@ func call(t *testing.T, addr, user string) *rlsv3.RateLimitResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain:      "bin",
+		Domain:      domain,
 		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}},
 	})
 	if err != nil {
@@ -326,8 +343,9 @@ func TestBinaryMemory(t *testing.T) {
 		t.Errorf("/readyz %d", code)
 	}
 
-	// Raise the limit through the policy service: refused without the
-	// token, applied with it.
+	// Change the limits through the policy service: refused without the
+	// token; with it, refused for the domain the -policy file owns (naming
+	// the file, changing nothing), applied for another domain.
 	conn, err := grpc.NewClient(policyAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -340,11 +358,19 @@ func TestBinaryMemory(t *testing.T) {
 		t.Fatalf("Apply without a token: %v, want Unauthenticated", err)
 	}
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
-	if _, err := pc.Apply(ctx, req); err != nil {
+	if _, err := pc.Apply(ctx, req); status.Code(err) != grpccodes.FailedPrecondition || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Apply on the file's domain: %v, want FailedPrecondition naming %s", err, path)
+	}
+	if got := call(t, grpcAddr, "c").Statuses[0].CurrentLimit.RequestsPerUnit; got != 2 {
+		t.Fatalf("limit after a refused Apply = %d, want 2", got)
+	}
+	other := strings.Replace(raised, "domain: bin", "domain: other", 1)
+	if _, err := pc.Apply(ctx, &sluicev1.ApplyRequest{Source: "other.yaml", Yaml: other}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	if got := call(t, grpcAddr, "c").Statuses[0].CurrentLimit.RequestsPerUnit; got != 50 {
-		t.Fatalf("limit after Apply = %d, want 50", got)
+	list, err := pc.List(ctx, &sluicev1.ListRequest{})
+	if err != nil || len(list.Policies) != 2 || list.Policies[0].Owner != path || list.Policies[1].Owner != "" {
+		t.Fatalf("List: %v, %v; want bin owned by %s and other the store's", list, err, path)
 	}
 
 	if code := p.stop(t); code != 0 {
@@ -462,7 +488,7 @@ func TestBinarySIGHUP(t *testing.T) {
 
 	write(strings.Replace(binPolicy, "requests_per_unit: 2", "requests_per_unit: 7", 1))
 	hup()
-	line := p.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	line := p.waitLog(t, "SIGHUP: the policy files are in force", 1)
 	if !strings.Contains(line, `"changed":"bin"`) {
 		t.Errorf("log line %s", line)
 	}
@@ -478,7 +504,7 @@ func TestBinarySIGHUP(t *testing.T) {
 	for i, b := range bad {
 		write(b.doc)
 		hup()
-		line := p.waitLog(t, "SIGHUP: refused the -policy files; the current policies stay", i+1)
+		line := p.waitLog(t, "SIGHUP: refused the -policy files; the policies in force stay", i+1)
 		if !strings.Contains(line, b.want) || !strings.Contains(line, `"level":"ERROR"`) {
 			t.Errorf("log line %s\nwant it to hold %s", line, b.want)
 		}
@@ -486,7 +512,7 @@ func TestBinarySIGHUP(t *testing.T) {
 			t.Fatalf("limit %d after a bad SIGHUP, want 7 (kept)", got)
 		}
 	}
-	t.Logf("SIGHUP log lines:\n%s\n%s", p.waitLog(t, "SIGHUP: applied", 1), p.waitLog(t, "SIGHUP: refused", 2))
+	t.Logf("SIGHUP log lines:\n%s\n%s", p.waitLog(t, "SIGHUP: the policy files are in force", 1), p.waitLog(t, "SIGHUP: refused", 2))
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.output())
 	}
@@ -512,7 +538,7 @@ func TestBinarySIGHUPRedis(t *testing.T) {
 	if err := p1.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	p1.waitLog(t, "SIGHUP: applied the -policy files", 1)
+	p1.waitLog(t, "SIGHUP: the policy files are in force", 1)
 	start := time.Now()
 	for limit(rec2) != 9 {
 		if time.Since(start) > 10*time.Second {

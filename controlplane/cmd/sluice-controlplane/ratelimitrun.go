@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/logthrottle"
 	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/controlplane/policystore"
 	"github.com/sluicehq/sluice/controlplane/rlqs"
 	"github.com/sluicehq/sluice/controlplane/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
@@ -67,9 +68,14 @@ func runRatelimit(getenv func(string) string, stderr io.Writer) int {
 	} else if v := getenv("SLUICE_POLICY"); v != "" {
 		files.Set(v)
 	}
+	// The files own their domains, as envoyproxy/ratelimit's are the
+	// truth at every start; $SLUICE_POLICY_SEED_ONLY=true makes them seed
+	// an empty store only.
+	seedOnly := getenv("SLUICE_POLICY_SEED_ONLY") == "true"
 	seed, _ := policy.NewSet()
+	var sources []policystore.Source
 	if len(files) > 0 {
-		if seed, err = policy.Load(files...); err != nil {
+		if seed, sources, err = readPolicies(files, seedOnly); err != nil {
 			log.Error("invalid rate limit configuration: fix the files named below", "policy", files.String(), "error", err.Error())
 			return 2
 		}
@@ -79,7 +85,7 @@ func runRatelimit(getenv func(string) string, stderr io.Writer) int {
 		log.Error("ratelimit environment", "error", err.Error())
 		return 2
 	}
-	cfg.Policies = seed
+	cfg.Policies, cfg.PolicyFiles = seed, sources
 	if e.tracing.enabled {
 		tr, err := tracing.New(context.Background(), tracing.Config{Protocol: e.tracing.protocol,
 			ServiceName: e.tracing.serviceName, ServiceNamespace: e.tracing.namespace, InstanceID: e.tracing.inst,
@@ -109,7 +115,8 @@ func runRatelimit(getenv func(string) string, stderr io.Writer) int {
 			}
 			return ok, why
 		})},
-		{Name: "debug", Addr: addr(e.debugHost, e.debugPort), Handler: debugHandler(func() *policy.Set { return srv.RLS().Policies() })},
+		{Name: "debug", Addr: addr(e.debugHost, e.debugPort), Handler: debugHandler(func() *policy.Set { return srv.RLS().Policies() },
+			func(domain string) string { return srv.Owner(domain) })},
 	}
 	if srv, err = server.New(cfg); err != nil {
 		log.Error("cannot start", "error", e.listenerVars(err).Error())
@@ -155,7 +162,7 @@ func runRatelimit(getenv func(string) string, stderr io.Writer) int {
 		defer t.Stop()
 		go watchPolicies(ctx, t.C, files, changed)
 	}
-	go reloadOnHangup(ctx, hup, changed, log, files, srv.Policies())
+	go reloadOnHangup(ctx, hup, changed, log, policyFiles{files, seedOnly}, srv.Policies())
 	log.Info("running as envoyproxy/ratelimit (CONFIG_TYPE="+e.configType+")",
 		"grpc", srv.GRPCAddr(), "healthcheck", srv.ExtraHTTPAddr("healthcheck"), "debug", srv.ExtraHTTPAddr("debug"), "metrics", srv.HTTPAddr())
 	if err := srv.Run(ctx); err != nil {
@@ -263,18 +270,23 @@ func healthHandler(ready func() (bool, string)) http.Handler {
 }
 
 // debugHandler serves /rlconfig: every domain in force, as policy YAML,
-// each after a comment naming where it came from (a file, or xds:<resource>).
-func debugHandler(current func() *policy.Set) http.Handler {
+// each after a comment naming its owner (owner: the policy file, or
+// xds:<resource>; "" is the policy store's, changed with ratectl).
+func debugHandler(current func() *policy.Set, owner func(domain string) string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		for _, d := range current().Domains() {
+			o := owner(d.Name)
+			if o == "" {
+				o = "the policy store (ratectl)"
+			}
 			y, err := policy.Marshal(d)
 			if err != nil {
-				fmt.Fprintf(w, "# domain %q from %s: %v\n", d.Name, d.Source, err)
+				fmt.Fprintf(w, "# domain %q, owner %s: %v\n", d.Name, o, err)
 				continue
 			}
-			fmt.Fprintf(w, "# domain %q from %s\n---\n%s", d.Name, d.Source, y)
+			fmt.Fprintf(w, "# domain %q, owner %s\n---\n%s", d.Name, o, y)
 		}
 	})
 	return mux

@@ -33,7 +33,7 @@ var flagGroups = []struct {
 	{"Redis TLS", []string{"redis-tls", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-tls-server-name"}},
 	{"Redis failures and the memory store", []string{"deadline", "probe-interval", "degrade-after-failures", "degrade-failure-ratio",
 		"degrade-failure-window", "memory-max-entries", "memory-max-bytes"}},
-	{"Policies", []string{"policy", "policy-watch", "policy-file"}},
+	{"Policies", []string{"policy", "policy-seed-only", "policy-watch", "policy-file"}},
 	{"envoyproxy/ratelimit behaviour", []string{"charge-past-limit", "quota-mode", "response-dynamic-metadata"}},
 	{"Policy service (ratectl)", []string{"policy-addr", "policy-token-file", "policy-tls-cert", "policy-tls-key", "policy-client-ca"}},
 	{"Rate Limit Quota Service (RLQS)", []string{"rlqs-addr", "rlqs-ttl", "rlqs-max-buckets", "rlqs-max-bucket-bytes"}},

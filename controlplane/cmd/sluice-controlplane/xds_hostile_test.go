@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -23,11 +22,11 @@ func startRatelimitXDS(t *testing.T, srv *xdstest.Server) (*proc, map[string]any
 	t.Helper()
 	rl := ratelimitBinary(t)
 	cmd := exec.Command(rl)
-	cmd.Env = append(os.Environ(), "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+srv.Addr, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+	env := []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+srv.Addr, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=50ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=1s",
 		"HOST=127.0.0.1", "PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
-		"SLUICE_POLICY_ADDR=127.0.0.1:0", "LOG_LEVEL=info", "LOG_FORMAT=json")
-	return startCmd(t, cmd)
+		"SLUICE_POLICY_ADDR=127.0.0.1:0", "LOG_LEVEL=info", "LOG_FORMAT=json"}
+	return startCmd(t, cmd, env)
 }
 
 // rssPeak samples pid's RSS every 5 ms until stop is closed and returns

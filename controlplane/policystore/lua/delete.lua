@@ -2,16 +2,22 @@
 -- KEYS[1] the store version counter, KEYS[2] the set of domain names,
 -- KEYS[3] the domain's hash.
 -- ARGV[1] domain, ARGV[2] expected version ("" = no guard), ARGV[3] change
--- channel.
--- Returns {status, version}: status 1 deleted (the new store version), -1 no
--- such domain, 0 guard failed (the domain's version).
+-- channel, ARGV[4] "1" to take the domain over from the policy file that
+-- owns it.
+-- Returns {status, version[, owner]}: status 1 deleted (the new store
+-- version), -1 no such domain, 0 guard failed (the domain's version), -3 a
+-- policy file owns the domain (its version, and the file).
 -- A store that is not initialized holds nothing.
-local cur = false
+local h = false
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
-  cur = redis.call('HGET', KEYS[3], 'version')
+  h = redis.call('HMGET', KEYS[3], 'version', 'owner')
 end
-if not cur then
+if not h or not h[1] then
   return {-1, 0}
+end
+local cur = h[1]
+if h[2] and h[2] ~= '' and ARGV[4] ~= '1' then
+  return {-3, tonumber(cur), h[2]}
 end
 if ARGV[2] ~= '' and ARGV[2] ~= cur then
   return {0, tonumber(cur)}

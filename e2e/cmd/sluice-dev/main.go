@@ -65,7 +65,7 @@ type options struct {
 	listen                     string // Envoy's listener
 	grpcAddr, httpAddr, polAdr string // control plane listeners
 	wasm                       string // filter.wasm
-	policy                     string // policy file seeding the store ("" = the example)
+	policy                     string // policy file, which owns its domain ("" = the example, seeding the store)
 	concurrency                int    // Envoy's worker threads (one Wasm VM each)
 	redis                      string // Redis address, from REDIS_ADDR
 	verbose                    bool   // logs on stderr
@@ -80,7 +80,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "control plane `address` of /metrics, /healthz, /readyz")
 	fs.StringVar(&o.polAdr, "policy-addr", "127.0.0.1:8082", "control plane policy service `address` (ratectl)")
 	fs.StringVar(&o.wasm, "wasm", "build/filter.wasm", "filter.wasm `file`, relative to the repository; built when missing")
-	fs.StringVar(&o.policy, "policy", "", "policy `file` seeding the control plane (default: controlplane/policy/example.yaml); envoy.yaml asks for domain sluice-demo")
+	fs.StringVar(&o.policy, "policy", "", "policy `file` the control plane puts in force, at start and when it changes (default: controlplane/policy/example.yaml, which seeds an empty store only); envoy.yaml asks for domain sluice-demo")
 	fs.IntVar(&o.concurrency, "concurrency", 2, "Envoy's worker threads (one filter.wasm VM each)")
 	fs.BoolVar(&o.verbose, "v", false, "show the control plane's log, and log Envoy at info")
 	if err := fs.Parse(args); err != nil {
@@ -147,9 +147,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	var policies []string
+	// A -policy file owns its domain: it is put in force at every start,
+	// and within a second of an edit (-policy-watch).
+	var policies, cpArgs []string
+	file := ""
 	if o.policy != "" {
-		policies = []string{o.policy}
+		if file, err = filepath.Abs(o.policy); err != nil {
+			return usageError{err}
+		}
+		policies, cpArgs = []string{file}, []string{"-policy-watch", "1s"}
 	}
 	seed, seedName, err := seedPolicies(o.policy)
 	if err != nil {
@@ -160,7 +166,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cpLog = stderr
 	}
 	cp, err := stack.StartControlPlane(ctx, stack.ControlPlaneConfig{
-		Binary: cpBin, Dir: tmp, RedisAddr: o.redis, Policies: policies, Token: token,
+		Binary: cpBin, Dir: tmp, RedisAddr: o.redis, Policies: policies, Token: token, Args: cpArgs,
 		GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, PolicyAddr: o.polAdr, Stderr: cpLog,
 	})
 	if err != nil {
@@ -207,7 +213,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			lowered = ""
 		}
 	}
-	pols, err := describePolicies(ctx, cp.PolicyAddr(), token, seed, seedName)
+	pols, err := describePolicies(ctx, cp.PolicyAddr(), token, seed, seedName, file)
 	if err != nil {
 		pols.lines = []string{"cannot list them: " + err.Error()}
 	}
@@ -263,9 +269,8 @@ See the headers (RateLimit-Policy, RateLimit, Retry-After):
 `, ratectl, lowered)
 	}
 	if o.policy != "" {
-		fmt.Fprintf(w, `Change your policy live, no restart: edit %s, then
-  %s apply -f %s
-`, o.policy, ratectl, o.policy)
+		fmt.Fprintf(w, "Change your policy live, no restart: edit %s; the control plane puts it in force within a\n"+
+			"second (-policy-watch 1s), and at every start.\n", o.policy)
 	}
 	fmt.Fprintf(w, `Look at the policies, and ask for a decision without consuming quota (without --hits 0, check counts as a request):
   %s get %s

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,12 +12,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/e2e/stack"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestWriteLowered checks the file the banner's ratectl line applies: the
@@ -83,26 +86,57 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// TestMakeRun runs the sluice-dev binary as `make run` does, on free ports:
-// through real Envoy the curl loop of the banner gets 200s, then 429 with
-// the RateLimit headers; then Ctrl-C (SIGINT to the process group, as a
-// terminal sends it) ends sluice-dev with status 0 and every process it
-// started (Envoy and the control plane, by the PIDs the banner prints) is
-// gone.
-func TestMakeRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs Envoy")
+// built holds sluice-dev and filter.wasm, built once for the tests that
+// run them; TestMain removes it.
+var built = struct {
+	once      sync.Once
+	dir       string
+	bin, wasm string
+	err       error
+}{}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
 	}
-	ctx := context.Background()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "sluice-dev")
-	if err := stack.GoBuild(ctx, "./e2e/cmd/sluice-dev", bin); err != nil {
-		t.Fatal(err)
+	os.Exit(code)
+}
+
+// buildDev builds sluice-dev and filter.wasm (once).
+func buildDev(t *testing.T) (bin, wasm string) {
+	t.Helper()
+	built.once.Do(func() {
+		ctx := context.Background()
+		if built.dir, built.err = os.MkdirTemp("", "sluice-dev-test"); built.err != nil {
+			return
+		}
+		built.bin, built.wasm = filepath.Join(built.dir, "sluice-dev"), filepath.Join(built.dir, "filter.wasm")
+		if built.err = stack.GoBuild(ctx, "./e2e/cmd/sluice-dev", built.bin); built.err == nil {
+			built.err = stack.BuildWasm(ctx, built.wasm)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	wasm := filepath.Join(dir, "filter.wasm")
-	if err := stack.BuildWasm(ctx, wasm); err != nil {
-		t.Fatal(err)
-	}
+	return built.bin, built.wasm
+}
+
+// devRun is a running sluice-dev, started as `make run` starts it.
+type devRun struct {
+	cmd    *exec.Cmd
+	banner string // stdout up to the banner's last line
+	listen string // Envoy's listener
+	pids   []int  // Envoy's and the control plane's, from the banner
+	stderr *strings.Builder
+	exited chan error
+}
+
+// startDev runs sluice-dev with args on free ports, env added to the
+// test's environment, and waits for its banner.
+func startDev(t *testing.T, env []string, args ...string) *devRun {
+	t.Helper()
+	bin, wasm := buildDev(t)
 	var addrs []string
 	for range 3 {
 		p, err := stack.FreePort()
@@ -111,19 +145,18 @@ func TestMakeRun(t *testing.T) {
 		}
 		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
 	}
-	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-grpc-addr", addrs[0], "-http-addr", addrs[1], "-policy-addr", addrs[2], "-wasm", wasm)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Env = append(os.Environ(), "REDIS_ADDR=")
-	stdout, err := cmd.StdoutPipe()
+	args = append([]string{"-listen", "127.0.0.1:0", "-grpc-addr", addrs[0], "-http-addr", addrs[1], "-policy-addr", addrs[2], "-wasm", wasm}, args...)
+	r := &devRun{cmd: exec.Command(bin, args...), stderr: &strings.Builder{}, exited: make(chan error, 1)}
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	r.cmd.Env = append(os.Environ(), env...)
+	stdout, err := r.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	r.cmd.Stderr = r.stderr
+	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
 	lines := make(chan string, 100)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -131,61 +164,66 @@ func TestMakeRun(t *testing.T) {
 			lines <- sc.Text()
 		}
 		close(lines)
-		exited <- cmd.Wait()
+		r.exited <- r.cmd.Wait()
 	}()
-	defer func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}()
+	t.Cleanup(func() { syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL) })
 
 	// The banner: Envoy's address and PID, the control plane's PID.
 	envoyLine := regexp.MustCompile(`^\s+envoy\s+(\S+)\s+pid (\d+),`)
 	cpLine := regexp.MustCompile(`^\s+control plane\s+\S+\s+decisions \(RLS gRPC\), pid (\d+),`)
-	var listen string
-	var pids []int
 	var out strings.Builder
 	// It builds the control plane and starts Envoy (up to 5 minutes on a
 	// busy machine: see e2e/stack), then prints the banner.
 	const bannerWait = 10 * time.Minute
 	timeout := time.After(bannerWait)
 	curl, end := false, false
-	for listen == "" || len(pids) < 2 || !curl || !end {
+	for r.listen == "" || len(r.pids) < 2 || !curl || !end {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatalf("sluice-dev ended before its banner:\n%s\n%s", out.String(), stderr.String())
+				t.Fatalf("sluice-dev ended before its banner:\n%s\n%s", out.String(), r.stderr.String())
 			}
 			out.WriteString(l + "\n")
 			curl = curl || strings.Contains(l, "for i in $(seq 12); do curl")
 			end = end || strings.Contains(l, "(docs/operations.md)") // the banner's last line
 			if m := envoyLine.FindStringSubmatch(l); m != nil {
-				listen = m[1]
+				r.listen = m[1]
 				pid, _ := strconv.Atoi(m[2])
-				pids = append(pids, pid)
+				r.pids = append(r.pids, pid)
 			}
 			if m := cpLine.FindStringSubmatch(l); m != nil {
 				pid, _ := strconv.Atoi(m[1])
-				pids = append(pids, pid)
+				r.pids = append(r.pids, pid)
 			}
 		case <-timeout:
-			t.Fatalf("no banner after %v:\n%s\n%s", bannerWait, out.String(), stderr.String())
+			t.Fatalf("no banner after %v:\n%s\n%s", bannerWait, out.String(), r.stderr.String())
 		}
 	}
 	go func() {
 		for range lines {
 		}
 	}()
-	for _, w := range []string{"domain sluice-demo (version 1): from the embedded example", "/stats?filter=wasmcustom.sluice",
-		"check sluice-demo remote_address=127.0.0.1 --hits 0", "failure_open / failure_closed"} {
-		if !strings.Contains(out.String(), w) {
-			t.Errorf("the banner lacks %q:\n%s", w, out.String())
+	r.banner = out.String()
+	return r
+}
+
+// expectBanner fails the test unless the banner holds every want.
+func (r *devRun) expectBanner(t *testing.T, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(r.banner, w) {
+			t.Errorf("the banner lacks %q:\n%s", w, r.banner)
 		}
 	}
+}
 
-	// The curl loop: 200s until the per-address limit (10 per 10 s), then 429.
+// untilLimited sends requests through Envoy until one is refused, and
+// returns the status codes and the refused answer (nil: none within 30).
+func (r *devRun) untilLimited(t *testing.T) ([]int, *http.Response) {
+	t.Helper()
 	var codes []int
-	var limited *http.Response
 	for range 30 {
-		resp, err := http.Get("http://" + listen + "/")
+		resp, err := http.Get("http://" + r.listen + "/")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,10 +231,49 @@ func TestMakeRun(t *testing.T) {
 		resp.Body.Close()
 		codes = append(codes, resp.StatusCode)
 		if resp.StatusCode == 429 {
-			limited = resp
-			break
+			return codes, resp
 		}
 	}
+	return codes, nil
+}
+
+// interrupt sends Ctrl-C (SIGINT to the process group, as a terminal
+// sends it) and checks that sluice-dev ends with status 0 and every process
+// it started (by the PIDs the banner prints) is gone.
+func (r *devRun) interrupt(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.exited:
+		if err != nil {
+			t.Fatalf("sluice-dev after SIGINT: %v\n%s", err, r.stderr.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("sluice-dev still runs a minute after SIGINT")
+	}
+	for _, pid := range r.pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("pid %d still runs after sluice-dev ended", pid)
+		}
+	}
+}
+
+// TestMakeRun runs the sluice-dev binary as `make run` does, on free ports:
+// through real Envoy the curl loop of the banner gets 200s, then 429 with
+// the RateLimit headers; then Ctrl-C ends sluice-dev with status 0 and
+// every process it started is gone.
+func TestMakeRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Envoy")
+	}
+	r := startDev(t, []string{"REDIS_ADDR="})
+	r.expectBanner(t, "domain sluice-demo (version 1): from the embedded example", "/stats?filter=wasmcustom.sluice",
+		"check sluice-demo remote_address=127.0.0.1 --hits 0", "failure_open / failure_closed")
+
+	// The curl loop: 200s until the per-address limit (10 per 10 s), then 429.
+	codes, limited := r.untilLimited(t)
 	t.Logf("status codes: %v", codes)
 	if limited == nil || codes[0] != 200 {
 		t.Fatalf("status codes %v: want 200s, then 429", codes)
@@ -206,22 +283,41 @@ func TestMakeRun(t *testing.T) {
 			t.Errorf("429: %s = %q, want one value", h, limited.Header.Values(h))
 		}
 	}
+	r.interrupt(t)
+}
 
-	// Ctrl-C.
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
-		t.Fatal(err)
+// TestMakeRunPolicyTwice: `make run POLICY=my-policy.yaml REDIS_ADDR=...`,
+// Ctrl-C, the file edited (5 -> 3 a minute), the same command again: the
+// banner says the file is in force and Envoy's RateLimit-Policy says q=3
+// (it used to stay q=5, the store's, with the banner saying so).
+func TestMakeRunPolicyTwice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Envoy")
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("sluice-dev after SIGINT: %v\n%s", err, stderr.String())
+	rs := redistest.StartServer(t)
+	file := filepath.Join(t.TempDir(), "my-policy.yaml")
+	for _, n := range []int{5, 3} {
+		doc := fmt.Sprintf("domain: %s\ndescriptors:\n  - key: remote_address\n    rate_limit: {name: per_address, unit: minute, requests_per_unit: %d}\n", stack.DemoDomain, n)
+		if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(time.Minute):
-		t.Fatal("sluice-dev still runs a minute after SIGINT")
-	}
-	for _, pid := range pids {
-		if err := syscall.Kill(pid, 0); err == nil {
-			t.Errorf("pid %d still runs after sluice-dev ended", pid)
+		r := startDev(t, []string{"REDIS_ADDR=" + rs.Addr()}, "-policy", file)
+		r.expectBanner(t, "): from "+file+", in force: the file owns the domain")
+		for _, l := range strings.Split(r.banner, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), "policies") {
+				t.Logf("banner: %s", strings.TrimSpace(l))
+			}
 		}
+		// (The second run's counter holds the first run's requests: Redis
+		// keeps it, and the window is a minute.)
+		codes, limited := r.untilLimited(t)
+		if limited == nil || (n == 5 && len(codes) != n+1) {
+			t.Fatalf("limit %d: status codes %v, want %d 200s then 429", n, codes, n)
+		}
+		if got := limited.Header.Get("RateLimit-Policy"); !strings.Contains(got, fmt.Sprintf("q=%d", n)) {
+			t.Errorf("limit %d: RateLimit-Policy %q", n, got)
+		}
+		t.Logf("limit %d: status codes %v, RateLimit-Policy %q", n, codes, limited.Header.Get("RateLimit-Policy"))
+		r.interrupt(t)
 	}
 }

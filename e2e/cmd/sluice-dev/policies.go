@@ -33,9 +33,10 @@ func seedPolicies(file string) (*policy.Set, string, error) {
 }
 
 // describePolicies asks the policy service which policies are in force and
-// compares each with the start-up policies: the store seeds only when empty,
-// so after a restart on the same Redis the policies applied before win.
-func describePolicies(ctx context.Context, policyAddr, token string, seed *policy.Set, seedName string) (inForce, error) {
+// says where each came from: a -policy file owns its domain and is put in
+// force at every start; the embedded example seeds only an empty store, so
+// after a restart on the same Redis the policies applied before win.
+func describePolicies(ctx context.Context, policyAddr, token string, seed *policy.Set, seedName, file string) (inForce, error) {
 	conn, err := grpc.NewClient(policyAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return inForce{}, err
@@ -48,12 +49,14 @@ func describePolicies(ctx context.Context, policyAddr, token string, seed *polic
 	if err != nil {
 		return inForce{}, fmt.Errorf("listing the policies in force: %w", err)
 	}
-	return compareWithSeed(res.GetPolicies(), seed, seedName), nil
+	return compareWithSeed(res.GetPolicies(), seed, seedName, file), nil
 }
 
 // compareWithSeed writes one line per domain in force saying where it came
-// from: the start-up policies (identical), or the store (applied earlier).
-func compareWithSeed(stored []*sluicev1.Policy, seed *policy.Set, seedName string) inForce {
+// from: the -policy file (file, as the control plane was given it), which
+// owns it; the start-up policies (identical); or the store (applied
+// earlier).
+func compareWithSeed(stored []*sluicev1.Policy, seed *policy.Set, seedName, file string) inForce {
 	var out inForce
 	seedYAML := map[string]string{}
 	for _, d := range seed.Domains() {
@@ -66,6 +69,12 @@ func compareWithSeed(stored []*sluicev1.Policy, seed *policy.Set, seedName strin
 		out.demo = out.demo || p.GetDomain() == stack.DemoDomain
 		y, fromSeed := seedYAML[p.GetDomain()]
 		switch {
+		case file != "" && p.GetOwner() == file && y == canonical(p):
+			same++
+			out.lines = append(out.lines, fmt.Sprintf("domain %s (version %d): from %s, in force: the file owns the domain\n"+
+				"                   (edit it and the control plane puts it in force; ratectl cannot change it)", p.GetDomain(), p.GetVersion(), seedName))
+		case p.GetOwner() != "":
+			out.lines = append(out.lines, fmt.Sprintf("domain %s (version %d): from %s, which owns it", p.GetDomain(), p.GetVersion(), p.GetOwner()))
 		case fromSeed && y == canonical(p):
 			same++
 			out.lines = append(out.lines, fmt.Sprintf("domain %s (version %d): from %s", p.GetDomain(), p.GetVersion(), seedName))

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 // the store serves it unchanged; after a restart on a Redis that holds
 // policies applied earlier, it says they came from the store.
 func TestCompareWithSeed(t *testing.T) {
+	t.Run("file", testCompareWithFile)
 	seed, name, err := seedPolicies("")
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +46,10 @@ func TestCompareWithSeed(t *testing.T) {
 		{"emptied", nil, false, false, []string{"none: the store is empty"}},
 		{"another domain", []*sluicev1.Policy{{Domain: "api", Version: 1, Yaml: "x"}}, false, false,
 			[]string{"domain api (version 1): from the store"}},
+		{"another file's", []*sluicev1.Policy{{Domain: "api", Version: 1, Yaml: "x", Owner: "/etc/api.yaml"}}, false, false,
+			[]string{"domain api (version 1): from /etc/api.yaml, which owns it"}},
 	} {
-		got := compareWithSeed(tc.stored, seed, name)
+		got := compareWithSeed(tc.stored, seed, name, "")
 		text := strings.Join(got.lines, "\n")
 		if got.seedInForce != tc.example || got.demo != tc.demo {
 			t.Errorf("%s: example, demo = %v, %v; want %v, %v", tc.name, got.seedInForce, got.demo, tc.example, tc.demo)
@@ -54,5 +59,23 @@ func TestCompareWithSeed(t *testing.T) {
 				t.Errorf("%s: lines lack %q:\n%s", tc.name, w, text)
 			}
 		}
+	}
+}
+
+// testCompareWithFile: with a -policy file, the banner says the file is in
+// force when the store serves it, owned by the file.
+func testCompareWithFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "my.yaml")
+	doc := "domain: sluice-demo\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seed, name, err := seedPolicies(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := compareWithSeed([]*sluicev1.Policy{{Domain: "sluice-demo", Version: 7, Yaml: doc, Owner: file}}, seed, name, file)
+	if !got.seedInForce || !strings.Contains(strings.Join(got.lines, "\n"), "domain sluice-demo (version 7): from "+file+", in force: the file owns the domain") {
+		t.Errorf("in force %v, lines %q", got.seedInForce, got.lines)
 	}
 }

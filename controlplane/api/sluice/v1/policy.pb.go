@@ -33,7 +33,11 @@ type Policy struct {
 	// The store version at which the domain was last written.
 	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	// The policy as applied (comments and layout kept).
-	Yaml          string `protobuf:"bytes,3,opt,name=yaml,proto3" json:"yaml,omitempty"`
+	Yaml string `protobuf:"bytes,3,opt,name=yaml,proto3" json:"yaml,omitempty"`
+	// Who owns the domain: the policy file that holds it, "xds:<resource>"
+	// for a domain an xDS server configures (version is then 0), or empty
+	// for a domain the store owns (Apply and Delete change it).
+	Owner         string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -89,6 +93,13 @@ func (x *Policy) GetYaml() string {
 	return ""
 }
 
+func (x *Policy) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 type ApplyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The policy document: one domain.
@@ -99,8 +110,13 @@ type ApplyRequest struct {
 	// When set, apply only if the domain's current version is this (0: only if
 	// the domain does not exist yet).
 	ExpectedVersion *uint64 `protobuf:"varint,3,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Take the domain over from the policy file that owns it (it becomes the
+	// store's): for a file no control plane reads any more. A control plane
+	// that reads the file takes the domain back when it next puts its files
+	// in force.
+	TakeOver      bool `protobuf:"varint,4,opt,name=take_over,json=takeOver,proto3" json:"take_over,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyRequest) Reset() {
@@ -152,6 +168,13 @@ func (x *ApplyRequest) GetExpectedVersion() uint64 {
 		return *x.ExpectedVersion
 	}
 	return 0
+}
+
+func (x *ApplyRequest) GetTakeOver() bool {
+	if x != nil {
+		return x.TakeOver
+	}
+	return false
 }
 
 type ApplyResponse struct {
@@ -410,8 +433,10 @@ type DeleteRequest struct {
 	Domain string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
 	// When set, delete only if the domain's current version is this.
 	ExpectedVersion *uint64 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Delete a domain a policy file owns (see ApplyRequest.take_over).
+	TakeOver      bool `protobuf:"varint,3,opt,name=take_over,json=takeOver,proto3" json:"take_over,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteRequest) Reset() {
@@ -456,6 +481,13 @@ func (x *DeleteRequest) GetExpectedVersion() uint64 {
 		return *x.ExpectedVersion
 	}
 	return 0
+}
+
+func (x *DeleteRequest) GetTakeOver() bool {
+	if x != nil {
+		return x.TakeOver
+	}
+	return false
 }
 
 type DeleteResponse struct {
@@ -616,15 +648,17 @@ var File_sluice_v1_policy_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/policy.proto\x12\tsluice.v1\"N\n" +
+	"\x16sluice/v1/policy.proto\x12\tsluice.v1\"d\n" +
 	"\x06Policy\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
-	"\x04yaml\x18\x03 \x01(\tR\x04yaml\"\x7f\n" +
+	"\x04yaml\x18\x03 \x01(\tR\x04yaml\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\"\x9c\x01\n" +
 	"\fApplyRequest\x12\x12\n" +
 	"\x04yaml\x18\x01 \x01(\tR\x04yaml\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12.\n" +
-	"\x10expected_version\x18\x03 \x01(\x04H\x00R\x0fexpectedVersion\x88\x01\x01B\x13\n" +
+	"\x10expected_version\x18\x03 \x01(\x04H\x00R\x0fexpectedVersion\x88\x01\x01\x12\x1b\n" +
+	"\ttake_over\x18\x04 \x01(\bR\btakeOverB\x13\n" +
 	"\x11_expected_version\"_\n" +
 	"\rApplyResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x16\n" +
@@ -639,10 +673,11 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\vListRequest\"b\n" +
 	"\fListResponse\x12-\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x11.sluice.v1.PolicyR\bpolicies\x12#\n" +
-	"\rstore_version\x18\x02 \x01(\x04R\fstoreVersion\"l\n" +
+	"\rstore_version\x18\x02 \x01(\x04R\fstoreVersion\"\x89\x01\n" +
 	"\rDeleteRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12.\n" +
-	"\x10expected_version\x18\x02 \x01(\x04H\x00R\x0fexpectedVersion\x88\x01\x01B\x13\n" +
+	"\x10expected_version\x18\x02 \x01(\x04H\x00R\x0fexpectedVersion\x88\x01\x01\x12\x1b\n" +
+	"\ttake_over\x18\x03 \x01(\bR\btakeOverB\x13\n" +
 	"\x11_expected_version\"5\n" +
 	"\x0eDeleteResponse\x12#\n" +
 	"\rstore_version\x18\x01 \x01(\x04R\fstoreVersion\"\x0e\n" +

@@ -45,6 +45,12 @@ const (
 // FAILED_PRECONDITION when the domain's version is not the one given. 0 means
 // "the domain must not exist".
 //
+// Owners: a domain that a policy file of the control plane (-policy,
+// RUNTIME_ROOT) names belongs to that file, and one an xDS server (Envoy
+// Gateway) configures belongs to it: Apply and Delete refuse to change
+// either with FAILED_PRECONDITION, naming the owner. The other domains are
+// the store's, changed here.
+//
 // Every call requires credentials: a bearer token in the "authorization"
 // metadata ("Bearer <token>") or a client certificate signed by the
 // configured CA. Calls without them fail with UNAUTHENTICATED.
@@ -52,12 +58,14 @@ type PolicyServiceClient interface {
 	// Apply validates one domain's policy and stores it, all or nothing. A
 	// policy that fails validation changes nothing: INVALID_ARGUMENT, the
 	// message naming source, line, domain, descriptor path and field of every
-	// problem. A stale expected_version: FAILED_PRECONDITION.
+	// problem. A stale expected_version, or a domain a policy file or an xDS
+	// server owns: FAILED_PRECONDITION.
 	Apply(ctx context.Context, in *ApplyRequest, opts ...grpc.CallOption) (*ApplyResponse, error)
-	// Get returns one domain's policy as this replica enforces it; NOT_FOUND
-	// when there is no such domain.
+	// Get returns one domain's policy as this replica enforces it, with its
+	// owner; NOT_FOUND when there is no such domain.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
-	// List returns every domain's policy, from one version of the store.
+	// List returns every domain's policy in force, with its owner: the
+	// store's domains, from one version of the store, and the xDS server's.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Delete removes one domain's policy; NOT_FOUND when there is no such
 	// domain, FAILED_PRECONDITION on a stale expected_version.
@@ -150,6 +158,12 @@ type PolicyService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 // FAILED_PRECONDITION when the domain's version is not the one given. 0 means
 // "the domain must not exist".
 //
+// Owners: a domain that a policy file of the control plane (-policy,
+// RUNTIME_ROOT) names belongs to that file, and one an xDS server (Envoy
+// Gateway) configures belongs to it: Apply and Delete refuse to change
+// either with FAILED_PRECONDITION, naming the owner. The other domains are
+// the store's, changed here.
+//
 // Every call requires credentials: a bearer token in the "authorization"
 // metadata ("Bearer <token>") or a client certificate signed by the
 // configured CA. Calls without them fail with UNAUTHENTICATED.
@@ -157,12 +171,14 @@ type PolicyServiceServer interface {
 	// Apply validates one domain's policy and stores it, all or nothing. A
 	// policy that fails validation changes nothing: INVALID_ARGUMENT, the
 	// message naming source, line, domain, descriptor path and field of every
-	// problem. A stale expected_version: FAILED_PRECONDITION.
+	// problem. A stale expected_version, or a domain a policy file or an xDS
+	// server owns: FAILED_PRECONDITION.
 	Apply(context.Context, *ApplyRequest) (*ApplyResponse, error)
-	// Get returns one domain's policy as this replica enforces it; NOT_FOUND
-	// when there is no such domain.
+	// Get returns one domain's policy as this replica enforces it, with its
+	// owner; NOT_FOUND when there is no such domain.
 	Get(context.Context, *GetRequest) (*GetResponse, error)
-	// List returns every domain's policy, from one version of the store.
+	// List returns every domain's policy in force, with its owner: the
+	// store's domains, from one version of the store, and the xDS server's.
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Delete removes one domain's policy; NOT_FOUND when there is no such
 	// domain, FAILED_PRECONDITION on a stale expected_version.
