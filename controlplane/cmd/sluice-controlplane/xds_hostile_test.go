@@ -22,7 +22,7 @@ func startRatelimitXDS(t *testing.T, srv *xdstest.Server) (*proc, map[string]any
 	t.Helper()
 	rl := ratelimitBinary(t)
 	cmd := exec.Command(rl)
-	env := []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+srv.Addr, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+	env := []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + srv.Addr, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=50ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=1s",
 		"HOST=127.0.0.1", "PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
 		"SLUICE_POLICY_ADDR=127.0.0.1:0", "LOG_LEVEL=info", "LOG_FORMAT=json"}
