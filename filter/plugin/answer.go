@@ -4,10 +4,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice/filter/headermap"
-	"github.com/sluicehq/sluice/filter/limitheaders"
-	"github.com/sluicehq/sluice/filter/precheck"
-	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/core/headermap"
+	"github.com/sluicehq/sluice/filter/core/limitheaders"
+	"github.com/sluicehq/sluice/filter/core/precheck"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // onAnswer takes the control plane's answer for a stream's call made over

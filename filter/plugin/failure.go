@@ -3,9 +3,9 @@ package plugin
 import (
 	"strconv"
 
-	"github.com/sluicehq/sluice/filter/config"
-	"github.com/sluicehq/sluice/filter/headermap"
-	"github.com/sluicehq/sluice/filter/precheck"
+	"github.com/sluicehq/sluice/filter/core/config"
+	"github.com/sluicehq/sluice/filter/core/headermap"
+	"github.com/sluicehq/sluice/filter/core/precheck"
 )
 
 // HeaderFailureMode is the response header that says the failure mode

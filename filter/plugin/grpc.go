@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // The answers of calls made over proxy_grpc_call (transport "grpc"): the

@@ -3,8 +3,8 @@ package plugin
 import (
 	"strconv"
 
-	"github.com/sluicehq/sluice/filter/config"
-	"github.com/sluicehq/sluice/filter/headermap"
+	"github.com/sluicehq/sluice/filter/core/config"
+	"github.com/sluicehq/sluice/filter/core/headermap"
 )
 
 // Shaping: a request the control plane answers OK with a wait (algorithm

@@ -3,8 +3,8 @@ package plugin
 import (
 	"math"
 
-	"github.com/sluicehq/sluice/filter/precheck"
-	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/core/precheck"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // maxCount bounds the limits and bursts taken from the metadata.

@@ -4,8 +4,8 @@ import (
 	"math"
 	"testing"
 
-	"github.com/sluicehq/sluice/filter/precheck"
-	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/core/precheck"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 func TestDescriptorLimit(t *testing.T) {

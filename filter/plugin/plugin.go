@@ -4,13 +4,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice/filter/config"
-	"github.com/sluicehq/sluice/filter/descriptors"
-	"github.com/sluicehq/sluice/filter/headermap"
-	"github.com/sluicehq/sluice/filter/limitheaders"
-	"github.com/sluicehq/sluice/filter/precheck"
-	"github.com/sluicehq/sluice/filter/rlsproto"
-	"github.com/sluicehq/sluice/filter/sharedblocks"
+	"github.com/sluicehq/sluice/filter/core/config"
+	"github.com/sluicehq/sluice/filter/core/descriptors"
+	"github.com/sluicehq/sluice/filter/core/headermap"
+	"github.com/sluicehq/sluice/filter/core/limitheaders"
+	"github.com/sluicehq/sluice/filter/core/precheck"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
+	"github.com/sluicehq/sluice/filter/proxywasm/shareddata"
 )
 
 // Metric names (Envoy shows them with its "wasmcustom." prefix).
@@ -67,7 +67,7 @@ type Plugin struct {
 	precheck bool // the precheck is on
 	// shared is the over-limit blocks the VMs of the proxy share (see
 	// shared.go); nil with the precheck or shared_state off.
-	shared *sharedblocks.Store
+	shared *shareddata.Store
 	calls  map[uint32]*stream // calls out, by call id
 	held   []*stream          // requests held (shaping), by release time
 	// Requests waiting for a call under way (wait.go), and those calls by
@@ -130,19 +130,19 @@ func (p *Plugin) configure(size int) bool {
 	p.precheck = cfg.Precheck.Enabled
 	// With shared_state off, the blocks stay in the VM's table and the
 	// leases make a pool of the VM's own.
-	var shared sharedblocks.Data = p.host
+	var shared shareddata.Data = p.host
 	if !cfg.SharedState {
-		shared = sharedblocks.NewLocal()
+		shared = shareddata.NewLocal()
 	}
 	p.shared = nil
-	p.quotas = quotas{pool: sharedblocks.NewLeases(shared, cfg.Domain, sharedblocks.LeaseSlots)}
+	p.quotas = quotas{pool: shareddata.NewLeases(shared, cfg.Domain, shareddata.LeaseSlots)}
 	// A VM that starts after another received a lease (a reload after a
 	// trap, a new worker) reads the pools at once, not from its first
 	// tick: a lease lasts about as long as the tick period, and one that a
 	// trapped VM left would otherwise expire unspent.
 	p.quotas.seen = p.quotas.pool.Announced()
 	if p.precheck && cfg.SharedState {
-		p.shared = sharedblocks.New(shared, cfg.Domain, sharedblocks.Slots)
+		p.shared = shareddata.New(shared, cfg.Domain, shareddata.Slots)
 	}
 	p.timeout = uint32(cfg.Timeout / config.Millisecond)
 	p.headers = headermap.Append(nil, rlsproto.CallHeaders(cfg.Authority, cfg.Timeout))

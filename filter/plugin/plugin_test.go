@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 const testConfig = `{

@@ -1,16 +1,16 @@
 package plugin
 
 import (
-	"github.com/sluicehq/sluice/filter/descriptors"
-	"github.com/sluicehq/sluice/filter/rlsproto"
-	"github.com/sluicehq/sluice/filter/sharedblocks"
+	"github.com/sluicehq/sluice/filter/core/descriptors"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
+	"github.com/sluicehq/sluice/filter/proxywasm/shareddata"
 )
 
 // MetricQuotaAllowed counts requests admitted from a quota the control plane
 // granted in advance (RLS DescriptorStatus.quota), without a call.
 const MetricQuotaAllowed = "sluice.quota_allowed"
 
-// Metrics of the leases the VMs of one proxy share (sharedblocks.Leases).
+// Metrics of the leases the VMs of one proxy share (shareddata.Leases).
 const (
 	// MetricLeaseCASRetries counts the writes of a lease pool that lost
 	// the compare-and-swap to another VM's and tried again.
@@ -29,7 +29,7 @@ const (
 
 // quotas are the quotas the control plane granted (leases), kept in the
 // proxy's shared data as one pool per descriptor for all its VMs
-// (sharedblocks.Leases). A quota's units were debited in the control
+// (shareddata.Leases). A quota's units were debited in the control
 // plane's store before it was granted, so spending them admits nothing the
 // global limit refuses; a unit lost (a VM that stops, an answer that times
 // out, a slot overwritten) can only admit less.
@@ -40,7 +40,7 @@ const (
 // no more host calls than without leases; until then, a VM calls out as
 // before.
 type quotas struct {
-	pool    *sharedblocks.Leases
+	pool    *shareddata.Leases
 	seen    bool
 	untils  []int64 // scratch: the expiry of each unit a request took
 	lefts   []int64 // scratch: the units left in each pool after the take

@@ -3,10 +3,10 @@ package plugin
 import (
 	"bytes"
 
-	"github.com/sluicehq/sluice/filter/config"
-	"github.com/sluicehq/sluice/filter/descriptors"
-	"github.com/sluicehq/sluice/filter/rlsproto"
-	"github.com/sluicehq/sluice/filter/sharedblocks"
+	"github.com/sluicehq/sluice/filter/core/config"
+	"github.com/sluicehq/sluice/filter/core/descriptors"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
+	"github.com/sluicehq/sluice/filter/proxywasm/shareddata"
 )
 
 // Prefetch: the renewal of the proxy's lease pools in calls no request
@@ -43,7 +43,7 @@ import (
 // debited nothing and teaches the precheck, as any answer does.
 //
 // Across the proxy's VMs, one renewal (or request's call) per key is under
-// way at a time: the pool's slot records it (sharedblocks.Leases.Renew,
+// way at a time: the pool's slot records it (shareddata.Leases.Renew,
 // the record Ask makes), and requests that find the pool empty meanwhile
 // wait for it (wait.go). A renewal that brings no units, fails or times out
 // ends the record (Answered): the waiters wake and take a unit or call, as
@@ -285,7 +285,7 @@ func (p *Plugin) renewTick(now int64) {
 			if now >= e.sendAt {
 				p.sendRenewal(e, now)
 			}
-		case e.spent && now-e.until >= sharedblocks.Recent:
+		case e.spent && now-e.until >= shareddata.Recent:
 			e.spent = false // long gone: no lease to renew
 		case e.spent && now >= e.until+renewGap && now >= e.dryUntil && r.pending < maxRenewals:
 			e.spent = false // renewed once: an idle key is not renewed again

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // prefetchVMs returns n VMs of one proxy with prefetch on, whose first VM

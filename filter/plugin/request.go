@@ -1,11 +1,11 @@
 package plugin
 
 import (
-	"github.com/sluicehq/sluice/filter/descriptors"
-	"github.com/sluicehq/sluice/filter/headermap"
-	"github.com/sluicehq/sluice/filter/limitheaders"
-	"github.com/sluicehq/sluice/filter/precheck"
-	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/core/descriptors"
+	"github.com/sluicehq/sluice/filter/core/headermap"
+	"github.com/sluicehq/sluice/filter/core/limitheaders"
+	"github.com/sluicehq/sluice/filter/core/precheck"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // onRequestHeaders decides a request: a local 429, a call to the control

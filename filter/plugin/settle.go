@@ -5,11 +5,11 @@ import (
 	"strconv"
 	"unsafe"
 
-	"github.com/sluicehq/sluice/filter/config"
-	"github.com/sluicehq/sluice/filter/descriptors"
-	"github.com/sluicehq/sluice/filter/headermap"
-	"github.com/sluicehq/sluice/filter/precheck"
-	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/core/config"
+	"github.com/sluicehq/sluice/filter/core/descriptors"
+	"github.com/sluicehq/sluice/filter/core/headermap"
+	"github.com/sluicehq/sluice/filter/core/precheck"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // Settlements: the charges of usage-based limits (usage.go), sent to the

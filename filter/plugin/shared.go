@@ -1,6 +1,6 @@
 package plugin
 
-import "github.com/sluicehq/sluice/filter/precheck"
+import "github.com/sluicehq/sluice/filter/core/precheck"
 
 // Metrics of the over-limit blocks the VMs of one proxy share (package
 // sharedblocks).
@@ -26,7 +26,7 @@ const (
 // that the request got its 429.
 //
 // When no block is live in the proxy, as far as the VM read the proxy's
-// live mark at most sharedblocks.LiveRefresh ago, no slot is read: a block
+// live mark at most shareddata.LiveRefresh ago, no slot is read: a block
 // another VM publishes is used here from at most LiveRefresh after.
 func (p *Plugin) checkShared(s *stream, now int64) (action uint32, rejected bool) {
 	if !p.shared.MayHold(now) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/filter/sharedblocks"
+	"github.com/sluicehq/sluice/filter/proxywasm/shareddata"
 )
 
 // TestSharedBlockRejectsInEveryVM: one VM hears the control plane deny a
@@ -165,7 +165,7 @@ func TestSharedStateOff(t *testing.T) {
 
 // TestSharedBlockSeenWithinLiveRefresh: with no block live in the proxy a
 // VM reads no slot for the requests it sends to the control plane, only
-// the proxy's live mark once per sharedblocks.LiveRefresh; a block another
+// the proxy's live mark once per shareddata.LiveRefresh; a block another
 // VM publishes meanwhile is used from the VM's next read of the mark, at
 // most LiveRefresh later.
 func TestSharedBlockSeenWithinLiveRefresh(t *testing.T) {
@@ -188,15 +188,15 @@ func TestSharedBlockSeenWithinLiveRefresh(t *testing.T) {
 		now   int64
 		calls int // B's calls so far
 	}{
-		{readAt + sharedblocks.LiveRefresh - 1, 3}, // B still trusts its read: asks the control plane
-		{readAt + sharedblocks.LiveRefresh, 3},     // reads the mark, then the slots: A's block
+		{readAt + shareddata.LiveRefresh - 1, 3}, // B still trusts its read: asks the control plane
+		{readAt + shareddata.LiveRefresh, 3},     // reads the mark, then the slots: A's block
 	} {
 		b.host.now = tt.now
 		id, _ := b.request(apiRequest, remote)
 		if len(b.host.calls) != tt.calls {
 			t.Fatalf("at read%+d: %d calls, want %d", tt.now-readAt, len(b.host.calls), tt.calls)
 		}
-		if tt.now-readAt == sharedblocks.LiveRefresh && b.host.local[id].details != DetailsPrecheck {
+		if tt.now-readAt == shareddata.LiveRefresh && b.host.local[id].details != DetailsPrecheck {
 			t.Fatalf("A's block not used LiveRefresh after B's read: %+v", b.host.local[id])
 		}
 	}

@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 
-	"github.com/sluicehq/sluice/filter/config"
-	"github.com/sluicehq/sluice/filter/descriptors"
+	"github.com/sluicehq/sluice/filter/core/config"
+	"github.com/sluicehq/sluice/filter/core/descriptors"
 )
 
 // Usage-based rate limits (issue #24): reserve at the request, settle at

@@ -1,6 +1,6 @@
 package plugin
 
-import "github.com/sluicehq/sluice/filter/config"
+import "github.com/sluicehq/sluice/filter/core/config"
 
 // VM receives the proxy-wasm callbacks of one Wasm VM: it keeps the plugin
 // instances (root contexts, one per filter configuration sharing the VM)

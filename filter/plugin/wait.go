@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"strconv"
 
-	"github.com/sluicehq/sluice/filter/rlsproto"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // Waiting for a call under way. When the proxy's lease pool of a descriptor
@@ -16,13 +16,13 @@ import (
 // stateWaiting): then it takes a unit of the pool, or, if there is none,
 // makes its own call (it does not wait twice). A request waits only:
 //   - for descriptors of cost 1 that the proxy holds a lease pool for,
-//     granted within the last second (sharedblocks.Leases.Holds): a limit
+//     granted within the last second (shareddata.Leases.Holds): a limit
 //     without leases, or one the control plane stopped sharing (at its
 //     limit), never waits;
 //   - while fewer than maxWaiting requests of the plugin wait.
 //
 // The call may be another VM's (one descriptor): the pool's slot records
-// the call under way (sharedblocks.Leases.Ask) until the call's timeout,
+// the call under way (shareddata.Leases.Ask) until the call's timeout,
 // its grant, or its Answered. Nothing wakes a VM from another, so while
 // requests wait for another VM's call the tick runs every waitTickMs and
 // looks at the pool.

@@ -1,0 +1,11 @@
+//go:build wasip1 && !sluicetest
+
+package main
+
+import (
+	"github.com/sluicehq/sluice/filter/proxywasm/abi"
+	"github.com/sluicehq/sluice/filter/plugin"
+)
+
+// newHost returns the proxy the plugin talks to.
+func newHost() plugin.Host { return abi.NewHost() }

@@ -1,0 +1,136 @@
+//go:build wasip1 && sluicetest
+
+package main
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/sluicehq/sluice/filter/proxywasm/abi"
+	"github.com/sluicehq/sluice/filter/plugin"
+)
+
+// The exports of this file exist only in builds with the sluicetest tag.
+
+// memStats is global so that reading it allocates nothing itself.
+var memStats runtime.MemStats
+
+// sluiceTestMallocs exports the guest's allocation count for the tests'
+// allocation check.
+//
+//go:wasmexport sluice_test_mallocs
+func sluiceTestMallocs() uint64 {
+	runtime.ReadMemStats(&memStats)
+	return memStats.Mallocs
+}
+
+// sluiceTestGC runs a garbage collection, so that a test counting host
+// calls over a short window does not count the runtime's own clock reads
+// of a collection that happens to start in it.
+//
+//go:wasmexport sluice_test_gc
+func sluiceTestGC() { runtime.GC() }
+
+var spinBuf [64]byte
+
+//go:wasmexport sluice_test_spin
+func sluiceTestSpin(n uint32) uint32 {
+	var total uint32
+	for i := uint32(0); i < n; i++ {
+		b := strconv.AppendInt(spinBuf[:0], int64(i)*7919, 10)
+		total += uint32(len(b))
+	}
+	return total
+}
+
+// testHost is the proxy of the sluicetest build: the real one, whose calls
+// on a precheck rejection's path can be answered inside the guest instead
+// (sluiceTestStubHost), so that a benchmark measures the guest's own work.
+var testHost = &stubHost{Host: abi.NewHost()}
+
+// newHost returns the proxy the plugin talks to.
+func newHost() plugin.Host { return testHost }
+
+// stubHost is an abi.Host whose peer address, clock, counters and local
+// replies, when stub is set, never reach the host.
+type stubHost struct {
+	*abi.Host
+	panics bool   // RemoteAddress panics (sluiceTestPanic)
+	stub   bool   // answer in the guest
+	addr   string // the peer address, as the host last gave it
+	now    int64  // the time when stubbing began
+	locals uint32 // local replies swallowed
+}
+
+// TrapValue is the request header value on which the sluicetest build
+// reads memory past the end of its linear memory: a Wasm trap, which no Go
+// recover sees, so the host fails the VM (e2e/abi's reload test). (os.Exit
+// would not do: Envoy's proc_exit returns.)
+const TrapValue = "sluice-test-trap"
+
+// trapSink keeps the trapping load from being optimized away.
+var trapSink byte
+
+func (h *stubHost) RequestHeader(name string) (string, bool) {
+	v, ok := h.Host.RequestHeader(name)
+	if ok && v == TrapValue {
+		trapSink = *(*byte)(unsafe.Add(nil, uintptr(0xfffffff0)))
+	}
+	return v, ok
+}
+
+func (h *stubHost) RemoteAddress() (string, bool) {
+	if h.panics {
+		panic("injected failure")
+	}
+	if h.stub {
+		return h.addr, true
+	}
+	return h.Host.RemoteAddress()
+}
+
+func (h *stubHost) Now() int64 {
+	if h.stub {
+		return h.now
+	}
+	return h.Host.Now()
+}
+
+func (h *stubHost) IncrementCounter(id uint32, delta int64) {
+	if !h.stub {
+		h.Host.IncrementCounter(id, delta)
+	}
+}
+
+func (h *stubHost) SendLocalResponse(status uint32, details string, body, headers []byte) error {
+	if h.stub {
+		h.locals++
+		return nil
+	}
+	return h.Host.SendLocalResponse(status, details, body, headers)
+}
+
+// sluiceTestStubHost turns the stubs on (on != 0: the peer address and the
+// time are read from the host once, now) or off, and returns the number of
+// local replies swallowed since they were last turned on.
+//
+//go:wasmexport sluice_test_stub_host
+func sluiceTestStubHost(on uint32) uint32 {
+	h := testHost
+	h.stub = false
+	if on == 0 {
+		return h.locals
+	}
+	addr, _ := h.Host.RemoteAddress()
+	h.addr, h.now, h.locals = strings.Clone(addr), h.Host.Now(), 0
+	h.stub = true
+	return 0
+}
+
+// sluiceTestPanic makes reading the peer address panic (on != 0), as a bug
+// in a callback would, or stops it.
+//
+//go:wasmexport sluice_test_panic
+func sluiceTestPanic(on uint32) { testHost.panics = on != 0 }
