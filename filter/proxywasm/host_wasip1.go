@@ -3,8 +3,8 @@
 package main
 
 import (
-	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 	"github.com/sluicehq/sluice/filter/plugin"
+	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 )
 
 // newHost returns the proxy the plugin talks to.

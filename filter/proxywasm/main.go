@@ -10,8 +10,8 @@
 package main
 
 import (
-	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 	"github.com/sluicehq/sluice/filter/plugin"
+	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 )
 
 func init() {

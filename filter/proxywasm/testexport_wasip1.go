@@ -8,8 +8,8 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 	"github.com/sluicehq/sluice/filter/plugin"
+	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 )
 
 // The exports of this file exist only in builds with the sluicetest tag.

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 	"github.com/sluicehq/sluice/filter/core/headermap"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
+	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 )
 
 // wasmHost is a minimal proxy-wasm host on wazero (compiler engine) for the

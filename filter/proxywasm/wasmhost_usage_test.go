@@ -11,9 +11,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 	"github.com/sluicehq/sluice/filter/core/headermap"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
+	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 )
 
 // usageWasmConfig has two usage-based rate limits: tokens from a response
