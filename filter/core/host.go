@@ -46,11 +46,12 @@ type Host interface {
 	// under way.
 	Call(from Stream, c *Call) (uint32, error)
 
-	// Schedule asks for Worker.Tick at or soon after at (the monotonic
-	// clock), replacing any earlier request. A host may tick earlier or
-	// more often (the core then finds nothing due and schedules again);
-	// with nothing scheduled, it still ticks about once a second.
-	Schedule(at int64)
+	// Schedule asks for Worker.Tick in delay nanoseconds (at least a
+	// millisecond), replacing any earlier request. A host may tick earlier
+	// or more often (the core then finds nothing due and schedules again),
+	// but not much later; with nothing scheduled, it still ticks about once
+	// a second.
+	Schedule(delay int64)
 
 	// Blocks returns the over-limit blocks that the workers of the proxy
 	// share for domain (called only with the precheck and shared_state on).

@@ -2,10 +2,9 @@
 
 package main
 
-import (
-	"github.com/sluicehq/sluice/filter/plugin"
-	"github.com/sluicehq/sluice/filter/proxywasm/abi"
-)
+import "github.com/sluicehq/sluice/filter/proxywasm/abi"
 
-// newHost returns the proxy the plugin talks to.
-func newHost() plugin.Host { return abi.NewHost() }
+// newProxy returns the proxy the filter talks to.
+func newProxy() proxy {
+	return proxy{root: abi.NewHost(), stream: abi.Stream{}, calls: abi.CallResponse{}}
+}

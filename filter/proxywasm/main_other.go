@@ -1,8 +1,8 @@
 //go:build !wasip1
 
-// Command filter is sluice's proxy-wasm filter. It only runs as filter.wasm,
-// built for GOOS=wasip1 GOARCH=wasm with -buildmode=c-shared (see
-// ../wasm-build.sh); this native build only says so.
+// Command proxywasm is filter.wasm, sluice's proxy-wasm filter. It only runs
+// as filter.wasm, built for GOOS=wasip1 GOARCH=wasm with -buildmode=c-shared
+// (see ../../wasm-build.sh); this native build only says so.
 package main
 
 import "os"

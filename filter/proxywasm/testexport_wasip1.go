@@ -8,7 +8,6 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/sluicehq/sluice/filter/plugin"
 	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 )
 
@@ -45,24 +44,36 @@ func sluiceTestSpin(n uint32) uint32 {
 	return total
 }
 
-// testHost is the proxy of the sluicetest build: the real one, whose calls
-// on a precheck rejection's path can be answered inside the guest instead
+// The proxy of the sluicetest build: the real one, whose calls on a
+// precheck rejection's path can be answered inside the guest instead
 // (sluiceTestStubHost), so that a benchmark measures the guest's own work.
-var testHost = &stubHost{Host: abi.NewHost()}
+var (
+	testRoot   = &stubRoot{Host: abi.NewHost()}
+	testStream = &stubStream{}
+)
 
-// newHost returns the proxy the plugin talks to.
-func newHost() plugin.Host { return testHost }
+// newProxy returns the proxy the filter talks to.
+func newProxy() proxy {
+	return proxy{root: testRoot, stream: testStream, calls: abi.CallResponse{}}
+}
 
-// stubHost is an abi.Host whose peer address, clock, counters and local
-// replies, when stub is set, never reach the host.
-type stubHost struct {
-	*abi.Host
+// stub is what the stubs share: whether they are on, and what they
+// answer.
+var stub struct {
 	panics bool   // RemoteAddress panics (sluiceTestPanic)
-	stub   bool   // answer in the guest
+	on     bool   // answer in the guest
 	addr   string // the peer address, as the host last gave it
 	now    int64  // the time when stubbing began
 	locals uint32 // local replies swallowed
 }
+
+// stubRoot is an abi.Host whose clock and counters, when stubbing, never
+// reach the host.
+type stubRoot struct{ *abi.Host }
+
+// stubStream is an abi.Stream whose peer address and local replies, when
+// stubbing, never reach the host.
+type stubStream struct{ abi.Stream }
 
 // TrapValue is the request header value on which the sluicetest build
 // reads memory past the end of its linear memory: a Wasm trap, which no Go
@@ -73,43 +84,43 @@ const TrapValue = "sluice-test-trap"
 // trapSink keeps the trapping load from being optimized away.
 var trapSink byte
 
-func (h *stubHost) RequestHeader(name string) (string, bool) {
-	v, ok := h.Host.RequestHeader(name)
+func (h *stubStream) RequestHeader(name string) (string, bool) {
+	v, ok := h.Stream.RequestHeader(name)
 	if ok && v == TrapValue {
 		trapSink = *(*byte)(unsafe.Add(nil, uintptr(0xfffffff0)))
 	}
 	return v, ok
 }
 
-func (h *stubHost) RemoteAddress() (string, bool) {
-	if h.panics {
+func (h *stubStream) RemoteAddress() (string, bool) {
+	if stub.panics {
 		panic("injected failure")
 	}
-	if h.stub {
-		return h.addr, true
+	if stub.on {
+		return stub.addr, true
 	}
-	return h.Host.RemoteAddress()
+	return h.Stream.RemoteAddress()
 }
 
-func (h *stubHost) Now() int64 {
-	if h.stub {
-		return h.now
+func (h *stubRoot) Now() int64 {
+	if stub.on {
+		return stub.now
 	}
 	return h.Host.Now()
 }
 
-func (h *stubHost) IncrementCounter(id uint32, delta int64) {
-	if !h.stub {
+func (h *stubRoot) IncrementCounter(id uint32, delta int64) {
+	if !stub.on {
 		h.Host.IncrementCounter(id, delta)
 	}
 }
 
-func (h *stubHost) SendLocalResponse(status uint32, details string, body, headers []byte) error {
-	if h.stub {
-		h.locals++
+func (h *stubStream) SendLocalResponse(status uint32, details string, body, headers []byte) error {
+	if stub.on {
+		stub.locals++
 		return nil
 	}
-	return h.Host.SendLocalResponse(status, details, body, headers)
+	return h.Stream.SendLocalResponse(status, details, body, headers)
 }
 
 // sluiceTestStubHost turns the stubs on (on != 0: the peer address and the
@@ -118,14 +129,13 @@ func (h *stubHost) SendLocalResponse(status uint32, details string, body, header
 //
 //go:wasmexport sluice_test_stub_host
 func sluiceTestStubHost(on uint32) uint32 {
-	h := testHost
-	h.stub = false
+	stub.on = false
 	if on == 0 {
-		return h.locals
+		return stub.locals
 	}
-	addr, _ := h.Host.RemoteAddress()
-	h.addr, h.now, h.locals = strings.Clone(addr), h.Host.Now(), 0
-	h.stub = true
+	addr, _ := testStream.Stream.RemoteAddress()
+	stub.addr, stub.now, stub.locals = strings.Clone(addr), testRoot.Host.Now(), 0
+	stub.on = true
 	return 0
 }
 
@@ -133,4 +143,4 @@ func sluiceTestStubHost(on uint32) uint32 {
 // in a callback would, or stops it.
 //
 //go:wasmexport sluice_test_panic
-func sluiceTestPanic(on uint32) { testHost.panics = on != 0 }
+func sluiceTestPanic(on uint32) { stub.panics = on != 0 }

@@ -454,7 +454,7 @@ func TestWasmPanicAppliesFailureMode(t *testing.T) {
 		}
 		h.call("sluice_test_panic", 1)
 		action := h.request(2, benchRequest)
-		if !strings.Contains(strings.Join(h.logs, "\n"), "panic in proxy_on_request_headers: injected failure") {
+		if !strings.Contains(strings.Join(h.logs, "\n"), "panic in request headers: injected failure") {
 			t.Fatalf("%s: panic not logged: %v", mode, h.logs)
 		}
 		if mode == "open" && (action != uint64(abi.ActionContinue) || len(h.locals) != 0) {

@@ -38,12 +38,34 @@ func data(b []byte) (unsafe.Pointer, uint32) {
 	return unsafe.Pointer(unsafe.SliceData(b)), uint32(len(b))
 }
 
-// Host calls the host functions on behalf of the current context. Strings
-// and byte slices it returns point into host-filled memory and are valid
-// only until the current callback returns.
+// Host calls the host functions that do not act on a stream: the clock,
+// logs, the configuration, calls, the tick, metrics and shared data.
+// Strings and byte slices it returns point into host-filled memory and are
+// valid only until the current callback returns.
 type Host struct {
 	trailers []byte // the (empty) trailers of HTTP calls
 }
+
+// Stream calls the host functions that act on the current stream (the
+// effective context). Strings and byte slices it returns point into
+// host-filled memory and are valid only until the current callback
+// returns.
+type Stream struct{}
+
+// Body returns at most size bytes from start of the current stream's
+// request body (request) or response body, during the body callbacks.
+func (Stream) Body(request bool, start, size int) ([]byte, error) {
+	if request {
+		return buffer(BufferRequestBody, start, size)
+	}
+	return buffer(BufferResponseBody, start, size)
+}
+
+// CallResponse reads the answer of a call being delivered, during
+// proxy_on_http_call_response, proxy_on_grpc_receive and
+// proxy_on_grpc_close. Strings and byte slices it returns are valid only
+// until the current callback returns.
+type CallResponse struct{}
 
 // NewHost returns a Host.
 func NewHost() *Host {
@@ -78,27 +100,28 @@ func (h *Host) Log(level uint32, msg string) { proxyLog(level, msg) }
 // PluginConfiguration returns the plugin configuration, during
 // proxy_on_configure.
 func (h *Host) PluginConfiguration(size int) ([]byte, error) {
-	return h.buffer(BufferPluginConfiguration, size)
+	return buffer(BufferPluginConfiguration, 0, size)
 }
 
-// CallResponseBody returns the body of an HTTP call's response, during
+// Body returns the body of an HTTP call's response, during
 // proxy_on_http_call_response.
-func (h *Host) CallResponseBody(size int) ([]byte, error) {
-	return h.buffer(BufferCallResponseBody, size)
+func (CallResponse) Body(size int) ([]byte, error) {
+	return buffer(BufferCallResponseBody, 0, size)
 }
 
-func (h *Host) buffer(b BufferType, size int) ([]byte, error) {
+// buffer returns at most size bytes of buffer b from start.
+func buffer(b BufferType, start, size int) ([]byte, error) {
 	if size <= 0 {
 		return nil, nil
 	}
 	outData, outSize = 0, 0
-	if err := Status(proxyGetBufferBytes(uint32(b), 0, uint32(size), &outData, &outSize)).err(); err != nil {
+	if err := Status(proxyGetBufferBytes(uint32(b), uint32(start), uint32(size), &outData, &outSize)).err(); err != nil {
 		return nil, err
 	}
 	return viewBytes(outData, outSize), nil
 }
 
-func (h *Host) header(m MapType, name string) (string, bool) {
+func header(m MapType, name string) (string, bool) {
 	outData, outSize = 0, 0
 	if Status(proxyGetHeaderMapValue(uint32(m), name, &outData, &outSize)) != StatusOK {
 		return "", false
@@ -107,19 +130,19 @@ func (h *Host) header(m MapType, name string) (string, bool) {
 }
 
 // RequestHeader returns a request header of the current stream.
-func (h *Host) RequestHeader(name string) (string, bool) { return h.header(MapRequestHeaders, name) }
+func (Stream) RequestHeader(name string) (string, bool) { return header(MapRequestHeaders, name) }
 
 // ResponseHeader returns a response header of the current stream.
-func (h *Host) ResponseHeader(name string) (string, bool) { return h.header(MapResponseHeaders, name) }
+func (Stream) ResponseHeader(name string) (string, bool) { return header(MapResponseHeaders, name) }
 
 // ResponseTrailer returns a response trailer of the current stream.
-func (h *Host) ResponseTrailer(name string) (string, bool) {
-	return h.header(MapResponseTrailers, name)
+func (Stream) ResponseTrailer(name string) (string, bool) {
+	return header(MapResponseTrailers, name)
 }
 
 // Property returns a property of the current stream (path segments
 // separated by NUL), as the host serializes it.
-func (h *Host) Property(path string) ([]byte, bool) {
+func (Stream) Property(path string) ([]byte, bool) {
 	outData, outSize = 0, 0
 	if Status(proxyGetProperty(path, &outData, &outSize)) != StatusOK {
 		return nil, false
@@ -128,22 +151,22 @@ func (h *Host) Property(path string) ([]byte, bool) {
 }
 
 // CallResponseHeader returns a header of an HTTP call's response.
-func (h *Host) CallResponseHeader(name string) (string, bool) {
-	return h.header(MapCallResponseHeaders, name)
+func (CallResponse) Header(name string) (string, bool) {
+	return header(MapCallResponseHeaders, name)
 }
 
 // CallResponseTrailer returns a trailer of an HTTP call's response.
-func (h *Host) CallResponseTrailer(name string) (string, bool) {
-	return h.header(MapCallResponseTrailers, name)
+func (CallResponse) Trailer(name string) (string, bool) {
+	return header(MapCallResponseTrailers, name)
 }
 
 // AddRequestHeader adds a header to the current stream's request.
-func (h *Host) AddRequestHeader(name, value string) error {
+func (Stream) AddRequestHeader(name, value string) error {
 	return Status(proxyAddHeaderMapValue(uint32(MapRequestHeaders), name, value)).err()
 }
 
 // AddResponseHeader adds a header to the current stream's response.
-func (h *Host) AddResponseHeader(name, value string) error {
+func (Stream) AddResponseHeader(name, value string) error {
 	return Status(proxyAddHeaderMapValue(uint32(MapResponseHeaders), name, value)).err()
 }
 
@@ -152,7 +175,7 @@ func (h *Host) AddResponseHeader(name, value string) error {
 const sourceAddress = "source\x00address"
 
 // RemoteAddress returns the downstream peer's address ("ip:port").
-func (h *Host) RemoteAddress() (string, bool) {
+func (Stream) RemoteAddress() (string, bool) {
 	outData, outSize = 0, 0
 	if Status(proxyGetProperty(sourceAddress, &outData, &outSize)) != StatusOK {
 		return "", false
@@ -161,13 +184,13 @@ func (h *Host) RemoteAddress() (string, bool) {
 }
 
 // ResumeRequest resumes the current stream's paused request.
-func (h *Host) ResumeRequest() error {
+func (Stream) ResumeRequest() error {
 	return Status(proxyContinueStream(uint32(StreamRequest))).err()
 }
 
 // SendLocalResponse answers the current stream's request locally; headers
 // is a serialized header map (package headermap).
-func (h *Host) SendLocalResponse(status uint32, details string, body, headers []byte) error {
+func (Stream) SendLocalResponse(status uint32, details string, body, headers []byte) error {
 	bp, bn := data(body)
 	hp, hn := data(headers)
 	return Status(proxySendLocalResponse(status, details, bp, bn, hp, hn, -1)).err()
@@ -207,8 +230,8 @@ func (h *Host) GRPCCall(service []byte, serviceName, method string, message []by
 
 // GRPCMessage returns the response message of a gRPC call, during
 // proxy_on_grpc_receive.
-func (h *Host) GRPCMessage(size int) ([]byte, error) {
-	return h.buffer(BufferGRPCCallMessage, size)
+func (CallResponse) GRPCMessage(size int) ([]byte, error) {
+	return buffer(BufferGRPCCallMessage, 0, size)
 }
 
 // outCode receives proxy_get_status's code.
@@ -216,7 +239,7 @@ var outCode uint32
 
 // GRPCStatus returns the status of a gRPC call that failed, during
 // proxy_on_grpc_close: its code and its message.
-func (h *Host) GRPCStatus() (code uint32, message string) {
+func (CallResponse) GRPCStatus() (code uint32, message string) {
 	outCode, outData, outSize = 0, 0, 0
 	if Status(proxyGetStatus(&outCode, &outData, &outSize)) != StatusOK {
 		return 0, ""
@@ -225,7 +248,7 @@ func (h *Host) GRPCStatus() (code uint32, message string) {
 }
 
 // SetEffectiveContext makes id the context later host calls act on.
-func (h *Host) SetEffectiveContext(id uint32) error {
+func (Stream) SetEffectiveContext(id uint32) error {
 	return Status(proxySetEffectiveContext(id)).err()
 }
 

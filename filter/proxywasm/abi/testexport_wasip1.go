@@ -27,10 +27,10 @@ const missingProperty = "sluice\x00no_such_property"
 func sluiceTestHostFloor() (action uint32) {
 	scratch.enter()
 	defer guard()
-	addr, _ := floorHost.RemoteAddress()
+	addr, _ := Stream{}.RemoteAddress()
 	now := floorHost.Now()
 	floorHost.IncrementCounter(1, 1)
-	_ = floorHost.SendLocalResponse(429, "sluice_precheck_over_limit", floorBody, floorHeaders)
+	_ = Stream{}.SendLocalResponse(429, "sluice_precheck_over_limit", floorBody, floorHeaders)
 	return uint32(len(addr)) + uint32(now&1)
 }
 
@@ -57,7 +57,7 @@ func sluiceTestFrame() (action uint32) {
 func sluiceTestProperty() (action uint32) {
 	scratch.enter()
 	defer guard()
-	addr, _ := floorHost.RemoteAddress()
+	addr, _ := Stream{}.RemoteAddress()
 	return uint32(len(addr))
 }
 
@@ -97,6 +97,6 @@ func sluiceTestMetric() (action uint32) {
 func sluiceTestLocalResponse() (action uint32) {
 	scratch.enter()
 	defer guard()
-	_ = floorHost.SendLocalResponse(429, "sluice_precheck_over_limit", floorBody, floorHeaders)
+	_ = Stream{}.SendLocalResponse(429, "sluice_precheck_over_limit", floorBody, floorHeaders)
 	return 0
 }

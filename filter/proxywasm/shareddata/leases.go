@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"strconv"
+
+	"github.com/sluicehq/sluice/filter/core/lease"
 )
 
 // Leases is one plugin instance's view of the leases of its domain that the
@@ -34,14 +36,9 @@ type Leases struct {
 	// give-backs not stored (every attempt lost, or the slot holds another
 	// key's live pool, or the host refused).
 	Retries, Exhausted, Lost int
-	// tookRecent is what the last Take read: key's pool, live or ended
-	// within Recent (see TookRecent).
-	tookRecent bool
-	// TookLeft and TookUntil are the units left in key's pool after the
-	// last Take (after its unit, if it took one) and the pool's end, when
-	// the slot held a pool of key (tookRecent); for prefetch (Renew).
-	TookLeft, TookUntil int64
 }
+
+var _ lease.Pools = (*Leases)(nil)
 
 const (
 	// LeaseSlots is the number of lease slots a plugin uses: the most
@@ -123,7 +120,7 @@ func (l *Leases) Covers(key []byte, now int64) bool {
 
 // Recent is how long after a pool of a key ends Holds and Ask still count
 // the key as leased.
-const Recent = int64(1_000_000_000)
+const Recent = lease.Recent
 
 // recent reports whether p is a pool of the key named last that is live
 // or ended within Recent of now.
@@ -137,34 +134,34 @@ func (l *Leases) Holds(key []byte, now int64) bool {
 }
 
 // Take spends one unit of key's pool valid at now: a read and a CAS write
-// of the slot, at most MaxAttempts times. It returns the pool's expiry (for
-// Give) and true; false when there is no unit (one read) or every attempt
-// lost to another VM (Exhausted), or the host refused the write (err).
-func (l *Leases) Take(key []byte, now int64) (until int64, ok bool, err error) {
-	l.tookRecent = false
+// of the slot, at most MaxAttempts times. It returns what it read, with OK
+// and the pool's expiry (for Give) when it took a unit; not OK when there
+// is no unit (one read) or every attempt lost to another VM (Exhausted),
+// or the host refused the write (err).
+func (l *Leases) Take(key []byte, now int64) (lease.Took, error) {
 	if !l.slot(key) {
-		return 0, false, nil
+		return lease.Took{}, nil
 	}
+	var took lease.Took
 	for range MaxAttempts {
 		p := l.read()
-		l.tookRecent = p.recent(now)
-		l.TookLeft, l.TookUntil = p.left, p.until
+		took = lease.Took{Recent: p.recent(now), Left: p.left, Until: p.until}
 		if !p.mine || !p.live(now) || p.cas == 0 {
-			return 0, false, nil
+			return took, nil
 		}
 		l.value = encodeLease(l.value[:0], p.left-1, p.until, p.asking, l.key)
 		set, err := l.data.SetSharedData(bytesString(l.name), l.value, p.cas)
 		if err != nil {
-			return 0, false, err
+			return took, err
 		}
 		if set {
-			l.TookLeft = p.left - 1
-			return p.until, true, nil
+			took.OK, took.Left = true, p.left-1
+			return took, nil
 		}
 		l.Retries++
 	}
 	l.Exhausted++
-	return 0, false, nil
+	return took, nil
 }
 
 // Grant adds n units valid until until to key's pool: to a live pool of
@@ -312,10 +309,15 @@ func (l *Leases) Renew(key []byte, now, deadline, low int64) (bool, error) {
 	return false, nil
 }
 
-// TookRecent reports whether the last Take found its key's slot holding a
-// pool of the key, live or ended within Recent: whether Ask of the same key
-// at the same instant could make a request wait, known without a read.
-func (l *Leases) TookRecent() bool { return l.tookRecent }
+// Caller implements lease.Pools: the proxy's number, from its seed.
+func (l *Leases) Caller() uint64 { return l.Proxy() }
+
+// Refresh implements lease.Pools: it reads the proxy's hash seed (two VMs
+// that set a seed at once converge).
+func (l *Leases) Refresh() { l.RefreshSeed() }
+
+// Contention implements lease.Pools.
+func (l *Leases) Contention() (retries, exhausted, lost int) { return l.Retries, l.Exhausted, l.Lost }
 
 // Asking reports whether a VM's call for key is under way at now (Ask):
 // one read.

@@ -19,7 +19,7 @@ func TestLeasePoolIsEveryVMs(t *testing.T) {
 	if err := a.Announce(); err != nil || !b.Announced() {
 		t.Fatalf("announced: %v %v", err, b.Announced())
 	}
-	if _, ok, _ := b.Take(key, 0); ok {
+	if took, _ := b.Take(key, 0); took.OK {
 		t.Fatal("a unit taken before any grant")
 	}
 	if ok, err := a.Grant(key, 3, 500*ms, 100*ms); !ok || err != nil {
@@ -29,12 +29,13 @@ func TestLeasePoolIsEveryVMs(t *testing.T) {
 		t.Fatal("a pool crossed keys or domains")
 	}
 	for i, l := range []*Leases{b, a, b} {
-		until, ok, err := l.Take(key, 200*ms)
+		took, err := l.Take(key, 200*ms)
+		until, ok := took.Until, took.OK
 		if !ok || err != nil || until != 500*ms {
 			t.Fatalf("take %d: %v %v %v", i, until, ok, err)
 		}
 	}
-	if _, ok, _ := a.Take(key, 200*ms); ok || b.Covers(key, 200*ms) {
+	if took, _ := a.Take(key, 200*ms); took.OK || b.Covers(key, 200*ms) {
 		t.Fatal("a fourth unit of three")
 	}
 	// Expiry: a grant is not spent at or after its end.
@@ -42,7 +43,7 @@ func TestLeasePoolIsEveryVMs(t *testing.T) {
 	if !b.Covers(key, 599*ms) {
 		t.Fatal("the new grant is not there")
 	}
-	if _, ok, _ := b.Take(key, 600*ms); ok || b.Covers(key, 600*ms) {
+	if took, _ := b.Take(key, 600*ms); took.OK || b.Covers(key, 600*ms) {
 		t.Fatal("a unit spent at its expiry")
 	}
 	if ok, _ := a.Grant(key, 5, 600*ms, 600*ms); ok {
@@ -59,16 +60,16 @@ func TestLeaseGrantsAddUp(t *testing.T) {
 	l.Grant(key, 2, 900*ms, 0)
 	l.Grant(key, 3, 400*ms, 0)
 	for i := range 5 {
-		if until, ok, _ := l.Take(key, 100*ms); !ok || until != 400*ms {
-			t.Fatalf("take %d of 2+3: %v %v", i, until, ok)
+		if took, _ := l.Take(key, 100*ms); !took.OK || took.Until != 400*ms {
+			t.Fatalf("take %d of 2+3: %+v", i, took)
 		}
 	}
 	if l.Covers(key, 100*ms) {
 		t.Fatal("more than 2+3")
 	}
 	l.Grant(key, 1, 900*ms, 100*ms) // spent pool: anew, to its own end
-	if until, ok, _ := l.Take(key, 800*ms); !ok || until != 900*ms {
-		t.Fatalf("a grant after the pool was spent: %v %v", until, ok)
+	if took, _ := l.Take(key, 800*ms); !took.OK || took.Until != 900*ms {
+		t.Fatalf("a grant after the pool was spent: %+v", took)
 	}
 }
 
@@ -92,13 +93,13 @@ func TestLeaseInterleavedVMsSpendEachUnitOnce(t *testing.T) {
 		taken, refused := 0, 0
 		d.beforeSet = func() {
 			if r.IntN(2) == 0 { // another VM gets in first
-				if _, ok, _ := vms[r.IntN(len(vms))].Take(key, 10*ms); ok {
+				if took, _ := vms[r.IntN(len(vms))].Take(key, 10*ms); took.OK {
 					taken++
 				}
 			}
 		}
 		for range 2 * granted {
-			if _, ok, _ := vms[r.IntN(len(vms))].Take(key, 10*ms); ok {
+			if took, _ := vms[r.IntN(len(vms))].Take(key, 10*ms); took.OK {
 				taken++
 			} else {
 				refused++
@@ -125,7 +126,7 @@ func TestLeaseTakeGivesUpAfterMaxAttempts(t *testing.T) {
 	l.Grant(key, 100, 1000*ms, 0)
 	d.beforeSet = func() { rival.Take(key, 0) }
 	gets, sets := d.gets, d.sets
-	if _, ok, _ := l.Take(key, 0); ok {
+	if took, _ := l.Take(key, 0); took.OK {
 		t.Fatal("took a unit while losing every race")
 	}
 	d.beforeSet = nil
@@ -139,7 +140,7 @@ func TestLeaseTakeGivesUpAfterMaxAttempts(t *testing.T) {
 	}
 	n := 0
 	for {
-		if _, ok, _ := l.Take(key, 0); !ok {
+		if took, _ := l.Take(key, 0); !took.OK {
 			break
 		}
 		n++
@@ -245,7 +246,7 @@ func TestAsk(t *testing.T) {
 	if w, _ := b.Ask(key, now, now+50); w || b.Asking(key, now) {
 		t.Fatal("a live pool: nobody asks")
 	}
-	if _, ok, _ := a.Take(key, now); !ok {
+	if took, _ := a.Take(key, now); !took.OK {
 		t.Fatal("take")
 	}
 	if w, _ := a.Ask(key, now, now+50); w || !b.Asking(key, now) {
@@ -264,7 +265,7 @@ func TestAsk(t *testing.T) {
 	if ok, _ := a.Grant(key, 3, now+500, now+70); !ok || b.Asking(key, now+70) {
 		t.Fatal("a grant ends the ask")
 	}
-	if _, ok, _ := b.Take(key, now+70); !ok {
+	if took, _ := b.Take(key, now+70); !took.OK {
 		t.Fatal("the grant's units are taken")
 	}
 	// A pool ended Recent ago no longer counts: the key is not leased now.
@@ -286,8 +287,8 @@ func TestLeaseRenewOneAtATime(t *testing.T) {
 		t.Fatal("a renewal of a key with no pool")
 	}
 	a.Grant(key, 3, 500*ms, 100*ms)
-	if _, ok, _ := b.Take(key, 100*ms); !ok || b.TookLeft != 2 || b.TookUntil != 500*ms {
-		t.Fatalf("take: %v, left %d until %d", ok, b.TookLeft, b.TookUntil)
+	if took, _ := b.Take(key, 100*ms); !took.OK || took.Left != 2 || took.Until != 500*ms {
+		t.Fatalf("take: %+v", took)
 	}
 	if ok, _ := a.Renew(key, 100*ms, 200*ms, 2); ok {
 		t.Fatal("a renewal of a pool holding as many units as asked")

@@ -15,11 +15,11 @@ func TestLocalIsOneVMsPool(t *testing.T) {
 		t.Fatal("a VM's own pool seen by another VM")
 	}
 	for i := range 2 {
-		if _, ok, err := a.Take(key, 100*ms); !ok || err != nil {
-			t.Fatalf("take %d: %v %v", i, ok, err)
+		if took, err := a.Take(key, 100*ms); !took.OK || err != nil {
+			t.Fatalf("take %d: %+v %v", i, took, err)
 		}
 	}
-	if _, ok, _ := a.Take(key, 100*ms); ok {
+	if took, _ := a.Take(key, 100*ms); took.OK {
 		t.Fatal("a third unit of two")
 	}
 

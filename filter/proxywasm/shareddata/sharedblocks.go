@@ -101,6 +101,13 @@ func New(data Data, domain string, slots int) *Store {
 	return &Store{slots: newSlots(data, domain, slotPrefix, slots)}
 }
 
+// Refresh reads the proxy's hash seed (two VMs that set a seed at once
+// converge).
+func (s *Store) Refresh() { s.RefreshSeed() }
+
+// Contention returns Retries and Lost.
+func (s *Store) Contention() (retries, lost int) { return s.Retries, s.Lost }
+
 // Lookup returns the block shared for descriptor key that has not passed
 // at now: one host call. The block's Name is valid until the callback
 // returns.
