@@ -35,11 +35,9 @@ type Exchange struct {
 	response headerList
 	// The usage-based limits' state (usage.go).
 	usage streamUsage
-	// The call a waiting request makes if the call it waits for brings no
-	// quota for it (wait.go); whether it waits for another worker's call
-	// (remote), and whether its call is the one the workers wait for
-	// (asked).
-	frame         []byte
+	// Whether a waiting request waits for another worker's call (remote),
+	// and whether its call is the one the workers wait for (asked); see
+	// wait.go.
 	remote, asked bool
 }
 

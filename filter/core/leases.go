@@ -46,7 +46,7 @@ func newLeaser(w *Worker, pools lease.Pools) leaser {
 	// tick: a lease lasts about as long as the tick period, and one that a
 	// trapped worker left would otherwise expire unspent.
 	l.seen = pools.Announced()
-	l.renew = newRenewals(w, lease.NewRenewer(w.cfg.LeasePrefetch, w.cfg.Domain, pools.Caller()))
+	l.renew = newRenewals(w, pools)
 	return l
 }
 
@@ -63,12 +63,12 @@ func (l *leaser) spend(x *Exchange, descs []descriptors.Descriptor, now int64) b
 			return false // leases are requests of cost 1; usage-based limits use none
 		}
 	}
-	return l.take(x, len(descs), descs, now)
+	return l.take(x, len(descs), true, now)
 }
 
-// take is spend for the n descriptors of x, each of cost 1; descs holds
-// them when x is the request being decided (for prefetch), else it is nil.
-func (l *leaser) take(x *Exchange, n int, descs []descriptors.Descriptor, now int64) bool {
+// take is spend for the n descriptors of x, each of cost 1; fresh says
+// that x is the request being decided (prefetch keeps track of its keys).
+func (l *leaser) take(x *Exchange, n int, fresh bool, now int64) bool {
 	l.untils, l.lefts = l.untils[:0], l.lefts[:0]
 	for i := range n {
 		took, err := l.pools.Take(x.key(i), now)
@@ -89,11 +89,7 @@ func (l *leaser) take(x *Exchange, n int, descs []descriptors.Descriptor, now in
 	l.report()
 	if l.renew.r.On {
 		for i := range n {
-			var one []descriptors.Descriptor
-			if descs != nil {
-				one = descs[i : i+1]
-			}
-			l.renew.noteTake(x.key(i), one, l.lefts[i], l.untils[i], now)
+			l.renew.r.NoteTake(x.key(i), fresh, l.lefts[i], l.untils[i], now)
 		}
 	}
 	return true

@@ -1,9 +1,6 @@
 package core
 
-import (
-	"github.com/sluicehq/sluice/filter/core/descriptors"
-	"github.com/sluicehq/sluice/filter/core/rlsproto"
-)
+import "github.com/sluicehq/sluice/filter/core/descriptors"
 
 // RequestHeaders decides x's request, top to bottom through the stages of
 // the request path (see the package's documentation): a local 429, a call
@@ -34,9 +31,6 @@ func (w *Worker) RequestHeaders(x *Exchange) Action {
 			continue
 		}
 		d := &descs.Descriptors[len(descs.Descriptors)-1]
-		if d.Usage {
-			w.usage.requestCost(x, d)
-		}
 		start := len(x.keys)
 		x.keys = descriptors.AppendKey(x.keys, d)
 		x.keyEnds = append(x.keyEnds, len(x.keys))
@@ -61,7 +55,7 @@ func (w *Worker) RequestHeaders(x *Exchange) Action {
 	if w.leases.spend(x, descs.Descriptors, now) {
 		return Continue
 	}
-	if w.leases.wait(x, descs.Descriptors, now) {
+	if w.leases.awaitCall(x, descs.Descriptors, now) {
 		return Pause
 	}
 	// 5. shared blocks
@@ -72,28 +66,4 @@ func (w *Worker) RequestHeaders(x *Exchange) Action {
 	}
 	// 6. call
 	return w.callOut(x, now)
-}
-
-// callOut asks the control plane about the descriptors in w.descs (their
-// precheck keys are in x.keys) and pauses the request until the answer.
-// It is apart from RequestHeaders, which it would slow down: in
-// filter.wasm, the more code and variables a function has, the more each
-// of its branches costs.
-func (w *Worker) callOut(x *Exchange, now int64) Action {
-	descs := w.descs.Descriptors
-	for i := range descs {
-		x.costs = append(x.costs, int64(descs[i].HitsAddend))
-		x.rateLimits = append(x.rateLimits, descs[i].RateLimit)
-	}
-	o := &w.out
-	o.body = rlsproto.AppendRequestFrame(o.body[:0], w.cfg.Domain, descs, o.caller)
-	id, err := w.send(x.stream, o.body, x, now)
-	if err != nil {
-		w.leases.called(x) // nobody waits for a call that was not made
-		// (a usage-based request failed open settles its whole usage)
-		return w.fail(x, "cannot call the control plane (cluster "+w.cfg.Cluster+"): "+err.Error(), false)
-	}
-	x.state, x.callID, x.sentAt = statePending, id, now
-	w.leases.ask(x)
-	return Pause
 }

@@ -22,7 +22,7 @@ func (w *Worker) Tick() {
 		w.overdue[i] = nil
 	}
 	w.usage.flush(now)
-	w.leases.renew.tick(now)
+	w.leases.renew.r.Tick(now)
 	w.leases.wakeStale(now)
 	w.releaseDue(now)
 	if w.checks.blocks != nil {

@@ -56,23 +56,6 @@ func (u *streamUsage) reset() {
 	u.values, u.states = u.values[:0], u.states[:0]
 }
 
-// requestCost sets a usage-based descriptor's cost from its rate limit's
-// request_header, when x's request has it as a whole number (0 to
-// 2^32-1); otherwise the reserve stays.
-func (st *settler) requestCost(x *Exchange, d *descriptors.Descriptor) {
-	u := st.cfg.RateLimits[d.RateLimit].Usage
-	if u == nil || u.RequestHeader == "" {
-		return
-	}
-	v, ok := x.stream.RequestHeader(u.RequestHeader)
-	if !ok {
-		return
-	}
-	if n, ok := parseCost(v); ok && n <= math.MaxUint32 {
-		d.HitsAddend = uint32(n)
-	}
-}
-
 // arm marks x, whose request ran, when it has usage-based descriptors:
 // charged says whether the control plane took their reserves.
 func (st *settler) arm(x *Exchange, charged bool) {
@@ -140,7 +123,7 @@ func (st *settler) capture(x *Exchange, src config.UsageSource, trailers bool) {
 		if !ok {
 			continue
 		}
-		if n, ok := parseCost(v); ok {
+		if n, ok := descriptors.ParseCost(v); ok {
 			u.values[i], u.states[i] = n, valueHave
 		} else {
 			u.states[i] = valueMalformed
@@ -220,32 +203,6 @@ func (st *settler) actual(x *Exchange, i int, cu *config.Usage, reserved int64) 
 	return reserved
 }
 
-// parseCost parses a cost value: a whole number of decimal digits, at most
-// config.MaxCost, optionally surrounded by spaces or tabs.
-func parseCost(v string) (int64, bool) {
-	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
-		v = v[1:]
-	}
-	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
-		v = v[:len(v)-1]
-	}
-	if v == "" || len(v) > 16 {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	if n > config.MaxCost {
-		return 0, false
-	}
-	return n, true
-}
-
 // parseMetadataCost parses a dynamic metadata value as the proxy
 // serializes it: a string of digits, or a number (protobuf Struct numbers
 // are doubles) as its 8 little-endian bytes, which must be a whole number
@@ -260,7 +217,7 @@ func parseMetadataCost(b []byte) (int64, bool) {
 		}
 	}
 	if digits {
-		return parseCost(string(b))
+		return descriptors.ParseCost(string(b))
 	}
 	if len(b) != 8 {
 		return 0, false

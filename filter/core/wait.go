@@ -4,7 +4,6 @@ import (
 	"bytes"
 
 	"github.com/sluicehq/sluice/filter/core/descriptors"
-	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // Waiting for a call under way. When the proxy's lease pool of a descriptor
@@ -39,10 +38,34 @@ const (
 	waitTick   = 1_000_000 // ns
 )
 
-// wait makes x (the request of descs) wait for a call under way for the
-// same descriptors and reports whether it does.
-func (l *leaser) wait(x *Exchange, descs []descriptors.Descriptor, now int64) bool {
-	return l.seen && (l.waitForCall(x, descs, now) || l.waitForOther(x, descs, now))
+// awaitCall makes x (the request of descs) wait for a call under way for
+// the same descriptors and reports whether it does: its worker's own call
+// (waitForCall), or another worker's (waitForOther). The request remembers
+// what its own call would ask, should it make one when it wakes.
+func (l *leaser) awaitCall(x *Exchange, descs []descriptors.Descriptor, now int64) bool {
+	if !l.seen {
+		return false
+	}
+	remote := false
+	switch {
+	case l.waitForCall(x, descs, now):
+	case l.waitForOther(x, descs, now):
+		remote = true
+	default:
+		return false
+	}
+	for i := range descs {
+		x.costs = append(x.costs, 1)
+		x.rateLimits = append(x.rateLimits, descs[i].RateLimit)
+	}
+	x.state, x.sentAt, x.remote = stateWaiting, now, remote
+	l.waiting = append(l.waiting, x)
+	l.define(mQuotaAllowed, mLeaseWaited)
+	l.count(mLeaseWaited)
+	if remote {
+		l.w.schedule(now)
+	}
+	return true
 }
 
 // ask records that x's call is under way for its descriptors, unless
@@ -60,8 +83,8 @@ func (l *leaser) ask(x *Exchange) {
 	}
 }
 
-// waitForCall makes x wait for its worker's call under way for the same
-// descriptors and reports whether it does.
+// waitForCall reports whether x may wait for its worker's call under way
+// for the same descriptors.
 func (l *leaser) waitForCall(x *Exchange, descs []descriptors.Descriptor, now int64) bool {
 	if len(l.waiting) >= maxWaiting || len(l.asking) == 0 {
 		return false
@@ -79,19 +102,13 @@ func (l *leaser) waitForCall(x *Exchange, descs []descriptors.Descriptor, now in
 			return false
 		}
 	}
-	x.frame = rlsproto.AppendRequestFrame(x.frame[:0], l.cfg.Domain, descs, l.w.out.caller)
-	for i := range descs {
-		x.costs = append(x.costs, 1)
-		x.rateLimits = append(x.rateLimits, descs[i].RateLimit)
-	}
-	l.enqueue(x, now, false)
 	return true
 }
 
-// waitForOther makes x (one descriptor) wait for another worker's call
-// under way for it, and reports whether it does; otherwise the pool
-// records that x's call is the one under way (Ask), if the proxy holds a
-// pool for the descriptor.
+// waitForOther reports whether x (one descriptor) may wait for another
+// worker's call under way for it; otherwise the pool records that x's
+// call is the one under way (Ask), if the proxy holds a pool for the
+// descriptor.
 func (l *leaser) waitForOther(x *Exchange, descs []descriptors.Descriptor, now int64) bool {
 	if len(descs) != 1 || descs[0].HitsAddend != 1 || descs[0].Usage {
 		return false
@@ -99,30 +116,14 @@ func (l *leaser) waitForOther(x *Exchange, descs []descriptors.Descriptor, now i
 	if !l.took.Recent {
 		return false // spend's Take just read the pool: no lease of the key to wait for
 	}
-	l.renew.renewEnded(x.key(0), descs[:1], l.took.Until, now) // a renewal, if one can be made, is the call to wait for
+	l.renew.r.RenewEnded(x.key(0), l.took.Until, now) // a renewal, if one can be made, is the call to wait for
 	wait, err := l.pools.Ask(x.key(0), now, now+l.cfg.Timeout)
 	l.warnErr("cannot read a shared lease", err)
 	if !wait {
 		x.asked = true
 		return false
 	}
-	if len(l.waiting) >= maxWaiting {
-		return false
-	}
-	x.frame = rlsproto.AppendRequestFrame(x.frame[:0], l.cfg.Domain, descs, l.w.out.caller)
-	x.costs = append(x.costs, 1)
-	x.rateLimits = append(x.rateLimits, descs[0].RateLimit)
-	l.enqueue(x, now, true)
-	l.w.schedule(now)
-	return true
-}
-
-// enqueue makes x wait from now; remote: for another worker's call.
-func (l *leaser) enqueue(x *Exchange, now int64, remote bool) {
-	x.state, x.sentAt, x.remote = stateWaiting, now, remote
-	l.waiting = append(l.waiting, x)
-	l.define(mQuotaAllowed, mLeaseWaited)
-	l.count(mLeaseWaited)
+	return len(l.waiting) < maxWaiting
 }
 
 // waitsRemote reports whether a request waits for another worker's call.
@@ -138,19 +139,25 @@ func (l *leaser) waitsRemote() bool {
 // called is told that x's call ended (its answer applied, or given up on):
 // it wakes the requests that waited for it.
 func (l *leaser) called(x *Exchange) {
-	if x.asked {
-		// A grant ended the ask already; else the other workers' waiters
-		// must not wait for a grant that is not coming.
-		x.asked = false
-		if len(x.keyEnds) == 1 {
-			l.warnErr("cannot write a shared lease", l.pools.Answered(x.key(0)))
-		}
-	}
+	l.unask(x)
 	if len(l.asking) == 0 || l.asking[string(x.keys)] != x {
 		return
 	}
 	delete(l.asking, string(x.keys))
 	l.wake(func(w *Exchange) bool { return bytes.Equal(w.keys, x.keys) })
+}
+
+// unask ends the record of x's call in its pool (Ask), if there is one: a
+// grant ended it already, else the other workers' waiters must not wait
+// for a grant that is not coming.
+func (l *leaser) unask(x *Exchange) {
+	if !x.asked {
+		return
+	}
+	x.asked = false
+	if len(x.keyEnds) == 1 {
+		l.warnErr("cannot write a shared lease", l.pools.Answered(x.key(0)))
+	}
 }
 
 // wakeStale wakes the waiters whose call is no longer under way (a call
@@ -201,11 +208,13 @@ func (l *leaser) resumeWaiting(w *Exchange, now int64) {
 	if l.cfg == nil {
 		return // the configuration is going away
 	}
-	if l.take(w, len(w.costs), nil, now) {
+	if l.take(w, len(w.costs), false, now) {
 		l.w.resume(w)
 		return
 	}
-	id, err := l.w.send(w.stream, w.frame, w, now)
+	o := &l.w.out
+	o.body = l.w.frameOf(o.body[:0], &w.sent)
+	id, err := l.w.send(w.stream, o.body, w, now)
 	if err != nil {
 		l.w.fail(w, "cannot call the control plane (cluster "+l.cfg.Cluster+"): "+err.Error(), true)
 		return

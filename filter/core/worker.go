@@ -6,7 +6,6 @@ import (
 	"github.com/sluicehq/sluice/filter/core/calls"
 	"github.com/sluicehq/sluice/filter/core/config"
 	"github.com/sluicehq/sluice/filter/core/descriptors"
-	"github.com/sluicehq/sluice/filter/core/headermap"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
 	"github.com/sluicehq/sluice/filter/core/settle"
 )
@@ -253,39 +252,4 @@ func panicText(r any) string {
 		return v
 	}
 	return "(non-error value)"
-}
-
-// outbox is what every call of a worker has in common.
-type outbox struct {
-	headers     []byte // request headers of the decision calls, serialized
-	grpcService []byte // transport "grpc": the GrpcService; nil for "http"
-	timeoutMs   uint32
-	caller      uint64 // how the filter names itself (rlsproto.QuotaField)
-	call        Call   // scratch
-	body        []byte // scratch: a request frame
-}
-
-// newOutbox returns the call templates of cfg for a proxy named caller.
-func newOutbox(cfg *config.Config, caller uint64) outbox {
-	o := outbox{timeoutMs: uint32(cfg.Timeout / config.Millisecond), caller: caller,
-		headers: headermap.Append(nil, rlsproto.CallHeaders(cfg.Authority, cfg.Timeout))}
-	if cfg.Transport == config.TransportGRPC {
-		o.grpcService = rlsproto.AppendGRPCService(nil, cfg.Cluster, cfg.Authority)
-	}
-	return o
-}
-
-// send makes a decision call of frame (a RateLimitRequest in gRPC's
-// framing) for stream from (nil: none) and records it in the call table
-// with its handler.
-func (w *Worker) send(from Stream, frame []byte, h calls.Handler, now int64) (uint32, error) {
-	o := &w.out
-	o.call = Call{Cluster: w.cfg.Cluster, Headers: o.headers, Frame: frame, GRPCService: o.grpcService, TimeoutMs: o.timeoutMs}
-	id, err := w.host.Call(from, &o.call)
-	o.call = Call{}
-	if err != nil {
-		return 0, err
-	}
-	w.calls.Add(id, h, now+w.cfg.Timeout+overdueGrace)
-	return id, nil
 }

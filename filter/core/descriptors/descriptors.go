@@ -6,6 +6,7 @@ package descriptors
 
 import (
 	"encoding/binary"
+	"math"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
@@ -111,6 +112,9 @@ func (s *Set) Add(rl *config.RateLimit, index int, req Request) bool {
 	}
 	d := &s.Descriptors[n]
 	d.HitsAddend, d.RateLimit, d.Usage = rl.HitsAddend, index, rl.Usage != nil
+	if u := rl.Usage; u != nil && u.RequestHeader != "" {
+		d.HitsAddend = requestCost(u.RequestHeader, d.HitsAddend, req)
+	}
 	d.Entries = s.entries[start:len(s.entries):len(s.entries)]
 	if cap(s.entries) != oldCap {
 		// The appends moved the storage: slice the earlier ones again.
@@ -119,6 +123,47 @@ func (s *Set) Add(rl *config.RateLimit, index int, req Request) bool {
 		}
 	}
 	return true
+}
+
+// requestCost returns a usage-based descriptor's cost: the value of its
+// request header, when the request has it as a whole number (0 to
+// 2^32-1), else its reserve.
+func requestCost(header string, reserve uint32, req Request) uint32 {
+	v, ok := req.RequestHeader(header)
+	if !ok {
+		return reserve
+	}
+	if n, ok := ParseCost(v); ok && n <= math.MaxUint32 {
+		return uint32(n)
+	}
+	return reserve
+}
+
+// ParseCost parses a cost value (a request's reserve, a response's usage):
+// a whole number of decimal digits, at most config.MaxCost, optionally
+// surrounded by spaces or tabs.
+func ParseCost(v string) (int64, bool) {
+	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	if v == "" || len(v) > 16 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if n > config.MaxCost {
+		return 0, false
+	}
+	return n, true
 }
 
 // repair returns v with invalid UTF-8 replaced, stored in s.text. Strings
@@ -285,4 +330,18 @@ func appendLen(dst []byte, n int) []byte {
 		return append(dst, byte(n))
 	}
 	return binary.AppendUvarint(dst, uint64(n))
+}
+
+// AppendParsed rebuilds the descriptor of key (AppendKey's encoding), of
+// cost hits, onto descs, its entries onto entries (strings of key): for a
+// call made after the request that built the descriptor (a settlement, a
+// lease renewal, a request that waited). ok is false, and nothing is
+// appended, when key is not such an encoding.
+func AppendParsed(descs []Descriptor, entries []Entry, key string, hits uint32) ([]Descriptor, []Entry, bool) {
+	start := len(entries)
+	entries, ok := ParseKey(entries, key)
+	if !ok {
+		return descs, entries[:start], false
+	}
+	return append(descs, Descriptor{Entries: entries[start:len(entries):len(entries)], HitsAddend: hits}), entries, true
 }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 
 	"github.com/sluicehq/sluice/filter/core/config"
-	"github.com/sluicehq/sluice/filter/core/descriptors"
-	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // Prefetch: the renewal of the proxy's lease pools in calls no request
@@ -68,9 +66,7 @@ const (
 
 // Entry is a key a worker spent a lease unit of lately, and its renewal.
 type Entry struct {
-	Key       []byte // the descriptor's precheck key
-	RateLimit int    // the index of its rate limit
-	Frame     []byte // the renewal's RateLimitRequest, in gRPC's framing
+	Key []byte // the descriptor's precheck key (package descriptors' AppendKey)
 	// CallID and SentAt are the renewal's call while InFlight.
 	CallID uint32
 	SentAt int64
@@ -90,22 +86,38 @@ type Entry struct {
 	dryUntil           int64 // no renewal before then: the last brought nothing
 }
 
-// Renewer is a worker's prefetch bookkeeping: which keys it spent from,
-// how fast, and which renewals are under way. It makes no call itself: it
-// says when to renew, and the worker does.
+// Renewer is a worker's prefetch: which keys it spent from, how fast, and
+// the renewals under way, which it starts and sends through its Env. The
+// worker applies a renewal's answer (it teaches the precheck and may admit
+// a waiting request) and ends it with End.
 type Renewer struct {
 	On      bool
 	keys    [MaxRecent]Entry
 	pending int   // keys renewing
 	rtt     int64 // the renewals' round trip, smoothed
-	domain  string
-	caller  uint64
+	timeout int64 // a renewal call's
+	pools   Pools
+	env     Env
 }
 
-// NewRenewer returns the prefetch bookkeeping of a worker of domain that
-// names itself caller to the control plane; on is lease_prefetch.
-func NewRenewer(on bool, domain string, caller uint64) Renewer {
-	return Renewer{On: on, rtt: defaultRTT, domain: domain, caller: caller}
+// Env is what a Renewer needs from its worker.
+type Env interface {
+	// Send sends e's renewal (the RateLimitRequest the key's requests send,
+	// of cost 1: a call no request waits on) and returns the call's id; its
+	// answer comes back to the worker.
+	Send(e *Entry, now int64) (uint32, error)
+	// Wake wakes the worker's requests that wait for key's pool.
+	Wake(key []byte)
+	// Changed is told that the renewals' next due time may have changed.
+	Changed(now int64)
+	// Warn logs a warning.
+	Warn(msg string)
+}
+
+// NewRenewer returns the prefetch of a worker, renewing pools through env
+// with calls of timeout; on is lease_prefetch.
+func NewRenewer(on bool, timeout int64, pools Pools, env Env) *Renewer {
+	return &Renewer{On: on, rtt: defaultRTT, timeout: timeout, pools: pools, env: env}
 }
 
 // find returns the recent entry of key, or nil.
@@ -118,12 +130,11 @@ func (r *Renewer) find(key []byte) *Entry {
 	return nil
 }
 
-// Recent returns the entry of key, made from its descriptor one (a slice of
-// one) if there is none and one is given: it replaces a free entry, or the
-// one spent from longest ago that is not renewing. nil when there is none
-// to replace.
-func (r *Renewer) Recent(key []byte, one []descriptors.Descriptor) *Entry {
-	if e := r.find(key); e != nil || one == nil {
+// recent returns the entry of key, made if there is none and create says
+// so: it replaces a free entry, or the one spent from longest ago that is
+// not renewing. nil when there is none to replace.
+func (r *Renewer) recent(key []byte, create bool) *Entry {
+	if e := r.find(key); e != nil || !create {
 		return e
 	}
 	var e *Entry
@@ -140,31 +151,110 @@ func (r *Renewer) Recent(key []byte, one []descriptors.Descriptor) *Entry {
 	if e == nil {
 		return nil
 	}
-	*e = Entry{Key: append(e.Key[:0], key...), RateLimit: one[0].RateLimit, used: true,
-		Frame: rlsproto.AppendRequestFrame(e.Frame[:0], r.domain, one, r.caller)}
+	*e = Entry{Key: append(e.Key[:0], key...), used: true}
 	return e
 }
 
-// Took is told that the worker took a unit of e's pool, which then held
-// left units until until. fresh says that the pool is another one (or
-// holds more units) than e last saw: its end is a new thing due. low > 0
-// says to renew the pool now, while it holds fewer than low units (fewer
-// than its drain rate uses during two round trips).
-func (r *Renewer) Took(e *Entry, left, until, now int64) (fresh bool, low int64) {
+// NoteTake is told that the worker took a unit of key's pool, which then
+// held left units until until; create says to keep track of key if it is
+// not yet (a request decided now, not one resumed after a wait). It renews
+// the pool when fewer units are left than its drain rate uses during two
+// round trips.
+func (r *Renewer) NoteTake(key []byte, create bool, left, until, now int64) {
+	e := r.recent(key, create)
+	if e == nil {
+		return
+	}
 	if until != e.until || left > e.markLeft || !e.spent {
 		// another pool (or more units in it): measure its rate from here,
 		// and renew it when it ends
-		fresh = until != e.until || !e.spent
+		fresh := until != e.until || !e.spent
 		e.until, e.markLeft, e.markAt, e.spent = until, left, now, true
+		if fresh {
+			r.env.Changed(now) // its end is due
+		}
 	}
 	e.took = now
 	if e.renewing || now < e.dryUntil || r.pending >= MaxRenewals {
-		return fresh, 0
+		return
 	}
 	if need := e.need(left, now, r.rtt); left < need {
-		return fresh, need
+		r.start(e, now, now, need)
 	}
-	return fresh, 0
+}
+
+// RenewEnded is told that a request (of one descriptor, whose key is key)
+// found its pool, which ended at end, without a unit at now: it starts a
+// renewal for the request to wait for, unless one cannot be made. A pool
+// that ended is renewed Gap after its end.
+func (r *Renewer) RenewEnded(key []byte, end, now int64) {
+	if !r.On || r.pending >= MaxRenewals {
+		return
+	}
+	e := r.recent(key, true)
+	if e == nil || e.renewing || now < e.dryUntil {
+		return
+	}
+	sendAt := now
+	if now >= end {
+		sendAt = max(now, end+Gap)
+	}
+	r.start(e, now, sendAt, 1)
+}
+
+// start records a renewal of e's key in its pool (Renew: one at a time
+// across the proxy, only for a pool of fewer than low units) and sends it
+// at sendAt: at once, or on the tick.
+func (r *Renewer) start(e *Entry, now, sendAt, low int64) {
+	ok, err := r.pools.Renew(e.Key, now, sendAt+r.timeout, low)
+	if err != nil {
+		r.env.Warn("sluice: cannot write a shared lease: " + err.Error())
+	}
+	if !ok {
+		return
+	}
+	e.renewing, e.sendAt = true, sendAt
+	r.pending++
+	if sendAt <= now {
+		r.send(e, now)
+		return
+	}
+	r.env.Changed(now)
+}
+
+// send sends e's renewal.
+func (r *Renewer) send(e *Entry, now int64) {
+	id, err := r.env.Send(e, now)
+	if err != nil {
+		r.env.Warn("sluice: cannot renew a lease: " + err.Error())
+		r.End(e, now, false)
+		return
+	}
+	e.InFlight, e.CallID, e.SentAt = true, id, now
+}
+
+// Tick sends the renewals due: those deferred, and those of the pools the
+// worker spent from that ended Gap ago, once (an idle key is not renewed
+// again); an entry whose pool ended long ago (Recent) is forgotten.
+func (r *Renewer) Tick(now int64) {
+	if !r.On {
+		return
+	}
+	for i := range r.keys {
+		e := &r.keys[i]
+		switch {
+		case !e.used, e.InFlight:
+		case e.renewing:
+			if now >= e.sendAt {
+				r.send(e, now)
+			}
+		case e.spent && now-e.until >= Recent:
+			e.spent = false // long gone: no lease to renew
+		case e.spent && now >= e.until+Gap && now >= e.dryUntil && r.pending < MaxRenewals:
+			e.spent = false // renewed once: an idle key is not renewed again
+			r.start(e, now, now, 1)
+		}
+	}
 }
 
 // need returns how many units of its pool e's key is expected to use
@@ -179,70 +269,27 @@ func (e *Entry) need(left, now, rtt int64) int64 {
 	return max(1, (used*lead+span-1)/span)
 }
 
-// MayRenew reports whether e may be renewed at now: it is not renewing,
-// its last renewal's backoff is over, and fewer than MaxRenewals are under
-// way.
-func (r *Renewer) MayRenew(e *Entry, now int64) bool {
-	return e != nil && !e.renewing && now >= e.dryUntil && r.pending < MaxRenewals
-}
-
-// Started records that the pool records e's renewal as under way; it is to
-// be sent at sendAt (at once when sendAt is not after now).
-func (r *Renewer) Started(e *Entry, sendAt int64) {
-	e.renewing, e.sendAt = true, sendAt
-	r.pending++
-}
-
-// Sent records that e's renewal was sent at now as call id.
-func (r *Renewer) Sent(e *Entry, id uint32, now int64) {
-	e.InFlight, e.CallID, e.SentAt = true, id, now
-}
-
 // Answered records the round trip of e's renewal, answered at now.
 func (r *Renewer) Answered(e *Entry, now int64) {
 	r.rtt = (3*r.rtt + max(now-e.SentAt, 0)) / 4
 }
 
-// Ended ends e's renewal: unless it brought units, the key is not renewed
-// for Backoff.
-func (r *Renewer) Ended(e *Entry, now int64, granted bool) {
+// End ends e's renewal: unless it brought units (granted, which ended the
+// pool's record), the pool's record ends (Answered) and the key is not
+// renewed for Backoff; the worker's requests waiting for the pool wake.
+func (r *Renewer) End(e *Entry, now int64, granted bool) {
 	e.renewing, e.InFlight = false, false
 	r.pending--
 	if granted {
 		e.dryUntil = 0
 	} else {
 		e.dryUntil = now + Backoff
-	}
-}
-
-// The things Due finds to do for an entry.
-const (
-	SendNow  = iota + 1 // send the renewal deferred until now
-	RenewNow            // renew the pool the worker spent from, which ended Gap ago
-)
-
-// Due returns the next entry from i on with something to do at now, what
-// (SendNow, RenewNow), and the index to go on from; nil when there is none
-// left. An entry whose pool ended long ago (Recent) is forgotten as it is
-// passed; one that RenewNow names is renewed once only (an idle key is not
-// renewed again).
-func (r *Renewer) Due(i int, now int64) (e *Entry, what, next int) {
-	for ; i < len(r.keys); i++ {
-		e := &r.keys[i]
-		switch {
-		case !e.used, e.InFlight:
-		case e.renewing:
-			if now >= e.sendAt {
-				return e, SendNow, i + 1
-			}
-		case e.spent && now-e.until >= Recent:
-			e.spent = false // long gone: no lease to renew
-		case e.spent && now >= e.until+Gap && now >= e.dryUntil && r.pending < MaxRenewals:
-			e.spent = false // renewed once: an idle key is not renewed again
-			return e, RenewNow, i + 1
+		if err := r.pools.Answered(e.Key); err != nil {
+			r.env.Warn("sluice: cannot write a shared lease: " + err.Error())
 		}
 	}
-	return nil, 0, i
+	r.env.Wake(e.Key)
+	r.env.Changed(now)
 }
 
 // NextDue returns when the renewer next has something to do on the tick;
@@ -272,10 +319,3 @@ func (r *Renewer) NextDue(timeout int64) (due int64, ok bool) {
 	}
 	return due, ok
 }
-
-// End is the end of the pool that e's worker took from last.
-func (e *Entry) End() int64 { return e.until }
-
-// Full reports whether MaxRenewals renewals are under way: no other may
-// start.
-func (r *Renewer) Full() bool { return r.pending >= MaxRenewals }

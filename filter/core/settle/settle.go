@@ -106,7 +106,6 @@ type Queue struct {
 	// Scratch of Frame.
 	descs   []descriptors.Descriptor
 	entries []descriptors.Entry
-	bounds  []int
 }
 
 // New returns an empty queue of cfg whose batch tokens come from tokens.
@@ -186,14 +185,9 @@ func (q *Queue) form(now int64) {
 // Frame appends to dst the settle call of b for domain: a RateLimitRequest
 // in gRPC's framing whose descriptors are b's keys, each with its charge.
 func (q *Queue) Frame(dst []byte, domain string, b *Batch) []byte {
-	q.entries, q.bounds = q.entries[:0], append(q.bounds[:0], 0)
+	q.descs, q.entries = q.descs[:0], q.entries[:0]
 	for _, k := range b.Keys {
-		q.entries, _ = descriptors.ParseKey(q.entries, k) // keys are AppendKey's
-		q.bounds = append(q.bounds, len(q.entries))
-	}
-	q.descs = q.descs[:0]
-	for i := range b.Keys {
-		q.descs = append(q.descs, descriptors.Descriptor{Entries: q.entries[q.bounds[i]:q.bounds[i+1]]})
+		q.descs, q.entries, _ = descriptors.AppendParsed(q.descs, q.entries, k, 0) // keys are AppendKey's
 	}
 	return rlsproto.AppendSettleFrame(dst, domain, q.descs, b.Charges)
 }
