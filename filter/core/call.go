@@ -21,7 +21,7 @@ func (w *Worker) callOut(x *Exchange, now int64) Action {
 	}
 	o := &w.out
 	o.body = rlsproto.AppendRequestFrame(o.body[:0], w.cfg.Domain, descs, o.caller)
-	id, err := w.send(x.stream, o.body, x, now)
+	id, err := o.send(x.stream, o.body, x, now)
 	if err != nil {
 		w.leases.unask(x) // nobody waits for a call that was not made
 		// (a usage-based request failed open settles its whole usage)
@@ -36,17 +36,19 @@ func (w *Worker) callOut(x *Exchange, now int64) Action {
 // descriptor rebuilt from its precheck key with its cost: for a call made
 // after the request that built the descriptors (a renewal, a request that
 // waited).
-func (w *Worker) frameOf(dst []byte, s *sent) []byte {
-	o := &w.out
+func (o *outbox) frameOf(dst []byte, s *sent) []byte {
 	o.descs, o.entries = o.descs[:0], o.entries[:0]
 	for i := range s.keyEnds {
 		o.descs, o.entries, _ = descriptors.AppendParsed(o.descs, o.entries, bufString(s.key(i)), uint32(s.costs[i]))
 	}
-	return rlsproto.AppendRequestFrame(dst, w.cfg.Domain, o.descs, o.caller)
+	return rlsproto.AppendRequestFrame(dst, o.cfg.Domain, o.descs, o.caller)
 }
 
-// outbox is what every call of a worker has in common.
+// outbox sends a worker's decision calls: what every one of them has in
+// common, and the call table they go into.
 type outbox struct {
+	*env
+	calls       *calls.Table
 	headers     []byte // request headers of the decision calls, serialized
 	grpcService []byte // transport "grpc": the GrpcService; nil for "http"
 	timeoutMs   uint32
@@ -58,9 +60,11 @@ type outbox struct {
 	entries []descriptors.Entry
 }
 
-// newOutbox returns the call templates of cfg for a proxy named caller.
-func newOutbox(cfg *config.Config, caller uint64) outbox {
-	o := outbox{timeoutMs: uint32(cfg.Timeout / config.Millisecond), caller: caller,
+// newOutbox returns the outbox of e's configuration, for a proxy named
+// caller, into the call table t.
+func newOutbox(e *env, t *calls.Table, caller uint64) outbox {
+	cfg := e.cfg
+	o := outbox{env: e, calls: t, timeoutMs: uint32(cfg.Timeout / config.Millisecond), caller: caller,
 		headers: headermap.Append(nil, rlsproto.CallHeaders(cfg.Authority, cfg.Timeout))}
 	if cfg.Transport == config.TransportGRPC {
 		o.grpcService = rlsproto.AppendGRPCService(nil, cfg.Cluster, cfg.Authority)
@@ -71,14 +75,13 @@ func newOutbox(cfg *config.Config, caller uint64) outbox {
 // send makes a decision call of frame (a RateLimitRequest in gRPC's
 // framing) for stream from (nil: none) and records it in the call table
 // with its handler.
-func (w *Worker) send(from Stream, frame []byte, h calls.Handler, now int64) (uint32, error) {
-	o := &w.out
-	o.call = Call{Cluster: w.cfg.Cluster, Headers: o.headers, Frame: frame, GRPCService: o.grpcService, TimeoutMs: o.timeoutMs}
-	id, err := w.host.Call(from, &o.call)
+func (o *outbox) send(from Stream, frame []byte, h calls.Handler, now int64) (uint32, error) {
+	o.call = Call{Cluster: o.cfg.Cluster, Headers: o.headers, Frame: frame, GRPCService: o.grpcService, TimeoutMs: o.timeoutMs}
+	id, err := o.host.Call(from, &o.call)
 	o.call = Call{}
 	if err != nil {
 		return 0, err
 	}
-	w.calls.Add(id, h, now+w.cfg.Timeout+overdueGrace)
+	o.calls.Add(id, h, now+o.cfg.Timeout+overdueGrace)
 	return id, nil
 }

@@ -21,7 +21,7 @@ func (w *Worker) answered(x *Exchange, a *rlsproto.Answer) {
 	w.decide(x, reason, a.TimedOut)
 	w.current = nil
 	w.leases.called(x)
-	w.release(x)
+	w.exchanges.release(x)
 }
 
 // deliver hands a to handler h, recovering from a panic as Answer does.
@@ -92,13 +92,10 @@ func (w *Worker) admit(x *Exchange, resp *rlsproto.Response, now int64, haveNow 
 		if !haveNow {
 			now = w.host.Now()
 		}
-		w.hold(x, now, wait)
+		if w.shaping.hold(x, &w.replies, now, wait) {
+			w.schedule(now)
+		}
 		return
 	}
 	w.resume(x)
-}
-
-// resume lets x's request go on.
-func (w *Worker) resume(x *Exchange) {
-	w.warnErr("cannot resume the request", x.stream.Resume())
 }

@@ -59,6 +59,18 @@ func (e *env) warn(msg string) {
 	e.host.Log(LevelWarn, msg)
 }
 
+// resume lets x's request go on.
+func (e *env) resume(x *Exchange) {
+	e.warnErr("cannot resume the request", x.stream.Resume())
+}
+
+// recoverHook, deferred, logs a panic in a hook that decides no stream.
+func (e *env) recoverHook(hook string) {
+	if r := recover(); r != nil {
+		e.host.Log(LevelCritical, "sluice: panic in "+hook+": "+panicText(r))
+	}
+}
+
 // warnErr warns "sluice: what: err" when err is not nil. what must be a
 // constant: a string built for the call would cost an allocation every
 // time, error or not.

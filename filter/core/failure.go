@@ -14,31 +14,21 @@ func timeoutHint(timeout int64) string {
 		strconv.FormatInt(timeout/config.Millisecond, 10) + "ms)"
 }
 
-// failureMode returns the failure mode for x, whose check failed, and
-// whether it is the descriptors' (else the configuration's): closed if the
-// control plane last said that any of x's descriptors fails closed, else
-// open if it said that any fails open, else the configuration's
-// failure_mode.
-func (w *Worker) failureMode(x *Exchange) (mode config.FailureMode, fromPolicy bool) {
-	switch w.checks.failureMode(&x.sent) {
-	case precheck.FailureClosed:
-		return config.FailClosed, true
-	case precheck.FailureOpen:
-		return config.FailOpen, true
-	}
-	return w.cfg.FailureMode, false
-}
-
 // fail applies the failure mode to x; paused says whether its request is
 // waiting (it must then be resumed or answered). It returns the action for
 // a request-headers hook.
 func (w *Worker) fail(x *Exchange, reason string, paused bool) Action {
 	x.state = stateDone
 	w.count(mErrors)
-	mode, fromPolicy := w.failureMode(x)
-	source := ""
-	if fromPolicy {
-		source = " (the policy's failure mode)"
+	// Closed if the control plane last said that any of x's descriptors
+	// fails closed, else open if it said that any fails open, else the
+	// configuration's failure_mode.
+	mode, source := w.cfg.FailureMode, ""
+	switch w.checks.failureMode(&x.sent) {
+	case precheck.FailureClosed:
+		mode, source = config.FailClosed, " (the policy's failure mode)"
+	case precheck.FailureOpen:
+		mode, source = config.FailOpen, " (the policy's failure mode)"
 	}
 	w.warn("sluice: rate limit check failed, failing " + mode.String() + source + ": " + reason)
 	if mode == config.FailOpen {

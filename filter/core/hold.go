@@ -56,18 +56,25 @@ func answerWait(resp *rlsproto.Response) int64 {
 	return int64(ns + 0.999999) // whole nanoseconds, rounded up
 }
 
-// hold holds x's request for wait ns from now, or answers 429 when the
-// worker holds max_held requests already.
-func (w *Worker) hold(x *Exchange, now, wait int64) {
+// shaper holds a worker's requests the control plane admitted with a wait.
+type shaper struct {
+	*env
+	held []*Exchange // by release time
+}
+
+// hold holds x's request for wait ns from now, or answers 429 (headers
+// from r) when the worker holds max_held requests already. It reports
+// whether x is now the first to be released: the tick is due sooner.
+func (w *shaper) hold(x *Exchange, r *replies, now, wait int64) (first bool) {
 	if len(w.held) >= w.cfg.MaxHeld {
 		x.state = stateDone
 		x.usage.armed = false // refused: it does not run
 		w.count(mHoldRejected)
-		if err := x.stream.SendLocalReply(429, DetailsHoldFull, bodyOverLimit, w.replies.holdFull()); err != nil {
+		if err := x.stream.SendLocalReply(429, DetailsHoldFull, bodyOverLimit, r.holdFull()); err != nil {
 			w.warn("sluice: cannot send the local reply: " + err.Error())
 			w.resume(x)
 		}
-		return
+		return false
 	}
 	x.state, x.heldAt, x.releaseAt = stateHeld, now, now+wait
 	// Insert after every stream due at the same time or earlier: release
@@ -80,14 +87,12 @@ func (w *Worker) hold(x *Exchange, now, wait int64) {
 	copy(w.held[i+1:], w.held[i:])
 	w.held[i] = x
 	w.add(mHeld, 1)
-	if i == 0 {
-		w.schedule(now)
-	}
+	return i == 0
 }
 
 // releaseDue resumes the held requests whose release time has come, in
 // order.
-func (w *Worker) releaseDue(now int64) {
+func (w *shaper) releaseDue(now int64) {
 	n := 0
 	for n < len(w.held) && w.held[n].releaseAt <= now {
 		x := w.held[n]
@@ -115,7 +120,7 @@ func (w *Worker) releaseDue(now int64) {
 }
 
 // unhold drops a held request whose stream ended.
-func (w *Worker) unhold(x *Exchange) {
+func (w *shaper) unhold(x *Exchange) {
 	for i, h := range w.held {
 		if h == x {
 			copy(w.held[i:], w.held[i+1:])

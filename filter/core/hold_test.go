@@ -84,8 +84,8 @@ func TestHoldReleasesInOrder(t *testing.T) {
 	for _, id := range []uint32{a, bb, c} {
 		b.respond(id)
 	}
-	if len(b.w.free) != 3 || len(b.streams) != 0 {
-		t.Errorf("streams not returned: %d free, %d live", len(b.w.free), len(b.streams))
+	if len(b.w.exchanges.free) != 3 || len(b.streams) != 0 {
+		t.Errorf("streams not returned: %d free, %d live", len(b.w.exchanges.free), len(b.streams))
 	}
 }
 
@@ -126,8 +126,8 @@ func TestHoldClientGone(t *testing.T) {
 	c := b.held(200)
 	b.ended(gone)
 	b.close(gone)
-	if h.counters[MetricHeld] != 2 || h.counters[MetricHoldAbandon] != 1 || len(b.w.free) != 1 {
-		t.Fatalf("counters %v, %d free", h.counters, len(b.w.free))
+	if h.counters[MetricHeld] != 2 || h.counters[MetricHoldAbandon] != 1 || len(b.w.exchanges.free) != 1 {
+		t.Fatalf("counters %v, %d free", h.counters, len(b.w.exchanges.free))
 	}
 	b.tick(100 * time.Millisecond)
 	if fmt.Sprint(h.order) != fmt.Sprint([]uint32{a}) {
@@ -137,7 +137,7 @@ func TestHoldClientGone(t *testing.T) {
 	// at its next run.
 	b.close(c)
 	b.tick(time.Millisecond)
-	p := b.w
+	p := &b.w.shaping
 	if len(p.held) != 0 || h.counters[MetricHeld] != 0 || h.tick != tickPeriodMs || len(h.order) != 1 {
 		t.Fatalf("held %d, counters %v, tick %d, resumed %v", len(p.held), h.counters, h.tick, h.order)
 	}

@@ -60,7 +60,7 @@ func (w *Worker) RequestHeaders(x *Exchange) Action {
 	}
 	// 5. shared blocks
 	if w.checks.blocks != nil {
-		if action, rejected := w.checkShared(x, descs.Descriptors, now); rejected {
+		if action, rejected := w.checks.checkShared(x, descs.Descriptors, &w.leases, &w.replies, now); rejected {
 			return action
 		}
 	}

@@ -356,8 +356,8 @@ func TestStreamDeletedBeforeAnswer(t *testing.T) {
 		t.Fatal("acted on a deleted stream")
 	}
 	// The stream was recycled.
-	if len(b.w.free) != 1 {
-		t.Fatalf("%d streams released, want 1", len(b.w.free))
+	if len(b.w.exchanges.free) != 1 {
+		t.Fatalf("%d streams released, want 1", len(b.w.exchanges.free))
 	}
 	// The answer still taught the precheck.
 	id2, _ := b.request(apiRequest, "10.0.0.9:1")

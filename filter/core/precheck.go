@@ -126,8 +126,7 @@ func (c *checker) failureMode(s *sent) precheck.FailureMode {
 //
 // When no block is live in the proxy (Blocks.MayHold), nothing is looked
 // up.
-func (w *Worker) checkShared(x *Exchange, descs []descriptors.Descriptor, now int64) (action Action, rejected bool) {
-	c := &w.checks
+func (c *checker) checkShared(x *Exchange, descs []descriptors.Descriptor, leases *leaser, r *replies, now int64) (action Action, rejected bool) {
 	if !c.blocks.MayHold(now) {
 		return 0, false
 	}
@@ -138,9 +137,9 @@ func (w *Worker) checkShared(x *Exchange, descs []descriptors.Descriptor, now in
 			continue
 		}
 		c.table.Import(key, b, now)
-		if v := c.table.Check(key, descs[i].PrecheckCost(), now); v.Reject && !w.leases.covers(key, &descs[i], now) {
+		if v := c.table.Check(key, descs[i].PrecheckCost(), now); v.Reject && !leases.covers(key, &descs[i], now) {
 			c.count(mPrecheckShared)
-			return c.reject(x, &w.replies, descs[i].RateLimit, v), true
+			return c.reject(x, r, descs[i].RateLimit, v), true
 		}
 	}
 	return 0, false

@@ -37,8 +37,9 @@ func (c *renewal) Answered(a *rlsproto.Answer) { c.rs.answered(c.e, a) }
 // stream waits on.
 func (rs *renewals) Send(e *lease.Entry, now int64) (uint32, error) {
 	rs.define(mLeaseRenewals, mLeaseRenewalLost)
-	rs.w.out.body = rs.w.frameOf(rs.w.out.body[:0], rs.asked(e))
-	id, err := rs.w.send(nil, rs.w.out.body, &renewal{rs: rs, e: e}, now)
+	o := &rs.w.out
+	o.body = o.frameOf(o.body[:0], rs.asked(e))
+	id, err := o.send(nil, o.body, &renewal{rs: rs, e: e}, now)
 	if err == nil {
 		rs.count(mLeaseRenewals)
 	}

@@ -24,7 +24,7 @@ func (w *Worker) Tick() {
 	w.usage.flush(now)
 	w.leases.renew.r.Tick(now)
 	w.leases.wakeStale(now)
-	w.releaseDue(now)
+	w.shaping.releaseDue(now)
 	if w.checks.blocks != nil {
 		w.checks.blocks.Refresh()
 	}
@@ -38,8 +38,8 @@ func (w *Worker) Tick() {
 // and else in tickPeriod.
 func (w *Worker) schedule(now int64) {
 	at := now + tickPeriod
-	if len(w.held) > 0 {
-		at = min(at, w.held[0].releaseAt)
+	if held := w.shaping.held; len(held) > 0 {
+		at = min(at, held[0].releaseAt)
 	}
 	if due, ok := w.usage.nextDue(); ok {
 		at = min(at, due)

@@ -224,7 +224,7 @@ func TestUsageDisconnect(t *testing.T) {
 			// settles nothing.
 			hs := map[string]string{":method": "POST", ":path": "/", "x-api-key": "k2"}
 			id2, _ := b.request(hs, "")
-			if len(b.w.free) != 0 {
+			if len(b.w.exchanges.free) != 0 {
 				t.Fatalf("the stream was not reused")
 			}
 			b.deliver(overLimitAnswer(t, 1000))

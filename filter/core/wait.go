@@ -213,8 +213,8 @@ func (l *leaser) resumeWaiting(w *Exchange, now int64) {
 		return
 	}
 	o := &l.w.out
-	o.body = l.w.frameOf(o.body[:0], &w.sent)
-	id, err := l.w.send(w.stream, o.body, w, now)
+	o.body = o.frameOf(o.body[:0], &w.sent)
+	id, err := o.send(w.stream, o.body, w, now)
 	if err != nil {
 		l.w.fail(w, "cannot call the control plane (cluster "+l.cfg.Cluster+"): "+err.Error(), true)
 		return

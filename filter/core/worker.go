@@ -31,18 +31,17 @@ const overdueGrace = config.Second
 type Worker struct {
 	env
 	calls   calls.Table
-	checks  checker     // the precheck stage (precheck.go, blocks.go)
-	leases  leaser      // lease pools, waiting, renewals (leases.go, wait.go, renew.go)
-	held    []*Exchange // requests held (shaping), by release time
-	usage   settler     // the settlement queue of usage-based limits (settling.go)
-	out     outbox      // the calls' templates (pipeline.go)
-	replies replies     // the local replies' and rate limit headers (reply.go)
+	checks  checker // the precheck stage (precheck.go, blocks.go)
+	leases  leaser  // lease pools, waiting, renewals (leases.go, wait.go, renew.go)
+	shaping shaper  // requests held (shaping, hold.go)
+	usage   settler // the settlement queue of usage-based limits (settling.go)
+	out     outbox  // the calls' templates (pipeline.go)
+	replies replies // the local replies' and rate limit headers (reply.go)
 	// Scratch space reused by every request.
-	descs   descriptors.Set
-	resp    rlsproto.Response
-	overdue []calls.Handler
-	// free holds exchanges for reuse: their buffers have grown.
-	free []*Exchange
+	descs     descriptors.Set
+	resp      rlsproto.Response
+	overdue   []calls.Handler
+	exchanges exchanges
 	// current is the exchange whose answer is being applied, for recovery.
 	current *Exchange
 	// tickAt is when the worker last asked to tick (Host.Schedule).
@@ -69,11 +68,12 @@ func (w *Worker) Configure(data []byte) (ok bool) {
 	w.cfg = cfg
 	w.define(mAllowed, mHeld)
 	w.checks = newChecker(&w.env)
+	w.shaping = shaper{env: &w.env, held: w.shaping.held}
 	// With shared_state off, the blocks stay in the worker's table and the
 	// leases make a pool of the worker's own.
 	pools := w.host.Pools(cfg.Domain, !cfg.SharedState)
 	w.leases = newLeaser(w, pools)
-	w.out = newOutbox(cfg, pools.Caller())
+	w.out = newOutbox(&w.env, &w.calls, pools.Caller())
 	w.replies = newReplies(&w.env)
 	w.usage.configure(w, cfg)
 	w.tickAt = 0
@@ -87,13 +87,7 @@ func (w *Worker) Configure(data []byte) (ok bool) {
 // Open returns the exchange of a new stream s, which the host passes to
 // the stream's hooks until it calls Close.
 func (w *Worker) Open(s Stream) *Exchange {
-	var x *Exchange
-	if n := len(w.free); n > 0 {
-		x = w.free[n-1]
-		w.free = w.free[:n-1]
-	} else {
-		x = &Exchange{}
-	}
+	x := w.exchanges.get()
 	x.reset(w, s)
 	return x
 }
@@ -161,7 +155,7 @@ func (w *Worker) End(x *Exchange) {
 func (w *Worker) drop(x *Exchange) {
 	switch x.state {
 	case stateHeld:
-		w.unhold(x)
+		w.shaping.unhold(x)
 	case stateWaiting:
 		w.leases.unwait(x)
 	}
@@ -175,16 +169,32 @@ func (w *Worker) Close(x *Exchange) {
 	w.drop(x)
 	w.usage.settleStream(x) // a host that ends streams with a Close alone
 	x.closed = true
-	w.release(x)
+	w.exchanges.release(x)
 }
 
-// release keeps a closed exchange with no call out for reuse.
-func (w *Worker) release(x *Exchange) {
+// exchanges keeps closed exchanges for reuse: their buffers have grown.
+type exchanges struct {
+	free []*Exchange
+}
+
+// get returns an exchange to reset.
+func (p *exchanges) get() *Exchange {
+	if n := len(p.free); n > 0 {
+		x := p.free[n-1]
+		p.free = p.free[:n-1]
+		return x
+	}
+	return &Exchange{}
+}
+
+// release keeps x for reuse if its stream is closed and no call of it is
+// under way.
+func (p *exchanges) release(x *Exchange) {
 	if !x.closed || x.state == statePending {
 		return
 	}
 	x.w = nil
-	w.free = append(w.free, x)
+	p.free = append(p.free, x)
 }
 
 // Answer takes the answer to call id: the host turned its proxy's
@@ -206,13 +216,6 @@ func (w *Worker) Stop() {
 	w.calls.Clear()
 	w.usage.drop()
 	w.cfg = nil
-}
-
-// recoverHook, deferred, logs a panic in a hook that decides no stream.
-func (w *Worker) recoverHook(hook string) {
-	if r := recover(); r != nil {
-		w.host.Log(LevelCritical, "sluice: panic in "+hook+": "+panicText(r))
-	}
 }
 
 // recoverAnswer, deferred, turns a panic while an answer is applied into
@@ -240,7 +243,7 @@ func (w *Worker) handlePanic(r any, hook string, paused bool) Action {
 	}
 	action := w.failSafely(x, "panic in "+hook, paused)
 	x.state = stateDone
-	w.release(x)
+	w.exchanges.release(x)
 	return action
 }
 
