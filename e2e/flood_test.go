@@ -22,7 +22,7 @@ import (
 // counted, and the other rejections never reached them.
 //
 // The VMs of one Envoy share what they learn of over-limit keys (package
-// filter/sharedblocks), and Envoy's access log shows each of them shedding
+// filter/proxywasm/shareddata), and Envoy's access log shows each of them shedding
 // its own share (response code details).
 func TestFloodDecidedLocally(t *testing.T) {
 	const (

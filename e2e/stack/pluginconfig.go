@@ -6,7 +6,7 @@ import "encoding/json"
 // configurations (envoy/envoy.yaml calls it sluice_controlplane).
 const DefaultCluster = "sluice_control_plane"
 
-// PluginConfig is the filter's plugin configuration (filter/config), the JSON
+// PluginConfig is the filter's plugin configuration (filter/core/config), the JSON
 // document Envoy hands filter.wasm. Empty optional fields are left out, so
 // the filter's defaults apply.
 type PluginConfig struct {

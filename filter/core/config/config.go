@@ -118,7 +118,7 @@ type Config struct {
 	Transport     Transport   // proxy_http_call or proxy_grpc_call
 	Domain        string      // rate limit domain sent in every RateLimitRequest
 	Timeout       int64       // deadline of one control-plane call, ns
-	FailureMode   FailureMode // what to do when the call fails or times out, unless the control plane reported the descriptors' own (package plugin)
+	FailureMode   FailureMode // what to do when the call fails or times out, unless the control plane reported the descriptors' own (package core)
 	StatusOnError uint32      // HTTP status of the local reply when failing closed
 	RateLimits    []RateLimit // one descriptor each
 	Precheck      Precheck    // the local precheck
@@ -129,13 +129,13 @@ type Config struct {
 	MaxHeld int
 	// Settle is how the settlements of usage-based rate limits are sent.
 	Settle Settle
-	// SharedState makes the VMs of one proxy share their state through
-	// proxy-wasm shared data: the precheck's over-limit blocks and the
-	// lease pools (package sharedblocks). Off, each VM keeps its own, as
-	// if it were alone: a benchmark's baseline.
+	// SharedState makes the workers of one proxy share their state (the
+	// proxy-wasm host: through shared data): the precheck's over-limit
+	// blocks and the lease pools (core.Host's Blocks and Pools). Off, each
+	// worker keeps its own, as if it were alone: a benchmark's baseline.
 	SharedState bool
 	// LeasePrefetch renews the proxy's lease pools before they run out, and
-	// as soon as one ends, in calls no request waits on (package plugin,
+	// as soon as one ends, in calls no request waits on (package lease,
 	// renew.go); off, a pool is renewed by the call of a request that
 	// found it empty.
 	LeasePrefetch bool

@@ -1,9 +1,10 @@
-// Package sharedblocks shares the precheck's over-limit blocks among the
-// Wasm VMs of one proxy (Envoy runs one VM per worker thread) through
-// proxy-wasm shared data, so that a descriptor one VM heard is over its
-// limit is rejected locally by every VM, not asked again by each; and the
-// leases the control plane grants, as one pool per descriptor for the
-// whole proxy (Leases, in a table of slots of its own).
+// Package shareddata is the proxy-wasm host's per-Envoy state, behind the
+// core's interfaces (core.Blocks, lease.Pools): it shares the precheck's
+// over-limit blocks among the Wasm VMs of one proxy (Envoy runs one VM per
+// worker thread) through proxy-wasm shared data, so that a descriptor one
+// VM heard is over its limit is rejected locally by every VM, not asked
+// again by each; and the leases the control plane grants, as one pool per
+// descriptor for the whole proxy (Leases, in a table of slots of its own).
 //
 // Shared data in proxy-wasm-cpp-host is one process-wide map per vm_id
 // behind one mutex, with a compare-and-swap number per key; ABI 0.2.1 has
