@@ -1,6 +1,7 @@
 package core
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -173,5 +174,31 @@ func TestLeaseTwoDescriptorsGiveBack(t *testing.T) {
 	}
 	if _, a := one.request(req, "10.0.0.1:1"); a != Pause {
 		t.Fatal("more units than granted")
+	}
+}
+
+// TestLeasesCostNothingToKeysWithout: once the proxy uses leases, requests
+// of keys that never hold a pool (a load spread over many keys) read no
+// pool (the pools' map says so), record no call under way for a pool, and
+// so leave the worker no state of their own.
+func TestLeasesCostNothingToKeysWithout(t *testing.T) {
+	vms, _ := leaseVMs(t, 2)
+	a, b := vms[0], vms[1]
+	a.request(map[string]string{":method": "GET", ":path": "/"}, "10.0.0.1:1")
+	a.deliver(quotaAnswer(t, a.host, 20, time.Hour))
+	tick(vms) // b hears of leases
+	if !b.w.leases.seen {
+		t.Fatal("b did not hear of leases")
+	}
+	gets := b.host.leaseGets
+	for i := range 100 {
+		_, action := b.request(map[string]string{":method": "GET", ":path": "/"}, "10.1.0."+strconv.Itoa(i)+":1")
+		if action != Pause {
+			t.Fatalf("request %d: action %d", i, action)
+		}
+	}
+	// (one read of the pools' map, for all of them)
+	if n := b.host.leaseGets - gets; n > 1 || len(b.w.leases.asking) != 0 {
+		t.Fatalf("100 requests of keys without pools: %d reads of the lease pools, %d calls recorded as under way for a pool", n, len(b.w.leases.asking))
 	}
 }

@@ -55,6 +55,7 @@ func newLeaser(w *Worker, pools lease.Pools) leaser {
 // from each and answers true. Otherwise it changes nothing: units taken
 // before a descriptor without one are given back.
 func (l *leaser) spend(x *Exchange, descs []descriptors.Descriptor, now int64) bool {
+	l.took = lease.Took{}
 	if !l.seen {
 		return false
 	}

@@ -70,9 +70,11 @@ func (l *leaser) awaitCall(x *Exchange, descs []descriptors.Descriptor, now int6
 
 // ask records that x's call is under way for its descriptors, unless
 // another one is: requests that find their pool empty wait for it. Only
-// once leases are in use.
+// when the pool x's request found without a unit is its key's (recent):
+// for a key that holds no pool no request waits, and the record would only
+// cost (leases that cannot help cost nothing).
 func (l *leaser) ask(x *Exchange) {
-	if !l.seen {
+	if !l.took.Recent {
 		return
 	}
 	if l.asking == nil {

@@ -36,6 +36,8 @@ type Leases struct {
 	// give-backs not stored (every attempt lost, or the slot holds another
 	// key's live pool, or the host refused).
 	Retries, Exhausted, Lost int
+	// m is the lease map as this VM last read it (leasemap.go).
+	m slotMap
 }
 
 var _ lease.Pools = (*Leases)(nil)
@@ -60,7 +62,8 @@ const (
 // slots can hold in the shared data (the host's per-entry overhead aside;
 // the seed is counted in Bound).
 func LeaseBound(slots int) int {
-	return slots*(len(leasePrefix)+len(strconv.Itoa(slots-1))+MaxLeaseValue) + len(onKey) + 1
+	return slots*(len(leasePrefix)+len(strconv.Itoa(slots-1))+MaxLeaseValue) + len(onKey) + 1 +
+		len(mapKey) + 1 + mapLen(uint64(slots))
 }
 
 // Announce records in the shared data that a VM of the proxy received a
@@ -89,11 +92,26 @@ type pool struct {
 	asking      int64 // a VM's call for the key is under way until then (Ask); 0: none
 	cas         uint32
 	found       bool // the slot has a value
+	decoded     bool // ...which is a pool
 	mine        bool // a pool of the key last named by slot
 }
 
 // live reports whether the pool holds a unit valid at now.
 func (p pool) live(now int64) bool { return p.left >= 1 && now < p.until }
+
+// load reads the slot that l.slot named at now, when the lease map says it
+// may hold a pool (else it reads nothing and returns no pool). A slot that
+// holds no pool any key could use loses its bit.
+func (l *Leases) load(now int64) pool {
+	if !l.mayHold(now) {
+		return pool{}
+	}
+	p := l.read()
+	if !p.found || !p.decoded || (now-p.until >= Recent && p.asking <= now) {
+		l.unmark()
+	}
+	return p
+}
 
 // read reads the slot that l.slot named: one host call.
 func (l *Leases) read() pool {
@@ -105,7 +123,7 @@ func (l *Leases) read() pool {
 	if !ok {
 		return pool{cas: cas, found: true}
 	}
-	return pool{left: left, until: until, asking: asking, cas: cas, found: true, mine: bytes.Equal(k, l.key)}
+	return pool{left: left, until: until, asking: asking, cas: cas, found: true, decoded: true, mine: bytes.Equal(k, l.key)}
 }
 
 // Covers reports whether key's pool holds a unit valid at now: one host
@@ -114,7 +132,7 @@ func (l *Leases) Covers(key []byte, now int64) bool {
 	if !l.slot(key) {
 		return false
 	}
-	p := l.read()
+	p := l.load(now)
 	return p.mine && p.live(now)
 }
 
@@ -130,7 +148,7 @@ func (p pool) recent(now int64) bool { return p.mine && now-p.until < Recent }
 // within Recent (the proxy receives leases for key, and no other key took
 // the slot since): one host call, changing nothing.
 func (l *Leases) Holds(key []byte, now int64) bool {
-	return l.slot(key) && l.read().recent(now)
+	return l.slot(key) && l.load(now).recent(now)
 }
 
 // Take spends one unit of key's pool valid at now: a read and a CAS write
@@ -144,7 +162,7 @@ func (l *Leases) Take(key []byte, now int64) (lease.Took, error) {
 	}
 	var took lease.Took
 	for range MaxAttempts {
-		p := l.read()
+		p := l.load(now)
 		took = lease.Took{Recent: p.recent(now), Left: p.left, Until: p.until}
 		if !p.mine || !p.live(now) || p.cas == 0 {
 			return took, nil
@@ -209,6 +227,7 @@ func (l *Leases) add(key []byte, n, until, now int64, replace bool) (bool, error
 			return false, err
 		}
 		if set {
+			l.mark(now)
 			return true, nil
 		}
 		l.Retries++
@@ -257,7 +276,7 @@ func (l *Leases) Ask(key []byte, now, deadline int64) (bool, error) {
 		return false, nil
 	}
 	for range MaxAttempts {
-		p := l.read()
+		p := l.load(now)
 		switch {
 		case !p.recent(now) || p.live(now):
 			return false, nil
@@ -288,7 +307,7 @@ func (l *Leases) Renew(key []byte, now, deadline, low int64) (bool, error) {
 		return false, nil
 	}
 	for range MaxAttempts {
-		p := l.read()
+		p := l.load(now)
 		left := p.left
 		if now >= p.until {
 			left = 0
@@ -325,7 +344,7 @@ func (l *Leases) Asking(key []byte, now int64) bool {
 	if !l.slot(key) {
 		return false
 	}
-	p := l.read()
+	p := l.load(now)
 	return p.mine && p.asking > now
 }
 
@@ -337,7 +356,7 @@ func (l *Leases) Answered(key []byte) error {
 		return nil
 	}
 	for range MaxAttempts {
-		p := l.read()
+		p := l.load(l.m.readAt) // (the time of the map as read: an Ask read it)
 		if !p.mine || p.asking == 0 {
 			return nil
 		}

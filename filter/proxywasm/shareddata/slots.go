@@ -17,8 +17,9 @@ type slots struct {
 	mask   uint64 // slots - 1
 	seed   uint64 // the proxy's hash seed, from seedKey
 	// Scratch buffers, reused by every call: the slot's name and the
-	// shared key of the descriptor slot last named.
+	// shared key of the descriptor slot last named, and its index.
 	name, key []byte
+	index     uint64
 }
 
 // newSlots returns n slots (rounded up to a power of two) named prefix<i>
@@ -71,7 +72,8 @@ func (s *slots) slot(key []byte) bool {
 		return false
 	}
 	s.key = append(append(append(s.key[:0], s.domain...), 0), key...)
-	s.name = strconv.AppendUint(append(s.name[:0], s.prefix...), hash(s.seed, s.key)&s.mask, 10)
+	s.index = hash(s.seed, s.key) & s.mask
+	s.name = strconv.AppendUint(append(s.name[:0], s.prefix...), s.index, 10)
 	return true
 }
 
