@@ -16,6 +16,11 @@
 // listener's access log says who answered each request, and on which VM
 // (Envoy's response code details: the filter names its local replies).
 //
+// Every scenario that runs the filter runs once per row of
+// stack.FilterHosts (proxy-wasm's filter.wasm; the native dynamic module is
+// to be the next row), as a subtest named after the host
+// (stack.ForEachFilter): one description of a scenario, on every host.
+//
 // The scenarios (issues 6 and 11):
 //
 //  1. a limit of N per window across both Envoys and their four VMs admits
