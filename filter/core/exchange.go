@@ -80,6 +80,14 @@ func (x *Exchange) reset(w *Worker, s Stream) {
 // Answered takes the answer to x's call: it implements calls.Handler.
 func (x *Exchange) Answered(a *rlsproto.Answer) { x.w.answered(x, a) }
 
+// removeAt returns list without its element i, order kept, the vacated
+// slot cleared (no stale reference keeps an exchange alive).
+func removeAt(list []*Exchange, i int) []*Exchange {
+	copy(list[i:], list[i+1:])
+	list[len(list)-1] = nil
+	return list[:len(list)-1]
+}
+
 // headerList builds a list of headers whose names and values live in one
 // buffer, so that they outlive the host memory they were copied from.
 type headerList struct {

@@ -123,9 +123,7 @@ func (w *shaper) releaseDue(now int64) {
 func (w *shaper) unhold(x *Exchange) {
 	for i, h := range w.held {
 		if h == x {
-			copy(w.held[i:], w.held[i+1:])
-			w.held[len(w.held)-1] = nil
-			w.held = w.held[:len(w.held)-1]
+			w.held = removeAt(w.held, i)
 			w.add(mHeld, -1)
 			w.count(mHoldAbandon)
 			break

@@ -228,9 +228,7 @@ func (l *leaser) resumeWaiting(w *Exchange, now int64) {
 func (l *leaser) unwait(x *Exchange) {
 	for i, s := range l.waiting {
 		if s == x {
-			copy(l.waiting[i:], l.waiting[i+1:])
-			l.waiting[len(l.waiting)-1] = nil
-			l.waiting = l.waiting[:len(l.waiting)-1]
+			l.waiting = removeAt(l.waiting, i)
 			break
 		}
 	}
@@ -245,9 +243,7 @@ func (l *leaser) admitWaiter(key []byte) bool {
 		if len(w.keyEnds) != 1 || !bytes.Equal(w.keys, key) {
 			continue
 		}
-		copy(l.waiting[i:], l.waiting[i+1:])
-		l.waiting[len(l.waiting)-1] = nil
-		l.waiting = l.waiting[:len(l.waiting)-1]
+		l.waiting = removeAt(l.waiting, i)
 		w.state, w.remote = stateDone, false
 		if w.closed {
 			continue // gone: the next one

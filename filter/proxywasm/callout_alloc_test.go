@@ -29,20 +29,13 @@ func TestWasmCalloutAllocatesNothing(t *testing.T) {
 			}
 			run := func(from, n int) {
 				for i := from; i < from+n; i++ {
-					id := uint32(100 + i%2)
-					h.headers[id], h.current = users[i%len(users)], id
-					h.call("proxy_on_context_create", uint64(id), 1)
-					h.call("proxy_on_request_headers", uint64(id), 3, 1)
-					if transport == "grpc" {
-						h.deliverGRPC(uint32(len(h.calls)), answer.body[5:])
-					} else {
-						h.deliver(uint32(len(h.calls)), answer)
-					}
-					h.current = id
-					h.call("proxy_on_response_headers", uint64(id), 3, 0)
-					h.call("proxy_on_log", uint64(id))
-					h.call("proxy_on_done", uint64(id))
-					h.call("proxy_on_delete", uint64(id))
+					h.calloutStream(uint32(100+i%2), users[i%len(users)], func(call uint32) {
+						if transport == "grpc" {
+							h.deliverGRPC(call, answer.body[5:])
+						} else {
+							h.deliver(call, answer)
+						}
+					})
 				}
 			}
 			run(0, 3000) // warm up: the table fills, buffers reach their size

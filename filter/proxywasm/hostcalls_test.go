@@ -93,11 +93,7 @@ func TestLeaseSpendHostCalls(t *testing.T) {
 	var c hostCounter
 	a, b := twoVMs(t, shared, &c)
 	req := map[string]string{":method": "GET", ":path": "/", "x-user": "leased"}
-	a.request(2, req)
-	a.deliver(1, leaseAnswer(t, 100))
-	a.finish(2)
-	b.current = 1
-	b.call("proxy_on_tick", 1)                                // B hears of leases
+	hearLease(t, a, b)
 	if leaseStream(b, 3, req) != uint64(abi.ActionContinue) { // warm
 		t.Fatalf("B did not spend A's lease: %v", b.logs)
 	}
@@ -180,6 +176,15 @@ func (c *hostCounter) callout(h *wasmHost, id uint32, user string, deliver func(
 	h.call("sluice_test_gc")
 	c.counts = map[string]int{}
 	c.counting = true
+	h.calloutStream(id, req, deliver)
+	c.counting = false
+	return c.counts
+}
+
+// calloutStream runs one whole stream of req on h, stream id, whose request
+// calls the control plane and gets its answer from deliver (given the
+// call's id).
+func (h *wasmHost) calloutStream(id uint32, req map[string]string, deliver func(call uint32)) {
 	h.headers[id], h.current = req, id
 	h.call("proxy_on_context_create", uint64(id), 1)
 	h.call("proxy_on_request_headers", uint64(id), uint64(len(req)), 1)
@@ -189,6 +194,14 @@ func (c *hostCounter) callout(h *wasmHost, id uint32, user string, deliver func(
 	h.call("proxy_on_log", uint64(id))
 	h.call("proxy_on_done", uint64(id))
 	h.call("proxy_on_delete", uint64(id))
-	c.counting = false
-	return c.counts
+}
+
+// hearLease has VM a receive a lease (user "leased") and VM b hear of it
+// on its tick, as two workers of one proxy.
+func hearLease(t *testing.T, a, b *wasmHost) {
+	a.request(2, map[string]string{":method": "GET", ":path": "/", "x-user": "leased"})
+	a.deliver(1, leaseAnswer(t, 100))
+	a.finish(2)
+	b.current = 1
+	b.call("proxy_on_tick", 1)
 }

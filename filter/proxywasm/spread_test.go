@@ -34,17 +34,8 @@ func TestSpreadLeaseHostCalls(t *testing.T) {
 	spread := func(from, n int) (mallocs uint64) {
 		before := b.call("sluice_test_mallocs")
 		for i := from; i < from+n; i++ {
-			id := uint32(100 + i%2)
 			req := map[string]string{":method": "GET", ":path": "/", "x-user": "s" + strconv.Itoa(i)}
-			b.headers[id], b.current = req, id
-			b.call("proxy_on_context_create", uint64(id), 1)
-			b.call("proxy_on_request_headers", uint64(id), 3, 1)
-			b.deliver(uint32(len(b.calls)), admitted)
-			b.current = id
-			b.call("proxy_on_response_headers", uint64(id), 3, 0)
-			b.call("proxy_on_log", uint64(id))
-			b.call("proxy_on_done", uint64(id))
-			b.call("proxy_on_delete", uint64(id))
+			b.calloutStream(uint32(100+i%2), req, func(call uint32) { b.deliver(call, admitted) })
 		}
 		return b.call("sluice_test_mallocs") - before
 	}
@@ -53,12 +44,7 @@ func TestSpreadLeaseHostCalls(t *testing.T) {
 	plain := run(11, "plain")
 	plainMallocs := spread(1000, 200)
 
-	req := map[string]string{":method": "GET", ":path": "/", "x-user": "leased"}
-	a.request(2, req)
-	a.deliver(1, leaseAnswer(t, 100))
-	a.finish(2)
-	b.current = 1
-	b.call("proxy_on_tick", 1) // B hears of leases
+	hearLease(t, a, b)
 	spread(4000, 1000)
 	run(12, "warm2")
 	leased := run(13, "leased-proxy")
