@@ -38,17 +38,17 @@ func TestControlPlaneDown(t *testing.T) {
 		}
 		c := startCluster(t, clusterConfig{filter: f,
 			policy: `
-	domain: e2e
-	descriptors:
-	  - key: api_key
-	    value: strict
-	    failure_mode: closed
-	    rate_limit: {name: strict, unit: second, requests_per_unit: 1000}
-	  - key: api_key
-	    value: lenient
-	    failure_mode: open
-	    rate_limit: {name: lenient, unit: second, requests_per_unit: 1000}
-	`,
+domain: e2e
+descriptors:
+  - key: api_key
+    value: strict
+    failure_mode: closed
+    rate_limit: {name: strict, unit: second, requests_per_unit: 1000}
+  - key: api_key
+    value: lenient
+    failure_mode: open
+    rate_limit: {name: lenient, unit: second, requests_per_unit: 1000}
+`,
 			plugins: []stack.PluginConfig{open, closed},
 		})
 		// What each key gets per Envoy with the control planes down.

@@ -33,12 +33,12 @@ func TestFloodDecidedLocally(t *testing.T) {
 			key       = "flood-mallory"
 		)
 		c := startCluster(t, clusterConfig{filter: f, policy: fmt.Sprintf(`
-	domain: e2e
-	descriptors:
-	  - key: api_key
-	    value: "flood-*"
-	    rate_limit: {name: flood, algorithm: sliding_log, window: 1m, requests_per_unit: %d}
-	`, n)})
+domain: e2e
+descriptors:
+  - key: api_key
+    value: "flood-*"
+    rate_limit: {name: flood, algorithm: sliding_log, window: 1m, requests_per_unit: %d}
+`, n)})
 		var conns []*stack.WorkerConn
 		for gw := range c.envoys {
 			conns = append(conns, c.moreConns(gw, perWorker)...)

@@ -20,15 +20,15 @@ func TestLimitAcrossEnvoys(t *testing.T) {
 		const n = 8
 		window := 2 * time.Second
 		c := startCluster(t, clusterConfig{filter: f, policy: fmt.Sprintf(`
-	domain: e2e
-	descriptors:
-	  - key: api_key
-	    value: "log-*"
-	    rate_limit: {name: per_key_log, algorithm: sliding_log, window: 2s, requests_per_unit: %[1]d}
-	  - key: api_key
-	    value: "fixed-*"
-	    rate_limit: {name: per_key_fixed, algorithm: fixed_window, window: 2s, requests_per_unit: %[1]d}
-	`, n)})
+domain: e2e
+descriptors:
+  - key: api_key
+    value: "log-*"
+    rate_limit: {name: per_key_log, algorithm: sliding_log, window: 2s, requests_per_unit: %[1]d}
+  - key: api_key
+    value: "fixed-*"
+    rate_limit: {name: per_key_fixed, algorithm: fixed_window, window: 2s, requests_per_unit: %[1]d}
+`, n)})
 
 		for _, tc := range []struct {
 			algorithm string

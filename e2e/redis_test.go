@@ -24,15 +24,15 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	stack.ForEachFilter(t, filters, func(t *testing.T, f stack.Filter) {
 		const tight = 5
 		c := startCluster(t, clusterConfig{filter: f, policy: fmt.Sprintf(`
-	domain: e2e
-	descriptors:
-	  - key: api_key
-	    value: "load-*"
-	    rate_limit: {name: load, algorithm: token_bucket, unit: second, requests_per_unit: 2000, burst: 2000}
-	  - key: api_key
-	    value: "tight-*"
-	    rate_limit: {name: tight, algorithm: sliding_log, unit: minute, requests_per_unit: %d}
-	`, tight)})
+domain: e2e
+descriptors:
+  - key: api_key
+    value: "load-*"
+    rate_limit: {name: load, algorithm: token_bucket, unit: second, requests_per_unit: 2000, burst: 2000}
+  - key: api_key
+    value: "tight-*"
+    rate_limit: {name: tight, algorithm: sliding_log, unit: minute, requests_per_unit: %d}
+`, tight)})
 
 		// phase counts what clients saw in each phase.
 		type phase struct {
