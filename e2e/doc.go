@@ -21,7 +21,7 @@
 // to be the next row), as a subtest named after the host
 // (stack.ForEachFilter): one description of a scenario, on every host.
 //
-// The scenarios (issues 6 and 11):
+// The scenarios:
 //
 //  1. a limit of N per window across both Envoys and their four VMs admits
 //     N in total (counted at the upstream), then 429 with RateLimit-Policy,
@@ -47,7 +47,7 @@
 //     applied with ratectl is refused and changes nothing
 //     (TestBadPluginConfig, TestBadPolicyRefused).
 //
-// And from issue 3: three control-plane processes on one Redis, 64 gRPC
+// And: three control-plane processes on one Redis, 64 gRPC
 // callers, admit exactly each exact algorithm's limit
 // (TestAccuracyThreeControlPlanes).
 //

@@ -31,7 +31,7 @@ type RateLimit struct {
 	Usage      *Usage   `json:"usage,omitempty"`       // charge what the response says it cost
 }
 
-// Usage makes a rate limit usage-based (issue 24): a reserve is asked at
+// Usage makes a rate limit usage-based: a reserve is asked at
 // request time, the actual cost is settled at the end of the stream.
 type Usage struct {
 	Reserve       *int   `json:"reserve,omitempty"`        // cost asked at request time (nil: the filter's default, 1)

@@ -1,5 +1,5 @@
-// Package usage tests usage-based limits through the filter on real Envoy
-// (issue 24): the filter asks a reserve at request time and settles the
+// Package usage tests usage-based limits through the filter on real Envoy:
+// the filter asks a reserve at request time and settles the
 // cost the response reports (a header, or the trailer of a streamed
 // response) at its end; the control plane charges each settlement exactly
 // once, past the limit if need be.

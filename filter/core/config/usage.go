@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Usage-based limits (issue #24): a rate limit with a usage object reserves
+// Usage-based limits: a rate limit with a usage object reserves
 // a cost at request time and settles the actual cost, taken from the
 // response, when the stream ends. Example:
 //

@@ -7,7 +7,7 @@ import (
 )
 
 // SettleHeader is the request header that makes a ShouldRateLimit call a
-// settlement (issue #24's contract): its value, the batch's token, is
+// settlement (the settlement contract): its value, the batch's token, is
 // reused unchanged on every retry, and the control plane applies each
 // (token, descriptor index) at most once.
 const SettleHeader = "x-sluice-settle"
