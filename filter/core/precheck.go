@@ -2,6 +2,7 @@ package core
 
 import (
 	"github.com/sluicehq/sluice/filter/core/descriptors"
+	"github.com/sluicehq/sluice/filter/core/limitheaders"
 	"github.com/sluicehq/sluice/filter/core/precheck"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
@@ -36,7 +37,12 @@ func newChecker(e *env) checker {
 // descriptor of rate limit rateLimit.
 func (c *checker) reject(x *Exchange, r *replies, rateLimit int, v precheck.Verdict) Action {
 	c.count(mPrecheckRejected)
-	if err := x.stream.SendLocalReply(429, DetailsPrecheck, bodyOverLimit, r.precheck(rateLimit, v)); err != nil {
+	// The reply's headers: the last rejection's, most often (a flood).
+	headers := r.cache.headers
+	if secs := limitheaders.Seconds(v.RetryAfter); !r.cache.holds(rateLimit, v, secs) {
+		headers = r.buildPrecheck(rateLimit, v, secs)
+	}
+	if err := x.stream.SendLocalReply(429, DetailsPrecheck, bodyOverLimit, headers); err != nil {
 		c.warn("sluice: cannot send the local reply: " + err.Error())
 		return Continue
 	}

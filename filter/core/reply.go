@@ -89,23 +89,21 @@ func (r *replies) name(rateLimit int) string {
 	return "limit_" + strconv.Itoa(rateLimit)
 }
 
-// precheck returns the headers of a precheck rejection by rateLimit
-// (serialized, valid until the next reply), from the cache when its
-// retry-after in whole seconds and its policy are the last one's.
-func (r *replies) precheck(rateLimit int, v precheck.Verdict) []byte {
-	secs := limitheaders.Seconds(v.RetryAfter)
-	c := &r.cache
-	if !c.valid || c.rateLimit != rateLimit || c.hasPolicy != (v.Policy != nil) || (v.Policy != nil && c.version != v.Policy.Version) || c.seconds != secs {
-		r.buildPrecheck(rateLimit, v, secs)
-	}
-	return c.headers
+// holds reports whether c holds the headers of a rejection by rateLimit
+// with verdict v, secs whole seconds of retry-after.
+func (c *replyCache) holds(rateLimit int, v precheck.Verdict, secs int64) bool {
+	return c.valid && c.rateLimit == rateLimit && c.hasPolicy == (v.Policy != nil) &&
+		(v.Policy == nil || c.version == v.Policy.Version) && c.seconds == secs
 }
 
 // buildPrecheck fills the cache with the headers of a precheck rejection
-// by rateLimit whose retry-after is secs whole seconds. The limit is named
-// as the control plane named it (current_limit.name), so that a client
-// sees the same policy whichever of the two rejects it.
-func (r *replies) buildPrecheck(rateLimit int, v precheck.Verdict, secs int64) {
+// by rateLimit whose retry-after is secs whole seconds, and returns them
+// (serialized, valid until the next reply): the cache holds them as long
+// as later rejections have the same policy and retry-after in whole
+// seconds (replyCache.holds). The limit is named as the control plane
+// named it (current_limit.name), so that a client sees the same policy
+// whichever of the two rejects it.
+func (r *replies) buildPrecheck(rateLimit int, v precheck.Verdict, secs int64) []byte {
 	var version uint64
 	r.policies = r.policies[:0]
 	if pol := v.Policy; pol != nil {
@@ -125,6 +123,7 @@ func (r *replies) buildPrecheck(rateLimit int, v precheck.Verdict, secs int64) {
 	c := &r.cache
 	*c = replyCache{valid: true, rateLimit: rateLimit, version: version, hasPolicy: v.Policy != nil, seconds: secs,
 		headers: headermap.Append(c.headers[:0], r.local.list())}
+	return c.headers
 }
 
 // addRetryAfter adds Retry-After to the local reply being built, if the

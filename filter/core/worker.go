@@ -30,15 +30,16 @@ const overdueGrace = config.Second
 // logged.
 type Worker struct {
 	env
+	// The stages of the request path first: what every request reads.
+	descs   descriptors.Set // scratch: the request's descriptors
+	checks  checker         // the precheck stage (precheck.go)
+	leases  leaser          // lease pools, waiting, renewals (leases.go, wait.go, renew.go)
+	replies replies         // the local replies' and rate limit headers (reply.go)
+	out     outbox          // the calls (call.go)
 	calls   calls.Table
-	checks  checker // the precheck stage (precheck.go, blocks.go)
-	leases  leaser  // lease pools, waiting, renewals (leases.go, wait.go, renew.go)
 	shaping shaper  // requests held (shaping, hold.go)
 	usage   settler // the settlement queue of usage-based limits (settling.go)
-	out     outbox  // the calls' templates (pipeline.go)
-	replies replies // the local replies' and rate limit headers (reply.go)
-	// Scratch space reused by every request.
-	descs     descriptors.Set
+	// Scratch space reused by every answer and tick.
 	resp      rlsproto.Response
 	overdue   []calls.Handler
 	exchanges exchanges
@@ -106,9 +107,14 @@ func (w *Worker) RequestBody(x *Exchange, size int, end bool) Action { return Co
 // ResponseHeaders adds the rate limit headers to an admitted request's
 // response, and reads the usage-based limits' response-header values.
 func (w *Worker) ResponseHeaders(x *Exchange, end bool) {
-	if len(x.response.spans) == 0 && !x.usage.armed {
-		return // nothing to add (a local reply, most often): no deferred recover either
-	}
+	if len(x.response.spans) != 0 || x.usage.armed {
+		w.responseHeaders(x, end)
+	} // else nothing to add (a local reply, most often): no call, no deferred recover
+}
+
+// responseHeaders is ResponseHeaders when there is something to do (apart,
+// so that the common case inlines into the host's callback).
+func (w *Worker) responseHeaders(x *Exchange, end bool) {
 	defer w.recoverHook("response headers")
 	if x.usage.armed {
 		w.usage.captureHeaders(x, end)
@@ -143,31 +149,32 @@ func (w *Worker) ResponseTrailers(x *Exchange) {
 // client went away), and the usage-based limits settle. A host calls it
 // once or more, before Close; only the first counts.
 func (w *Worker) End(x *Exchange) {
-	if x.state != stateHeld && x.state != stateWaiting && !x.usage.armed {
-		return // the common case, without a deferred recover
-	}
-	defer w.recoverHook("ending a stream")
-	w.drop(x)
-	w.usage.settleStream(x)
+	if x.state == stateHeld || x.state == stateWaiting || x.usage.armed {
+		w.end(x)
+	} // else the common case: no call, no deferred recover
 }
 
-// drop stops holding or waiting x's request: its stream ended.
-func (w *Worker) drop(x *Exchange) {
+// end is End when there is something to do (apart, so that the common case
+// inlines into the host's callback): a request held or waiting is dropped,
+// and the usage-based limits settle.
+func (w *Worker) end(x *Exchange) {
+	defer w.recoverHook("ending a stream")
 	switch x.state {
 	case stateHeld:
 		w.shaping.unhold(x)
 	case stateWaiting:
 		w.leases.unwait(x)
 	}
+	w.usage.settleStream(x)
 }
 
 // Close is told that the host forgets the stream: the core never calls it
 // again. An exchange whose call is still out is kept until the answer
 // (which still teaches the precheck) or the call's deadline.
 func (w *Worker) Close(x *Exchange) {
-	defer w.recoverHook("closing a stream")
-	w.drop(x)
-	w.usage.settleStream(x) // a host that ends streams with a Close alone
+	if x.state == stateHeld || x.state == stateWaiting || x.usage.armed {
+		w.end(x) // a host that ends streams with a Close alone
+	}
 	x.closed = true
 	w.exchanges.release(x)
 }

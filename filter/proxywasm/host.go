@@ -5,15 +5,20 @@ import (
 	"github.com/sluicehq/sluice/filter/core/config"
 	"github.com/sluicehq/sluice/filter/core/lease"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
+	"github.com/sluicehq/sluice/filter/proxywasm/abi"
 	"github.com/sluicehq/sluice/filter/proxywasm/shareddata"
 )
 
-// proxy is the proxy-wasm host's functions as the VM uses them; in
-// filter.wasm, package abi's Host, Stream and CallResponse (host_wasip1.go).
+// proxy is the proxy-wasm host's functions as the VM uses them. Its field
+// types are package abi's Host, Stream and CallResponse in filter.wasm
+// (proxy_wasip1.go), the sluicetest build's stubs around them
+// (testexport_wasip1.go), and the interfaces below in a native build, which
+// only compiles: they are concrete types in filter.wasm so that a host call
+// costs the guest one dispatch (core.Stream's), not two.
 type proxy struct {
-	root   rootProxy
-	stream streamProxy
-	calls  callProxy
+	root   rootAPI
+	stream streamAPI
+	calls  callAPI
 }
 
 // rootProxy is the host functions that act on no stream.
@@ -43,7 +48,7 @@ type streamProxy interface {
 	AddRequestHeader(name, value string) error
 	AddResponseHeader(name, value string) error
 	ResumeRequest() error
-	SendLocalResponse(status uint32, details string, body, headers []byte) error
+	SendLocalResponse(status uint32, details string, body, headers []byte) abi.Status
 	SetEffectiveContext(id uint32) error
 }
 
@@ -152,8 +157,13 @@ var _ core.Stream = (*stream)(nil)
 // answer, a tick).
 func (s *stream) enter() error {
 	if s.vm.current == s.id {
-		return nil
+		return nil // (small enough to inline: every host call of a stream starts here)
 	}
+	return s.switchTo()
+}
+
+// switchTo sets the effective context to s.
+func (s *stream) switchTo() error {
 	if err := s.vm.proxy.stream.SetEffectiveContext(s.id); err != nil {
 		return err
 	}
@@ -247,7 +257,10 @@ func (s *stream) SendLocalReply(status uint32, details string, body, headers []b
 	if err := s.enter(); err != nil {
 		return err
 	}
-	return s.vm.proxy.stream.SendLocalResponse(status, details, body, headers)
+	if st := s.vm.proxy.stream.SendLocalResponse(status, details, body, headers); st != abi.StatusOK {
+		return st
+	}
+	return nil
 }
 
 var _ core.Blocks = (*shareddata.Store)(nil)

@@ -54,6 +54,20 @@ var (
 	testStream = &stubStream{}
 )
 
+// The proxy of the sluicetest build: the stubs around package abi's
+// bindings.
+type (
+	rootAPI   = *stubRoot
+	streamAPI = *stubStream
+	callAPI   = abi.CallResponse
+)
+
+var (
+	_ rootProxy   = (*stubRoot)(nil)
+	_ streamProxy = (*stubStream)(nil)
+	_ callProxy   = abi.CallResponse{}
+)
+
 // newProxy returns the proxy the filter talks to.
 func newProxy() proxy {
 	return proxy{root: testRoot, stream: testStream, calls: abi.CallResponse{}}
@@ -117,10 +131,10 @@ func (h *stubRoot) IncrementCounter(id uint32, delta int64) {
 	}
 }
 
-func (h *stubStream) SendLocalResponse(status uint32, details string, body, headers []byte) error {
+func (h *stubStream) SendLocalResponse(status uint32, details string, body, headers []byte) abi.Status {
 	if stub.on {
 		stub.locals++
-		return nil
+		return abi.StatusOK
 	}
 	return h.Stream.SendLocalResponse(status, details, body, headers)
 }

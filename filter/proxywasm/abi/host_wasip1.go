@@ -174,13 +174,15 @@ func (Stream) AddResponseHeader(name, value string) error {
 // path segments separated by NUL.
 const sourceAddress = "source\x00address"
 
-// RemoteAddress returns the downstream peer's address ("ip:port").
+// RemoteAddress returns the downstream peer's address ("ip:port"). It is
+// kept small enough to inline into its caller (a host call is made on
+// every request): the out-parameters are read only when the host says it
+// wrote them, and a 0 address or size makes an empty string.
 func (Stream) RemoteAddress() (string, bool) {
-	outData, outSize = 0, 0
 	if Status(proxyGetProperty(sourceAddress, &outData, &outSize)) != StatusOK {
 		return "", false
 	}
-	return view(outData, outSize), true
+	return unsafe.String((*byte)(unsafe.Add(nil, uintptr(outData))), outSize), true
 }
 
 // ResumeRequest resumes the current stream's paused request.
@@ -189,11 +191,11 @@ func (Stream) ResumeRequest() error {
 }
 
 // SendLocalResponse answers the current stream's request locally; headers
-// is a serialized header map (package headermap).
-func (Stream) SendLocalResponse(status uint32, details string, body, headers []byte) error {
-	bp, bn := data(body)
-	hp, hn := data(headers)
-	return Status(proxySendLocalResponse(status, details, bp, bn, hp, hn, -1)).err()
+// is a serialized header map (package headermap). It returns the host's
+// Status, not an error, to stay small enough to inline into its caller.
+func (Stream) SendLocalResponse(status uint32, details string, body, headers []byte) Status {
+	return Status(proxySendLocalResponse(status, details, unsafe.Pointer(unsafe.SliceData(body)), uint32(len(body)),
+		unsafe.Pointer(unsafe.SliceData(headers)), uint32(len(headers)), -1))
 }
 
 // HTTPCall sends an HTTP request to an upstream cluster and returns the
