@@ -7,9 +7,7 @@ WAZERO   := $(BIN)/wazero
 # go test -exec runner for GOOS=wasip1: the wazero CLI built for this host.
 WASM_EXEC := $(WAZERO) run -mount=/:/ -env-inherit -cachedir=$(CACHE)/wazero
 # Packages whose tests also run as wasip1 modules under wazero.
-WASIP1_PKGS := ./shared/algorithms/... ./filter/config/... ./filter/descriptors/... ./filter/headermap/... \
-               ./filter/limitheaders/... ./filter/precheck/... ./filter/rlsproto/... ./filter/sharedblocks/... \
-               ./filter/llm/...
+WASIP1_PKGS := ./shared/algorithms/... ./filter/core/... ./filter/proxywasm/shareddata/...
 # Fuzz targets, as package:target.
 FUZZ_TARGETS := $(addprefix ./shared/algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
                 ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey \

@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 out=${1:-build/filter.wasm}
 mkdir -p "$(dirname "$out")"
 
-GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -ldflags='-s -w' -o "$out" ./filter
+GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -ldflags='-s -w' -o "$out" ./filter/proxywasm
 
 size=$(wc -c <"$out" | tr -d ' ')
 echo "$out $size bytes"

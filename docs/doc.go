@@ -4,7 +4,7 @@
 // README.md and docs/ parses with sluice's own parsers or real Envoy, and
 // every relative link resolves. The flags, policy fields and plugin fields
 // are checked by tests in their own packages (sluice-controlplane, ratectl,
-// controlplane/policy) and here (filter/config).
+// controlplane/policy) and here (filter/core/config).
 package docs
 
 //go:generate go run ./internal/genarch architecture.txt architecture.svg

@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/e2e/stack"
-	"github.com/sluicehq/sluice/filter/config"
+	"github.com/sluicehq/sluice/filter/core/config"
 )
 
 // pages returns README.md and every page of docs/, relative to this

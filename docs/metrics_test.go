@@ -140,7 +140,7 @@ func TestMetricsDocumented(t *testing.T) {
 	for name := range gathered {
 		exist[name] = true
 	}
-	filter := sourceNames(t, "../filter/plugin", regexp.MustCompile(`Metric[A-Za-z]+\s*=\s*"(sluice\.[a-z_]+)"`))
+	filter := sourceNames(t, "../filter/core", regexp.MustCompile(`Metric[A-Za-z]+\s*=\s*"(sluice\.[a-z_]+)"`))
 	if len(filter) < 10 || len(gathered) < 20 {
 		t.Fatalf("found %d filter metrics and gathered %d control-plane metrics: the test no longer sees them", len(filter), len(gathered))
 	}

@@ -42,102 +42,104 @@ var badPlugins = []struct {
 // bootstrap holds a bad configuration exits, and StartEnvoy's error carries
 // the log line.
 func TestBadPluginConfig(t *testing.T) {
-	needStack(t)
-	ctx := context.Background()
-	s := sharedEnvoys(t)[0]
-	up, err := stack.StartUpstream("127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close(ctx)
-	// The good listener's filter has no control plane (port 1 refuses
-	// connections) and fails open: each request through it counts a
-	// failure_open, which shows the filter still runs.
-	name := nextName()
-	addr, err := s.configure(name, plugin().JSON(), "127.0.0.1:1", up.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	good := s.listener(name, plugin().JSON()) // as configure wrote it
-	logFrom := len(s.Log())
-	defer func() {
-		if t.Failed() {
-			t.Logf("envoy log (%s) during the test:\n%s", s.LogPath(), stack.LogExcerpt(s.Log()[logFrom:]))
+	stack.ForEachFilter(t, filters, func(t *testing.T, f stack.Filter) {
+		needStack(t)
+		ctx := context.Background()
+		s := sharedEnvoys(t)[0]
+		up, err := stack.StartUpstream("127.0.0.1:0", "")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	through := func(when string) {
-		t.Helper()
-		before := s.Stat("wasmcustom.sluice.failure_open")
-		r := sendTo("http://"+addr+"/", "someone")
-		if r.err != nil || r.status != 200 {
-			t.Fatalf("%s: the good listener answers %v status %d %q", when, r.err, r.status, r.body)
+		defer up.Close(ctx)
+		// The good listener's filter has no control plane (port 1 refuses
+		// connections) and fails open: each request through it counts a
+		// failure_open, which shows the filter still runs.
+		name := nextName()
+		addr, err := s.configure(f, name, plugin().JSON(), "127.0.0.1:1", up.Addr())
+		if err != nil {
+			t.Fatal(err)
 		}
-		if after := s.Stat("wasmcustom.sluice.failure_open"); after != before+1 {
-			t.Fatalf("%s: the filter did not decide the request (failure_open %d -> %d)", when, before, after)
-		}
-	}
-	through("before the updates")
-
-	for _, tc := range badPlugins {
-		t.Run(tc.name, func(t *testing.T) {
-			rejected := s.Stat("listener_manager.lds.update_rejected")
-			from := len(s.Log())
-			// A plugin name of its own: Envoy remembers a plugin (name and
-			// configuration) that failed, and refuses it again without
-			// running proxy_on_configure, so without logging why.
-			bad := filterListener("bad", []byte(tc.config), "sluice-bad-"+nextName())
-			if err := s.lds.Write(good, bad); err != nil {
-				t.Fatal(err)
+		good := s.listener(f, name, plugin().JSON()) // as configure wrote it
+		logFrom := len(s.Log())
+		defer func() {
+			if t.Failed() {
+				t.Logf("envoy log (%s) during the test:\n%s", s.LogPath(), stack.LogExcerpt(s.Log()[logFrom:]))
 			}
-			var logged string
-			took, ok := waitFor(10*time.Second, func() bool {
-				logged = s.Log()[from:]
-				return strings.Contains(logged, "config rejected")
+		}()
+		through := func(when string) {
+			t.Helper()
+			before := s.Stat(f.Stat("sluice.failure_open"))
+			r := sendTo("http://"+addr+"/", "someone")
+			if r.err != nil || r.status != 200 {
+				t.Fatalf("%s: the good listener answers %v status %d %q", when, r.err, r.status, r.body)
+			}
+			if after := s.Stat(f.Stat("sluice.failure_open")); after != before+1 {
+				t.Fatalf("%s: the filter did not decide the request (failure_open %d -> %d)", when, before, after)
+			}
+		}
+		through("before the updates")
+
+		for _, tc := range badPlugins {
+			t.Run(tc.name, func(t *testing.T) {
+				rejected := s.Stat("listener_manager.lds.update_rejected")
+				from := len(s.Log())
+				// A plugin name of its own: Envoy remembers a plugin (name and
+				// configuration) that failed, and refuses it again without
+				// running proxy_on_configure, so without logging why.
+				bad := filterListener(f, "bad", []byte(tc.config), "sluice-bad-"+nextName())
+				if err := s.lds.Write(good, bad); err != nil {
+					t.Fatal(err)
+				}
+				var logged string
+				took, ok := waitFor(10*time.Second, func() bool {
+					logged = s.Log()[from:]
+					return strings.Contains(logged, "config rejected")
+				})
+				if !ok {
+					t.Fatalf("Envoy did not reject the update within %v; lds updates: %d rejected, %d accepted; log:\n%s",
+						took, s.Stat("listener_manager.lds.update_rejected"), s.Stat("listener_manager.lds.update_success"), logged)
+				}
+				if n := s.Stat("listener_manager.lds.update_rejected"); n != rejected+1 {
+					t.Errorf("listener_manager.lds.update_rejected went from %d to %d", rejected, n)
+				}
+				line := lineWith(logged, "invalid plugin configuration")
+				if line == "" {
+					t.Fatalf("the filter's error is not in Envoy's log:\n%s", logged)
+				}
+				if !strings.Contains(line, tc.field) {
+					t.Errorf("Envoy's log does not name %q:\n%s", tc.field, line)
+				}
+				if a, err := s.LookupListener("bad"); err != nil || a != "" {
+					t.Errorf("listener bad: %q, %v; want none", a, err)
+				}
+				through("after the rejected update")
 			})
-			if !ok {
-				t.Fatalf("Envoy did not reject the update within %v; lds updates: %d rejected, %d accepted; log:\n%s",
-					took, s.Stat("listener_manager.lds.update_rejected"), s.Stat("listener_manager.lds.update_success"), logged)
-			}
-			if n := s.Stat("listener_manager.lds.update_rejected"); n != rejected+1 {
-				t.Errorf("listener_manager.lds.update_rejected went from %d to %d", rejected, n)
-			}
-			line := lineWith(logged, "invalid plugin configuration")
-			if line == "" {
-				t.Fatalf("the filter's error is not in Envoy's log:\n%s", logged)
-			}
-			if !strings.Contains(line, tc.field) {
-				t.Errorf("Envoy's log does not name %q:\n%s", tc.field, line)
-			}
-			if a, err := s.LookupListener("bad"); err != nil || a != "" {
-				t.Errorf("listener bad: %q, %v; want none", a, err)
-			}
-			through("after the rejected update")
-		})
-	}
-	// The good configuration, updated the same way, is accepted: the cases
-	// above fail for the reason they name.
-	success := s.Stat("listener_manager.lds.update_success")
-	if err := s.lds.Write(good, filterListener(name+"-good", plugin().JSON(), "sluice-"+name+"-good")); err != nil {
-		t.Fatal(err)
-	}
-	if took, ok := waitFor(10*time.Second, func() bool {
-		return s.Stat("listener_manager.lds.update_success") > success
-	}); !ok {
-		t.Fatalf("Envoy did not accept a good listener within %v:\n%s", took, stack.LogExcerpt(s.Log()[logFrom:]))
-	}
+		}
+		// The good configuration, updated the same way, is accepted: the cases
+		// above fail for the reason they name.
+		success := s.Stat("listener_manager.lds.update_success")
+		if err := s.lds.Write(good, filterListener(f, name+"-good", plugin().JSON(), "sluice-"+name+"-good")); err != nil {
+			t.Fatal(err)
+		}
+		if took, ok := waitFor(10*time.Second, func() bool {
+			return s.Stat("listener_manager.lds.update_success") > success
+		}); !ok {
+			t.Fatalf("Envoy did not accept a good listener within %v:\n%s", took, stack.LogExcerpt(s.Log()[logFrom:]))
+		}
 
-	// At start-up: Envoy exits, and the error names the field.
-	tc := badPlugins[3]
-	boot := stack.Bootstrap([]stack.M{filterListener("bad", []byte(tc.config), "sluice")}, clusters("127.0.0.1:1", up.Addr()))
-	bad, err := stack.StartEnvoy(ctx, envoyConfig(t.TempDir(), "bad-at-start", boot))
-	if err == nil {
-		bad.Stop()
-		t.Fatalf("Envoy started with the plugin configuration %s", tc.config)
-	}
-	if line := lineWith(err.Error(), "invalid plugin configuration"); !strings.Contains(line, tc.field) {
-		t.Errorf("StartEnvoy's error does not name %q:\n%v", tc.field, err)
-	}
-	t.Logf("at start-up: %v", lineWith(err.Error(), "invalid plugin configuration"))
+		// At start-up: Envoy exits, and the error names the field.
+		tc := badPlugins[3]
+		boot := stack.Bootstrap([]stack.M{filterListener(f, "bad", []byte(tc.config), "sluice")}, clusters("127.0.0.1:1", up.Addr()))
+		bad, err := stack.StartEnvoy(ctx, envoyConfig(t.TempDir(), "bad-at-start", boot))
+		if err == nil {
+			bad.Stop()
+			t.Fatalf("Envoy started with the plugin configuration %s", tc.config)
+		}
+		if line := lineWith(err.Error(), "invalid plugin configuration"); !strings.Contains(line, tc.field) {
+			t.Errorf("StartEnvoy's error does not name %q:\n%v", tc.field, err)
+		}
+		t.Logf("at start-up: %v", lineWith(err.Error(), "invalid plugin configuration"))
+	})
 }
 
 // lineWith returns the first line of s containing sub, or "".

@@ -16,7 +16,12 @@
 // listener's access log says who answered each request, and on which VM
 // (Envoy's response code details: the filter names its local replies).
 //
-// The scenarios (issues 6 and 11):
+// Every scenario that runs the filter runs once per row of
+// stack.FilterHosts (proxy-wasm's filter.wasm; the native dynamic module is
+// to be the next row), as a subtest named after the host
+// (stack.ForEachFilter): one description of a scenario, on every host.
+//
+// The scenarios:
 //
 //  1. a limit of N per window across both Envoys and their four VMs admits
 //     N in total (counted at the upstream), then 429 with RateLimit-Policy,
@@ -42,7 +47,7 @@
 //     applied with ratectl is refused and changes nothing
 //     (TestBadPluginConfig, TestBadPolicyRefused).
 //
-// And from issue 3: three control-plane processes on one Redis, 64 gRPC
+// And: three control-plane processes on one Redis, 64 gRPC
 // callers, admit exactly each exact algorithm's limit
 // (TestAccuracyThreeControlPlanes).
 //

@@ -100,7 +100,13 @@ func startSharedEnvoy(name string) (*sharedEnvoy, error) {
 	if err := s.cds.Write(clusters("127.0.0.1:1", "127.0.0.1:1")...); err != nil {
 		return nil, err
 	}
-	if err := s.lds.Write(filterListener("in-0", plugin().JSON(), "sluice")); err != nil {
+	// A listener per filter host, so that Envoy loads each (V8 compiles
+	// filter.wasm) before the first test.
+	var ls []stack.M
+	for _, f := range filters {
+		ls = append(ls, filterListener(f, "in-0-"+f.Host.Name, plugin().JSON(), "sluice"))
+	}
+	if err := s.lds.Write(ls...); err != nil {
 		return nil, err
 	}
 	boot := stack.Bootstrap(nil, nil)
@@ -130,13 +136,12 @@ func clusters(cpAddr, upstreamAddr string) []stack.M {
 }
 
 // filterListener returns a listener named name, on a port the kernel
-// picks, that runs filter.wasm with the plugin configuration pc (JSON) under
+// picks, that runs filter f with the plugin configuration pc (JSON) under
 // the plugin name pluginName, then routes to the upstream. Its statistics
 // are listener.<name>.* and http.<name>.*.
-func filterListener(name string, pc []byte, pluginName string) stack.M {
-	f := stack.WasmFilter(progs.Wasm, pc)
-	f["typed_config"].(stack.M)["config"].(stack.M)["name"] = pluginName
-	l := stack.HTTPListener(name, 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "upstream"))}, f)
+func filterListener(f stack.Filter, name string, pc []byte, pluginName string) stack.M {
+	l := stack.HTTPListener(name, 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "upstream"))},
+		f.HTTPFilter(pluginName, pc))
 	l["stat_prefix"] = name
 	return l
 }
@@ -156,8 +161,8 @@ func (s *sharedEnvoy) accessLog(name string) string {
 
 // listener returns the listener configure writes: filterListener, with an
 // access log.
-func (s *sharedEnvoy) listener(name string, pc []byte) stack.M {
-	l := filterListener(name, pc, "sluice-"+name)
+func (s *sharedEnvoy) listener(f stack.Filter, name string, pc []byte) stack.M {
+	l := filterListener(f, name, pc, "sluice-"+name)
 	hcm := l["filter_chains"].([]stack.M)[0]["filters"].([]stack.M)[0]["typed_config"].(stack.M)
 	hcm["access_log"] = []stack.M{{
 		"name": "envoy.access_loggers.file",
@@ -176,11 +181,11 @@ func (s *sharedEnvoy) listener(name string, pc []byte) stack.M {
 // plugin name sluice-<name>, and any extra listeners given. It returns the
 // new listener's address once Envoy serves it. A new version Envoy rejects
 // is an error.
-func (s *sharedEnvoy) configure(name string, pc []byte, cpAddr, upstreamAddr string, extra ...stack.M) (addr string, err error) {
+func (s *sharedEnvoy) configure(f stack.Filter, name string, pc []byte, cpAddr, upstreamAddr string, extra ...stack.M) (addr string, err error) {
 	if err := s.apply(s.cds, "cluster_manager.cds", clusters(cpAddr, upstreamAddr)); err != nil {
 		return "", err
 	}
-	l := s.listener(name, pc)
+	l := s.listener(f, name, pc)
 	if err := s.apply(s.lds, "listener_manager.lds", append([]stack.M{l}, extra...)); err != nil {
 		return "", err
 	}

@@ -13,6 +13,7 @@ import (
 // control planes and the Envoys counted in the second before: where the
 // calls that were not decided in the filter came from.
 type leaseWindows struct {
+	filter stack.Filter // whose counters are read
 	cps    []*stack.ControlPlane
 	stats  []func() (map[string]int64, error)
 	mu     sync.Mutex
@@ -61,7 +62,7 @@ func (w *leaseWindows) sample() (map[string]float64, map[string]int64) {
 			continue
 		}
 		for _, n := range []string{"quota_allowed", "allowed", "over_limit"} {
-			e[n] += s["wasmcustom.sluice."+n]
+			e[n] += s[w.filter.Stat("sluice."+n)]
 		}
 	}
 	return cp, e

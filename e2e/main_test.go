@@ -23,7 +23,8 @@ import (
 
 // Built once by TestMain.
 var (
-	progs    stack.Programs // sluice-controlplane, ratectl, filter.wasm
+	progs    stack.Programs // sluice-controlplane, ratectl, the filter on each host
+	filters  []stack.Filter // progs.Filters: the scenarios run on each (stack.ForEachFilter)
 	envoyBin string         // real Envoy: $ENVOY_BIN or .venv/bin/envoy
 )
 
@@ -74,7 +75,8 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: build:", err)
 		return 1
 	}
-	fmt.Printf("e2e: built the control plane, ratectl and filter.wasm in %v; Envoy is %s\n", time.Since(start).Round(time.Millisecond), envoyBin)
+	filters = progs.Filters
+	fmt.Printf("e2e: built the control plane, ratectl and the filter in %v; Envoy is %s\n", time.Since(start).Round(time.Millisecond), envoyBin)
 	sharedDir = filepath.Join(dir, "envoys")
 	code := m.Run()
 	stopShared()
@@ -115,6 +117,7 @@ func envoyConfig(dir, name string, boot stack.M) stack.EnvoyConfig {
 
 // clusterConfig configures startCluster.
 type clusterConfig struct {
+	filter  stack.Filter         // the filter the Envoys run, on one of its hosts
 	policy  string               // policy YAML the control planes start with
 	plugins []stack.PluginConfig // per Envoy; missing ones get plugin()
 	cpArgs  []string             // extra control-plane flags
@@ -124,6 +127,7 @@ type clusterConfig struct {
 // calls control plane i) and an upstream.
 type cluster struct {
 	t        *testing.T
+	filter   stack.Filter
 	dir      string
 	redis    *redistest.Server
 	cps      []*stack.ControlPlane
@@ -150,7 +154,7 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 	t.Helper()
 	needStack(t)
 	ctx := context.Background()
-	c := &cluster{t: t, dir: t.TempDir(), token: newToken(t)}
+	c := &cluster{t: t, filter: cfg.filter, dir: t.TempDir(), token: newToken(t)}
 	c.client = &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
@@ -224,7 +228,7 @@ func (c *cluster) configureEnvoys(plugins []stack.PluginConfig) {
 				c.t.Logf("envoy %d log (%s) during the test:\n%s", i, s.LogPath(), stack.LogExcerpt(s.Log()[logFrom:]))
 			}
 		})
-		addr, err := s.configure(c.listener, pc.JSON(), c.cps[i].GRPCAddr(), c.up.Addr())
+		addr, err := s.configure(c.filter, c.listener, pc.JSON(), c.cps[i].GRPCAddr(), c.up.Addr())
 		if err != nil {
 			c.t.Fatalf("envoy %d: %v", i, err)
 		}
@@ -385,8 +389,9 @@ func (c *cluster) envoyStat(name string) int64 {
 }
 
 // gwCounter sums one of the filter's counters over both Envoys (Envoy's
-// /stats shows them as wasmcustom.<name>, one counter shared by the VMs).
-func (c *cluster) gwCounter(name string) int64 { return c.envoyStat("wasmcustom." + name) }
+// /stats shows them under the filter host's prefix, one counter shared by
+// the workers).
+func (c *cluster) gwCounter(name string) int64 { return c.envoyStat(c.filter.Stat(name)) }
 
 // waitFor polls cond every 10 ms until it holds or d passes, and returns how
 // long it took and whether it held.

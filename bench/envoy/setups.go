@@ -169,7 +169,7 @@ const (
 	usageTokens = 10
 )
 
-// usageFilter is sluiceFilter with its rate limit usage-based (issue 24):
+// usageFilter is sluiceFilter with its rate limit usage-based:
 // reserve 1, the actual cost from the response header usageHeader, and the
 // plugin's settle configuration settle (nil: the defaults, batched).
 func usageFilter(b *built, settle map[string]any) []stack.M {

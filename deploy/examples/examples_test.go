@@ -25,7 +25,7 @@ import (
 	"github.com/sluicehq/sluice/deploy/imagebuild"
 	"github.com/sluicehq/sluice/deploy/internal/envoybin"
 	"github.com/sluicehq/sluice/deploy/manifests"
-	filterconfig "github.com/sluicehq/sluice/filter/config"
+	filterconfig "github.com/sluicehq/sluice/filter/core/config"
 )
 
 // root is the sluice repository.

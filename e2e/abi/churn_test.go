@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/e2e/stack"
-	"github.com/sluicehq/sluice/filter/precheck"
-	"github.com/sluicehq/sluice/filter/sharedblocks"
+	"github.com/sluicehq/sluice/filter/core/precheck"
+	"github.com/sluicehq/sluice/filter/proxywasm/shareddata"
 )
 
 // churnPolicy: one request per tenant an hour, so a tenant's second request
@@ -65,14 +65,14 @@ func churnKeys(t *testing.T) int {
 
 // churnBound is the most Envoy's RSS may grow by over the churn: every
 // slot of the shared over-limit blocks and of the lease pools filled with
-// the longest values (sharedblocks.Bound, LeaseBound), the host's cost of
+// the longest values (shareddata.Bound, LeaseBound), the host's cost of
 // each of those entries, each serving VM's precheck table twice over
 // (precheck.Bound: its live memory, and as much of garbage in a
 // garbage-collected heap that grows to twice its live size), and Envoy's
 // own slack.
 func churnBound(workers int) int64 {
-	entries := sharedblocks.Slots + sharedblocks.LeaseSlots + 2 // the slots, the seed and the lease flag
-	return int64(sharedblocks.Bound(sharedblocks.Slots) + sharedblocks.LeaseBound(sharedblocks.LeaseSlots) +
+	entries := shareddata.Slots + shareddata.LeaseSlots + 2 // the slots, the seed and the lease flag
+	return int64(shareddata.Bound(shareddata.Slots) + shareddata.LeaseBound(shareddata.LeaseSlots) +
 		entries*hostEntryBytes + workers*2*precheck.Bound(churnMaxEntries) + envoySlackBytes)
 }
 
@@ -189,8 +189,8 @@ func TestSharedStateChurn(t *testing.T) {
 		o.firstOK, o.secOver, d("allowed"), d("over_limit"), d("precheck_rejected"), d("shared_cas_retries"), d("shared_lost"), d("errors"))
 	t.Logf("Envoy RSS: baseline %.1f MB, after the churn %.1f MB (%+.1f MB); bound %.1f MB = baseline + %.2f MB blocks + %.2f MB leases "+
 		"+ %.2f MB host entries + %.2f MB precheck tables + %.1f MB Envoy slack",
-		mb(base), mb(after), mb(after-base), mb(bound), mb(int64(sharedblocks.Bound(sharedblocks.Slots))),
-		mb(int64(sharedblocks.LeaseBound(sharedblocks.LeaseSlots))), mb(int64((sharedblocks.Slots+sharedblocks.LeaseSlots+2)*hostEntryBytes)),
+		mb(base), mb(after), mb(after-base), mb(bound), mb(int64(shareddata.Bound(shareddata.Slots))),
+		mb(int64(shareddata.LeaseBound(shareddata.LeaseSlots))), mb(int64((shareddata.Slots+shareddata.LeaseSlots+2)*hostEntryBytes)),
 		mb(int64(churnWorkers*2*precheck.Bound(churnMaxEntries))), mb(envoySlackBytes))
 
 	// Every key was admitted once, then refused by the control plane (and

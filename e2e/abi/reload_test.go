@@ -34,7 +34,7 @@ func devFilter(t *testing.T) string {
 		}
 		devWasm = filepath.Join(buildDir, "filter-dev.wasm")
 		cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w",
-			"-tags", "sluicetest", "-o", devWasm, "./filter")
+			"-tags", "sluicetest", "-o", devWasm, "./filter/proxywasm")
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -12,11 +12,13 @@ import (
 	"time"
 )
 
-// Programs are the stack's executables and filter.wasm, built by Build.
+// Programs are the stack's executables and the filter's artifacts, built
+// by Build.
 type Programs struct {
-	ControlPlane string // sluice-controlplane
-	Ratectl      string // ratectl
-	Wasm         string // filter.wasm
+	ControlPlane string   // sluice-controlplane
+	Ratectl      string   // ratectl
+	Filters      []Filter // the filter, on each of FilterHosts
+	Wasm         string   // filter.wasm (ProxyWasm's), for the proxy-wasm ABI's own tests
 }
 
 // ModuleRoot returns the directory of the sluice module (where go.mod is),
@@ -35,14 +37,14 @@ func ModuleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// Build compiles sluice-controlplane and ratectl for this machine, and
-// filter.wasm with wasm-build.sh, into dir. The go build cache makes a
-// second call fast.
+// Build compiles sluice-controlplane and ratectl for this machine, and the
+// filter on each of FilterHosts (filter.wasm with wasm-build.sh), into dir.
+// The go build cache makes a second call fast.
 func Build(ctx context.Context, dir string) (Programs, error) {
 	p := Programs{
 		ControlPlane: filepath.Join(dir, "sluice-controlplane"+exeSuffix()),
 		Ratectl:      filepath.Join(dir, "ratectl"+exeSuffix()),
-		Wasm:         filepath.Join(dir, "filter.wasm"),
+		Wasm:         filepath.Join(dir, ProxyWasm.File),
 	}
 	if err := GoBuild(ctx, "./controlplane/cmd/sluice-controlplane", p.ControlPlane); err != nil {
 		return Programs{}, err
@@ -50,9 +52,11 @@ func Build(ctx context.Context, dir string) (Programs, error) {
 	if err := GoBuild(ctx, "./controlplane/cmd/ratectl", p.Ratectl); err != nil {
 		return Programs{}, err
 	}
-	if err := BuildWasm(ctx, p.Wasm); err != nil {
+	fs, err := BuildFilters(ctx, dir)
+	if err != nil {
 		return Programs{}, err
 	}
+	p.Filters = fs
 	return p, nil
 }
 
@@ -113,11 +117,12 @@ func exeSuffix() string {
 
 // RunWithControlPlane is the body of a TestMain whose tests start
 // sluice-controlplane processes: it builds the binary into a temporary
-// directory and sets *bin to it, and filter.wasm into *wasm when wasm is not
-// nil, then returns run()'s status (a testing.M's Run) and removes the
-// directory. In short mode (short) it builds nothing and runs the tests,
-// which skip themselves. pkg names the package in messages.
-func RunWithControlPlane(pkg string, short bool, bin, wasm *string, run func() int) int {
+// directory and sets *bin to it, and the filter on each of FilterHosts into
+// *filters when filters is not nil, then returns run()'s status (a
+// testing.M's Run) and removes the directory. In short mode (short) it
+// builds nothing and runs the tests, which skip themselves. pkg names the
+// package in messages.
+func RunWithControlPlane(pkg string, short bool, bin *string, filters *[]Filter, run func() int) int {
 	if short {
 		fmt.Println(pkg + ": skipped in -short mode (its tests start control planes and Envoy)")
 		return run()
@@ -135,12 +140,13 @@ func RunWithControlPlane(pkg string, short bool, bin, wasm *string, run func() i
 		fmt.Fprintln(os.Stderr, pkg+": build:", err)
 		return 1
 	}
-	if wasm != nil {
-		*wasm = filepath.Join(dir, "filter.wasm")
-		if err := BuildWasm(ctx, *wasm); err != nil {
+	if filters != nil {
+		fs, err := BuildFilters(ctx, dir)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, pkg+": build:", err)
 			return 1
 		}
+		*filters = fs
 	}
 	return run()
 }

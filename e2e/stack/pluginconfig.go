@@ -6,7 +6,7 @@ import "encoding/json"
 // configurations (envoy/envoy.yaml calls it sluice_controlplane).
 const DefaultCluster = "sluice_control_plane"
 
-// PluginConfig is the filter's plugin configuration (filter/config), the JSON
+// PluginConfig is the filter's plugin configuration (filter/core/config), the JSON
 // document Envoy hands filter.wasm. Empty optional fields are left out, so
 // the filter's defaults apply.
 type PluginConfig struct {
@@ -31,7 +31,7 @@ type RateLimit struct {
 	Usage      *Usage   `json:"usage,omitempty"`       // charge what the response says it cost
 }
 
-// Usage makes a rate limit usage-based (issue 24): a reserve is asked at
+// Usage makes a rate limit usage-based: a reserve is asked at
 // request time, the actual cost is settled at the end of the stream.
 type Usage struct {
 	Reserve       *int   `json:"reserve,omitempty"`        // cost asked at request time (nil: the filter's default, 1)

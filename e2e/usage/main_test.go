@@ -23,11 +23,14 @@ import (
 )
 
 // Built by TestMain.
-var controlPlane, filterWasm string
+var (
+	controlPlane string
+	filters      []stack.Filter // the filter on each of its hosts
+)
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(stack.RunWithControlPlane("e2e/usage", testing.Short(), &controlPlane, &filterWasm, m.Run))
+	os.Exit(stack.RunWithControlPlane("e2e/usage", testing.Short(), &controlPlane, &filters, m.Run))
 }
 
 const (
@@ -96,6 +99,7 @@ const (
 // control planes on one redis-server, a UsageUpstream, and one Envoy with a
 // listener per configuration (one Wasm VM per worker runs them all).
 type env struct {
+	filter stack.Filter // the filter, on one of its hosts
 	dir    string
 	cps    map[string]*stack.ControlPlane // by cluster name
 	up     *stack.UsageUpstream
@@ -103,14 +107,14 @@ type env struct {
 	client *http.Client
 }
 
-// startEnv starts the stack; everything stops when t ends.
-func startEnv(t *testing.T) *env {
+// startEnv starts the stack with filter f; everything stops when t ends.
+func startEnv(t *testing.T, f stack.Filter) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end: skipped in -short mode")
 	}
 	ctx := context.Background()
-	e := &env{dir: t.TempDir(), cps: map[string]*stack.ControlPlane{}}
+	e := &env{filter: f, dir: t.TempDir(), cps: map[string]*stack.ControlPlane{}}
 	pol := filepath.Join(e.dir, "usage.yaml")
 	if err := os.WriteFile(pol, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
@@ -145,14 +149,14 @@ func startEnv(t *testing.T) *env {
 	for name, cp := range e.cps {
 		clusters = append(clusters, stack.GRPCCluster(name, cp.GRPCAddr()))
 	}
-	boot := stack.Bootstrap(listeners(), clusters)
+	boot := stack.Bootstrap(listeners(f), clusters)
 	start := time.Now()
 	envoy, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: e.dir, Bootstrap: boot, Concurrency: workers,
 		LogLevel: "warn", Args: []string{"--component-log-level", "wasm:info"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Envoy (filter.wasm under V8, %d workers, %d listeners) started in %v", workers, len(listeners()), time.Since(start).Round(time.Millisecond))
+	t.Logf("Envoy (%s filter, %d workers, %d listeners) started in %v", f.Host.Name, workers, len(listeners(f)), time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("Envoy's log (%s):\n%s", envoy.LogPath(), envoy.LogExcerpt())
@@ -190,19 +194,20 @@ var (
 	fromTrailer = stack.M{"response_trailer": stack.UsageReportHeader}
 )
 
-// listeners returns the Envoy's listeners (see the ln* constants).
-func listeners() []stack.M {
+// listeners returns the Envoy's listeners (see the ln* constants), with
+// filter f.
+func listeners(f stack.Filter) []stack.M {
 	kill := usagePlugin(cpKill, "exact_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})
 	kill.Settle = &stack.Settle{BatchMax: stack.Int(killBatchMax), QueueMax: stack.Int(killQueueMax), TimeoutMS: stack.Int(500)}
 	return []stack.M{
-		wasmListener(lnHeader, usagePlugin(cpMemory, "api_key", stack.Usage{Reserve: stack.Int(0), Source: fromHeader})),
-		wasmListener(lnTrailer, usagePlugin(cpMemory, "api_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})),
-		wasmListener(lnExact, usagePlugin(cpRedis, "exact_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})),
-		wasmListener(lnBound, usagePlugin(cpRedis, "bound_key", stack.Usage{Reserve: stack.Int(boundReserve), Source: fromHeader})),
-		wasmListener(lnKill, kill),
-		wasmListener(lnDiscBytes, usagePlugin(cpMemory, "disc_key",
+		filterListener(f, lnHeader, usagePlugin(cpMemory, "api_key", stack.Usage{Reserve: stack.Int(0), Source: fromHeader})),
+		filterListener(f, lnTrailer, usagePlugin(cpMemory, "api_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})),
+		filterListener(f, lnExact, usagePlugin(cpRedis, "exact_key", stack.Usage{Reserve: stack.Int(0), Source: fromTrailer})),
+		filterListener(f, lnBound, usagePlugin(cpRedis, "bound_key", stack.Usage{Reserve: stack.Int(boundReserve), Source: fromHeader})),
+		filterListener(f, lnKill, kill),
+		filterListener(f, lnDiscBytes, usagePlugin(cpMemory, "disc_key",
 			stack.Usage{Reserve: stack.Int(0), Source: fromTrailer, OnDisconnect: "bytes"})),
-		wasmListener(lnDiscReserve, usagePlugin(cpMemory, "disc_key",
+		filterListener(f, lnDiscReserve, usagePlugin(cpMemory, "disc_key",
 			stack.Usage{Reserve: stack.Int(discReserve), Source: fromTrailer, OnDisconnect: "reserve"})),
 		nativeListener(lnNative, cpRedis),
 	}
@@ -216,12 +221,10 @@ func route() stack.M {
 	return r
 }
 
-// wasmListener returns listener name running filter.wasm with pc, under a
+// filterListener returns listener name running filter f with pc, under a
 // plugin name of its own.
-func wasmListener(name string, pc stack.PluginConfig) stack.M {
-	f := stack.WasmFilter(filterWasm, pc.JSON())
-	f["typed_config"].(stack.M)["config"].(stack.M)["name"] = "sluice-" + name
-	return stack.HTTPListener(name, 0, []stack.M{stack.VirtualHost("all", route())}, f)
+func filterListener(f stack.Filter, name string, pc stack.PluginConfig) stack.M {
+	return stack.HTTPListener(name, 0, []stack.M{stack.VirtualHost("all", route())}, f.HTTPFilter("sluice-"+name, pc.JSON()))
 }
 
 // nativeListener returns listener name running Envoy's own ratelimit
@@ -268,8 +271,9 @@ func (e *env) newRequest(ctx context.Context, ln string, r request) *http.Reques
 }
 
 // filterStat returns one of the filter's counters (Envoy's /stats shows
-// them as wasmcustom.<name>, one counter shared by the VMs and plugins).
-func (e *env) filterStat(name string) int64 { return e.envoy.Stat("wasmcustom." + name) }
+// them under the host's prefix, one counter shared by the workers and
+// plugins).
+func (e *env) filterStat(name string) int64 { return e.envoy.Stat(e.filter.Stat(name)) }
 
 // waitStat polls the filter's counter name until it reaches at least want
 // or d passes, and returns its last value.

@@ -1,5 +1,5 @@
-// Package usage tests usage-based limits through the filter on real Envoy
-// (issue 24): the filter asks a reserve at request time and settles the
+// Package usage tests usage-based limits through the filter on real Envoy:
+// the filter asks a reserve at request time and settles the
 // cost the response reports (a header, or the trailer of a streamed
 // response) at its end; the control plane charges each settlement exactly
 // once, past the limit if need be.
@@ -36,18 +36,20 @@ const settleWait = 30 * time.Second
 // compiles filter.wasm once). The subtests use keys of their own and run
 // one after the other, so that each reads the filter's counters alone.
 func TestUsageEnvoy(t *testing.T) {
-	if untilMidnight(time.Now()) < 10*time.Minute {
-		t.Skip("within 10 minutes of UTC midnight: the day windows would reset mid-test")
-	}
-	e := startEnv(t)
-	t.Run("minute/header", func(t *testing.T) { testMinute(t, e, lnHeader, "header") })
-	t.Run("minute/trailer", func(t *testing.T) { testMinute(t, e, lnTrailer, "trailer") })
-	t.Run("exact", func(t *testing.T) { testExact(t, e) })
-	t.Run("overshoot", func(t *testing.T) { testOvershoot(t, e) })
-	t.Run("killed", func(t *testing.T) { testKilled(t, e) })
-	t.Run("frozen", func(t *testing.T) { testFrozen(t, e) })
-	t.Run("disconnect/bytes", func(t *testing.T) { testDisconnect(t, e, lnDiscBytes, "bytes") })
-	t.Run("disconnect/reserve", func(t *testing.T) { testDisconnect(t, e, lnDiscReserve, "reserve") })
+	stack.ForEachFilter(t, filters, func(t *testing.T, f stack.Filter) {
+		if untilMidnight(time.Now()) < 10*time.Minute {
+			t.Skip("within 10 minutes of UTC midnight: the day windows would reset mid-test")
+		}
+		e := startEnv(t, f)
+		t.Run("minute/header", func(t *testing.T) { testMinute(t, e, lnHeader, "header") })
+		t.Run("minute/trailer", func(t *testing.T) { testMinute(t, e, lnTrailer, "trailer") })
+		t.Run("exact", func(t *testing.T) { testExact(t, e) })
+		t.Run("overshoot", func(t *testing.T) { testOvershoot(t, e) })
+		t.Run("killed", func(t *testing.T) { testKilled(t, e) })
+		t.Run("frozen", func(t *testing.T) { testFrozen(t, e) })
+		t.Run("disconnect/bytes", func(t *testing.T) { testDisconnect(t, e, lnDiscBytes, "bytes") })
+		t.Run("disconnect/reserve", func(t *testing.T) { testDisconnect(t, e, lnDiscReserve, "reserve") })
+	})
 }
 
 // minuteStep is one request of testMinute and what it saw.
@@ -457,7 +459,7 @@ func testDisconnect(t *testing.T, e *env, ln, onDisconnect string) {
 
 	// Nothing is left held: no stream open in Envoy, downstream or
 	// upstream, and no request held by the filter.
-	gauges := []string{"http." + ln + ".downstream_rq_active", "cluster.up.upstream_rq_active", "wasmcustom.sluice.held"}
+	gauges := []string{"http." + ln + ".downstream_rq_active", "cluster.up.upstream_rq_active", e.filter.Stat("sluice.held")}
 	for deadline := time.Now().Add(settleWait); ; time.Sleep(20 * time.Millisecond) {
 		var open []string
 		for _, g := range gauges {

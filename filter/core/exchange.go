@@ -1,0 +1,132 @@
+package core
+
+import (
+	"unsafe"
+
+	"github.com/sluicehq/sluice/filter/core/descriptors"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
+)
+
+// Exchange states.
+const (
+	stateIdle      uint8 = iota // headers not seen yet
+	statePending                // the control plane is being asked
+	stateAnswering              // its answer is being applied; the request still waits
+	stateHeld                   // admitted, held until releaseAt (shaping, see hold.go)
+	stateWaiting                // waits for a call for the same descriptors (wait.go)
+	stateDone                   // decided
+)
+
+// Exchange is the core's state of one stream: a request and its response.
+// A host gets one from Worker.Open and passes it to the stream's hooks;
+// the Worker keeps it (for reuse) once the host closed it and no call of
+// it is under way.
+type Exchange struct {
+	w      *Worker
+	stream Stream
+	req    descriptors.Request // stream, converted once
+	state  uint8
+	closed bool // the host closed the stream; only the answer is awaited
+	callID uint32
+	// Shaping (hold.go): when the request was held and is to be resumed.
+	heldAt, releaseAt int64
+	sent
+	// Headers to add to the response.
+	response headerList
+	// The usage-based limits' state (usage.go).
+	usage streamUsage
+	// Whether a waiting request waits for another worker's call (remote),
+	// and whether its call is the one the workers wait for (asked); see
+	// wait.go.
+	remote, asked bool
+}
+
+// sent is what a call asked, one entry per descriptor, for its answer.
+type sent struct {
+	keys       []byte  // precheck keys, concatenated
+	keyEnds    []int   // keys[keyEnds[i-1]:keyEnds[i]] is descriptor i's
+	costs      []int64 // hits_addend
+	rateLimits []int   // index of the configured rate limit
+	sentAt     int64
+}
+
+// key returns descriptor i's precheck key.
+func (s *sent) key(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = s.keyEnds[i-1]
+	}
+	return s.keys[start:s.keyEnds[i]]
+}
+
+// reset empties s for reuse.
+func (s *sent) reset() {
+	s.keys, s.keyEnds, s.costs, s.rateLimits, s.sentAt = s.keys[:0], s.keyEnds[:0], s.costs[:0], s.rateLimits[:0], 0
+}
+
+// reset readies x for a new stream of worker w.
+func (x *Exchange) reset(w *Worker, s Stream) {
+	x.w, x.state, x.closed, x.callID = w, stateIdle, false, 0
+	if x.stream != s {
+		x.stream, x.req = s, s
+	}
+	x.heldAt, x.releaseAt = 0, 0
+	x.remote, x.asked = false, false
+	x.sent.reset()
+	x.response.reset()
+	x.usage.reset()
+}
+
+// Answered takes the answer to x's call: it implements calls.Handler.
+func (x *Exchange) Answered(a *rlsproto.Answer) { x.w.answered(x, a) }
+
+// removeAt returns list without its element i, order kept, the vacated
+// slot cleared (no stale reference keeps an exchange alive).
+func removeAt(list []*Exchange, i int) []*Exchange {
+	copy(list[i:], list[i+1:])
+	list[len(list)-1] = nil
+	return list[:len(list)-1]
+}
+
+// headerList builds a list of headers whose names and values live in one
+// buffer, so that they outlive the host memory they were copied from.
+type headerList struct {
+	buf   []byte
+	spans [][4]int // name start, name end, value start, value end
+	pairs [][2]string
+}
+
+func (h *headerList) reset() {
+	h.buf, h.spans, h.pairs = h.buf[:0], h.spans[:0], h.pairs[:0]
+}
+
+// begin starts a header: append its value to h.buf, then call end.
+func (h *headerList) begin(name string) {
+	start := len(h.buf)
+	h.buf = append(h.buf, name...)
+	h.spans = append(h.spans, [4]int{start, len(h.buf), len(h.buf), 0})
+}
+
+func (h *headerList) end() { h.spans[len(h.spans)-1][3] = len(h.buf) }
+
+func (h *headerList) add(name, value string) {
+	h.begin(name)
+	h.buf = append(h.buf, value...)
+	h.end()
+}
+
+// list returns the headers; valid until the next reset.
+func (h *headerList) list() [][2]string {
+	h.pairs = h.pairs[:0]
+	for _, sp := range h.spans {
+		h.pairs = append(h.pairs, [2]string{bufString(h.buf[sp[0]:sp[1]]), bufString(h.buf[sp[2]:sp[3]])})
+	}
+	return h.pairs
+}
+
+func bufString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
