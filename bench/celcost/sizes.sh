@@ -1,6 +1,6 @@
 #!/bin/sh
 # sizes.sh: the size of a Wasm reactor module (built as the filter is) that
-# evaluates the weighted cost with cel-go, with filter/llm, and with nothing.
+# evaluates the weighted cost with cel-go, with filter/core/llm, and with nothing.
 set -eu
 cd "$(dirname "$0")"
 out=${TMPDIR:-/tmp}/celcost

@@ -1,8 +1,8 @@
 // Command plain is a Wasm reactor module that computes the weighted cost
-// with filter/llm's integer arithmetic.
+// with filter/core/llm's integer arithmetic.
 package main
 
-import "github.com/sluicehq/sluice/filter/llm"
+import "github.com/sluicehq/sluice/filter/core/llm"
 
 func main() {}
 

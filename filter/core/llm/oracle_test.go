@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/filter/llm/internal/jsontest"
+	"github.com/sluicehq/sluice/filter/core/llm/internal/jsontest"
 )
 
 // A second reading of the same formats, written the obvious way with

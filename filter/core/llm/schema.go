@@ -1,6 +1,6 @@
 package llm
 
-import "github.com/sluicehq/sluice/filter/llm/internal/jsonscan"
+import "github.com/sluicehq/sluice/filter/core/llm/internal/jsonscan"
 
 // Helpers that make the schemas below read as the JSON they describe.
 

@@ -1,6 +1,6 @@
 package llm
 
-import "github.com/sluicehq/sluice/filter/llm/internal/jsonscan"
+import "github.com/sluicehq/sluice/filter/core/llm/internal/jsonscan"
 
 // DefaultMaxEventBytes bounds one SSE event: 4 MiB. Nothing of an event
 // is buffered (its data goes through the JSON scanner as it comes), so

@@ -1,6 +1,6 @@
 package llm
 
-import "github.com/sluicehq/sluice/filter/llm/internal/jsonscan"
+import "github.com/sluicehq/sluice/filter/core/llm/internal/jsonscan"
 
 // RequestStatus is what reading a request body came to.
 type RequestStatus uint8

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/filter/llm/internal/jsontest"
+	"github.com/sluicehq/sluice/filter/core/llm/internal/jsontest"
 )
 
 // testSchema wants a little of everything:

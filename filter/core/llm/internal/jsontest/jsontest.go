@@ -1,4 +1,4 @@
-// Package jsontest holds what the tests of filter/llm and its scanner ask
+// Package jsontest holds what the tests of filter/core/llm and its scanner ask
 // of encoding/json: whether a document is one the scanner must accept.
 package jsontest
 

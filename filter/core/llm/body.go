@@ -1,6 +1,6 @@
 package llm
 
-import "github.com/sluicehq/sluice/filter/llm/internal/jsonscan"
+import "github.com/sluicehq/sluice/filter/core/llm/internal/jsonscan"
 
 // JSONReader reads the usage of an answer that is not streamed (one JSON
 // object, application/json), fed chunk by chunk. The usage object may

@@ -1,6 +1,6 @@
 package llm
 
-import "github.com/sluicehq/sluice/filter/llm/internal/jsonscan"
+import "github.com/sluicehq/sluice/filter/core/llm/internal/jsonscan"
 
 // One schema reads every answer this package knows, JSON body or SSE
 // event, without being told the provider: the names it looks for do not

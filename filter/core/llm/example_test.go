@@ -3,7 +3,7 @@ package llm_test
 import (
 	"fmt"
 
-	"github.com/sluicehq/sluice/filter/llm"
+	"github.com/sluicehq/sluice/filter/core/llm"
 )
 
 func ExampleReadRequest() {
