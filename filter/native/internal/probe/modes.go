@@ -22,9 +22,13 @@ func (h *stream) runMode(end bool) (dynmod.HeadersStatus, bool) {
 		}, []byte("probe says no\n"), "probe_reply")
 		return dynmod.HeadersStop, true
 	case "callout":
-		return h.callout(false), true
+		return h.callout(h.cfg.cluster, false), true
+	case "callout-empty":
+		return h.callout("empty", false), true
+	case "callout-slow":
+		return h.calloutTo(h.cfg.cluster, "/slow", 100*time.Millisecond, false), true
 	case "panic-callout":
-		return h.callout(true), true
+		return h.callout(h.cfg.cluster, true), true
 	case "hop":
 		return h.hop(), true
 	case "config-callout":
@@ -85,8 +89,14 @@ func (h *stream) headers() {
 
 // callout holds the request until the callout's answer, which resumes it
 // with the answer's status in a request header (or panics, with crash).
-func (h *stream) callout(crash bool) dynmod.HeadersStatus {
-	err := h.s.Callout(h.cfg.cluster, h.calloutHeaders(), nil, 5*time.Second, func(r *dynmod.Response) {
+func (h *stream) callout(cluster string, crash bool) dynmod.HeadersStatus {
+	return h.calloutTo(cluster, "/callout", 5*time.Second, crash)
+}
+
+// calloutTo is callout to a path with a timeout.
+func (h *stream) calloutTo(cluster, path string, timeout time.Duration, crash bool) dynmod.HeadersStatus {
+	headers := []dynmod.Header{{Name: ":method", Value: "GET"}, {Name: ":path", Value: path}, {Name: "host", Value: cluster}}
+	err := h.s.Callout(cluster, headers, nil, timeout, func(r *dynmod.Response) {
 		if crash {
 			panic("probe: injected panic in http_callout_done")
 		}

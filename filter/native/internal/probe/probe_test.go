@@ -106,6 +106,14 @@ func startEcho() (*echo, error) {
 }
 
 func serveEcho(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/slow" {
+		// Longer than the callout's timeout: Envoy gives up first.
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+		return
+	}
 	if r.URL.Path == "/callout" {
 		w.Header().Set("x-callout", "yes")
 		io.WriteString(w, "callout answer")
