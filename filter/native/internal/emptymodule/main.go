@@ -5,18 +5,18 @@
 //
 //   - {} : every request continues (setup 2ne: the Go runtime and the
 //     binding's crossings alone).
-//
 //   - {"callout": "http"}: for every request, reads x-user, sends sluice's
 //     RateLimitRequest to cluster "rls" (package floorcall: the request and
 //     headers of setups 2h and 2g) with a 100 ms timeout, holds the request,
 //     and resumes it on the answer, whatever it is (setup 2n, the callout
 //     floor). With "read": true it also reads the answer's :status,
 //     grpc-status and body, the least a filter must read to decide.
-//
 //   - {"reply": true}: answers every request 429 with the headers of a
 //     precheck rejection and counts it (setup 2nr).
 //
-//     go build -buildmode=c-shared -o libsluicefloor.so ./filter/native/internal/emptymodule
+// bench-envoy builds it as:
+//
+//	go build -buildmode=c-shared -o libsluicefloor.so ./filter/native/internal/emptymodule
 package main
 
 import (
