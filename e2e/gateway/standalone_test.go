@@ -233,17 +233,11 @@ func TestRealEnvoyGateway(t *testing.T) {
 	res := filepath.Join(dir, "resources")
 	os.MkdirAll(res, 0o755)
 
-	// 1. Certificates, as `envoy-gateway certgen --local` writes them.
-	cmd := exec.Command(egBin, "certgen", "--local", "--config-home", filepath.Join(home, "config"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("certgen: %v\n%s", err, out)
-	}
-	certs := filepath.Join(home, "config", "certs")
+	// 1. Certificates, as `envoy-gateway certgen --local` writes them; 2. the
+	// PyPI Envoy where func-e looks first.
+	certs := prepareHome(t, egBin, home)
 	rl := filepath.Join(certs, "envoy-rate-limit")
 	t.Logf("certgen --local wrote %s", certs)
-
-	// 2. The PyPI Envoy where func-e looks first: nothing is downloaded.
-	copyFile(t, realEnvoy(t), filepath.Join(home, "data", "envoy-versions", egEnvoyVersion, "bin", "envoy"))
 
 	// 3. Redis, named so that it parses as a URL (Envoy Gateway refuses
 	// 127.0.0.1:port).

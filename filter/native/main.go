@@ -41,7 +41,8 @@ func newFilter(c *dynmod.Config, name string, raw []byte) (dynmod.ConfigHandler,
 	if err != nil {
 		return nil, err
 	}
-	dynmod.Logf(dynmod.LogInfo, "sluice: configuration of domain %q accepted; this build lets every request through (no pipeline yet)", conf.Domain)
+	// A warning: this build does not limit anything yet.
+	dynmod.Logf(dynmod.LogWarn, "sluice: configuration of domain %q accepted; this build lets every request through (no pipeline yet)", conf.Domain)
 	return &filter{conf: conf}, nil
 }
 
