@@ -53,6 +53,19 @@ func TestCalloutTimeout(t *testing.T) {
 	}
 }
 
+// The answer of a one-shot callout carries its headers and body, not its
+// trailers: a gRPC status sent as a trailer over HTTP/2 does not reach the
+// module.
+func TestCalloutAnswerHasNoTrailers(t *testing.T) {
+	r := get(t, "callout-trailers", nil)
+	if got, want := r.header.Get("x-probe-callout"), `success 200 "body before the trailer"`; got != want {
+		t.Errorf("callout answer %q, want %q", got, want)
+	}
+	if got := r.header.Get("x-probe-callout-grpc-status"); got != "" {
+		t.Errorf("the trailer grpc-status reached the module as a header: %q", got)
+	}
+}
+
 // A goroutine resumes a held request through the stream's scheduler: the
 // function runs on the stream's worker, not on the goroutine's thread.
 func TestSchedulerHopFromGoroutine(t *testing.T) {

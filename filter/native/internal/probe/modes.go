@@ -25,6 +25,8 @@ func (h *stream) runMode(end bool) (dynmod.HeadersStatus, bool) {
 		return h.callout(h.cfg.cluster, false), true
 	case "callout-empty":
 		return h.callout("empty", false), true
+	case "callout-trailers":
+		return h.calloutTo("echo-h2", "/trailers", 5*time.Second, false), true
 	case "callout-slow":
 		return h.calloutTo(h.cfg.cluster, "/slow", 100*time.Millisecond, false), true
 	case "panic-callout":
@@ -102,6 +104,9 @@ func (h *stream) calloutTo(cluster, path string, timeout time.Duration, crash bo
 		}
 		body, _ := r.AppendBody(nil, 256)
 		h.note("callout-tid", syscall.Gettid())
+		if v, ok := r.Header("grpc-status"); ok {
+			h.note("callout-grpc-status", v)
+		}
 		h.note("callout", r.Result.String()+" "+strconv.Itoa(r.Status())+" "+strconv.Quote(string(body)))
 		h.s.AddHeader(dynmod.RequestHeaders, "x-callout-status", strconv.Itoa(r.Status()))
 		h.resume()

@@ -77,7 +77,7 @@ func startProbeEnvoy(ctx context.Context, dir, name string, workers int, echoAdd
 	boot := stack.Bootstrap(
 		[]stack.M{stack.HTTPListener("in", 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "echo"))},
 			stack.NativeFilter("probe", "probe", conf, ""))},
-		[]stack.M{stack.Cluster("echo", echoAddr), emptyCluster("empty")},
+		[]stack.M{stack.Cluster("echo", echoAddr), stack.GRPCCluster("echo-h2", echoAddr), emptyCluster("empty")},
 	)
 	return stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: dir, Name: name, Bootstrap: boot, Concurrency: workers})
 }
@@ -88,8 +88,10 @@ func emptyCluster(name string) stack.M {
 		"load_assignment": stack.M{"cluster_name": name, "endpoints": []stack.M{}}}
 }
 
-// echo is the upstream: it answers /callout with 200 "callout answer", and
-// every other request with the request headers it received, as JSON.
+// echo is the upstream: it answers /callout with 200 "callout answer",
+// /trailers with a body and a grpc-status trailer, /slow after the client
+// gave up, and every other request with the request headers it received,
+// as JSON.
 type echo struct {
 	ln  net.Listener
 	srv *http.Server
@@ -101,6 +103,10 @@ func startEcho() (*echo, error) {
 		return nil, err
 	}
 	e := &echo{ln: ln, srv: &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(serveEcho)}}
+	// HTTP/1.1 and, for cluster echo-h2, HTTP/2 without TLS (as gRPC).
+	e.srv.Protocols = new(http.Protocols)
+	e.srv.Protocols.SetHTTP1(true)
+	e.srv.Protocols.SetUnencryptedHTTP2(true)
 	go e.srv.Serve(ln)
 	return e, nil
 }
@@ -112,6 +118,13 @@ func serveEcho(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-time.After(10 * time.Second):
 		}
+		return
+	}
+	if r.URL.Path == "/trailers" {
+		// A gRPC-style answer: its status in a trailer.
+		w.Header().Set("Trailer", "grpc-status")
+		io.WriteString(w, "body before the trailer")
+		w.Header().Set("grpc-status", "7")
 		return
 	}
 	if r.URL.Path == "/callout" {
