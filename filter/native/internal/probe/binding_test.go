@@ -56,6 +56,9 @@ func TestHeadersReadAndChanged(t *testing.T) {
 	if got := r.echoed.Get("x-gone"); got != "" {
 		t.Errorf("upstream saw x-gone %q, want it removed", got)
 	}
+	if tid(t, r, "new-tid") != tid(t, r, "request-tid") {
+		t.Errorf("http_filter_new ran on %d, the request headers hook on %d", tid(t, r, "new-tid"), tid(t, r, "request-tid"))
+	}
 	if !isWorker(t, tid(t, r, "request-tid")) || !isWorker(t, tid(t, r, "response-tid")) {
 		t.Errorf("request/response headers hooks ran on %s/%s, want Envoy workers",
 			threadName(t, tid(t, r, "request-tid")), threadName(t, tid(t, r, "response-tid")))

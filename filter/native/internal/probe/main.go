@@ -80,7 +80,9 @@ func newConfig(c *dynmod.Config, name string, raw []byte) (dynmod.ConfigHandler,
 // NewStream makes the handler of a stream; its mode is read from the
 // request headers.
 func (c *config) NewStream(s *dynmod.Stream) dynmod.StreamHandler {
-	return &stream{s: s, cfg: c}
+	h := &stream{s: s, cfg: c}
+	h.note("new-tid", syscall.Gettid())
+	return h
 }
 
 // Destroy is called when Envoy drops the configuration.
