@@ -3,21 +3,39 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/e2e/stack"
 )
 
 // Envoy loads the module, and the module's ABI version is the one Envoy
-// 1.40 expects: Envoy logs a match, not a deprecation warning.
+// 1.40 expects: Envoy logs a match, not a deprecation warning. Another
+// Envoy (1.39.3 was tried: every other test passes) logs the warning and
+// runs the module all the same.
 func TestLoadsWithMatchingABIVersion(t *testing.T) {
 	log := envoy.Log()
-	if !strings.Contains(log, "Dynamic module ABI version v0.2.0 matched") {
-		t.Errorf("Envoy did not log a matching ABI version:\n%s", envoy.LogExcerpt())
+	matched := strings.Contains(log, "Dynamic module ABI version v0.2.0 matched")
+	warned := strings.Contains(log, "Dynamic module ABI version v0.2.0 is deprecated")
+	v40 := strings.Contains(envoyVersion(t), "/1.40.")
+	if v40 && (!matched || warned) || !v40 && !warned {
+		t.Errorf("Envoy %s: ABI version matched %v, warned %v:\n%s", envoyVersion(t), matched, warned, envoy.LogExcerpt())
 	}
-	if strings.Contains(log, "is deprecated") {
-		t.Errorf("Envoy warns of the ABI version:\n%s", envoy.LogExcerpt())
+}
+
+// envoyVersion returns what `envoy --version` prints.
+func envoyVersion(t *testing.T) string {
+	bin, err := stack.EnvoyBinary(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // Request headers are read (one value, several values, all) and changed
