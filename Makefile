@@ -25,7 +25,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 LDFLAGS  := -X github.com/sluicehq/sluice/internal/version.Version=$(VERSION) -X github.com/sluicehq/sluice/internal/version.Commit=$(COMMIT)
 
 
-.PHONY: native native-host native-cc e2e-gateway test test-deploy images push binaries envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms vet wasm run e2e proto bench-rls
+.PHONY: native native-host native-cc native-compilers e2e-gateway test test-deploy images push binaries envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
@@ -92,7 +92,7 @@ test-native:
 ## test-deploy: the packaging module deploy/ (its own go.mod): the images through an in-process
 ## registry on loopback, pulled and run (the filter in real Envoy, the control plane from its
 ## unpacked root), the Helm chart and the Kubernetes examples rendered and decoded strictly.
-test-deploy: envoy
+test-deploy: envoy native-compilers
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## native: sluice's filter as an Envoy dynamic module (Envoy >= 1.40), built with cgo for linux/amd64 and
@@ -117,6 +117,9 @@ $(NATIVE_DIR)/libsluice-linux-%.so: FORCE
 	CGO_ENABLED=1 GOOS=linux GOARCH=$* CC=$(call native_cc,$*) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $@ ./filter/native
 	@rm -f $(@:.so=.h)
 	cd $(NATIVE_DIR) && sha256sum $(notdir $@) > $(notdir $@).sha256
+## native-compilers: the C compilers of every NATIVE_ARCHS (make images and test-deploy build the modules).
+native-compilers:
+	@for a in $(NATIVE_ARCHS); do $(MAKE) --no-print-directory native-cc ARCH=$$a || exit 1; done
 ## native-cc: make sure the C compiler for ARCH is there (apt-get installs a missing cross compiler).
 native-cc:
 	@cc=$(call native_cc,$(ARCH)); \
@@ -134,9 +137,10 @@ binaries:
 	$(HOSTENV) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./controlplane/cmd/sluice-controlplane ./controlplane/cmd/ratectl
 
 ## images: the container images as OCI image layouts, without a Docker daemon: build/images/controlplane
-## (linux/amd64 + linux/arm64, from scratch) and build/images/filter (filter.wasm, Wasm compat variant).
+## (linux/amd64 + linux/arm64, from scratch), build/images/filter (filter.wasm, Wasm compat variant) and
+## build/images/native (libsluice.so for linux/amd64 + linux/arm64, for image volumes).
 ## Reproducible: the same commit gives the same digests.
-images:
+images: native-compilers
 	cd deploy && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./cmd/sluice-images build -root $(CURDIR) -out $(CURDIR)/build/images -revision $(COMMIT)
 
 ## push: push what `make images` built: make push REGISTRY=registry.example.com/sluice

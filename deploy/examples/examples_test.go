@@ -224,7 +224,7 @@ func TestImageVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := regexp.MustCompile(`sluice-(?:controlplane|filter)[:@][^\s"']*`)
+	ref := regexp.MustCompile(`sluice-(?:controlplane|filter|native)[:@][^\s"']*`)
 	perDir := map[string]int{}
 	for _, path := range files(t) {
 		b, err := os.ReadFile(path)
