@@ -41,61 +41,13 @@ func nativeResources(t *testing.T, listenerPort int, upstream, module string, ed
 		t.Fatalf("%s does not load %s", nativeExample, nativeExamplePath)
 	}
 	example = edit(strings.ReplaceAll(example, nativeExamplePath, module))
-	host, port, _ := strings.Cut(upstream, ":")
-	return fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata:
-  name: eg
-spec:
-  controllerName: gateway.envoyproxy.io/gatewayclass-controller
-  parametersRef:
+	parameters := `  parametersRef:
     group: gateway.envoyproxy.io
     kind: EnvoyProxy
     name: sluice-native
     namespace: default
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: eg
-  namespace: default
-spec:
-  gatewayClassName: eg
-  listeners:
-    - name: http
-      protocol: HTTP
-      port: %d
----
-apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: Backend
-metadata:
-  name: upstream
-  namespace: default
-spec:
-  endpoints:
-    - ip:
-        address: %s
-        port: %s
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: api
-  namespace: default
-spec:
-  parentRefs:
-    - name: eg
-  rules:
-    - backendRefs:
-        - group: gateway.envoyproxy.io
-          kind: Backend
-          name: upstream
-      matches:
-        - path:
-            type: PathPrefix
-            value: /api
----
-%s`, listenerPort, host, port, example)
+`
+	return egGateway(listenerPort, upstream, parameters) + egRoute("api") + "---\n" + example
 }
 
 // prepareHome writes the certificates of Envoy Gateway standalone under

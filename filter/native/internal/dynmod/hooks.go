@@ -69,76 +69,66 @@ func (s *Stream) newHandler(config C.uintptr_t) {
 	s.handler = s.config.handler.NewStream(s)
 }
 
-//export envoy_dynamic_module_on_http_filter_request_headers
-func envoy_dynamic_module_on_http_filter_request_headers(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) (st C.dm_enum) {
+// status is what every request and response hook returns: its status
+// type, whose zero is Continue.
+type status interface {
+	~int32
+}
+
+// direction tells which way a hook's status holds the stream.
+type direction bool
+
+const (
+	request  direction = false
+	response direction = true
+)
+
+// runHook calls a request or response hook of the stream of handle h,
+// records whether it holds the stream's direction dir, and answers Continue
+// when the stream has no handler or the hook panicked.
+func runHook[S status](h C.uintptr_t, hook string, dir direction, call func(StreamHandler) S) (st C.dm_enum) {
 	s := streamOf(h)
 	if s == nil || s.handler == nil {
 		return 0
 	}
-	defer s.guard("request_headers")
-	r := s.handler.RequestHeaders(bool(end))
-	s.requestHeld = r != HeadersContinue
+	defer s.guard(hook)
+	r := call(s.handler)
+	if dir == request {
+		s.requestHeld = r != 0
+	} else {
+		s.responseHeld = r != 0
+	}
 	return C.dm_enum(r)
+}
+
+//export envoy_dynamic_module_on_http_filter_request_headers
+func envoy_dynamic_module_on_http_filter_request_headers(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) C.dm_enum {
+	return runHook(h, "request_headers", request, func(sh StreamHandler) HeadersStatus { return sh.RequestHeaders(bool(end)) })
 }
 
 //export envoy_dynamic_module_on_http_filter_request_body
-func envoy_dynamic_module_on_http_filter_request_body(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) (st C.dm_enum) {
-	s := streamOf(h)
-	if s == nil || s.handler == nil {
-		return 0
-	}
-	defer s.guard("request_body")
-	r := s.handler.RequestBody(bool(end))
-	s.requestHeld = r != BodyContinue
-	return C.dm_enum(r)
+func envoy_dynamic_module_on_http_filter_request_body(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) C.dm_enum {
+	return runHook(h, "request_body", request, func(sh StreamHandler) BodyStatus { return sh.RequestBody(bool(end)) })
 }
 
 //export envoy_dynamic_module_on_http_filter_request_trailers
-func envoy_dynamic_module_on_http_filter_request_trailers(envoy unsafe.Pointer, h C.uintptr_t) (st C.dm_enum) {
-	s := streamOf(h)
-	if s == nil || s.handler == nil {
-		return 0
-	}
-	defer s.guard("request_trailers")
-	r := s.handler.RequestTrailers()
-	s.requestHeld = r != TrailersContinue
-	return C.dm_enum(r)
+func envoy_dynamic_module_on_http_filter_request_trailers(envoy unsafe.Pointer, h C.uintptr_t) C.dm_enum {
+	return runHook(h, "request_trailers", request, StreamHandler.RequestTrailers)
 }
 
 //export envoy_dynamic_module_on_http_filter_response_headers
-func envoy_dynamic_module_on_http_filter_response_headers(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) (st C.dm_enum) {
-	s := streamOf(h)
-	if s == nil || s.handler == nil {
-		return 0
-	}
-	defer s.guard("response_headers")
-	r := s.handler.ResponseHeaders(bool(end))
-	s.responseHeld = r != HeadersContinue
-	return C.dm_enum(r)
+func envoy_dynamic_module_on_http_filter_response_headers(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) C.dm_enum {
+	return runHook(h, "response_headers", response, func(sh StreamHandler) HeadersStatus { return sh.ResponseHeaders(bool(end)) })
 }
 
 //export envoy_dynamic_module_on_http_filter_response_body
-func envoy_dynamic_module_on_http_filter_response_body(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) (st C.dm_enum) {
-	s := streamOf(h)
-	if s == nil || s.handler == nil {
-		return 0
-	}
-	defer s.guard("response_body")
-	r := s.handler.ResponseBody(bool(end))
-	s.responseHeld = r != BodyContinue
-	return C.dm_enum(r)
+func envoy_dynamic_module_on_http_filter_response_body(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) C.dm_enum {
+	return runHook(h, "response_body", response, func(sh StreamHandler) BodyStatus { return sh.ResponseBody(bool(end)) })
 }
 
 //export envoy_dynamic_module_on_http_filter_response_trailers
-func envoy_dynamic_module_on_http_filter_response_trailers(envoy unsafe.Pointer, h C.uintptr_t) (st C.dm_enum) {
-	s := streamOf(h)
-	if s == nil || s.handler == nil {
-		return 0
-	}
-	defer s.guard("response_trailers")
-	r := s.handler.ResponseTrailers()
-	s.responseHeld = r != TrailersContinue
-	return C.dm_enum(r)
+func envoy_dynamic_module_on_http_filter_response_trailers(envoy unsafe.Pointer, h C.uintptr_t) C.dm_enum {
+	return runHook(h, "response_trailers", response, StreamHandler.ResponseTrailers)
 }
 
 //export envoy_dynamic_module_on_http_filter_stream_complete

@@ -191,6 +191,24 @@ func do(method, mode string, extra map[string]string, body io.Reader) (probeResu
 	return r, nil
 }
 
+// wantOK fails the test unless r is a 200.
+func wantOK(t *testing.T, r probeResult) {
+	t.Helper()
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+}
+
+// wantNotes checks the response headers of r, by name.
+func wantNotes(t *testing.T, r probeResult, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if got := r.header.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+}
+
 // tid reads a thread id note.
 func tid(t *testing.T, r probeResult, name string) int {
 	t.Helper()
