@@ -51,14 +51,14 @@ func (s *Stream) fail(hook string, v any) {
 //export envoy_dynamic_module_on_http_filter_new
 func envoy_dynamic_module_on_http_filter_new(config C.uintptr_t, envoy unsafe.Pointer) C.uintptr_t {
 	s := &Stream{envoy: envoy}
-	s.newHandler(config)
+	attachHandler(s, config)
 	return C.uintptr_t(cgo.NewHandle(s))
 }
 
-// newHandler asks the configuration for the stream's handler. A handler
-// that panicked at birth leaves a stream that passes through (Envoy would
-// close a stream without one).
-func (s *Stream) newHandler(config C.uintptr_t) {
+// attachHandler asks the configuration of handle config for the handler
+// of s. A handler that panicked at birth leaves a stream that passes
+// through (Envoy would close a stream without one).
+func attachHandler(s *Stream, config C.uintptr_t) {
 	defer func() {
 		if v := recover(); v != nil {
 			s.handler = nil
