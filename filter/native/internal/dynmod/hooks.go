@@ -93,10 +93,13 @@ func runHook[S status](h C.uintptr_t, hook string, dir direction, call func(Stre
 	}
 	defer s.guard(hook)
 	r := call(s.handler)
+	// A stream answered locally is held by nothing: a panic must not
+	// resume it.
+	held := r != 0 && !s.replied
 	if dir == request {
-		s.requestHeld = r != 0
+		s.requestHeld = held
 	} else {
-		s.responseHeld = r != 0
+		s.responseHeld = held
 	}
 	return C.dm_enum(r)
 }

@@ -63,8 +63,9 @@ type Stream struct {
 	handler StreamHandler // nil: the stream passes through (none, or it panicked)
 
 	// The directions the handler holds (returned a Stop status and has not
-	// continued): a panic resumes them.
-	requestHeld, responseHeld bool
+	// continued): a panic resumes them. replied: the handler answered the
+	// request locally, so nothing is held.
+	requestHeld, responseHeld, replied bool
 
 	calls map[uint64]func(*Response) // callouts in flight
 	sched *Scheduler                 // made by Scheduler
@@ -180,8 +181,7 @@ func (s *Stream) AppendBody(dst []byte, kind BodyKind, limit int) ([]byte, bool)
 func (s *Stream) SendReply(status int, headers []Header, body []byte, details string) {
 	hp, n := s.arena.headers(headers)
 	C.dm_http_send_response(s.envoy, C.uint32_t(status), hp, n, bytesBuf(body), strBuf(details))
-	// A request answered locally is no longer held.
-	s.requestHeld = false
+	s.replied, s.requestHeld, s.responseHeld = true, false, false
 }
 
 // ContinueRequest resumes a request the handler holds.

@@ -127,11 +127,15 @@ func TestPanicLeavesEnvoyServing(t *testing.T) {
 			t.Fatalf("the panicking callback's header reached the upstream: %q", got)
 		}
 	}
+	// A panic after a local reply leaves the reply as it was sent.
+	if r := get(t, "reply-panic", nil); r.status != 429 || r.body != "replied, then panicked\n" {
+		t.Fatalf("a panic after a local reply: status %d, body %q", r.status, r.body)
+	}
 	if r := get(t, "headers", map[string]string{"x-in": "still"}); r.status != 200 || r.echoed.Get("x-seen") != "still" {
 		t.Fatalf("after the panics: status %d, x-seen %q", r.status, r.echoed.Get("x-seen"))
 	}
-	if got := probeFacts(t).Panics - before; got != 10 {
-		t.Errorf("%d panics reported, want 10", got)
+	if got := probeFacts(t).Panics - before; got != 11 {
+		t.Errorf("%d panics reported, want 11", got)
 	}
 	if !strings.Contains(envoy.Log(), "injected panic in http_callout_done") {
 		t.Errorf("the recovered panic is not in Envoy's log")

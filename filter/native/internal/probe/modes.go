@@ -37,6 +37,9 @@ func (h *stream) runMode(end bool) (dynmod.HeadersStatus, bool) {
 		return h.configCallout(), true
 	case "panic-headers":
 		panic("probe: injected panic in request_headers")
+	case "reply-panic":
+		h.s.SendReply(429, nil, []byte("replied, then panicked\n"), "probe_reply_panic")
+		panic("probe: injected panic after a local reply")
 	case "count":
 		h.note("count", h.cfg.count.Add(1))
 		h.cfg.worker(h.s.WorkerIndex())
