@@ -88,6 +88,15 @@ func LogEnabled(level LogLevel) bool {
 	return loaded.Load() && bool(C.dm_log_enabled(C.dm_enum(level)))
 }
 
+// Level returns the level of Envoy's dynamic_modules logger (LogOff
+// outside Envoy): what a module logs below it is dropped.
+func Level() LogLevel {
+	if !loaded.Load() {
+		return LogOff
+	}
+	return LogLevel(C.dm_get_log_level())
+}
+
 // Concurrency returns Envoy's number of worker threads. Call it on the main
 // thread (in a Factory or a function Config.Post runs).
 func Concurrency() int {

@@ -116,6 +116,9 @@ func TestConfigOnMainThread(t *testing.T) {
 	if f.ConcurrencyAtNew != 2 {
 		t.Errorf("get_concurrency = %d, want 2", f.ConcurrencyAtNew)
 	}
+	if f.LogLevel != 2 {
+		t.Errorf("get_log_level = %d, want 2 (info, Envoy's --log-level)", f.LogLevel)
+	}
 	if f.MetricsFrozen == "" {
 		t.Errorf("a counter defined after the Factory was accepted; want ErrMetricsFrozen")
 	}

@@ -52,6 +52,7 @@ type config struct {
 type facts struct {
 	ConfigNewTID     int    // the thread of on_http_filter_config_new
 	ConcurrencyAtNew int    // get_concurrency there
+	LogLevel         int    // get_log_level
 	Panics           int64  // panics recovered so far
 	Workers          []int  // worker indexes seen by mode "count"
 	MetricsFrozen    string // the error of a metric defined after the Factory
@@ -67,6 +68,7 @@ func newConfig(c *dynmod.Config, name string, raw []byte) (dynmod.ConfigHandler,
 	cfg := &config{c: c, cluster: js.Cluster}
 	cfg.facts.ConfigNewTID = syscall.Gettid()
 	cfg.facts.ConcurrencyAtNew = dynmod.Concurrency()
+	cfg.facts.LogLevel = int(dynmod.Level())
 	var err error
 	if cfg.requests, err = c.DefineCounter("probe.requests"); err != nil {
 		return nil, err
