@@ -25,12 +25,12 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 LDFLAGS  := -X github.com/sluicehq/sluice/internal/version.Version=$(VERSION) -X github.com/sluicehq/sluice/internal/version.Commit=$(COMMIT)
 
 
-.PHONY: e2e-gateway test test-deploy images push binaries envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-llm vet wasm run e2e proto bench-rls
+.PHONY: native native-host native-cc native-compilers e2e-gateway test test-deploy images push binaries envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-llm vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
 ## figures cannot break unnoticed).
-test: redis-server envoy wrk vet wasm test-native test-wasip1 test-deploy fuzz-short bench-smoke
+test: redis-server envoy wrk vet wasm native-host test-native test-wasip1 test-deploy fuzz-short bench-smoke
 	@echo "make test: all suites passed"
 
 ## redis-server: make sure a real redis-server is on PATH (tests start their own on free ports).
@@ -92,17 +92,55 @@ test-native:
 ## test-deploy: the packaging module deploy/ (its own go.mod): the images through an in-process
 ## registry on loopback, pulled and run (the filter in real Envoy, the control plane from its
 ## unpacked root), the Helm chart and the Kubernetes examples rendered and decoded strictly.
-test-deploy: envoy
+test-deploy: envoy native-compilers
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+## native: sluice's filter as an Envoy dynamic module (Envoy >= 1.40), built with cgo for linux/amd64 and
+## linux/arm64: build/native/libsluice-linux-<arch>.so, each with its SHA256 in <file>.sha256 (what Envoy
+## Gateway's Remote module source asks for). The other architecture's C compiler is Debian's cross
+## compiler (gcc-aarch64-linux-gnu or gcc-x86-64-linux-gnu), installed with apt-get when missing.
+## native-host: the module for this machine only (make test builds it).
+HOSTARCH      := $(shell $(GO) env GOHOSTARCH)
+NATIVE_ARCHS  := amd64 arm64
+NATIVE_DIR    := build/native
+CROSS_CC_amd64 := x86_64-linux-gnu-gcc
+CROSS_CC_arm64 := aarch64-linux-gnu-gcc
+CROSS_PKG_amd64 := gcc-x86-64-linux-gnu
+CROSS_PKG_arm64 := gcc-aarch64-linux-gnu
+native_cc = $(if $(filter $(1),$(HOSTARCH)),gcc,$(CROSS_CC_$(1)))
+native: $(addprefix $(NATIVE_DIR)/libsluice-linux-,$(addsuffix .so,$(NATIVE_ARCHS)))
+	@cat $(NATIVE_DIR)/*.sha256
+native-host: $(NATIVE_DIR)/libsluice-linux-$(HOSTARCH).so
+$(NATIVE_DIR)/libsluice-linux-%.so: FORCE
+	@$(MAKE) --no-print-directory native-cc ARCH=$*
+	@mkdir -p $(NATIVE_DIR)
+	CGO_ENABLED=1 GOOS=linux GOARCH=$* CC=$(call native_cc,$*) $(GO) build -buildmode=c-shared -trimpath -ldflags='-s -w' -o $@ ./filter/native
+	@rm -f $(@:.so=.h)
+	cd $(NATIVE_DIR) && sha256sum $(notdir $@) > $(notdir $@).sha256
+## native-compilers: the C compilers of every NATIVE_ARCHS (make images and test-deploy build the modules).
+native-compilers:
+	@for a in $(NATIVE_ARCHS); do $(MAKE) --no-print-directory native-cc ARCH=$$a || exit 1; done
+## native-cc: make sure the C compiler for ARCH is there (apt-get installs a missing cross compiler).
+native-cc:
+	@cc=$(call native_cc,$(ARCH)); \
+	if command -v $$cc >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "$$cc not found: installing $(CROSS_PKG_$(ARCH)) with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CROSS_PKG_$(ARCH)) >/dev/null; \
+		command -v $$cc >/dev/null 2>&1 || { echo "apt-get did not provide $$cc" >&2; exit 1; }; \
+	else echo "$$cc is needed for the linux/$(ARCH) module (Debian/Ubuntu: sudo apt-get install -y $(CROSS_PKG_$(ARCH)))" >&2; exit 1; fi
+.PHONY: FORCE
+FORCE:
 
 ## binaries: sluice-controlplane and ratectl for this machine into ./bin, stamped with VERSION.
 binaries:
 	$(HOSTENV) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./controlplane/cmd/sluice-controlplane ./controlplane/cmd/ratectl
 
 ## images: the container images as OCI image layouts, without a Docker daemon: build/images/controlplane
-## (linux/amd64 + linux/arm64, from scratch) and build/images/filter (filter.wasm, Wasm compat variant).
+## (linux/amd64 + linux/arm64, from scratch), build/images/filter (filter.wasm, Wasm compat variant) and
+## build/images/native (libsluice.so for linux/amd64 + linux/arm64, for image volumes).
 ## Reproducible: the same commit gives the same digests.
-images:
+images: native-compilers
 	cd deploy && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./cmd/sluice-images build -root $(CURDIR) -out $(CURDIR)/build/images -revision $(COMMIT)
 
 ## push: push what `make images` built: make push REGISTRY=registry.example.com/sluice

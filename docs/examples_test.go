@@ -148,6 +148,33 @@ func builtWasm(t *testing.T) string {
 	return wasmPath
 }
 
+var (
+	nativeOnce sync.Once
+	nativePath string
+	nativeErr  error
+)
+
+// builtNative builds libsluice.so once for the examples that load it.
+func builtNative(t *testing.T) string {
+	nativeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-docs-native-")
+		if err != nil {
+			nativeErr = err
+			return
+		}
+		nativePath = filepath.Join(dir, "libsluice.so")
+		nativeErr = stack.BuildNative(context.Background(), nativePath)
+	})
+	if nativeErr != nil {
+		t.Fatal(nativeErr)
+	}
+	return nativePath
+}
+
+// nativeByName is a dynamic_module_config line loading libsluice.so by
+// name, which an example's Envoy would find in its search path.
+var nativeByName = regexp.MustCompile(`(?m)^(\s*)name: sluice\b.*$`)
+
 // validateEnvoy runs `envoy --mode validate` on an example: a whole
 // bootstrap as it is, or a list of http_filters inside a listener of a
 // bootstrap that defines the clusters the example names (HTTP/2, on a port
@@ -156,6 +183,11 @@ func validateEnvoy(t *testing.T, b block) {
 	text := b.text
 	if strings.Contains(text, "filter.wasm") {
 		text = regexp.MustCompile(`filename:\s*\S*filter\.wasm`).ReplaceAllString(text, "filename: "+builtWasm(t))
+	}
+	if strings.Contains(text, "envoy.filters.http.dynamic_modules") {
+		// Loaded from the file built from this repository: validate mode
+		// loads the module and runs its check of the plugin configuration.
+		text = nativeByName.ReplaceAllString(text, "${1}module: {local: {filename: "+builtNative(t)+"}}")
 	}
 	var doc map[string]any
 	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {

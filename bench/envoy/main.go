@@ -13,12 +13,16 @@
 // and the CPU seconds per request (from /proc, user plus system) of Envoy, of
 // the rate limit service and of Redis.
 //
+// Setups 2ne, 2nr and 2n are the native floors: an empty Envoy dynamic
+// module in Go (filter/native/internal/emptymodule) that continues, answers
+// 429, or makes setup 2h's callout over the dynamic module HTTP callout.
+//
 // Setups u and u1 measure usage-based limits (issue 24): the backend
 // reports a usage per answer, the filter settles it at the end of each
 // stream, batched (u, the default settle configuration) or one call per
 // settlement (u1); against setup 7 they give what settlements cost.
 //
-//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g,u,u1]
+//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1]
 //	            [-base-wasm filter.wasm (setup 7b)]
 //	            [-sweep 1,2,4,8] [-sweep-loads flood,spread] [-flood-rate 500] [-flood-duration 5s] [-flood-conns 32]
 //
@@ -52,7 +56,7 @@ func main() {
 	flag.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
 	flag.IntVar(&cfg.concurrency, "concurrency", 2, "Envoy worker threads (one Wasm VM each)")
 	flag.IntVar(&cfg.connections, "connections", 32, "wrk connections")
-	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g,u,u1", "setups to run (see the setups table in setups.go)")
+	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1", "setups to run (see the setups table in setups.go)")
 	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7L: spread, flood, steady")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
 	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")
@@ -186,6 +190,7 @@ func numCPU() int {
 // built is what a run needs: programs, and the shared Redis.
 type built struct {
 	controlPlane, peer, floor, filterWasm, emptyWasm string
+	floorModule                                      string // the native floor, lib<floorModuleName>.so
 	baseWasm                                         string // setup 7b's (-base-wasm)
 	envoy, envoyVersion                              string
 	redis                                            *stack.Redis
@@ -204,7 +209,7 @@ func build(ctx context.Context, dir string, peer bool) (*built, error) {
 		filterWasm:   filepath.Join(dir, "filter.wasm"),
 		emptyWasm:    filepath.Join(dir, "empty.wasm"),
 	}
-	fmt.Println("building sluice-controlplane, filter.wasm, the empty Go filter and envoyproxy/ratelimit ...")
+	fmt.Println("building sluice-controlplane, filter.wasm, the empty Go filter, the native floor and envoyproxy/ratelimit ...")
 	if err := stack.GoBuild(ctx, "./controlplane/cmd/sluice-controlplane", b.controlPlane); err != nil {
 		return nil, err
 	}
@@ -216,6 +221,9 @@ func build(ctx context.Context, dir string, peer bool) (*built, error) {
 	}
 	if err := command(ctx, root, []string{"GOOS=wasip1", "GOARCH=wasm"}, "go", "build", "-buildmode=c-shared",
 		"-trimpath", "-ldflags=-s -w", "-o", b.emptyWasm, "./bench/envoy/emptyfilter"); err != nil {
+		return nil, err
+	}
+	if b.floorModule, err = stack.BuildNativeModule(ctx, "./filter/native/internal/emptymodule", dir, floorModuleName); err != nil {
 		return nil, err
 	}
 	if peer {

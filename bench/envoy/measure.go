@@ -288,7 +288,8 @@ func checkAdds(ctx context.Context, url, header string) error {
 // summarizeCallout prints the callout goal of the spread load: setup 7's
 // Envoy CPU per request at most setup 6's plus what an empty Go filter adds
 // (2 - 1), and its requests/s at least setup 6's; with the callout floors
-// (2h, 2g: an empty Go filter making the same call) beside them.
+// (2h, 2g: an empty Go Wasm filter making the same call; 2n: an empty native
+// Go module making it) beside them.
 func summarizeCallout(get func(string) (result, bool)) {
 	if seven, ok := get("7/spread"); ok {
 		if base, ok := get("7b/spread"); ok {
@@ -320,7 +321,7 @@ func summarizeCallout(get func(string) (result, bool)) {
 	if !ok6 {
 		return
 	}
-	for _, id := range []string{"2h", "2g"} {
+	for _, id := range []string{"2h", "2g", "2n"} {
 		if f, ok := get(id + "/spread"); ok {
 			fmt.Printf("callout floor %s: %.2f us of Envoy CPU per request (%.2fx setup 6's)", id, f.envoyUS, f.envoyUS/six.envoyUS)
 			if seven, ok := get("7/spread"); ok {

@@ -25,7 +25,8 @@ func (b *built) memory(ctx context.Context, dir string) error {
 	}
 	fmt.Printf(" %14s %14s\n", "per worker", "fixed vs none")
 	var base []float64
-	for _, f := range []struct{ name, path string }{{"none", ""}, {"empty Go filter", b.emptyWasm}, {"sluice filter", b.filterWasm}} {
+	for _, f := range []struct{ name, path string }{{"none", ""}, {"empty Go filter", b.emptyWasm},
+		{"empty native module", b.floorModule}, {"sluice filter", b.filterWasm}} {
 		var rss []float64
 		for _, w := range memoryWorkers {
 			r, err := b.idleRSS(ctx, dir, f.path, w)
@@ -45,7 +46,7 @@ func (b *built) memory(ctx context.Context, dir string) error {
 		}
 		fmt.Printf(" %14.1f %14.1f\n", slope, rss[0]-base[0]-slope)
 	}
-	fmt.Println("(per worker: the RSS slope over worker counts, against no filter's; goal <= 25 MB. Fixed: the rest at one worker, paid once per Envoy: V8 and the compiled module)")
+	fmt.Println("(per worker: the RSS slope over worker counts, against no filter's; goal <= 25 MB. Fixed: the rest at one worker, paid once per Envoy: V8 and the compiled module, or the Go runtime)")
 	return nil
 }
 
@@ -57,6 +58,8 @@ func (b *built) idleRSS(ctx context.Context, dir, path string, workers int) (flo
 	case "":
 	case b.emptyWasm:
 		filters = append(filters, wasmFilter(path, []byte("{}")))
+	case b.floorModule:
+		filters = append(filters, floorModule("{}"))
 	default:
 		filters = sluiceFilter(b)
 	}

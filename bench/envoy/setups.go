@@ -76,6 +76,16 @@ var setups = map[string]setup{
 		filter: func(b *built) []stack.M {
 			return []stack.M{wasmFilter(b.emptyWasm, []byte(`{"callout":"grpc","read":true}`))}
 		}},
+	"2ne": {id: "2ne", name: "Envoy, empty native Go module (Continue): the Go runtime and dynmod's crossings", load: loadSpread,
+		filter: func(*built) []stack.M { return []stack.M{floorModule("{}")} }},
+	"2nr": {id: "2nr", name: "Envoy, empty native Go module making a precheck rejection's calls (floor of a native 429)",
+		load: loadBlocked, filter: func(*built) []stack.M { return []stack.M{floorModule(`{"reply":true}`)} }},
+	"2n": {id: "2n", name: "Envoy, empty native Go module making sluice's callout over the dynamic module HTTP callout, sluice-controlplane, Redis (native callout floor)",
+		load: loadSpread, rls: rlsSluice,
+		filter: func(*built) []stack.M { return []stack.M{floorModule(`{"callout":"http"}`)} }},
+	"2nrd": {id: "2nrd", name: "2n, reading the answer (:status, grpc-status, body)",
+		load: loadSpread, rls: rlsSluice,
+		filter: func(*built) []stack.M { return []stack.M{floorModule(`{"callout":"http","read":true}`)} }},
 	"3": {id: "3", name: "Envoy, native local_ratelimit (C++), admits all", load: loadSpread,
 		filter: func(*built) []stack.M { return []stack.M{localRateLimit()} }},
 	"4": {id: "4", name: "Envoy, sluice filter, every request decided by the precheck", load: loadBlocked,
@@ -127,6 +137,16 @@ descriptors:
 `
 
 func wasmFilter(path string, plugin []byte) stack.M { return stack.WasmFilter(path, plugin) }
+
+// floorModuleName is the native floor's module, lib<name>.so in Envoy's
+// working directory (build puts it there).
+const floorModuleName = "sluicefloor"
+
+// floorModule is the native floor (filter/native/internal/emptymodule) with
+// the configuration conf.
+func floorModule(conf string) stack.M {
+	return stack.NativeFilter(floorModuleName, "floor", []byte(conf), "")
+}
 
 // sluiceFilter is filter.wasm with one descriptor, user = x-user, and the
 // precheck on. The call timeout is 100 ms: long enough that this busy

@@ -129,6 +129,23 @@ func check(o manifests.Object) error {
 				return err
 			}
 		}
+		for _, m := range v.Spec.DynamicModule {
+			if m.Config == nil {
+				return errNoConfig
+			}
+			if m.FilterName == nil || *m.FilterName != "sluice" {
+				return errFilterName
+			}
+			if _, err := filterconfig.Parse(m.Config.Raw); err != nil {
+				return err
+			}
+		}
+	case *egv1a1.EnvoyProxy:
+		for _, m := range v.Spec.DynamicModules {
+			if m.DoNotClose == nil || !*m.DoNotClose {
+				return errDoNotClose
+			}
+		}
 	case *egv1a1.EnvoyPatchPolicy:
 		for _, p := range v.Spec.JSONPatches {
 			if p.Type != "type.googleapis.com/envoy.config.cluster.v3.Cluster" || p.Operation.Value == nil {
@@ -147,8 +164,10 @@ type exampleError string
 func (e exampleError) Error() string { return string(e) }
 
 const (
-	errEG       = exampleError("the EnvoyGateway configuration does not set provider.kubernetes.rateLimitDeployment.container.image to sluice-controlplane")
-	errNoConfig = exampleError("a Wasm extension without config")
+	errEG         = exampleError("the EnvoyGateway configuration does not set provider.kubernetes.rateLimitDeployment.container.image to sluice-controlplane")
+	errNoConfig   = exampleError("a Wasm extension or dynamic module without config")
+	errFilterName = exampleError("a dynamic module whose filterName is not \"sluice\"")
+	errDoNotClose = exampleError("a dynamic module without doNotClose: true (a Go runtime cannot be unloaded)")
 )
 
 // TestChecksFail: the checks above refuse a typo at each level (the
@@ -167,6 +186,10 @@ func TestChecksFail(t *testing.T) {
 		{"envoy-gateway/envoyextensionpolicy.yaml", "domain: example", "domian: example", "domian"},
 		{"envoy-gateway/envoyextensionpolicy.yaml", "connect_timeout: 0.25s", "connect_timout: 0.25s", "connect_timout"},
 		{"envoy-gateway/envoy-gateway-config.yaml", "rateLimitDeployment:", "rateLimitDeploy:", "rateLimitDeploy"},
+		{"envoy-gateway/native-module.yaml", "doNotClose: true", "doNotClose: false", "doNotClose"},
+		{"envoy-gateway/native-module.yaml", "dynamicModules:", "dynamicModule:", "dynamicModule"},
+		{"envoy-gateway/native-module.yaml", "filterName: sluice", "filterName: sluicy", "filterName"},
+		{"envoy-gateway/native-module.yaml", "domain: example", "domian: example", "domian"},
 	} {
 		b, err := os.ReadFile(tt.file)
 		if err != nil {
@@ -201,7 +224,7 @@ func TestImageVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := regexp.MustCompile(`sluice-(?:controlplane|filter)[:@][^\s"']*`)
+	ref := regexp.MustCompile(`sluice-(?:controlplane|filter|native)[:@][^\s"']*`)
 	perDir := map[string]int{}
 	for _, path := range files(t) {
 		b, err := os.ReadFile(path)

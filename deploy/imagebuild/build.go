@@ -9,14 +9,15 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// Images are sluice's two images.
+// Images are sluice's images.
 type Images struct {
 	ControlPlane v1.ImageIndex // linux/amd64 and linux/arm64
 	Filter       v1.Image      // filter.wasm, compat variant
+	Native       v1.ImageIndex // libsluice.so, linux/amd64 and linux/arm64
 }
 
 // Build builds the programs of the sluice module at root (into work, a
-// directory for the binaries) and returns both images. The version is m's;
+// directory for the binaries) and returns the images. The version is m's;
 // when m.Version is empty, root's VERSION file gives it.
 func Build(ctx context.Context, root, work string, m Meta) (Images, error) {
 	root, err := filepath.Abs(root)
@@ -34,13 +35,16 @@ func Build(ctx context.Context, root, work string, m Meta) (Images, error) {
 	if err != nil {
 		return Images{}, err
 	}
-	bins := map[string]Binaries{}
+	bins, modules := map[string]Binaries{}, map[string][]byte{}
 	for _, p := range Platforms {
 		b, err := BuildBinaries(ctx, root, m, p, work)
 		if err != nil {
 			return Images{}, err
 		}
 		bins[p.String()] = b
+		if modules[p.String()], err = BuildNative(ctx, root, p, work); err != nil {
+			return Images{}, err
+		}
 	}
 	cp, err := ControlPlane(m, bins, license)
 	if err != nil {
@@ -54,7 +58,11 @@ func Build(ctx context.Context, root, work string, m Meta) (Images, error) {
 	if err != nil {
 		return Images{}, err
 	}
-	return Images{ControlPlane: cp, Filter: f}, nil
+	native, err := Native(m, modules, license)
+	if err != nil {
+		return Images{}, err
+	}
+	return Images{ControlPlane: cp, Filter: f, Native: native}, nil
 }
 
 // ReadVersion returns the version in root's VERSION file.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -46,6 +47,34 @@ func BuildBinaries(ctx context.Context, root string, m Meta, p v1.Platform, dir 
 	return b, nil
 }
 
+// nativeCC is the C compiler of each platform's native module when it is not
+// the machine's own (Debian's cross compilers; `make native-cc ARCH=<arch>`
+// installs one).
+var nativeCC = map[string]string{"amd64": "x86_64-linux-gnu-gcc", "arm64": "aarch64-linux-gnu-gcc"}
+
+// BuildNative builds the native filter (./filter/native, cgo,
+// -buildmode=c-shared, -trimpath, no build id) of the sluice module at root
+// for platform p into dir, with the machine's gcc or p's cross compiler, and
+// returns its contents.
+func BuildNative(ctx context.Context, root string, p v1.Platform, dir string) ([]byte, error) {
+	cc := "gcc"
+	if p.Architecture != runtime.GOARCH {
+		cc = nativeCC[p.Architecture]
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		return nil, fmt.Errorf("the linux/%s native module needs the C compiler %s (make native-cc ARCH=%s installs it): %w", p.Architecture, cc, p.Architecture, err)
+	}
+	out := filepath.Join(dir, p.OS+"-"+p.Architecture, "libsluice.so")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return nil, err
+	}
+	args := []string{"build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w -buildid=", "-o", out, "./filter/native"}
+	if err := goCmd(ctx, root, []string{"CGO_ENABLED=1", "CC=" + cc, "GOOS=" + p.OS, "GOARCH=" + p.Architecture}, args...); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(out)
+}
+
 // BuildWasm builds filter.wasm of the sluice module at root with its
 // wasm-build.sh (upstream Go, wasip1, c-shared, -trimpath) into the file out
 // and returns its contents.
@@ -73,13 +102,13 @@ func goCmd(ctx context.Context, dir string, env []string, args ...string) error 
 }
 
 // buildEnv returns this process's environment without GOOS, GOARCH,
-// CGO_ENABLED and GOFLAGS (which would change what is built), then env.
+// CGO_ENABLED, CC and GOFLAGS (which would change what is built), then env.
 func buildEnv(env []string) []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "GOOS", "GOARCH", "CGO_ENABLED", "GOFLAGS":
+		case "GOOS", "GOARCH", "CGO_ENABLED", "CC", "GOFLAGS":
 			continue
 		}
 		out = append(out, kv)

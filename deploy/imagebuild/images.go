@@ -33,16 +33,14 @@ func ControlPlane(m Meta, bins map[string]Binaries, license []byte) (v1.ImageInd
 		return nil, err
 	}
 	ann := m.annotations("sluice-controlplane", "sluice's control plane: Envoy's rate limit service (RLS v3, RLQS), policies, ratectl; /bin/ratelimit for Envoy Gateway")
-	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
-	added := 0
-	for _, p := range Platforms {
+	return platformIndex(ann, func(p v1.Platform) (v1.Image, bool, error) {
 		b, ok := bins[p.String()]
 		if !ok {
-			continue
+			return nil, false, nil
 		}
 		binLayer, err := Layer(binaryEntries(b.ControlPlane, b.Ratectl), m.Created)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		cfg := v1.Config{
 			User:       fmt.Sprintf("%d:%d", NonRootUID, NonRootUID),
@@ -56,15 +54,55 @@ func ControlPlane(m Meta, bins map[string]Binaries, license []byte) (v1.ImageInd
 			Labels: ann,
 		}
 		img, err := image(m, p, cfg, ann, []v1.Layer{baseLayer, binLayer}, []string{"base: users, CA bundle, licence", "sluice-controlplane, ratectl, /bin/ratelimit"})
+		return img, true, err
+	})
+}
+
+// NativePath is where the native image holds the module: at its root, so
+// that an image volume mounted at dir makes it dir/libsluice.so.
+const NativePath = "libsluice.so"
+
+// Native returns the native filter's image index: one image per entry of
+// modules (libsluice.so for that platform, keyed like Platforms), each from
+// scratch with the module and the licence at its root and nothing to run.
+// Kubernetes mounts it as an image volume into Envoy's pod (Envoy Gateway's
+// EnvoyProxy, see deploy/examples/envoy-gateway/native-module.yaml).
+func Native(m Meta, modules map[string][]byte, license []byte) (v1.ImageIndex, error) {
+	ann := m.annotations("sluice-native", "sluice's rate limit filter as an Envoy dynamic module (Envoy 1.40): /libsluice.so")
+	return platformIndex(ann, func(p v1.Platform) (v1.Image, bool, error) {
+		mod, ok := modules[p.String()]
+		if !ok {
+			return nil, false, nil
+		}
+		l, err := Layer([]Entry{{Path: NativePath, Mode: 0o755, Data: mod}, {Path: "LICENSE", Mode: 0o644, Data: license}}, m.Created)
+		if err != nil {
+			return nil, false, err
+		}
+		img, err := image(m, p, v1.Config{Labels: ann}, ann, []v1.Layer{l}, []string{"libsluice.so, licence"})
+		return img, true, err
+	})
+}
+
+// platformIndex returns the OCI index of the images platform makes, in
+// Platforms order (a platform it reports absent is left out; none at all is
+// an error), annotated with ann.
+func platformIndex(ann map[string]string, platform func(v1.Platform) (v1.Image, bool, error)) (v1.ImageIndex, error) {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	added := 0
+	for _, p := range Platforms {
+		img, ok, err := platform(p)
 		if err != nil {
 			return nil, err
+		}
+		if !ok {
+			continue
 		}
 		pp := p
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &pp}})
 		added++
 	}
 	if added == 0 {
-		return nil, fmt.Errorf("imagebuild: no binaries for any of the platforms %v", Platforms)
+		return nil, fmt.Errorf("imagebuild: nothing built for any of the platforms %v", Platforms)
 	}
 	return mutate.Annotations(idx, ann).(v1.ImageIndex), nil
 }

@@ -13,6 +13,7 @@ import (
 const (
 	ControlPlaneLayout = "controlplane"
 	FilterLayout       = "filter"
+	NativeLayout       = "native"
 )
 
 // WriteLayout writes img (a v1.Image or v1.ImageIndex) as the only entry of

@@ -26,8 +26,8 @@ import (
 // pushed is where TestRegistry left the images: a loopback registry and
 // the references by digest.
 type pushed struct {
-	host                 string
-	controlPlane, filter name.Digest
+	host                         string
+	controlPlane, filter, native name.Digest
 }
 
 // serveRegistry starts an OCI registry (go-containerregistry's
@@ -59,6 +59,12 @@ func push(t *testing.T, imgs imagebuild.Images) pushed {
 		t.Fatal(err)
 	}
 	if p.filter, err = name.NewDigest(host + "/sluice/sluice-filter@" + d.String()); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = imagebuild.Push(ctx, host+"/sluice/sluice-native:"+version(t), imgs.Native); err != nil {
+		t.Fatal(err)
+	}
+	if p.native, err = name.NewDigest(host + "/sluice/sluice-native@" + d.String()); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -204,6 +210,49 @@ func TestRegistry(t *testing.T) {
 	}
 	n, _ := imagebuild.ImageSize(fimg)
 	t.Logf("filter: %s, plugin.wasm %d bytes, image %d bytes", p.filter.DigestStr(), len(wasm), n)
+
+	checkNative(t, p.native, machine)
+}
+
+// checkNative pulls the native image for each platform, as a kubelet
+// resolves an image volume, and checks that it holds, at its root, a
+// shared object for that machine that exports Envoy's module entry point,
+// and the licence.
+func checkNative(t *testing.T, ref name.Digest, machine map[string]elf.Machine) {
+	t.Helper()
+	for _, plat := range imagebuild.Platforms {
+		img, err := remote.Image(ref, remote.WithPlatform(plat))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.OS != plat.OS || cf.Architecture != plat.Architecture || len(cf.Config.Entrypoint) > 0 {
+			t.Errorf("native %s: config says %s/%s, entrypoint %q", plat, cf.OS, cf.Architecture, cf.Config.Entrypoint)
+		}
+		files := layerFiles(t, img)
+		so := files[imagebuild.NativePath]
+		e, err := elf.NewFile(bytes.NewReader(so.data))
+		if err != nil {
+			t.Fatalf("native %s: %s: %v", plat, imagebuild.NativePath, err)
+		}
+		syms, err := e.DynamicSymbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		exports := slices.ContainsFunc(syms, func(s elf.Symbol) bool {
+			return s.Name == "envoy_dynamic_module_on_program_init" && s.Section != elf.SHN_UNDEF
+		})
+		if e.Type != elf.ET_DYN || e.Machine != machine[plat.Architecture] || !exports {
+			t.Errorf("native %s: type %v, machine %v, exports on_program_init %v", plat, e.Type, e.Machine, exports)
+		}
+		if len(files["LICENSE"].data) == 0 {
+			t.Errorf("native %s: no LICENSE", plat)
+		}
+		t.Logf("native %s: %s, libsluice.so %d bytes", plat, mustDigest(t, img), len(so.data))
+	}
 }
 
 // checkAnnotations checks the OCI annotations every manifest and config carries.
@@ -329,7 +378,7 @@ func TestReproducible(t *testing.T) {
 	for _, x := range []struct {
 		name string
 		a, b interface{ Digest() (v1.Hash, error) }
-	}{{"control plane", first.ControlPlane, second.ControlPlane}, {"filter", first.Filter, second.Filter}} {
+	}{{"control plane", first.ControlPlane, second.ControlPlane}, {"filter", first.Filter, second.Filter}, {"native", first.Native, second.Native}} {
 		da, err := x.a.Digest()
 		if err != nil {
 			t.Fatal(err)

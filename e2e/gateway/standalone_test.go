@@ -101,20 +101,17 @@ rateLimit:
 `, res, filepath.Join(home, "config"), filepath.Join(home, "data"), filepath.Join(home, "state"), filepath.Join(home, "run"), redis)
 }
 
-// egResources are the Gateway API resources: a Gateway on listenerPort,
-// one HTTPRoute per scenario to the upstream, their
-// BackendTrafficPolicies, and the EnvoyPatchPolicy that points
-// ratelimit_cluster at sluice (address and CA).
-func egResources(listenerPort int, upstream string, sluiceGRPC int, ca string, headerLimit int) string {
+// egGateway returns the GatewayClass eg (with the lines of classSpec added
+// to its spec), the Gateway eg on listenerPort and the Backend upstream.
+func egGateway(listenerPort int, upstream, classSpec string) string {
 	host, port, _ := strings.Cut(upstream, ":")
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: gateway.networking.k8s.io/v1
+	return fmt.Sprintf(`apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata:
   name: eg
 spec:
   controllerName: gateway.envoyproxy.io/gatewayclass-controller
----
+%s---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata:
@@ -137,9 +134,12 @@ spec:
     - ip:
         address: %s
         port: %s
-`, listenerPort, host, port)
-	for _, r := range []string{"header", "distinct", "all", "shared-a", "shared-b", "shadow"} {
-		fmt.Fprintf(&b, `---
+`, classSpec, listenerPort, host, port)
+}
+
+// egRoute returns the HTTPRoute name, /name to the Backend upstream.
+func egRoute(name string) string {
+	return fmt.Sprintf(`---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata:
@@ -157,7 +157,18 @@ spec:
         - path:
             type: PathPrefix
             value: /%[1]s
-`, r)
+`, name)
+}
+
+// egResources are the Gateway API resources: a Gateway on listenerPort,
+// one HTTPRoute per scenario to the upstream, their
+// BackendTrafficPolicies, and the EnvoyPatchPolicy that points
+// ratelimit_cluster at sluice (address and CA).
+func egResources(listenerPort int, upstream string, sluiceGRPC int, ca string, headerLimit int) string {
+	var b strings.Builder
+	b.WriteString(egGateway(listenerPort, upstream, ""))
+	for _, r := range []string{"header", "distinct", "all", "shared-a", "shared-b", "shadow"} {
+		b.WriteString(egRoute(r))
 	}
 	policy := func(name, rules string, routes ...string) {
 		fmt.Fprintf(&b, "---\napiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata:\n  name: %s\n  namespace: default\nspec:\n  targetRefs:\n", name)
@@ -233,17 +244,11 @@ func TestRealEnvoyGateway(t *testing.T) {
 	res := filepath.Join(dir, "resources")
 	os.MkdirAll(res, 0o755)
 
-	// 1. Certificates, as `envoy-gateway certgen --local` writes them.
-	cmd := exec.Command(egBin, "certgen", "--local", "--config-home", filepath.Join(home, "config"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("certgen: %v\n%s", err, out)
-	}
-	certs := filepath.Join(home, "config", "certs")
+	// 1. Certificates, as `envoy-gateway certgen --local` writes them; 2. the
+	// PyPI Envoy where func-e looks first.
+	certs := prepareHome(t, egBin, home)
 	rl := filepath.Join(certs, "envoy-rate-limit")
 	t.Logf("certgen --local wrote %s", certs)
-
-	// 2. The PyPI Envoy where func-e looks first: nothing is downloaded.
-	copyFile(t, realEnvoy(t), filepath.Join(home, "data", "envoy-versions", egEnvoyVersion, "bin", "envoy"))
 
 	// 3. Redis, named so that it parses as a URL (Envoy Gateway refuses
 	// 127.0.0.1:port).

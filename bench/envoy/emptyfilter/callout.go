@@ -6,8 +6,9 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/bench/envoy/floorcall"
 )
 
 // The callout floor (setups 2h and 2g of bench-envoy): with {"callout":
@@ -25,15 +26,6 @@ import (
 // own calls by the root), so the floor keeps each call's stream and makes
 // it the effective context before resuming: the same host calls any
 // proxy-wasm filter needs to resume a request after a call.
-
-// The callout's fixed names: bench-envoy's policy and cluster.
-const (
-	calloutCluster = "rls"
-	calloutDomain  = "bench"
-	calloutTimeout = 100 // ms
-	rlsService     = "envoy.service.ratelimit.v3.RateLimitService"
-	rlsMethod      = "ShouldRateLimit"
-)
 
 // callout is the configured mode: 0 none, calloutHTTP or calloutGRPC.
 var callout int
@@ -71,44 +63,18 @@ func configureCallout(conf []byte) {
 		return
 	}
 	readAnswer = bytes.Contains(conf, []byte(`"read":true`))
-	calloutHeaders = appendPairs(nil, [][2]string{
-		{":method", "POST"},
-		{":path", "/" + rlsService + "/" + rlsMethod},
-		{":authority", calloutCluster},
-		{":scheme", "http"},
-		{"content-type", "application/grpc"},
-		{"te", "trailers"},
-		{"grpc-timeout", "100m"},
-	})
+	calloutHeaders = appendPairs(nil, floorcall.Headers)
 	calloutTrailers = appendPairs(nil, nil)
 	calloutMetadata = appendPairs(nil, nil)
 	// GrpcService field 1 (envoy_grpc), EnvoyGrpc field 1 (cluster_name).
-	inner := append([]byte{0x0a, byte(len(calloutCluster))}, calloutCluster...)
+	inner := append([]byte{0x0a, byte(len(floorcall.Cluster))}, floorcall.Cluster...)
 	calloutService = append([]byte{0x0a, byte(len(inner))}, inner...)
-}
-
-// appendBytes appends a length-delimited protobuf field (short payloads).
-func appendBytes(dst []byte, field byte, b []byte) []byte {
-	dst = append(dst, field<<3|2)
-	dst = binary.AppendUvarint(dst, uint64(len(b)))
-	return append(dst, b...)
 }
 
 // encodeRequest fills calloutBody with the RateLimitRequest for user, as a
 // gRPC frame for HTTP and bare for gRPC (Envoy's client frames it).
 func encodeRequest(user []byte) {
-	entry := appendBytes(appendBytes(nil, 1, []byte("user")), 2, user)
-	desc := appendBytes(nil, 1, entry)
-	msg := appendBytes(nil, 1, []byte(calloutDomain))
-	msg = appendBytes(msg, 2, desc)
-	msg = append(msg, 3<<3, 1)          // hits_addend 1
-	msg = append(msg, 0xc0, 0x3e, 0x01) // sluice's quota field (1000) = 1
-	calloutBody = calloutBody[:0]
-	if callout == calloutHTTP {
-		calloutBody = append(calloutBody, 0)
-		calloutBody = binary.BigEndian.AppendUint32(calloutBody, uint32(len(msg)))
-	}
-	calloutBody = append(calloutBody, msg...)
+	calloutBody = floorcall.AppendRequest(calloutBody[:0], user, callout == calloutHTTP)
 }
 
 // callOut sends the request's call and pauses it (continues it when the
@@ -122,13 +88,13 @@ func callOut(id uint32) uint32 {
 	encodeRequest(user)
 	var st uint32
 	if callout == calloutHTTP {
-		st = proxyHTTPCall(calloutCluster, unsafe.Pointer(&calloutHeaders[0]), uint32(len(calloutHeaders)),
+		st = proxyHTTPCall(floorcall.Cluster, unsafe.Pointer(&calloutHeaders[0]), uint32(len(calloutHeaders)),
 			unsafe.Pointer(&calloutBody[0]), uint32(len(calloutBody)),
-			unsafe.Pointer(&calloutTrailers[0]), uint32(len(calloutTrailers)), calloutTimeout, &callID)
+			unsafe.Pointer(&calloutTrailers[0]), uint32(len(calloutTrailers)), floorcall.TimeoutMs, &callID)
 	} else {
-		st = proxyGRPCCall(unsafe.Pointer(&calloutService[0]), uint32(len(calloutService)), rlsService, rlsMethod,
+		st = proxyGRPCCall(unsafe.Pointer(&calloutService[0]), uint32(len(calloutService)), floorcall.Service, floorcall.Method,
 			unsafe.Pointer(&calloutMetadata[0]), uint32(len(calloutMetadata)),
-			unsafe.Pointer(&calloutBody[0]), uint32(len(calloutBody)), calloutTimeout, &callID)
+			unsafe.Pointer(&calloutBody[0]), uint32(len(calloutBody)), floorcall.TimeoutMs, &callID)
 	}
 	if st != 0 {
 		return 0

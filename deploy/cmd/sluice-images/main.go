@@ -5,11 +5,13 @@
 //	sluice-images build -root .. -out ../build/images [-revision SHA] [-created UNIX]
 //	sluice-images push -from ../build/images -registry registry.example.com/sluice
 //
-// build writes <out>/controlplane (an index: linux/amd64, linux/arm64) and
-// <out>/filter (filter.wasm, compat variant) and prints their digests and
-// sizes. push sends them as <registry>/sluice-controlplane:<version> and
-// <registry>/sluice-filter:<version>, with the credentials of the docker
-// configuration (~/.docker/config.json, $DOCKER_CONFIG).
+// build writes <out>/controlplane (an index: linux/amd64, linux/arm64),
+// <out>/filter (filter.wasm, compat variant) and <out>/native (libsluice.so,
+// an index: linux/amd64, linux/arm64) and prints their digests and sizes.
+// push sends them as <registry>/sluice-controlplane:<version>,
+// <registry>/sluice-filter:<version> and <registry>/sluice-native:<version>,
+// with the credentials of the docker configuration (~/.docker/config.json,
+// $DOCKER_CONFIG).
 package main
 
 import (
@@ -34,6 +36,7 @@ import (
 const (
 	ControlPlaneRepo = "sluice-controlplane"
 	FilterRepo       = "sluice-filter"
+	NativeRepo       = "sluice-native"
 )
 
 func main() {
@@ -106,7 +109,7 @@ func build(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, x := range []struct {
 		dir string
 		img any
-	}{{imagebuild.ControlPlaneLayout, imgs.ControlPlane}, {imagebuild.FilterLayout, imgs.Filter}} {
+	}{{imagebuild.ControlPlaneLayout, imgs.ControlPlane}, {imagebuild.FilterLayout, imgs.Filter}, {imagebuild.NativeLayout, imgs.Native}} {
 		dir := filepath.Join(*out, x.dir)
 		if err := imagebuild.WriteLayout(dir, version, x.img); err != nil {
 			return err
@@ -134,6 +137,7 @@ func push(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, x := range []struct{ dir, repo string }{
 		{imagebuild.ControlPlaneLayout, ControlPlaneRepo},
 		{imagebuild.FilterLayout, FilterRepo},
+		{imagebuild.NativeLayout, NativeRepo},
 	} {
 		img, version, err := imagebuild.ReadLayout(filepath.Join(*from, x.dir))
 		if err != nil {

@@ -21,8 +21,9 @@ import (
 
 // TestPush: `sluice-images push` reads the layouts `build` writes and
 // pushes them, with the docker configuration's credentials (none here), to
-// <registry>/sluice-controlplane:<version> and <registry>/sluice-filter:<version>;
-// the tags resolve to the digests of the layouts.
+// <registry>/sluice-controlplane:<version>, <registry>/sluice-filter:<version>
+// and <registry>/sluice-native:<version>; the tags resolve to the digests of
+// the layouts.
 func TestPush(t *testing.T) {
 	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials from the machine
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
@@ -41,7 +42,14 @@ func TestPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nat, err := imagebuild.Native(m, map[string][]byte{"linux/amd64": []byte("so-amd64"), "linux/arm64": []byte("so-arm64")}, []byte("licence"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := t.TempDir()
+	if err := imagebuild.WriteLayout(filepath.Join(out, imagebuild.NativeLayout), m.Version, nat); err != nil {
+		t.Fatal(err)
+	}
 	if err := imagebuild.WriteLayout(filepath.Join(out, imagebuild.ControlPlaneLayout), m.Version, cp); err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +64,7 @@ func TestPush(t *testing.T) {
 	for ref, img := range map[string]interface{ Digest() (v1.Hash, error) }{
 		host + "/sluice/sluice-controlplane:9.9.9": cp,
 		host + "/sluice/sluice-filter:9.9.9":       f,
+		host + "/sluice/sluice-native:9.9.9":       nat,
 	} {
 		r, err := name.ParseReference(ref)
 		if err != nil {
