@@ -338,7 +338,13 @@ func (c *leanConn) handle(f http2.Frame) {
 		}
 	case *http2.RSTStreamFrame:
 		if lc := c.streams[f.StreamID]; lc != nil {
-			lc.err = fmt.Errorf("stream reset by the server: %v", f.ErrCode)
+			if f.ErrCode == http2.ErrCodeCancel && c.timeout != "" {
+				// grpc-go's server resets with CANCEL when the grpc-timeout
+				// we sent runs out, which can reach us before our own timer.
+				lc.err = fmt.Errorf("%w: the server cancelled the call at its grpc-timeout", context.DeadlineExceeded)
+			} else {
+				lc.err = fmt.Errorf("stream reset by the server: %v", f.ErrCode)
+			}
 			c.finish(f.StreamID, lc)
 		}
 	case *http2.GoAwayFrame:
