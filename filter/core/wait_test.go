@@ -222,3 +222,43 @@ func TestWaitForCallGRPC(t *testing.T) {
 		t.Fatalf("after the failed call (stream %d): %d calls more, want the waiter's (stream %d) own", caller, len(b.host.calls)-calls, w2)
 	}
 }
+
+// TestCancelWakesWaiters: the stream whose call two requests wait for ends
+// and its proxy cancels the call (a native host's stream callout dies with
+// its stream): the caller is counted nowhere, nothing is sent to it, and
+// the waiters wake at once and call themselves.
+func TestCancelWakesWaiters(t *testing.T) {
+	b := newTestbed(t, quotaConfig)
+	spentPool(t, b)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	calls := len(b.host.calls)
+	first, _ := b.request(req, "10.0.0.1:1")
+	w1, _ := b.request(req, "10.0.0.1:1")
+	w2, _ := b.request(req, "10.0.0.1:1")
+	id := b.lastCall().id
+	before := map[string]int64{}
+	for k, v := range b.host.counters {
+		before[k] = v
+	}
+	b.ended(first)
+	b.w.Cancel(id)
+	b.close(first)
+	h := b.host
+	if len(h.calls) != calls+3 || h.calls[len(h.calls)-2].stream != w1 || h.calls[len(h.calls)-1].stream != w2 {
+		t.Fatalf("%d calls after the cancel, want the two waiters' own", len(h.calls)-calls-1)
+	}
+	for _, m := range []string{MetricAllowed, MetricErrors, MetricFailureOpen, MetricFailureClosed, MetricOverLimit} {
+		if h.counters[m] != before[m] {
+			t.Errorf("%s counted the cancelled call: %d -> %d", m, before[m], h.counters[m])
+		}
+	}
+	if h.resumed[first] != 0 || len(h.local) != 0 {
+		t.Fatalf("the cancelled stream was acted on: resumed %d, %d local replies", h.resumed[first], len(h.local))
+	}
+	// Its answer, were it to come, is ignored; a second cancel too.
+	b.answerCall(id, okNoQuota(t))
+	b.w.Cancel(id)
+	if h.counters[MetricAllowed] != before[MetricAllowed] {
+		t.Fatal("an answer to a cancelled call was counted")
+	}
+}
