@@ -186,7 +186,9 @@ func (m *metrics) id(kind core.MetricKind, name string) (uint32, error) {
 // errUndefined is the error of a metric the configuration did not define.
 type errUndefined string
 
-func (e errUndefined) Error() string { return "metric " + string(e) + " was not defined with the configuration" }
+func (e errUndefined) Error() string {
+	return "metric " + string(e) + " was not defined with the configuration"
+}
 
 // add adds delta to metric id.
 func (m *metrics) add(id uint32, delta int64) {
