@@ -287,6 +287,11 @@ func (h *hooks) Destroy() {
 	s.sched = nil
 }
 
+// testPanicHeader names the hook in which a request of a sluicetest build
+// makes the host panic (testPanic): request_headers, answer,
+// response_headers.
+const testPanicHeader = "x-sluice-test-panic"
+
 // recoverHook, deferred, logs a panic of a hook that decides nothing.
 func (s *stream) recoverHook(hook string) {
 	if r := recover(); r != nil {
