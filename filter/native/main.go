@@ -28,7 +28,7 @@ import (
 	"github.com/sluicehq/sluice/filter/core"
 	"github.com/sluicehq/sluice/filter/core/config"
 	"github.com/sluicehq/sluice/filter/native/internal/dynmod"
-	"github.com/sluicehq/sluice/filter/native/internal/envoystate"
+	"github.com/sluicehq/sluice/filter/native/envoystate"
 )
 
 func main() {}

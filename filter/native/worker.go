@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/filter/core/lease"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
 	"github.com/sluicehq/sluice/filter/native/internal/dynmod"
-	"github.com/sluicehq/sluice/filter/native/internal/envoystate"
+	"github.com/sluicehq/sluice/filter/native/envoystate"
 )
 
 // worker is the core.Worker of one filter configuration on one Envoy

@@ -78,12 +78,17 @@ func Domains() int {
 }
 
 // Bound returns the most bytes one domain's state can hold: its two tables
-// full, each slot with the longest key (and a block the longest name),
-// with the allocator's rounding (at most 1/8) on what is allocated per
-// entry.
-func Bound() int {
-	entry := int(unsafe.Sizeof(blockEntry{})) + MaxKeyLen + precheck.MaxNameLen
-	blocks := int(unsafe.Sizeof(blockTable{})) + Slots*(entry+entry/8)
-	pools := int(unsafe.Sizeof(poolTable{})) + Slots*(MaxKeyLen+MaxKeyLen/8)
+// full, each slot with the longest key (and a block the longest name).
+func Bound() int { return BoundFor(MaxKeyLen, precheck.MaxNameLen) }
+
+// BoundFor returns the most bytes one domain's state can hold when its
+// keys are at most keyLen bytes and its limits' names nameLen: both tables
+// full, with the allocator's rounding (at most 1/8, and 16 bytes per
+// allocation) on what is allocated per entry.
+func BoundFor(keyLen, nameLen int) int {
+	alloc := func(n int) int { return max(n+n/8, 16) }
+	entry := alloc(int(unsafe.Sizeof(blockEntry{}))) + alloc(keyLen) + alloc(nameLen)
+	blocks := int(unsafe.Sizeof(blockTable{})) + Slots*entry
+	pools := int(unsafe.Sizeof(poolTable{})) + Slots*alloc(keyLen)
 	return blocks + pools
 }
