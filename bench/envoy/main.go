@@ -1,6 +1,6 @@
 // Command bench-envoy measures sluice in real Envoy against Envoy alone, an
-// empty upstream-Go Wasm filter, Envoy's native local_ratelimit, and Envoy's
-// native ratelimit filter with envoyproxy/ratelimit: `make bench-envoy`. It is
+// empty upstream-Go Wasm filter, Envoy's own (C++) local_ratelimit, and Envoy's
+// own ratelimit filter with envoyproxy/ratelimit: `make bench-envoy`. It is
 // a benchmark, not a test.
 //
 // Every setup runs on the same Envoy binary with the same --concurrency, in
