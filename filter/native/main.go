@@ -27,8 +27,8 @@ import (
 
 	"github.com/sluicehq/sluice/filter/core"
 	"github.com/sluicehq/sluice/filter/core/config"
-	"github.com/sluicehq/sluice/filter/native/internal/dynmod"
 	"github.com/sluicehq/sluice/filter/native/envoystate"
+	"github.com/sluicehq/sluice/filter/native/internal/dynmod"
 )
 
 func main() {}

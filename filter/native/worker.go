@@ -11,8 +11,8 @@ import (
 	"github.com/sluicehq/sluice/filter/core/headermap"
 	"github.com/sluicehq/sluice/filter/core/lease"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
-	"github.com/sluicehq/sluice/filter/native/internal/dynmod"
 	"github.com/sluicehq/sluice/filter/native/envoystate"
+	"github.com/sluicehq/sluice/filter/native/internal/dynmod"
 )
 
 // worker is the core.Worker of one filter configuration on one Envoy
