@@ -209,13 +209,14 @@ wasm:
 
 ## run: the whole stack on loopback: control plane (embedded memory store, example
 ## policies), a demo upstream, and real Envoy on envoy/envoy.yaml running filter.wasm under V8
-## on :8080. Ctrl-C stops it. POLICY=file.yaml seeds your own policy (domain sluice-demo),
+## on :8080 (FILTER=native: envoy/envoy-native.yaml running libsluice.so, the native filter).
+## Ctrl-C stops it. POLICY=file.yaml seeds your own policy (domain sluice-demo),
 ## REDIS_ADDR=host:port uses Redis; LISTEN, GRPC_ADDR, HTTP_ADDR, POLICY_ADDR move the ports.
 # (Built, then run: under go run, Ctrl-C would end make with "Error 1".)
 RUN_FLAGS = $(if $(POLICY),-policy $(abspath $(POLICY))) $(if $(LISTEN),-listen $(LISTEN)) \
             $(if $(GRPC_ADDR),-grpc-addr $(GRPC_ADDR)) $(if $(HTTP_ADDR),-http-addr $(HTTP_ADDR)) \
-            $(if $(POLICY_ADDR),-policy-addr $(POLICY_ADDR))
-run: envoy wasm
+            $(if $(POLICY_ADDR),-policy-addr $(POLICY_ADDR)) -filter $(or $(FILTER),wasm)
+run: envoy $(if $(filter native,$(FILTER)),,wasm)
 	$(HOSTENV) $(GO) build -o $(BIN)/sluice-dev ./e2e/cmd/sluice-dev
 	$(BIN)/sluice-dev -wasm build/filter.wasm $(RUN_FLAGS)
 
