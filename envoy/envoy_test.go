@@ -30,11 +30,15 @@ var variants = []variant{
 	{file: "envoy.yaml", config: Config,
 		local: func(dir string) Local { return Local{Wasm: filepath.Join(dir, "filter.wasm")} },
 		env:   func(string) []string { return nil },
-		build: func(ctx context.Context, dir string) error { return stack.BuildWasm(ctx, filepath.Join(dir, "filter.wasm")) }},
+		build: func(ctx context.Context, dir string) error {
+			return stack.BuildWasm(ctx, filepath.Join(dir, "filter.wasm"))
+		}},
 	{file: "envoy-native.yaml", config: NativeConfig,
 		local: func(string) Local { return Local{} },
 		env:   func(dir string) []string { return []string{stack.ModuleSearchPath(dir)} },
-		build: func(ctx context.Context, dir string) error { return stack.BuildNative(ctx, filepath.Join(dir, "libsluice.so")) }},
+		build: func(ctx context.Context, dir string) error {
+			return stack.BuildNative(ctx, filepath.Join(dir, "libsluice.so"))
+		}},
 }
 
 // writeJSON writes a bootstrap where Envoy can read it.
