@@ -251,6 +251,7 @@ func summarize(m map[string]result, workers int) {
 		}
 	}
 	summarizeCallout(get)
+	summarizeNative(get)
 	summarizeUsage(m)
 	if five, ok := get("5/flood"); ok {
 		if seven, ok := get("7/flood"); ok {

@@ -106,6 +106,12 @@ var setups = map[string]setup{
 		rls: rlsSluice, filter: sluiceFilterGRPC},
 	"7L": {id: "7L", name: "Envoy, sluice filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
 		filter: sluiceFilter},
+	"7n": {id: "7n", name: "Envoy, sluice native filter (libsluice.so), sluice-controlplane, Redis", rls: rlsSluice,
+		filter: sluiceNative, adds: "ratelimit"},
+	"4n": {id: "4n", name: "Envoy, sluice native filter, every request decided by the precheck", load: loadBlocked,
+		filter: sluiceNative, rls: rlsSluiceMemory},
+	"7Ln": {id: "7Ln", name: "Envoy, sluice native filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
+		filter: sluiceNative},
 	"u": {id: "u", name: "Envoy, sluice filter, usage from a response header, settlements batched (default settle)",
 		rls: rlsSluice, usage: true, load: loadSpread, filter: func(b *built) []stack.M { return usageFilter(b, nil) }},
 	"u1": {id: "u1", name: "Envoy, sluice filter, usage from a response header, one settle call per request",
@@ -163,6 +169,19 @@ func sluiceFilterWith(b *built, transport string) []stack.M {
 
 // sluiceFilterAt is sluiceFilterWith running the module at wasm.
 func sluiceFilterAt(wasm, transport string) []stack.M {
+	return []stack.M{wasmFilter(wasm, sluicePlugin(transport))}
+}
+
+// sluiceNative is sluiceFilter's configuration on the native filter,
+// libsluice.so in Envoy's working directory (build puts it there), with
+// filter.wasm's stat names.
+func sluiceNative(*built) []stack.M {
+	return []stack.M{stack.NativeFilter("sluice", "sluice", sluicePlugin(""), "wasmcustom")}
+}
+
+// sluicePlugin is the plugin configuration of sluiceFilter, with a
+// transport ("": the default).
+func sluicePlugin(transport string) []byte {
 	cfg := map[string]any{
 		"cluster": rlsCluster, "domain": domain, "timeout": "100ms", "failure_mode": "open",
 		"rate_limits": []any{map[string]any{"actions": []any{map[string]any{
@@ -174,7 +193,7 @@ func sluiceFilterAt(wasm, transport string) []stack.M {
 		cfg["transport"] = transport
 	}
 	plugin, _ := json.Marshal(cfg)
-	return []stack.M{wasmFilter(wasm, plugin)}
+	return plugin
 }
 
 // sluiceFilterGRPC is sluiceFilter with transport "grpc".

@@ -171,9 +171,20 @@ type hooks stream
 // failure mode (core.Worker.Recover); elsewhere it is logged, the stream
 // going on.
 
-// RequestHeaders decides the request.
-func (h *hooks) RequestHeaders(bool) (st dynmod.HeadersStatus) {
+// RequestHeaders decides the request (timed in the sluicetest build).
+func (h *hooks) RequestHeaders(bool) dynmod.HeadersStatus {
 	s := (*stream)(h)
+	if testReport(s) {
+		return dynmod.HeadersStop
+	}
+	start := testClock()
+	st := s.requestHeaders()
+	testHookTime(start)
+	return st
+}
+
+// requestHeaders is RequestHeaders.
+func (s *stream) requestHeaders() (st dynmod.HeadersStatus) {
 	w := s.w
 	w.enter()
 	defer w.leave()
