@@ -5,7 +5,8 @@
 // streams resumed, local replies and their headers, a configuration
 // refused in proxy_on_configure, and a trapped VM reloaded), and the same
 // for the native module where it applies: the scenarios that are about a
-// request's path (TestHeaders, TestTransports, TestPerWorkerPrecheck) run
+// request's path (TestHeaders, TestTransports, TestPerWorkerPrecheck) and
+// the per-Envoy state's bound under 100,000 keys (TestSharedStateChurn) run
 // on each host of stack.FilterHosts. What stays proxy-wasm's alone is the
 // Wasm VM's own life, which a dynamic module does not have: a VM that
 // traps and is reloaded (TestTrappedVM, and what survives the reload:

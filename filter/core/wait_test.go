@@ -32,15 +32,8 @@ func okNoQuota(t *testing.T) *fakeAnswer {
 // two wait for that call instead of calling, and its quota admits them.
 func TestWaitForCall(t *testing.T) {
 	b := newTestbed(t, quotaConfig)
-	spentPool(t, b)
 	req := map[string]string{":method": "GET", ":path": "/"}
-	calls := len(b.host.calls)
-	first, _ := b.request(req, "10.0.0.1:1")
-	w1, a1 := b.request(req, "10.0.0.1:1")
-	w2, a2 := b.request(req, "10.0.0.1:1")
-	if a1 != Pause || a2 != Pause || len(b.host.calls) != calls+1 || b.host.counters[MetricLeaseWaited] != 2 {
-		t.Fatalf("actions %d %d, %d calls, %d waited", a1, a2, len(b.host.calls)-calls, b.host.counters[MetricLeaseWaited])
-	}
+	first, w1, w2, calls := callAndWaiters(t, b)
 	quota := b.host.counters[MetricQuotaAllowed]
 	b.deliver(quotaAnswer(t, b.host, 5, time.Second))
 	h := b.host
@@ -53,6 +46,23 @@ func TestWaitForCall(t *testing.T) {
 			t.Fatalf("request %d after the waiters: action %d", i, a)
 		}
 	}
+}
+
+// callAndWaiters spends b's pool, then sends three requests: the first
+// calls, the next two wait for its call. It returns the three and the
+// number of calls made before them.
+func callAndWaiters(t *testing.T, b *testbed) (first, w1, w2 uint32, calls int) {
+	t.Helper()
+	spentPool(t, b)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	calls = len(b.host.calls)
+	first, _ = b.request(req, "10.0.0.1:1")
+	w1, a1 := b.request(req, "10.0.0.1:1")
+	w2, a2 := b.request(req, "10.0.0.1:1")
+	if a1 != Pause || a2 != Pause || len(b.host.calls) != calls+1 || b.host.counters[MetricLeaseWaited] != 2 {
+		t.Fatalf("actions %d %d, %d calls, %d waited", a1, a2, len(b.host.calls)-calls, b.host.counters[MetricLeaseWaited])
+	}
+	return first, w1, w2, calls
 }
 
 // TestWaitThenCall: the call waited for brings no quota: the waiters call,
@@ -229,12 +239,7 @@ func TestWaitForCallGRPC(t *testing.T) {
 // the waiters wake at once and call themselves.
 func TestCancelWakesWaiters(t *testing.T) {
 	b := newTestbed(t, quotaConfig)
-	spentPool(t, b)
-	req := map[string]string{":method": "GET", ":path": "/"}
-	calls := len(b.host.calls)
-	first, _ := b.request(req, "10.0.0.1:1")
-	w1, _ := b.request(req, "10.0.0.1:1")
-	w2, _ := b.request(req, "10.0.0.1:1")
+	first, w1, w2, calls := callAndWaiters(t, b)
 	id := b.lastCall().id
 	before := map[string]int64{}
 	for k, v := range b.host.counters {

@@ -15,18 +15,26 @@ import (
 	"github.com/sluicehq/sluice/e2e/stack"
 )
 
-// testModule builds the sluicetest build of libsluice.so (its requests can
-// make it panic) into dir.
-func testModule(t *testing.T, ctx context.Context, dir string) string {
+// backends builds the sluicetest build of libsluice.so (its requests can
+// make it panic) into a directory of the test's, and starts a counting
+// rate limit service and an upstream, stopped when the test ends.
+func backends(t *testing.T) (dir, so string, rls *countingRLS, up *stack.Upstream) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the module and runs Envoy")
 	}
-	so := filepath.Join(dir, "libsluice.so")
-	if err := stack.BuildNativeTest(ctx, so); err != nil {
+	dir = t.TempDir()
+	so = filepath.Join(dir, "libsluice.so")
+	if err := stack.BuildNativeTest(context.Background(), so); err != nil {
 		t.Fatal(err)
 	}
-	return so
+	rls = startCountingRLS(t)
+	up, err := stack.StartUpstream("127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close(context.Background()) })
+	return dir, so, rls, up
 }
 
 // countingRLS is a fake rate limit service: OVER_LIMIT for api_key
@@ -100,14 +108,7 @@ func get(t *testing.T, url string, headers ...string) int {
 // Envoy serves on, and so does the module, on every worker.
 func TestPanicLeavesEnvoyServing(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	so := testModule(t, ctx, dir)
-	rls := startCountingRLS(t)
-	up, err := stack.StartUpstream("127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close(ctx)
+	dir, so, rls, up := backends(t)
 	listener := func(name, mode string) stack.M {
 		return stack.HTTPListener(name, 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "up"))},
 			stack.NativeFilterFile(so, "sluice", nativePlugin("panic", mode, "5s"), "wasmcustom"))
@@ -167,14 +168,7 @@ func TestPanicLeavesEnvoyServing(t *testing.T) {
 // dropped: the same listener added back asks the control plane again.
 func TestStateAcrossReload(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	so := testModule(t, ctx, dir)
-	rls := startCountingRLS(t)
-	up, err := stack.StartUpstream("127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close(ctx)
+	dir, so, rls, up := backends(t)
 	lds, err := stack.NewListenerFile(dir)
 	if err != nil {
 		t.Fatal(err)

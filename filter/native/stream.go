@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/sluicehq/sluice/filter/core"
@@ -222,16 +223,14 @@ func (s *stream) answer(r *dynmod.Response) {
 }
 
 // RequestBody tells the core of a request body chunk.
-func (h *hooks) RequestBody(end bool) dynmod.BodyStatus {
+func (h *hooks) RequestBody(end bool) (st dynmod.BodyStatus) {
 	s := (*stream)(h)
-	w := s.w
-	w.enter()
-	defer w.leave()
-	defer s.recoverHook("request body")
-	if w.core.RequestBody(s.x, s.ds.BodySize(dynmod.ReceivedRequestBody), end) == core.Pause {
-		return dynmod.BodyStopBuffer
-	}
-	return dynmod.BodyContinue
+	s.inHook("request body", func(w *core.Worker) {
+		if w.RequestBody(s.x, s.ds.BodySize(dynmod.ReceivedRequestBody), end) == core.Pause {
+			st = dynmod.BodyStopBuffer
+		}
+	})
+	return st
 }
 
 // RequestTrailers lets the trailers through.
@@ -240,62 +239,59 @@ func (h *hooks) RequestTrailers() dynmod.TrailersStatus { return dynmod.Trailers
 // ResponseHeaders adds the rate limit headers and reads usage.
 func (h *hooks) ResponseHeaders(end bool) dynmod.HeadersStatus {
 	s := (*stream)(h)
-	w := s.w
-	w.enter()
-	defer w.leave()
-	defer s.recoverHook("response headers")
-	testPanic("response_headers", s)
-	w.core.ResponseHeaders(s.x, end)
+	s.inHook("response headers", func(w *core.Worker) {
+		testPanic("response_headers", s)
+		w.ResponseHeaders(s.x, end)
+	})
 	return dynmod.HeadersContinue
 }
 
 // ResponseBody counts a response body chunk.
 func (h *hooks) ResponseBody(end bool) dynmod.BodyStatus {
 	s := (*stream)(h)
-	w := s.w
-	w.enter()
-	defer w.leave()
-	defer s.recoverHook("response body")
-	w.core.ResponseBody(s.x, s.ds.BodySize(dynmod.ReceivedResponseBody), end)
+	s.inHook("response body", func(w *core.Worker) {
+		w.ResponseBody(s.x, s.ds.BodySize(dynmod.ReceivedResponseBody), end)
+	})
 	return dynmod.BodyContinue
 }
 
 // ResponseTrailers reads usage from the trailers.
 func (h *hooks) ResponseTrailers() dynmod.TrailersStatus {
 	s := (*stream)(h)
-	w := s.w
-	w.enter()
-	defer w.leave()
-	defer s.recoverHook("response trailers")
-	w.core.ResponseTrailers(s.x)
+	s.inHook("response trailers", func(w *core.Worker) { w.ResponseTrailers(s.x) })
 	return dynmod.TrailersContinue
 }
 
 // Complete tells the core the stream ended.
 func (h *hooks) Complete() {
 	s := (*stream)(h)
-	w := s.w
-	w.enter()
-	defer w.leave()
-	defer s.recoverHook("stream complete")
-	w.core.End(s.x)
+	s.inHook("stream complete", func(w *core.Worker) { w.End(s.x) })
 }
 
 // Destroy forgets the stream: its callout, which Envoy cancels, is
 // cancelled in the core too, so that the requests waiting for it wake.
 func (h *hooks) Destroy() {
 	s := (*stream)(h)
+	s.inHook("stream destroy", func(w *core.Worker) {
+		s.dead = true
+		if s.calling {
+			s.calling = false
+			w.Cancel(s.callID)
+		}
+		w.Close(s.x)
+		s.sched = nil
+	})
+}
+
+// inHook runs fn on the stream's core worker, in a hook of the stream that
+// decides nothing: under the worker's lock, the acts fn queued done after
+// it, a panic logged.
+func (s *stream) inHook(hook string, fn func(w *core.Worker)) {
 	w := s.w
 	w.enter()
 	defer w.leave()
-	defer s.recoverHook("stream destroy")
-	s.dead = true
-	if s.calling {
-		s.calling = false
-		w.core.Cancel(s.callID)
-	}
-	w.core.Close(s.x)
-	s.sched = nil
+	defer s.recoverHook(hook)
+	fn(w.core)
 }
 
 // testPanicHeader names the hook in which a request of a sluicetest build
@@ -306,6 +302,6 @@ const testPanicHeader = "x-sluice-test-panic"
 // recoverHook, deferred, logs a panic of a hook that decides nothing.
 func (s *stream) recoverHook(hook string) {
 	if r := recover(); r != nil {
-		s.w.Log(core.LevelCritical, "sluice: panic in "+hook+": "+panicText(r))
+		s.w.Log(core.LevelCritical, "sluice: panic in "+hook+": "+fmt.Sprint(r))
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 	"unsafe"
@@ -98,7 +99,7 @@ func (w *worker) fromElsewhere(fn func()) {
 	var b *batch
 	defer func() {
 		if r := recover(); r != nil {
-			w.Log(core.LevelCritical, "sluice: panic in the native host: "+panicText(r))
+			w.Log(core.LevelCritical, "sluice: panic in the native host: "+fmt.Sprint(r))
 		}
 		b = w.take()
 		w.mu.Unlock()
@@ -185,7 +186,7 @@ func (w *worker) callFromMain(id uint32, cluster string, hs []dynmod.Header, bod
 func (w *worker) deliver(id uint32, result dynmod.CalloutResult, r response, s *stream) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.answer = rlsproto.Answer{Failure: "panic reading the control plane's answer: " + panicText(p)}
+			w.answer = rlsproto.Answer{Failure: "panic reading the control plane's answer: " + fmt.Sprint(p)}
 			w.core.Answer(id, &w.answer)
 		}
 	}()
@@ -266,15 +267,4 @@ func bytesString(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
-}
-
-// panicText describes a recovered value.
-func panicText(r any) string {
-	switch v := r.(type) {
-	case error:
-		return v.Error()
-	case string:
-		return v
-	}
-	return "(non-error value)"
 }

@@ -1,15 +1,11 @@
-// Package churn tests that the filter's per-Envoy state stays within its
-// bound under many distinct keys, in real Envoy, on each of its hosts.
-package churn
+package abi
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,17 +17,6 @@ import (
 	"github.com/sluicehq/sluice/filter/native/envoystate"
 	"github.com/sluicehq/sluice/filter/proxywasm/shareddata"
 )
-
-// Built by TestMain.
-var (
-	controlPlane string
-	filters      []stack.Filter // the filter on each of its hosts
-)
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(stack.RunWithControlPlane("e2e/churn", testing.Short(), &controlPlane, &filters, m.Run))
-}
 
 // churnPolicy: one request per tenant an hour, so a tenant's second request
 // is refused by the control plane and blocks the tenant (the precheck's
@@ -181,14 +166,15 @@ func churn(t *testing.T, url string, n int, key func(int) string) *churnOutcome 
 // On each host: filter.wasm's store is proxy-wasm shared data, the native
 // module's process memory (package envoystate).
 func TestSharedStateChurn(t *testing.T) {
-	stack.ForEachFilter(t, filters, churnOn)
+	progs, _ := programs(t)
+	stack.ForEachFilter(t, progs.Filters, func(t *testing.T, f stack.Filter) { churnOn(t, progs, f) })
 }
 
 // churnOn is TestSharedStateChurn on filter f.
-func churnOn(t *testing.T, f stack.Filter) {
+func churnOn(t *testing.T, progs stack.Programs, f stack.Filter) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cp, up := backends(t, ctx, dir, churnPolicy)
+	cp, up := backends(t, ctx, progs, dir, churnPolicy)
 	plugin := stack.PluginConfig{Cluster: stack.DefaultCluster, Domain: "abi", Timeout: "2s", FailureMode: "closed",
 		RateLimits: []stack.RateLimit{{Actions: []stack.Action{stack.RequestHeader("x-tenant", "tenant")}}},
 		Precheck:   &stack.Precheck{Enabled: true, MaxEntries: churnMaxEntries}}
@@ -292,70 +278,4 @@ func boundTerms(host string) string {
 		mb(int64(shareddata.Bound(shareddata.Slots))), mb(int64(shareddata.LeaseBound(shareddata.LeaseSlots))),
 		mb(int64((shareddata.Slots+shareddata.LeaseSlots+2)*hostEntryBytes)),
 		mb(int64(churnWorkers*2*precheck.Bound(churnMaxEntries))), mb(envoySlackBytes))
-}
-
-// policyFile writes a policy YAML into dir.
-func policyFile(t *testing.T, dir, text string) string {
-	t.Helper()
-	p := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// backends starts a control plane on the policy text (memory store) and an
-// upstream, both stopped when the test ends.
-func backends(t *testing.T, ctx context.Context, dir, policy string) (*stack.ControlPlane, *stack.Upstream) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("runs Envoy")
-	}
-	cp, err := stack.StartControlPlane(ctx, stack.ControlPlaneConfig{Binary: controlPlane, Dir: dir,
-		Policies: []string{policyFile(t, dir, policy)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cp.Stop() })
-	up, err := stack.StartUpstream("127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { up.Close(context.Background()) })
-	return cp, up
-}
-
-// answer is one response: status and headers.
-type answer struct {
-	code   int
-	header http.Header
-}
-
-// get sends GET url with the headers (name, value, ...) on client.
-func get(t *testing.T, client *http.Client, url string, kv ...string) answer {
-	t.Helper()
-	req, err := http.NewRequest("GET", url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		req.Header.Set(kv[i], kv[i+1])
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return answer{resp.StatusCode, resp.Header}
-}
-
-// counters reads Envoy's counters.
-func counters(t *testing.T, e *stack.Envoy) map[string]int64 {
-	t.Helper()
-	s, err := e.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
