@@ -11,6 +11,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/e2e/stack"
 )
@@ -38,8 +39,8 @@ func backends(t *testing.T) (dir, so string, rls *countingRLS, up *stack.Upstrea
 }
 
 // countingRLS is a fake rate limit service: OVER_LIMIT for api_key
-// "blocked" (1 an hour, reset in an hour), OK for any other, counting the
-// calls per key.
+// "blocked" (1 an hour, reset in an hour), OK with a quota of 10 for an
+// hour for "leased", OK for any other; it counts the calls per key.
 type countingRLS struct {
 	*stack.FakeRLS
 	mu    sync.Mutex
@@ -61,8 +62,12 @@ func startCountingRLS(t *testing.T) *countingRLS {
 					CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_HOUR},
 					DurationUntilReset: durationpb.New(time.Hour)}}}, nil
 		}
-		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
-			Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}}}, nil
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		if key == "leased" {
+			st.Quota = &rlsv3.RateLimitResponse_Quota{Requests: 10,
+				ExpirationSpecifier: &rlsv3.RateLimitResponse_Quota_ValidUntil{ValidUntil: timestamppb.New(time.Now().Add(time.Hour))}}
+		}
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -78,10 +83,12 @@ func (r *countingRLS) count(key string) int {
 }
 
 // nativePlugin is a plugin configuration: api_key from x-api-key, the
-// precheck on, failure_mode mode.
+// precheck on, failure_mode mode, no lease prefetch (the calls counted
+// are the requests').
 func nativePlugin(domain, mode, timeout string) []byte {
 	return []byte(`{"cluster":"cp","domain":"` + domain + `","timeout":"` + timeout + `","failure_mode":"` + mode +
-		`","status_on_error":503,"precheck":true,"rate_limits":[{"actions":[{"request_headers":{"header_name":"x-api-key","descriptor_key":"api_key"}}]}]}`)
+		`","status_on_error":503,"precheck":true,"lease_prefetch":false,` +
+		`"rate_limits":[{"actions":[{"request_headers":{"header_name":"x-api-key","descriptor_key":"api_key"}}]}]}`)
 }
 
 // get sends GET url with headers (name, value pairs) on a new connection
@@ -163,9 +170,11 @@ func TestPanicLeavesEnvoyServing(t *testing.T) {
 // new plugin configuration of the same domain): the new configuration's
 // workers start with empty precheck tables, but the per-Envoy state of
 // the domain is kept, so a key blocked before the update is refused
-// locally after it, from the shared block, without a call. Once no
-// listener uses the domain any more (removed, and drained), its state is
-// dropped: the same listener added back asks the control plane again.
+// locally after it, from the shared block, without a call, and a key's
+// lease pool granted before it admits requests after it, without a call.
+// Once no listener uses the domain any more (removed, and drained), its
+// state is dropped: the same listener added back asks the control plane
+// again for both keys.
 func TestStateAcrossReload(t *testing.T) {
 	ctx := context.Background()
 	dir, so, rls, up := backends(t)
@@ -225,6 +234,9 @@ func TestStateAcrossReload(t *testing.T) {
 	if n := rls.count("blocked"); n != 1 {
 		t.Fatalf("the control plane was asked %d times for the blocked key, want once (then the precheck)", n)
 	}
+	if got := get(t, "http://"+addr+"/", "x-api-key", "leased"); got != 200 || rls.count("leased") != 1 {
+		t.Fatalf("the leased key's first request: status %d, %d calls", got, rls.count("leased"))
+	}
 
 	// The update: a new configuration of the same domain.
 	addr = update(listener("6s"))
@@ -237,6 +249,15 @@ func TestStateAcrossReload(t *testing.T) {
 	}
 	if stat("precheck_shared") != shared+1 {
 		t.Errorf("after the update the refusal did not come from the shared block (precheck_shared %d -> %d)", shared, stat("precheck_shared"))
+	}
+	quota := stat("quota_allowed")
+	for i := range 3 {
+		if got := get(t, "http://"+addr+"/", "x-api-key", "leased"); got != 200 {
+			t.Fatalf("after the update, leased request %d: status %d", i, got)
+		}
+	}
+	if n, q := rls.count("leased"), stat("quota_allowed")-quota; n != 1 || q != 3 {
+		t.Errorf("after the update the leased key made %d calls in all and %d requests came from its pool, want 1 and 3: the pool was not kept", n, q)
 	}
 
 	// Removed and drained: the domain's last configuration is gone.
@@ -256,5 +277,8 @@ func TestStateAcrossReload(t *testing.T) {
 	}
 	if n := rls.count("blocked"); n != 2 {
 		t.Errorf("added back after the drain, the control plane was asked %d times in all, want 2: the domain's state was not dropped", n)
+	}
+	if got := get(t, "http://"+addr+"/", "x-api-key", "leased"); got != 200 || rls.count("leased") != 2 {
+		t.Errorf("added back after the drain, the leased key: status %d, %d calls in all, want 2: its pool was not dropped", got, rls.count("leased"))
 	}
 }
