@@ -209,13 +209,14 @@ wasm:
 
 ## run: the whole stack on loopback: control plane (embedded memory store, example
 ## policies), a demo upstream, and real Envoy on envoy/envoy.yaml running filter.wasm under V8
-## on :8080. Ctrl-C stops it. POLICY=file.yaml seeds your own policy (domain sluice-demo),
+## on :8080 (FILTER=native: envoy/envoy-native.yaml running libsluice.so, the native filter).
+## Ctrl-C stops it. POLICY=file.yaml seeds your own policy (domain sluice-demo),
 ## REDIS_ADDR=host:port uses Redis; LISTEN, GRPC_ADDR, HTTP_ADDR, POLICY_ADDR move the ports.
 # (Built, then run: under go run, Ctrl-C would end make with "Error 1".)
 RUN_FLAGS = $(if $(POLICY),-policy $(abspath $(POLICY))) $(if $(LISTEN),-listen $(LISTEN)) \
             $(if $(GRPC_ADDR),-grpc-addr $(GRPC_ADDR)) $(if $(HTTP_ADDR),-http-addr $(HTTP_ADDR)) \
-            $(if $(POLICY_ADDR),-policy-addr $(POLICY_ADDR))
-run: envoy wasm
+            $(if $(POLICY_ADDR),-policy-addr $(POLICY_ADDR)) -filter $(or $(FILTER),wasm)
+run: envoy $(if $(filter native,$(FILTER)),,wasm)
 	$(HOSTENV) $(GO) build -o $(BIN)/sluice-dev ./e2e/cmd/sluice-dev
 	$(BIN)/sluice-dev -wasm build/filter.wasm $(RUN_FLAGS)
 
@@ -246,14 +247,17 @@ bench-rls: redis-server h2load
 	@mkdir -p build
 	@for c in $${CLIENTS:-lean grpc h2load}; do CLIENT=$$c CHART=build/bench-rls-$$c.svg $(HOSTENV) bench/rls-compare.sh || exit 1; done
 
-## bench-envoy: sluice in real Envoy against Envoy alone, an empty Go Wasm filter, native
+## bench-envoy: sluice in real Envoy against Envoy alone, an empty Go Wasm filter, Envoy's own
 ## local_ratelimit, and Envoy's ratelimit filter with envoyproxy/ratelimit or sluice (bench/envoy).
-## ARGS="-runs 3 -duration 10s -concurrency 2 -setups 1,1d,2,2r,2h,2g,3,4,5,6,6f,7,7g,7L,u,u1 -loads spread,flood,steady".
+## ARGS="-runs 3 -duration 10s -concurrency 2 -setups 1,1d,2,2r,2h,2g,2n,3,4,4n,5,6,6f,7,7n,7g,7L,7Ln,u,u1 -loads spread,flood,steady".
 ## 2h/2g are the callout floors (an empty Go filter making sluice's RLS call over proxy_http_call /
-## proxy_grpc_call), 7g is setup 7 with transport "grpc"; 2hr/2gr read the answer too; 6h is setup 6 adding
-## Envoy's X-RateLimit headers; 7b is setup 7 on the module given by -base-wasm (an A/B of two builds).
-## Then the worker sweep: envoy/envoy.yaml at -sweep 1,2,4,8 workers, shared state against
-## shared_state false, -sweep-loads flood,spread (-sweep "" skips it; docs/performance.md).
+## proxy_grpc_call), 2n the native one (an empty dynamic module), 7g is setup 7 with transport "grpc";
+## 2hr/2gr read the answer too; 6h is setup 6 adding Envoy's X-RateLimit headers; 7b is setup 7 on the
+## module given by -base-wasm (an A/B of two builds); 7n, 4n, 7Ln are 7, 4, 7L with the native filter.
+## Then the worker sweep: envoy/envoy.yaml and envoy-native.yaml (-sweep-hosts wasm,native) at -sweep
+## 1,2,4,8 workers, shared state against shared_state false, -sweep-loads flood,spread (-sweep "" skips
+## it; docs/performance.md). ARGS="-runtime 1,2,4" measures instead what the Go runtime costs inside Envoy
+## with the native filter under load (threads, RSS fixed and per worker, GC pauses, the hook's time).
 bench-envoy: redis-server envoy wrk
 	$(HOSTENV) $(GO) run ./bench/envoy $(ARGS)
 

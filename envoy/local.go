@@ -9,10 +9,16 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Config is envoy.yaml, the bootstrap users copy.
+// Config is envoy.yaml, the bootstrap users copy: filter.wasm.
 //
 //go:embed envoy.yaml
 var Config []byte
+
+// NativeConfig is envoy-native.yaml, the same with the native filter
+// (libsluice.so, found by Envoy in $ENVOY_DYNAMIC_MODULES_SEARCH_PATH).
+//
+//go:embed envoy-native.yaml
+var NativeConfig []byte
 
 // Names in envoy.yaml that Local looks for.
 const (
@@ -30,12 +36,14 @@ type Local struct {
 	Backend      string // host:port of the backend (cluster backend)
 }
 
-// Bootstrap returns text, an Envoy bootstrap in YAML (envoy.yaml), as the
-// JSON-shaped map Envoy reads, with only what running it on this machine
-// needs changed: the path of every Wasm module and the addresses of the
-// listener, the admin interface and the two clusters. Everything else is
-// the file as written. It fails when text does not have the shape of
-// envoy.yaml (the listener or a cluster is missing).
+// Bootstrap returns text, an Envoy bootstrap in YAML (envoy.yaml or
+// envoy-native.yaml), as the JSON-shaped map Envoy reads, with only what
+// running it on this machine needs changed: the path of every Wasm module
+// and the addresses of the listener, the admin interface and the two
+// clusters. Everything else is the file as written (Envoy finds
+// envoy-native.yaml's module by name: stack.ModuleSearchPath). It fails
+// when text does not have the shape of envoy.yaml (the listener or a
+// cluster is missing).
 func (l Local) Bootstrap(text []byte) (map[string]any, error) {
 	var b map[string]any
 	if err := yaml.Unmarshal(text, &b); err != nil {

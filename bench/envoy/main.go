@@ -1,6 +1,6 @@
 // Command bench-envoy measures sluice in real Envoy against Envoy alone, an
-// empty upstream-Go Wasm filter, Envoy's native local_ratelimit, and Envoy's
-// native ratelimit filter with envoyproxy/ratelimit: `make bench-envoy`. It is
+// empty upstream-Go Wasm filter, Envoy's own (C++) local_ratelimit, and Envoy's
+// own ratelimit filter with envoyproxy/ratelimit: `make bench-envoy`. It is
 // a benchmark, not a test.
 //
 // Every setup runs on the same Envoy binary with the same --concurrency, in
@@ -16,6 +16,8 @@
 // Setups 2ne, 2nr and 2n are the native floors: an empty Envoy dynamic
 // module in Go (filter/native/internal/emptymodule) that continues, answers
 // 429, or makes setup 2h's callout over the dynamic module HTTP callout.
+// Setups 7n, 4n and 7Ln are 7, 4 and 7L with the native filter
+// (libsluice.so) in place of filter.wasm (native.go).
 //
 // Setups u and u1 measure usage-based limits (issue 24): the backend
 // reports a usage per answer, the filter settles it at the end of each
@@ -66,6 +68,8 @@ func main() {
 	flag.IntVar(&cfg.floodConns, "flood-conns", 32, "worker sweep: keep-alive connections of the flood")
 	flag.StringVar(&cfg.baseWasm, "base-wasm", "", "filter.wasm of setup 7b: setup 7 with this build (of another revision), for an A/B in one run")
 	flag.StringVar(&cfg.sweepLoads, "sweep-loads", "flood,spread", "worker sweep: loads (flood: one key at 10x its limit; spread: 10,000 keys under no limit)")
+	flag.StringVar(&cfg.sweepHosts, "sweep-hosts", "wasm,native", "worker sweep: the filter's hosts (wasm: envoy/envoy.yaml; native: envoy/envoy-native.yaml)")
+	flag.StringVar(&cfg.runtime, "runtime", "", "instead of the setups: what the Go runtime costs inside Envoy with the native filter under load, at these worker counts (e.g. 1,2,4; runtime.go)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -84,6 +88,8 @@ type config struct {
 	baseWasm                 string // setup 7b's filter.wasm
 	// The worker sweep (sweep.go).
 	sweep, sweepLoads     string
+	sweepHosts            string
+	runtime               string // -runtime: worker counts of the Go runtime's cost
 	floodRate, floodConns int
 	floodDuration         time.Duration
 }
@@ -135,6 +141,9 @@ func run(ctx context.Context, cfg config) error {
 	}
 	defer redis.Stop()
 	b.redis = redis
+	if cfg.runtime != "" {
+		return b.runtimeCost(ctx, dir, cfg)
+	}
 
 	fmt.Printf("Envoy %s, --concurrency %d; wrk -t1 -c%d, %v per run after %v warm-up; %d cores shared by wrk, Envoy, the service and Redis\n",
 		b.envoyVersion, cfg.concurrency, cfg.connections, cfg.duration, cfg.warmup, numCPU())
@@ -191,6 +200,7 @@ func numCPU() int {
 type built struct {
 	controlPlane, peer, floor, filterWasm, emptyWasm string
 	floorModule                                      string // the native floor, lib<floorModuleName>.so
+	nativeModule                                     string // the native filter, libsluice.so in the work directory
 	baseWasm                                         string // setup 7b's (-base-wasm)
 	envoy, envoyVersion                              string
 	redis                                            *stack.Redis
@@ -209,7 +219,7 @@ func build(ctx context.Context, dir string, peer bool) (*built, error) {
 		filterWasm:   filepath.Join(dir, "filter.wasm"),
 		emptyWasm:    filepath.Join(dir, "empty.wasm"),
 	}
-	fmt.Println("building sluice-controlplane, filter.wasm, the empty Go filter, the native floor and envoyproxy/ratelimit ...")
+	fmt.Println("building sluice-controlplane, filter.wasm, the native filter, the empty Go filter, the native floor and envoyproxy/ratelimit ...")
 	if err := stack.GoBuild(ctx, "./controlplane/cmd/sluice-controlplane", b.controlPlane); err != nil {
 		return nil, err
 	}
@@ -224,6 +234,10 @@ func build(ctx context.Context, dir string, peer bool) (*built, error) {
 		return nil, err
 	}
 	if b.floorModule, err = stack.BuildNativeModule(ctx, "./filter/native/internal/emptymodule", dir, floorModuleName); err != nil {
+		return nil, err
+	}
+	b.nativeModule = filepath.Join(dir, "libsluice.so")
+	if err := stack.BuildNative(ctx, b.nativeModule); err != nil {
 		return nil, err
 	}
 	if peer {

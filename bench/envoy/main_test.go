@@ -11,10 +11,10 @@ import (
 	"github.com/sluicehq/sluice/envoy"
 )
 
-// TestRuns runs a short bench-envoy (one run of setups 1, 2r, 2g, 2n, 4, 6, 6h and 7, one second
-// each, and a worker sweep of 1 and 2 workers) so that the tool behind the bench-envoy figures cannot break
-// unnoticed. It measures nothing; 6h and 7 check first that their filter
-// adds its rate limit headers to an admitted response.
+// TestRuns runs a short bench-envoy (one run of setups 1, 2r, 2g, 2n, 4, 4n, 6, 6h, 7 and 7n, one
+// second each, and a worker sweep of 1 and 2 workers on both hosts) so that the tool behind the
+// bench-envoy figures cannot break unnoticed. It measures nothing; 6h, 7 and 7n check first that
+// their filter adds its rate limit headers to an admitted response.
 func TestRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Envoy, Redis and the control plane")
@@ -25,8 +25,8 @@ func TestRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	err := run(ctx, config{runs: 1, duration: time.Second, warmup: time.Second, concurrency: 2,
-		connections: 4, setups: "1,2r,2g,2n,4,6,6h,7", loads: "flood",
-		sweep: "1,2", sweepLoads: "flood", floodRate: 100, floodDuration: time.Second, floodConns: 4})
+		connections: 4, setups: "1,2r,2g,2n,4,4n,6,6h,7,7n", loads: "flood",
+		sweep: "1,2", sweepLoads: "flood", sweepHosts: "wasm,native", floodRate: 100, floodDuration: time.Second, floodConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +52,16 @@ func TestSetPluginField(t *testing.T) {
 	after, _ := json.Marshal(boot)
 	if !strings.Contains(string(after), `\"shared_state\":false`) || strings.Contains(string(before), "shared_state") {
 		t.Fatalf("shared_state not set:\n%s", after)
+	}
+	native, err := envoy.Local{Listen: "127.0.0.1:0", ControlPlane: "127.0.0.1:1", Backend: "127.0.0.1:2"}.Bootstrap(envoy.NativeConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setPluginField(native, "shared_state", false); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := json.Marshal(native); !strings.Contains(string(after), `\"shared_state\":false`) {
+		t.Fatalf("shared_state not set in the native filter's filter_config:\n%s", after)
 	}
 	if err := setPluginField(map[string]any{}, "shared_state", false); err == nil {
 		t.Fatal("a bootstrap with no plugin configuration was accepted")

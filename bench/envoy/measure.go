@@ -214,7 +214,7 @@ func summarize(m map[string]result, workers int) {
 		fmt.Printf("empty Go filter adds %.2f us of Envoy CPU per request (2 - 1)\n", two.envoyUS-one.envoyUS)
 	}
 	if ok1 && ok3 {
-		fmt.Printf("native local_ratelimit adds %.2f us (3 - 1)\n", three.envoyUS-one.envoyUS)
+		fmt.Printf("Envoy's local_ratelimit (C++) adds %.2f us (3 - 1)\n", three.envoyUS-one.envoyUS)
 	}
 	if ok1d && ok4 {
 		add := four.envoyUS - oneD.envoyUS
@@ -251,6 +251,7 @@ func summarize(m map[string]result, workers int) {
 		}
 	}
 	summarizeCallout(get)
+	summarizeNative(get)
 	summarizeUsage(m)
 	if five, ok := get("5/flood"); ok {
 		if seven, ok := get("7/flood"); ok {

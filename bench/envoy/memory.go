@@ -10,7 +10,8 @@ import (
 )
 
 // memoryWorkers are the --concurrency values the memory section compares:
-// Envoy runs one Wasm VM per worker plus one on its main thread, so the
+// Envoy runs one Wasm VM per worker plus one on its main thread (or, native,
+// one worker of the filter per worker thread in one Go runtime), so the
 // RSS a filter costs per worker is the slope over worker counts, and what
 // is left at one worker is the fixed cost of the runtime and the module.
 var memoryWorkers = []int{1, 2, 4}
@@ -26,7 +27,7 @@ func (b *built) memory(ctx context.Context, dir string) error {
 	fmt.Printf(" %14s %14s\n", "per worker", "fixed vs none")
 	var base []float64
 	for _, f := range []struct{ name, path string }{{"none", ""}, {"empty Go filter", b.emptyWasm},
-		{"empty native module", b.floorModule}, {"sluice filter", b.filterWasm}} {
+		{"empty native module", b.floorModule}, {"sluice filter", b.filterWasm}, {"sluice native filter", b.nativeModule}} {
 		var rss []float64
 		for _, w := range memoryWorkers {
 			r, err := b.idleRSS(ctx, dir, f.path, w)
@@ -60,6 +61,8 @@ func (b *built) idleRSS(ctx context.Context, dir, path string, workers int) (flo
 		filters = append(filters, wasmFilter(path, []byte("{}")))
 	case b.floorModule:
 		filters = append(filters, floorModule("{}"))
+	case b.nativeModule:
+		filters = sluiceNative(b)
 	default:
 		filters = sluiceFilter(b)
 	}

@@ -39,13 +39,13 @@ const (
 
 // setup is one row of the issue's table.
 type setup struct {
-	id, name string
-	filter   func(b *built) []stack.M // HTTP filters before the router
-	native   bool                     // route rate_limits for Envoy's ratelimit filter
-	direct   bool                     // the ingress route answers 429 itself (no upstream)
-	rls      rls
-	load     load // the setup's one load; "" for setups 5-7, which run every -loads
-	usage    bool // the backend reports usageTokens per request in usageHeader
+	id, name    string
+	filter      func(b *built) []stack.M // HTTP filters before the router
+	routeLimits bool                     // route rate_limits for Envoy's ratelimit filter
+	direct      bool                     // the ingress route answers 429 itself (no upstream)
+	rls         rls
+	load        load // the setup's one load; "" for setups 5-7, which run every -loads
+	usage       bool // the backend reports usageTokens per request in usageHeader
 	// adds is a response header the setup's filter adds to an admitted
 	// request's response: measure checks that it does before measuring.
 	adds string
@@ -86,18 +86,18 @@ var setups = map[string]setup{
 	"2nrd": {id: "2nrd", name: "2n, reading the answer (:status, grpc-status, body)",
 		load: loadSpread, rls: rlsSluice,
 		filter: func(*built) []stack.M { return []stack.M{floorModule(`{"callout":"http","read":true}`)} }},
-	"3": {id: "3", name: "Envoy, native local_ratelimit (C++), admits all", load: loadSpread,
+	"3": {id: "3", name: "Envoy, its own local_ratelimit (C++), admits all", load: loadSpread,
 		filter: func(*built) []stack.M { return []stack.M{localRateLimit()} }},
 	"4": {id: "4", name: "Envoy, sluice filter, every request decided by the precheck", load: loadBlocked,
 		filter: sluiceFilter, rls: rlsSluiceMemory},
-	"5": {id: "5", name: "Envoy ratelimit filter, envoyproxy/ratelimit, Redis", native: true, rls: rlsPeer,
-		filter: nativeFilter},
-	"6": {id: "6", name: "Envoy ratelimit filter, sluice-controlplane, Redis", native: true, rls: rlsSluice,
-		filter: nativeFilter},
+	"5": {id: "5", name: "Envoy ratelimit filter, envoyproxy/ratelimit, Redis", routeLimits: true, rls: rlsPeer,
+		filter: rateLimitFilter},
+	"6": {id: "6", name: "Envoy ratelimit filter, sluice-controlplane, Redis", routeLimits: true, rls: rlsSluice,
+		filter: rateLimitFilter},
 	"6h": {id: "6h", name: "Envoy ratelimit filter adding its X-RateLimit headers (DRAFT_VERSION_03), sluice-controlplane, Redis",
-		native: true, rls: rlsSluice, filter: nativeFilterHeaders, adds: "x-ratelimit-limit"},
+		routeLimits: true, rls: rlsSluice, filter: rateLimitFilterHeaders, adds: "x-ratelimit-limit"},
 	"6f": {id: "6f", name: "Envoy ratelimit filter, sluice's decision port answering without deciding (transport floor)",
-		native: true, rls: rlsFloor, filter: nativeFilter},
+		routeLimits: true, rls: rlsFloor, filter: rateLimitFilter},
 	"7": {id: "7", name: "Envoy, sluice filter, sluice-controlplane, Redis", rls: rlsSluice,
 		filter: sluiceFilter, adds: "ratelimit"},
 	"7b": {id: "7b", name: "setup 7 with the filter.wasm of -base-wasm (another revision's build): an A/B of two builds in one run",
@@ -106,6 +106,12 @@ var setups = map[string]setup{
 		rls: rlsSluice, filter: sluiceFilterGRPC},
 	"7L": {id: "7L", name: "Envoy, sluice filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
 		filter: sluiceFilter},
+	"7n": {id: "7n", name: "Envoy, sluice native filter (libsluice.so), sluice-controlplane, Redis", rls: rlsSluice,
+		filter: sluiceNative, adds: "ratelimit"},
+	"4n": {id: "4n", name: "Envoy, sluice native filter, every request decided by the precheck", load: loadBlocked,
+		filter: sluiceNative, rls: rlsSluiceMemory},
+	"7Ln": {id: "7Ln", name: "Envoy, sluice native filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
+		filter: sluiceNative},
 	"u": {id: "u", name: "Envoy, sluice filter, usage from a response header, settlements batched (default settle)",
 		rls: rlsSluice, usage: true, load: loadSpread, filter: func(b *built) []stack.M { return usageFilter(b, nil) }},
 	"u1": {id: "u1", name: "Envoy, sluice filter, usage from a response header, one settle call per request",
@@ -163,6 +169,19 @@ func sluiceFilterWith(b *built, transport string) []stack.M {
 
 // sluiceFilterAt is sluiceFilterWith running the module at wasm.
 func sluiceFilterAt(wasm, transport string) []stack.M {
+	return []stack.M{wasmFilter(wasm, sluicePlugin(transport))}
+}
+
+// sluiceNative is sluiceFilter's configuration on the native filter,
+// libsluice.so in Envoy's working directory (build puts it there), with
+// filter.wasm's stat names.
+func sluiceNative(*built) []stack.M {
+	return []stack.M{stack.NativeFilter("sluice", "sluice", sluicePlugin(""), "wasmcustom")}
+}
+
+// sluicePlugin is the plugin configuration of sluiceFilter, with a
+// transport ("": the default).
+func sluicePlugin(transport string) []byte {
 	cfg := map[string]any{
 		"cluster": rlsCluster, "domain": domain, "timeout": "100ms", "failure_mode": "open",
 		"rate_limits": []any{map[string]any{"actions": []any{map[string]any{
@@ -174,7 +193,7 @@ func sluiceFilterAt(wasm, transport string) []stack.M {
 		cfg["transport"] = transport
 	}
 	plugin, _ := json.Marshal(cfg)
-	return []stack.M{wasmFilter(wasm, plugin)}
+	return plugin
 }
 
 // sluiceFilterGRPC is sluiceFilter with transport "grpc".
@@ -210,16 +229,16 @@ func usageFilter(b *built, settle map[string]any) []stack.M {
 	return []stack.M{wasmFilter(b.filterWasm, js)}
 }
 
-func nativeFilter(*built) []stack.M {
+func rateLimitFilter(*built) []stack.M {
 	return []stack.M{stack.RateLimitFilter(domain, rlsCluster, stack.M{"failure_mode_deny": false, "timeout": "0.1s"})}
 }
 
-// nativeFilterHeaders is nativeFilter adding rate limit headers to every
+// rateLimitFilterHeaders is rateLimitFilter adding rate limit headers to every
 // response (X-RateLimit-Limit, -Remaining, -Reset, from the answer's
 // current_limit, limit_remaining and duration_until_reset), as setup 7's
 // filter adds RateLimit and RateLimit-Policy: setup 6h is the like-for-like
 // peer of 7.
-func nativeFilterHeaders(*built) []stack.M {
+func rateLimitFilterHeaders(*built) []stack.M {
 	return []stack.M{stack.RateLimitFilter(domain, rlsCluster, stack.M{"failure_mode_deny": false, "timeout": "0.1s",
 		"enable_x_ratelimit_headers": "DRAFT_VERSION_03"})}
 }
@@ -248,7 +267,7 @@ func (s setup) bootstrap(b *built, backendPort int, rlsAddr string) stack.M {
 	if s.direct {
 		route = stack.DirectResponse("/", 429, "rate limited\n")
 	}
-	if s.native {
+	if s.routeLimits {
 		route["route"].(stack.M)["rate_limits"] = []stack.M{{"actions": []stack.M{{
 			"request_headers": stack.M{"header_name": userHeader, "descriptor_key": "user"}}}}}
 	}

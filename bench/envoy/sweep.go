@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,10 +18,11 @@ import (
 	"github.com/sluicehq/sluice/envoy"
 )
 
-// The worker sweep (issue 23): the shipped envoy/envoy.yaml, unchanged but
-// for its addresses and the module's path, at several --concurrency values,
-// with the VMs sharing their state (the default) and with shared_state off
-// (each VM on its own, as before sharing). Its load is a paced flood: one
+// The worker sweep: the shipped envoy/envoy.yaml (filter.wasm) and
+// envoy/envoy-native.yaml (libsluice.so), unchanged but for their addresses
+// and the filter's path, at several --concurrency values, with the workers
+// sharing their state (the default) and with shared_state off (each on its
+// own, as before sharing). Its load is a paced flood: one
 // API key sent at 10x its limit from keep-alive connections that the kernel
 // spreads over the workers. What it counts apart: the calls the control
 // plane answered OVER_LIMIT (those a precheck that knew what any worker had
@@ -52,17 +54,27 @@ const (
 
 // sweepCase is one Envoy of the sweep under one load.
 type sweepCase struct {
+	host    string // sweepWasm or sweepNative
 	workers int
 	shared  bool
 	load    string
 }
+
+// The sweep's hosts of the filter, and their goals: OVER_LIMIT calls per
+// request at the most workers at most this many times those at the fewest.
+const (
+	sweepWasm   = "wasm"
+	sweepNative = "native"
+)
+
+var sweepGoal = map[string]float64{sweepWasm: 1.25, sweepNative: 1.1}
 
 func (c sweepCase) String() string {
 	s := "shared"
 	if !c.shared {
 		s = "per-VM"
 	}
-	return fmt.Sprintf("%s c=%d %s", c.load, c.workers, s)
+	return fmt.Sprintf("%s %s c=%d %s", c.host, c.load, c.workers, s)
 }
 
 // key returns the x-api-key of request i of the case's load.
@@ -107,16 +119,22 @@ func parseWorkers(s string) ([]int, error) {
 // then the medians and the issue's goals.
 func (b *built) sweep(ctx context.Context, dir string, cfg config, workers []int) error {
 	var cases []sweepCase
-	for _, l := range strings.Split(cfg.sweepLoads, ",") {
-		l = strings.TrimSpace(l)
-		if l != sweepFlood && l != sweepSpread {
-			return fmt.Errorf("-sweep-loads: no load %q (flood, spread)", l)
+	for _, h := range strings.Split(cfg.sweepHosts, ",") {
+		h = strings.TrimSpace(h)
+		if h != sweepWasm && h != sweepNative {
+			return fmt.Errorf("-sweep-hosts: no host %q (wasm, native)", h)
 		}
-		for _, w := range workers {
-			cases = append(cases, sweepCase{w, true, l}, sweepCase{w, false, l})
+		for _, l := range strings.Split(cfg.sweepLoads, ",") {
+			l = strings.TrimSpace(l)
+			if l != sweepFlood && l != sweepSpread {
+				return fmt.Errorf("-sweep-loads: no load %q (flood, spread)", l)
+			}
+			for _, w := range workers {
+				cases = append(cases, sweepCase{h, w, true, l}, sweepCase{h, w, false, l})
+			}
 		}
 	}
-	fmt.Printf("worker sweep: envoy/envoy.yaml at %d requests/s for %v from %d keep-alive connections, sluice-controlplane on Redis; "+
+	fmt.Printf("worker sweep: envoy/envoy.yaml (wasm) and envoy/envoy-native.yaml (native) at %d requests/s for %v from %d keep-alive connections, sluice-controlplane on Redis; "+
 		"flood: API key %q on a limit of 50/s; spread: 10,000 keys under no limit\n",
 		cfg.floodRate, cfg.floodDuration, cfg.floodConns, sweepKey)
 	fmt.Println(sweepHeader())
@@ -145,12 +163,12 @@ func (b *built) sweep(ctx context.Context, dir string, cfg config, workers []int
 		if !c.shared {
 			continue
 		}
-		one, ok := med[sweepCase{workers[0], true, c.load}]
-		m, off := med[c], med[sweepCase{c.workers, false, c.load}]
-		line := fmt.Sprintf("%s c=%d: OVER_LIMIT calls per request %.4f shared vs %.4f per-VM", c.load, c.workers, m.overPerReq, off.overPerReq)
+		one, ok := med[sweepCase{c.host, workers[0], true, c.load}]
+		m, off := med[c], med[sweepCase{c.host, c.workers, false, c.load}]
+		line := fmt.Sprintf("%s %s c=%d: OVER_LIMIT calls per request %.4f shared vs %.4f per-VM", c.host, c.load, c.workers, m.overPerReq, off.overPerReq)
 		if ok && c.load == sweepFlood && c.workers != workers[0] && one.overPerReq > 0 {
-			line += fmt.Sprintf("; %.2fx those at %d worker(s) (goal <= 1.25x; per-VM %.2fx)", m.overPerReq/one.overPerReq,
-				workers[0], off.overPerReq/med[sweepCase{workers[0], false, c.load}].overPerReq)
+			line += fmt.Sprintf("; %.2fx those at %d worker(s) (goal <= %.2fx; per-VM %.2fx)", m.overPerReq/one.overPerReq,
+				workers[0], sweepGoal[c.host], off.overPerReq/med[sweepCase{c.host, workers[0], false, c.load}].overPerReq)
 		}
 		line += fmt.Sprintf("; Envoy CPU %.1f vs %.1f us per request (%+.1f us); %.0f CAS retries, %.0f blocks not shared",
 			m.envoyUS, off.envoyUS, m.envoyUS-off.envoyUS, m.casRetries, m.lost)
@@ -172,7 +190,12 @@ func (b *built) flood(ctx context.Context, dir string, cfg config, c sweepCase) 
 		return sweepResult{}, err
 	}
 	defer up.Close(context.Background())
-	boot, err := envoy.Local{Wasm: b.filterWasm, Listen: "127.0.0.1:0", ControlPlane: svc.addr, Backend: up.Addr()}.Bootstrap(envoy.Config)
+	text, local, env := envoy.Config, envoy.Local{Wasm: b.filterWasm}, []string(nil)
+	if c.host == sweepNative {
+		text, local, env = envoy.NativeConfig, envoy.Local{}, []string{stack.ModuleSearchPath(filepath.Dir(b.nativeModule))}
+	}
+	local.Listen, local.ControlPlane, local.Backend = "127.0.0.1:0", svc.addr, up.Addr()
+	boot, err := local.Bootstrap(text)
 	if err != nil {
 		return sweepResult{}, err
 	}
@@ -182,7 +205,8 @@ func (b *built) flood(ctx context.Context, dir string, cfg config, c sweepCase) 
 		}
 	}
 	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Binary: b.envoy, Dir: dir,
-		Name: fmt.Sprintf("sweep-%s-%d-%v", c.load, c.workers, c.shared), Bootstrap: boot, Concurrency: c.workers, LogLevel: "warning"})
+		Name: fmt.Sprintf("sweep-%s-%s-%d-%v", c.host, c.load, c.workers, c.shared), Bootstrap: boot, Concurrency: c.workers, LogLevel: "warning",
+		Env: env})
 	if err != nil {
 		return sweepResult{}, err
 	}
@@ -293,8 +317,9 @@ func pacedLoad(ctx context.Context, url string, n, conns, rate int, key func(int
 	return codes, ctx.Err()
 }
 
-// setPluginField sets field of the JSON plugin configuration of every Wasm
-// filter in bootstrap boot (a google.protobuf.StringValue's value).
+// setPluginField sets field of the JSON plugin configuration of every
+// sluice filter in bootstrap boot (a google.protobuf.StringValue's value: a
+// Wasm filter's configuration, a dynamic module's filter_config).
 func setPluginField(boot map[string]any, field string, v any) error {
 	found := 0
 	var failed error
@@ -302,7 +327,11 @@ func setPluginField(boot map[string]any, field string, v any) error {
 	walk = func(x any) {
 		switch m := x.(type) {
 		case map[string]any:
-			if conf, ok := m["configuration"].(map[string]any); ok {
+			conf, ok := m["configuration"].(map[string]any)
+			if !ok {
+				conf, ok = m["filter_config"].(map[string]any)
+			}
+			if ok {
 				if s, ok := conf["value"].(string); ok {
 					var doc map[string]any
 					if err := json.Unmarshal([]byte(s), &doc); err != nil {
@@ -332,12 +361,12 @@ func setPluginField(boot map[string]any, field string, v any) error {
 }
 
 func sweepHeader() string {
-	return fmt.Sprintf("%-21s %-4s %6s %6s %6s %9s %9s %8s %8s %7s %7s %6s %6s %9s %s",
+	return fmt.Sprintf("%-28s %-4s %6s %6s %6s %9s %9s %8s %8s %7s %7s %6s %6s %9s %s",
 		"case", "run", "sent", "200", "429", "over/req", "allow/req", "prec%", "shared%", "casRtr", "lost", "errs", "secs", "envoy_us", "conns/worker")
 }
 
 func (r sweepResult) row(c sweepCase, run string) string {
-	return fmt.Sprintf("%-21s %-4s %6.0f %6.0f %6.0f %9.4f %9.4f %8.1f %8.1f %7.0f %7.0f %6.0f %6.1f %9.1f %v",
+	return fmt.Sprintf("%-28s %-4s %6.0f %6.0f %6.0f %9.4f %9.4f %8.1f %8.1f %7.0f %7.0f %6.0f %6.1f %9.1f %v",
 		c, run, r.sent, r.ok, r.limited, r.overPerReq, r.allowedPerReq, 100*r.precheckShare, 100*r.sharedOfPrec,
 		r.casRetries, r.lost, r.errs, r.seconds, r.envoyUS, r.perWorker)
 }

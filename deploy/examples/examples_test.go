@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -14,11 +15,13 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	istioext "istio.io/api/extensions/v1alpha1"
 	istionet "istio.io/api/networking/v1alpha3"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -245,10 +248,12 @@ func TestImageVersions(t *testing.T) {
 	}
 }
 
-// TestPlainEnvoyValidates runs `envoy --mode validate` on the plain-Envoy
-// example's envoy.yaml with filter.wasm built from this repository in place
-// of the image volume's plugin.wasm: Envoy checks the configuration, loads
-// the module and runs its proxy_on_configure on the plugin configuration.
+// TestPlainEnvoyValidates runs `envoy --mode validate` on the envoy.yaml of
+// each plain-Envoy example with the filter built from this repository in
+// place of the image volume's: filter.wasm at the path of plugin.wasm, and
+// libsluice.so in the module search path the Deployment sets. Envoy checks
+// the configuration, loads the filter and has it check the plugin
+// configuration; a copy with a bad failure_mode must be refused.
 func TestPlainEnvoyValidates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Envoy")
@@ -257,7 +262,68 @@ func TestPlainEnvoyValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("plain-envoy/envoy.yaml")
+	for _, ex := range []struct {
+		file string
+		// build builds the filter into dir and returns what the ConfigMap's
+		// envoy.yaml must name, what replaces it, and Envoy's environment.
+		build func(t *testing.T, dir string) (old, new string, env []string)
+	}{
+		{"plain-envoy/envoy.yaml", func(t *testing.T, dir string) (string, string, []string) {
+			wasm := filepath.Join(dir, "plugin.wasm")
+			if _, err := imagebuild.BuildWasm(context.Background(), mustAbs(t, root), wasm); err != nil {
+				t.Fatal(err)
+			}
+			return "/etc/sluice-filter/plugin.wasm", wasm, nil
+		}},
+		{"plain-envoy/envoy-native.yaml", func(t *testing.T, dir string) (string, string, []string) {
+			p := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+			if _, err := imagebuild.BuildNative(context.Background(), mustAbs(t, root), p, dir); err != nil {
+				t.Fatal(err)
+			}
+			// The Deployment's search path, where the image volume puts libsluice.so.
+			return "name: sluice", "name: sluice", []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + filepath.Join(dir, p.OS+"-"+p.Architecture)}
+		}},
+	} {
+		t.Run(ex.file, func(t *testing.T) {
+			cfg, deployment := plainEnvoy(t, ex.file)
+			dir := t.TempDir()
+			old, repl, env := ex.build(t, dir)
+			if !strings.Contains(cfg, old) {
+				t.Fatalf("the ConfigMap's envoy.yaml does not hold %q", old)
+			}
+			if env != nil && !strings.Contains(deployment, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH") {
+				t.Fatal("the Deployment does not set ENVOY_DYNAMIC_MODULES_SEARCH_PATH")
+			}
+			for name, text := range map[string]string{
+				"good": cfg,
+				"bad":  strings.Replace(cfg, `"failure_mode": "open"`, `"failure_mode": "ajar"`, 1),
+			} {
+				var v any
+				if err := yaml.Unmarshal([]byte(strings.ReplaceAll(text, old, repl)), &v); err != nil {
+					t.Fatal(err)
+				}
+				js, _ := json.Marshal(v)
+				p := filepath.Join(dir, name+".json")
+				if err := os.WriteFile(p, js, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				out, err := runValidate(envoy, p, env...)
+				switch {
+				case name == "good" && err != nil:
+					t.Fatalf("Envoy refuses the example: %v\n%s", err, out)
+				case name == "bad" && err == nil:
+					t.Fatal("Envoy accepts the example with failure_mode ajar: the check cannot fail")
+				}
+			}
+		})
+	}
+}
+
+// plainEnvoy returns the envoy.yaml of the ConfigMap of a plain-Envoy
+// example, and its Deployment as JSON.
+func plainEnvoy(t *testing.T, file string) (cfg, deployment string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,41 +331,19 @@ func TestPlainEnvoyValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg string
 	for _, o := range objs {
-		if cm, ok := o.Value.(*corev1.ConfigMap); ok {
-			cfg = cm.Data["envoy.yaml"]
+		switch v := o.Value.(type) {
+		case *corev1.ConfigMap:
+			cfg = v.Data["envoy.yaml"]
+		case *appsv1.Deployment:
+			js, _ := json.Marshal(v)
+			deployment = string(js)
 		}
 	}
-	if !strings.Contains(cfg, "/etc/sluice-filter/plugin.wasm") {
-		t.Fatal("the ConfigMap's envoy.yaml does not load /etc/sluice-filter/plugin.wasm")
+	if cfg == "" || deployment == "" {
+		t.Fatalf("%s: no ConfigMap with envoy.yaml, or no Deployment", file)
 	}
-	dir := t.TempDir()
-	wasm := filepath.Join(dir, "plugin.wasm")
-	if _, err := imagebuild.BuildWasm(context.Background(), mustAbs(t, root), wasm); err != nil {
-		t.Fatal(err)
-	}
-	for name, text := range map[string]string{
-		"good": cfg,
-		"bad":  strings.Replace(cfg, `"failure_mode": "open"`, `"failure_mode": "ajar"`, 1),
-	} {
-		var v any
-		if err := yaml.Unmarshal([]byte(strings.ReplaceAll(text, "/etc/sluice-filter/plugin.wasm", wasm)), &v); err != nil {
-			t.Fatal(err)
-		}
-		js, _ := json.Marshal(v)
-		p := filepath.Join(dir, name+".json")
-		if err := os.WriteFile(p, js, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		out, err := runValidate(envoy, p)
-		switch {
-		case name == "good" && err != nil:
-			t.Fatalf("Envoy refuses the example: %v\n%s", err, out)
-		case name == "bad" && err == nil:
-			t.Fatal("Envoy accepts the example with failure_mode ajar: the check cannot fail")
-		}
-	}
+	return cfg, deployment
 }
 
 func mustAbs(t *testing.T, p string) string {

@@ -2,6 +2,7 @@ package abi
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/e2e/stack"
 	"github.com/sluicehq/sluice/filter/core/precheck"
+	"github.com/sluicehq/sluice/filter/native/envoystate"
 	"github.com/sluicehq/sluice/filter/proxywasm/shareddata"
 )
 
@@ -48,6 +50,14 @@ const (
 	// its full hash) grew Envoy's RSS by 13.4 MB over 100,000 keys, where
 	// the fixed store grew it by 2.5 MB.
 	envoySlackBytes = 2 << 20
+	// goSlackBytes is what the Go runtime inside Envoy may add besides
+	// twice the live heap: its metadata, the stacks of its goroutines (a
+	// worker's timer), and the heap's first 4 MB, which its collector
+	// never shrinks below.
+	goSlackBytes = 4 << 20
+	// churnKeyLen bounds the churn's descriptor keys: "tenant" and a key
+	// of at most 7 bytes, each with its length (package descriptors).
+	churnKeyLen = 2 + len("tenant") + 7 + 2
 )
 
 // churnKeys is the number of distinct keys of the churn: 100,000, or
@@ -63,14 +73,23 @@ func churnKeys(t *testing.T) int {
 	return 100_000
 }
 
-// churnBound is the most Envoy's RSS may grow by over the churn: every
-// slot of the shared over-limit blocks and of the lease pools filled with
-// the longest values (shareddata.Bound, LeaseBound), the host's cost of
-// each of those entries, each serving VM's precheck table twice over
-// (precheck.Bound: its live memory, and as much of garbage in a
+// churnBound is the most Envoy's RSS may grow by over the churn on host.
+//
+// filter.wasm: every slot of the shared over-limit blocks and of the lease
+// pools filled with the longest values (shareddata.Bound, LeaseBound), the
+// host's cost of each of those entries, each serving VM's precheck table
+// twice over (precheck.Bound: its live memory, and as much of garbage in a
 // garbage-collected heap that grows to twice its live size), and Envoy's
 // own slack.
-func churnBound(workers int) int64 {
+//
+// The native module: the domain's state with the churn's keys
+// (envoystate.BoundFor) and each worker's precheck table, all in the one
+// Go heap, twice over (its garbage), the Go runtime's own slack
+// (goSlackBytes), and Envoy's.
+func churnBound(host string, workers int) int64 {
+	if host == stack.Native.Name {
+		return int64(2*(envoystate.BoundFor(churnKeyLen, 0)+workers*precheck.Bound(churnMaxEntries)) + goSlackBytes + envoySlackBytes)
+	}
 	entries := shareddata.Slots + shareddata.LeaseSlots + 2 // the slots, the seed and the lease flag
 	return int64(shareddata.Bound(shareddata.Slots) + shareddata.LeaseBound(shareddata.LeaseSlots) +
 		entries*hostEntryBytes + workers*2*precheck.Bound(churnMaxEntries) + envoySlackBytes)
@@ -143,8 +162,16 @@ func churn(t *testing.T, url string, n int, key func(int) string) *churnOutcome 
 // entries. After the churn the filter still works: a fresh key is admitted
 // once and then refused, by the control plane and then by the precheck, and
 // the last keys of the churn are refused by the precheck without a call.
+//
+// On each host: filter.wasm's store is proxy-wasm shared data, the native
+// module's process memory (package envoystate).
 func TestSharedStateChurn(t *testing.T) {
 	progs, _ := programs(t)
+	stack.ForEachFilter(t, progs.Filters, func(t *testing.T, f stack.Filter) { churnOn(t, progs, f) })
+}
+
+// churnOn is TestSharedStateChurn on filter f.
+func churnOn(t *testing.T, progs stack.Programs, f stack.Filter) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cp, up := backends(t, ctx, progs, dir, churnPolicy)
@@ -154,7 +181,7 @@ func TestSharedStateChurn(t *testing.T) {
 	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: dir, Name: "envoy-churn", Concurrency: churnWorkers, LogLevel: "warning",
 		Bootstrap: stack.Bootstrap(
 			[]stack.M{stack.HTTPListener("in", 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "up"))},
-				stack.WasmFilter(progs.Wasm, plugin.JSON()))},
+				f.HTTPFilter("sluice", plugin.JSON()))},
 			[]stack.M{stack.Cluster("up", up.Addr()), stack.GRPCCluster(stack.DefaultCluster, cp.GRPCAddr())})})
 	if err != nil {
 		t.Fatal(err)
@@ -180,18 +207,15 @@ func TestSharedStateChurn(t *testing.T) {
 	time.Sleep(time.Second)
 	after := e.RSS()
 	s1 := counters(t, e)
-	d := func(name string) int64 { return s1["wasmcustom.sluice."+name] - s0["wasmcustom.sluice."+name] }
-	bound := base + churnBound(churnWorkers)
+	d := func(name string) int64 { return s1[f.Stat("sluice."+name)] - s0[f.Stat("sluice."+name)] }
+	bound := base + churnBound(f.Host.Name, churnWorkers)
 	t.Logf("warm-up %d keys in %.1fs; churn %d keys (%d requests) in %.1fs = %.0f requests/s on %d connections, %d workers",
 		churnWarmKeys, w.seconds, n, 2*n, o.seconds, 2*float64(n)/o.seconds, churnConns, churnWorkers)
 	t.Logf("answers: first requests %d x 200, second %d x 429; control plane: %d allowed, %d over limit; precheck %d; "+
 		"shared writes: %d CAS retries, %d lost; errors %d",
 		o.firstOK, o.secOver, d("allowed"), d("over_limit"), d("precheck_rejected"), d("shared_cas_retries"), d("shared_lost"), d("errors"))
-	t.Logf("Envoy RSS: baseline %.1f MB, after the churn %.1f MB (%+.1f MB); bound %.1f MB = baseline + %.2f MB blocks + %.2f MB leases "+
-		"+ %.2f MB host entries + %.2f MB precheck tables + %.1f MB Envoy slack",
-		mb(base), mb(after), mb(after-base), mb(bound), mb(int64(shareddata.Bound(shareddata.Slots))),
-		mb(int64(shareddata.LeaseBound(shareddata.LeaseSlots))), mb(int64((shareddata.Slots+shareddata.LeaseSlots+2)*hostEntryBytes)),
-		mb(int64(churnWorkers*2*precheck.Bound(churnMaxEntries))), mb(envoySlackBytes))
+	t.Logf("Envoy RSS: baseline %.1f MB, after the churn %.1f MB (%+.1f MB); bound %.1f MB = baseline + %s",
+		mb(base), mb(after), mb(after-base), mb(bound), boundTerms(f.Host.Name))
 
 	// Every key was admitted once, then refused by the control plane (and
 	// so blocked in the shared store).
@@ -213,8 +237,8 @@ func TestSharedStateChurn(t *testing.T) {
 		c0 := counters(t, e)
 		a := get(t, client, url, "x-tenant", "fresh")
 		c1 := counters(t, e)
-		over := c1["wasmcustom.sluice.over_limit"] - c0["wasmcustom.sluice.over_limit"]
-		pre := c1["wasmcustom.sluice.precheck_rejected"] - c0["wasmcustom.sluice.precheck_rejected"]
+		over := c1[f.Stat("sluice.over_limit")] - c0[f.Stat("sluice.over_limit")]
+		pre := c1[f.Stat("sluice.precheck_rejected")] - c0[f.Stat("sluice.precheck_rejected")]
 		if a.code != want.code || over != want.over || pre != want.precheckRej {
 			t.Errorf("fresh key, request %d: %d (over_limit +%d, precheck +%d), want %d (+%d, +%d)", i+1, a.code, over, pre, want.code, want.over, want.precheckRej)
 		}
@@ -234,8 +258,8 @@ func TestSharedStateChurn(t *testing.T) {
 		}
 	}
 	c1 := counters(t, e)
-	pre := c1["wasmcustom.sluice.precheck_rejected"] - c0["wasmcustom.sluice.precheck_rejected"]
-	shared := c1["wasmcustom.sluice.precheck_shared"] - c0["wasmcustom.sluice.precheck_shared"]
+	pre := c1[f.Stat("sluice.precheck_rejected")] - c0[f.Stat("sluice.precheck_rejected")]
+	shared := c1[f.Stat("sluice.precheck_shared")] - c0[f.Stat("sluice.precheck_shared")]
 	t.Logf("the churn's last %d keys: %d refused, %d by the precheck (%d on a block from the shared store)", len(o.last), limited, pre, shared)
 	if limited != len(o.last) || pre < int64(len(o.last)-2) {
 		t.Errorf("the churn's last %d keys: %d refused, %d of them by the precheck", len(o.last), limited, pre)
@@ -243,3 +267,15 @@ func TestSharedStateChurn(t *testing.T) {
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+// boundTerms describes the terms of churnBound on host.
+func boundTerms(host string) string {
+	if host == stack.Native.Name {
+		return fmt.Sprintf("2 x (%.2f MB domain state + %.2f MB precheck tables) + %.1f MB Go runtime + %.1f MB Envoy slack",
+			mb(int64(envoystate.BoundFor(churnKeyLen, 0))), mb(int64(churnWorkers*precheck.Bound(churnMaxEntries))), mb(goSlackBytes), mb(envoySlackBytes))
+	}
+	return fmt.Sprintf("%.2f MB blocks + %.2f MB leases + %.2f MB host entries + %.2f MB precheck tables + %.1f MB Envoy slack",
+		mb(int64(shareddata.Bound(shareddata.Slots))), mb(int64(shareddata.LeaseBound(shareddata.LeaseSlots))),
+		mb(int64((shareddata.Slots+shareddata.LeaseSlots+2)*hostEntryBytes)),
+		mb(int64(churnWorkers*2*precheck.Bound(churnMaxEntries))), mb(envoySlackBytes))
+}

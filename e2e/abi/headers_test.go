@@ -52,8 +52,15 @@ func wantHeaders(t *testing.T, path string, a answer, want map[string]string) {
 // Listener "cp" has the precheck off, so the control plane decides every
 // request there; listener "pre" has it on, and only the api_key descriptor,
 // and fails closed.
+//
+// On each host.
 func TestHeaders(t *testing.T) {
 	progs, _ := programs(t)
+	stack.ForEachFilter(t, progs.Filters, func(t *testing.T, f stack.Filter) { headersOn(t, progs, f) })
+}
+
+// headersOn is TestHeaders on filter f.
+func headersOn(t *testing.T, progs stack.Programs, f stack.Filter) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cp, up := backends(t, ctx, progs, dir, headersPolicy)
@@ -69,8 +76,8 @@ func TestHeaders(t *testing.T) {
 	route := []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "up"))}
 	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: dir, Concurrency: 1, Bootstrap: stack.Bootstrap(
 		[]stack.M{
-			stack.HTTPListener("cp", 0, route, withRoot(stack.WasmFilter(progs.Wasm, viaCP.JSON()), "cp")),
-			stack.HTTPListener("pre", 0, route, withRoot(stack.WasmFilter(progs.Wasm, prechecked.JSON()), "pre")),
+			stack.HTTPListener("cp", 0, route, hostFilter(f, "cp", viaCP.JSON())),
+			stack.HTTPListener("pre", 0, route, hostFilter(f, "pre", prechecked.JSON())),
 		},
 		[]stack.M{stack.Cluster("up", up.Addr()), stack.GRPCCluster(stack.DefaultCluster, cp.GRPCAddr())})})
 	if err != nil {
@@ -96,8 +103,8 @@ func TestHeaders(t *testing.T) {
 	before := counters(t, e)
 	a = get(t, client, cpURL, "x-api-key", "k1")
 	after := counters(t, e)
-	if a.code != 429 || after["wasmcustom.sluice.over_limit"] != before["wasmcustom.sluice.over_limit"]+1 {
-		t.Fatalf("fourth request: %d, over_limit %d -> %d", a.code, before["wasmcustom.sluice.over_limit"], after["wasmcustom.sluice.over_limit"])
+	if a.code != 429 || after[f.Stat("sluice.over_limit")] != before[f.Stat("sluice.over_limit")]+1 {
+		t.Fatalf("fourth request: %d, over_limit %d -> %d", a.code, before[f.Stat("sluice.over_limit")], after[f.Stat("sluice.over_limit")])
 	}
 	wantHeaders(t, "control plane rejects", a, map[string]string{
 		"RateLimit-Policy": `"per_address";q=1000;w=60, "api_key#0";q=3;w=3600`,
@@ -108,10 +115,10 @@ func TestHeaders(t *testing.T) {
 	// The precheck rejects k2 once the control plane said it is over.
 	var pre answer
 	for i := range 20 {
-		before := counters(t, e)["wasmcustom.sluice.precheck_rejected"]
+		before := counters(t, e)[f.Stat("sluice.precheck_rejected")]
 		a := get(t, client, preURL, "x-api-key", "k2")
-		t.Logf("k2 request %d: %d, precheck_rejected %d -> %d", i+1, a.code, before, counters(t, e)["wasmcustom.sluice.precheck_rejected"])
-		if counters(t, e)["wasmcustom.sluice.precheck_rejected"] == before+1 {
+		t.Logf("k2 request %d: %d, precheck_rejected %d -> %d", i+1, a.code, before, counters(t, e)[f.Stat("sluice.precheck_rejected")])
+		if counters(t, e)[f.Stat("sluice.precheck_rejected")] == before+1 {
 			if a.code != 429 {
 				t.Fatalf("precheck rejection answered %d", a.code)
 			}
@@ -131,15 +138,15 @@ func TestHeaders(t *testing.T) {
 		"Retry-After":      `[1-9]\d*`,
 	})
 
-	// Every decision was a proxy_http_call on the control-plane cluster,
+	// Every decision was a call over HTTP on the control-plane cluster,
 	// and every admitted request was resumed on to the upstream.
 	s := counters(t, e)
-	calls := s["wasmcustom.sluice.allowed"] + s["wasmcustom.sluice.over_limit"]
+	calls := s[f.Stat("sluice.allowed")] + s[f.Stat("sluice.over_limit")]
 	if n := s["cluster."+stack.DefaultCluster+".upstream_rq_200"]; n != calls {
 		t.Errorf("cluster %s: %d calls answered, the filter counted %d decisions", stack.DefaultCluster, n, calls)
 	}
-	if n := up.Total(); n != s["wasmcustom.sluice.allowed"] {
-		t.Errorf("the upstream saw %d requests, the control plane allowed %d", n, s["wasmcustom.sluice.allowed"])
+	if n := up.Total(); n != s[f.Stat("sluice.allowed")] {
+		t.Errorf("the upstream saw %d requests, the control plane allowed %d", n, s[f.Stat("sluice.allowed")])
 	}
 
 	// The control plane is down: failure modes, no rate limit headers. On
@@ -171,8 +178,8 @@ func TestHeaders(t *testing.T) {
 		if c == "errors" {
 			want = 2
 		}
-		if d := after["wasmcustom.sluice."+c] - before["wasmcustom.sluice."+c]; d != want {
-			t.Errorf("wasmcustom.sluice.%s went up by %d, want %d", c, d, want)
+		if d := after[f.Stat("sluice."+c)] - before[f.Stat("sluice."+c)]; d != want {
+			t.Errorf("%s went up by %d, want %d", f.Stat("sluice."+c), d, want)
 		}
 	}
 }

@@ -94,6 +94,16 @@ func backends(t *testing.T, ctx context.Context, progs stack.Programs, dir, poli
 	return cp, up
 }
 
+// hostFilter returns filter f running the plugin configuration plugin
+// under the name name: a Wasm filter with a root_id of its own.
+func hostFilter(f stack.Filter, name string, plugin []byte) stack.M {
+	m := f.HTTPFilter(name, plugin)
+	if f.Host.Name == stack.ProxyWasm.Name {
+		return withRoot(m, name)
+	}
+	return m
+}
+
 // withRoot gives a Wasm filter its own root_id: plugins of one VM with the
 // same root_id would share a root context.
 func withRoot(f stack.M, rootID string) stack.M {

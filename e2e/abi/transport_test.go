@@ -49,8 +49,16 @@ func tlsGRPCCluster(name, addr, caFile, certFile, keyFile string) stack.M {
 // cluster without the client certificate gets no answer, and the failure
 // mode decides at once; a hung control plane (SIGSTOP) gets the failure
 // mode at the plugin's timeout, not before.
+//
+// The native module has no gRPC client of Envoy's to call with: its
+// transport "grpc" is its HTTP callout too, and must behave the same.
 func TestTransports(t *testing.T) {
 	progs, _ := programs(t)
+	stack.ForEachFilter(t, progs.Filters, func(t *testing.T, f stack.Filter) { transportsOn(t, progs, f) })
+}
+
+// transportsOn is TestTransports on filter f.
+func transportsOn(t *testing.T, progs stack.Programs, f stack.Filter) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	certs := testcerts.New(t)
@@ -79,7 +87,7 @@ func TestTransports(t *testing.T) {
 				Precheck:    &stack.Precheck{Enabled: false},
 				Headers:     &stack.Headers{Draft10: true, RetryAfter: true, FailureMode: true}}
 			name := transport + "-" + cluster
-			listeners = append(listeners, stack.HTTPListener(name, 0, route, withRoot(stack.WasmFilter(progs.Wasm, pc.JSON()), name)))
+			listeners = append(listeners, stack.HTTPListener(name, 0, route, hostFilter(f, name, pc.JSON())))
 		}
 	}
 	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: dir, Concurrency: 1, Bootstrap: stack.Bootstrap(listeners,
@@ -118,9 +126,9 @@ func TestTransports(t *testing.T) {
 		a, took := timed(nocert, key)
 		after := counters(t, e)
 		if a.code != 200 || a.header.Get("X-Sluice-Failure-Mode") != "open" ||
-			after["wasmcustom.sluice.failure_open"] != before["wasmcustom.sluice.failure_open"]+1 {
+			after[f.Stat("sluice.failure_open")] != before[f.Stat("sluice.failure_open")]+1 {
 			t.Errorf("%s without a client certificate: %d, failure mode %q, failure_open %d -> %d", transport, a.code,
-				a.header.Get("X-Sluice-Failure-Mode"), before["wasmcustom.sluice.failure_open"], after["wasmcustom.sluice.failure_open"])
+				a.header.Get("X-Sluice-Failure-Mode"), before[f.Stat("sluice.failure_open")], after[f.Stat("sluice.failure_open")])
 		}
 		t.Logf("%s: the call without a client certificate failed open in %v", transport, took.Round(time.Millisecond))
 	}

@@ -82,8 +82,16 @@ func floodWorkers(t *testing.T) []int {
 // flight when the limit is reached, and those of the window's last call
 // timeout, when the blocks end so as never to reject what the control plane
 // would allow. The control plane admits every request that passes.
+//
+// On each host: filter.wasm shares the blocks through proxy-wasm shared
+// data, the native module through process memory.
 func TestPerWorkerPrecheck(t *testing.T) {
 	progs, _ := programs(t)
+	stack.ForEachFilter(t, progs.Filters, func(t *testing.T, flt stack.Filter) { perWorkerPrecheckOn(t, progs, flt) })
+}
+
+// perWorkerPrecheckOn is TestPerWorkerPrecheck on filter flt.
+func perWorkerPrecheckOn(t *testing.T, progs stack.Programs, flt stack.Filter) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cp, up := backends(t, ctx, progs, dir, floodPolicy)
@@ -96,10 +104,10 @@ func TestPerWorkerPrecheck(t *testing.T) {
 	floods := map[int]flood{}
 	counts := floodWorkers(t)
 	for _, workers := range counts {
-		e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: dir, Name: fmt.Sprintf("envoy-%d", workers), Concurrency: workers,
+		e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: dir, Name: fmt.Sprintf("envoy-%s-%d", flt.Host.Name, workers), Concurrency: workers,
 			Bootstrap: stack.Bootstrap(
 				[]stack.M{stack.HTTPListener("in", 0, []stack.M{stack.VirtualHost("all", stack.RouteTo("/", "up"))},
-					stack.WasmFilter(progs.Wasm, plugin.JSON()))},
+					flt.HTTPFilter("sluice", plugin.JSON()))},
 				[]stack.M{stack.Cluster("up", up.Addr()), stack.GRPCCluster(stack.DefaultCluster, cp.GRPCAddr())})})
 		if err != nil {
 			t.Fatal(err)
@@ -143,10 +151,10 @@ func TestPerWorkerPrecheck(t *testing.T) {
 		s := counters(t, e)
 		e.Stop()
 		f.ok, f.limited = ok.Load(), limited.Load()
-		f.allowed, f.overLimit, f.precheck = s["wasmcustom.sluice.allowed"], s["wasmcustom.sluice.over_limit"], s["wasmcustom.sluice.precheck_rejected"]
-		f.errs, f.failOpen = s["wasmcustom.sluice.errors"], s["wasmcustom.sluice.failure_open"]
-		f.shared = s["wasmcustom.sluice.precheck_shared"]
-		f.casRetries, f.lost = s["wasmcustom.sluice.shared_cas_retries"], s["wasmcustom.sluice.shared_lost"]
+		f.allowed, f.overLimit, f.precheck = s[flt.Stat("sluice.allowed")], s[flt.Stat("sluice.over_limit")], s[flt.Stat("sluice.precheck_rejected")]
+		f.errs, f.failOpen = s[flt.Stat("sluice.errors")], s[flt.Stat("sluice.failure_open")]
+		f.shared = s[flt.Stat("sluice.precheck_shared")]
+		f.casRetries, f.lost = s[flt.Stat("sluice.shared_cas_retries")], s[flt.Stat("sluice.shared_lost")]
 		for w := range workers {
 			for name, v := range s {
 				if strings.HasPrefix(name, "listener.127.0.0.1_") && strings.HasSuffix(name, fmt.Sprintf(".worker_%d.downstream_cx_total", w)) {

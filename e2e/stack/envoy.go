@@ -65,7 +65,14 @@ type EnvoyConfig struct {
 	LogLevel string
 	// Args are further command-line arguments.
 	Args []string
+	// Env is added to Envoy's environment (this process's): KEY=value,
+	// such as ModuleSearchPath's.
+	Env []string
 }
+
+// ModuleSearchPath returns the environment setting that makes Envoy find
+// dynamic modules by name (lib<name>.so) in dir.
+func ModuleSearchPath(dir string) string { return "ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + dir }
 
 // Envoy is one Envoy process.
 type Envoy struct {
@@ -140,6 +147,9 @@ func (e *Envoy) start(ctx context.Context) error {
 	}
 	cmd := exec.Command(e.cfg.Binary, append(args, e.cfg.Args...)...)
 	cmd.Dir = e.cfg.Dir
+	if len(e.cfg.Env) > 0 {
+		cmd.Env = append(os.Environ(), e.cfg.Env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	done, err := e.run(cmd, logf)
 	if err != nil {
@@ -310,7 +320,7 @@ func (e *Envoy) Wait(d time.Duration) bool { return e.wait(d) }
 
 // ValidateEnvoy runs `envoy --mode validate` on a bootstrap file and returns
 // Envoy's output with the error when Envoy refuses it.
-func ValidateEnvoy(ctx context.Context, binary, path string) (string, error) {
+func ValidateEnvoy(ctx context.Context, binary, path string, env ...string) (string, error) {
 	if binary == "" {
 		b, err := EnvoyBinary(ctx)
 		if err != nil {
@@ -321,6 +331,9 @@ func ValidateEnvoy(ctx context.Context, binary, path string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, envoyStartTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn")
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil && ctx.Err() != nil {
 		return string(out), fmt.Errorf("envoy --mode validate %s: not done within %v (%w): a machine that busy cannot run the test", path, envoyStartTimeout, err)

@@ -29,9 +29,13 @@ type FilterHost struct {
 var ProxyWasm = FilterHost{Name: "proxywasm", File: "filter.wasm", Build: BuildWasm, filter: namedWasmFilter,
 	StatPrefix: "wasmcustom."}
 
+// Native is libsluice.so (filter/native), the Envoy dynamic module, loaded
+// from its file with do_not_close and filter.wasm's stat names.
+var Native = FilterHost{Name: "native", File: "libsluice.so", Build: BuildNative, filter: namedNativeFilter,
+	StatPrefix: "wasmcustom."}
+
 // FilterHosts is the table of the filter's hosts the e2e scenarios run on.
-// The native Envoy dynamic module (filter/native) is to be its second row.
-var FilterHosts = []FilterHost{ProxyWasm}
+var FilterHosts = []FilterHost{ProxyWasm, Native}
 
 // Filter is a host's artifact, built.
 type Filter struct {
@@ -64,6 +68,13 @@ func namedWasmFilter(path, name string, plugin []byte) M {
 	f := WasmFilter(path, plugin)
 	f["typed_config"].(M)["config"].(M)["name"] = name
 	return f
+}
+
+// namedNativeFilter is NativeFilterFile under filter.wasm's stat names.
+// The plugin instance name a Wasm filter takes has no use here: each
+// filter of a listener is a configuration of its own.
+func namedNativeFilter(path, _ string, plugin []byte) M {
+	return NativeFilterFile(path, "sluice", plugin, "wasmcustom")
 }
 
 // ForEachFilter runs test once per built filter, each as a subtest named

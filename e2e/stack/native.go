@@ -24,13 +24,22 @@ func BuildNative(ctx context.Context, out string) error {
 	return buildModule(ctx, "./filter/native", out)
 }
 
-// buildModule builds the package pkg as an Envoy dynamic module into out.
-func buildModule(ctx context.Context, pkg, out string) error {
+// BuildNativeTest is BuildNative with the sluicetest build tag: the
+// module's tests may then make it panic on demand (a request header names
+// the hook).
+func BuildNativeTest(ctx context.Context, out string) error {
+	return buildModule(ctx, "./filter/native", out, "-tags", "sluicetest")
+}
+
+// buildModule builds the package pkg as an Envoy dynamic module into out,
+// with further go build flags.
+func buildModule(ctx context.Context, pkg, out string, flags ...string) error {
 	root, err := ModuleRoot(ctx)
 	if err != nil {
 		return err
 	}
-	if err := run(ctx, root, "go", "build", "-buildmode=c-shared", "-o", out, pkg); err != nil {
+	args := append(append([]string{"build", "-buildmode=c-shared"}, flags...), "-o", out, pkg)
+	if err := run(ctx, root, "go", args...); err != nil {
 		return fmt.Errorf("native module %s: %w", pkg, err)
 	}
 	return nil

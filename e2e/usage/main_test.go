@@ -43,7 +43,7 @@ const (
 const (
 	minuteLimit = 250           // api_key: tokens a minute, the README's example
 	exactLimit  = 1_000_000_000 // exact_key: never reached, so a probe's remaining tells the charged total
-	boundLimit  = 1000          // bound_key, native_key: tokens a day
+	boundLimit  = 1000          // bound_key, envoyrl_key: tokens a day
 	discLimit   = 1_000_000     // disc_key
 )
 
@@ -61,9 +61,9 @@ descriptors:
     rate_limit: {name: exact, algorithm: fixed_window, unit: day, requests_per_unit: %d}
   - key: bound_key
     rate_limit: {name: bound, algorithm: fixed_window, unit: day, requests_per_unit: %d}
-  - key: native_key
+  - key: envoyrl_key
     charge_past_limit: true
-    rate_limit: {name: native, algorithm: fixed_window, unit: day, requests_per_unit: %d}
+    rate_limit: {name: envoyrl, algorithm: fixed_window, unit: day, requests_per_unit: %d}
   - key: disc_key
     rate_limit: {name: disc, algorithm: fixed_window, unit: day, requests_per_unit: %d}
 `, minuteLimit, exactLimit, boundLimit, boundLimit, discLimit)
@@ -81,7 +81,7 @@ const (
 	lnTrailer     = "trailer"      // api_key, reserve 0, usage from the response trailer (memory)
 	lnExact       = "exact"        // exact_key, reserve 0, trailer (Redis)
 	lnBound       = "bound"        // bound_key, reserve boundReserve, header (Redis)
-	lnNative      = "native"       // Envoy's ratelimit filter, apply_on_stream_done, native_key (Redis)
+	lnEnvoyRL     = "envoyrl"      // Envoy's ratelimit filter, apply_on_stream_done, envoyrl_key (Redis)
 	lnKill        = "kill"         // exact_key, reserve 0, trailer, small queue (cp_kill)
 	lnDiscBytes   = "disc-bytes"   // disc_key, reserve 0, trailer, on_disconnect bytes (memory)
 	lnDiscReserve = "disc-reserve" // disc_key, reserve discReserve, trailer, on_disconnect reserve (memory)
@@ -209,7 +209,7 @@ func listeners(f stack.Filter) []stack.M {
 			stack.Usage{Reserve: stack.Int(0), Source: fromTrailer, OnDisconnect: "bytes"})),
 		filterListener(f, lnDiscReserve, usagePlugin(cpMemory, "disc_key",
 			stack.Usage{Reserve: stack.Int(discReserve), Source: fromTrailer, OnDisconnect: "reserve"})),
-		nativeListener(lnNative, cpRedis),
+		envoyRateLimitListener(lnEnvoyRL, cpRedis),
 	}
 }
 
@@ -227,15 +227,15 @@ func filterListener(f stack.Filter, name string, pc stack.PluginConfig) stack.M 
 	return stack.HTTPListener(name, 0, []stack.M{stack.VirtualHost("all", route())}, f.HTTPFilter("sluice-"+name, pc.JSON()))
 }
 
-// nativeListener returns listener name running Envoy's own ratelimit
+// envoyRateLimitListener returns listener name running Envoy's own ratelimit
 // filter the way Envoy Gateway configures a response cost (and Envoy AI
 // Gateway its token limits): a request-time rate limit whose descriptor has
 // hits_addend 0, and the same descriptor again with apply_on_stream_done
 // and hits_addend from dynamic metadata, which a Lua filter sets from the
-// upstream's x-usage-tokens (e2e/native's TestResponseCostEnvoy runs the
+// upstream's x-usage-tokens (e2e/envoyratelimit's TestResponseCostEnvoy runs the
 // same configuration).
-func nativeListener(name, cluster string) stack.M {
-	key := []stack.M{{"request_headers": stack.M{"header_name": keyHeader, "descriptor_key": "native_key"}}}
+func envoyRateLimitListener(name, cluster string) stack.M {
+	key := []stack.M{{"request_headers": stack.M{"header_name": keyHeader, "descriptor_key": "envoyrl_key"}}}
 	r := route()
 	lua := stack.ResponseCost(r, key, stack.UsageReportHeader)
 	rl := stack.RateLimitFilter(domain, cluster, stack.M{

@@ -272,13 +272,13 @@ func testOvershoot(t *testing.T, e *env) {
 		r.overshoot = r.usage - boundLimit
 		return r
 	}
-	ours, native := run(lnBound), run(lnNative)
+	ours, envoyRL := run(lnBound), run(lnEnvoyRL)
 	t.Logf("64 concurrent requests of 50..150 tokens, a limit of %d tokens:", boundLimit)
 	t.Logf("%-44s %8s %8s %13s %9s %s", "path", "admitted", "refused", "admitted use", "overshoot", "stated bound")
 	t.Logf("%-44s %8d %8d %13d %9d %d (limit + use beyond the reserves)", "sluice filter, reserve 100, settle at end", ours.admitted, ours.refused, ours.usage, ours.overshoot, ours.bound)
-	t.Logf("%-44s %8d %8d %13d %9d %s", "Envoy ratelimit, apply_on_stream_done", native.admitted, native.refused, native.usage, native.overshoot, "none")
-	if ours.failures+native.failures != 0 {
-		t.Errorf("answers other than 200 and 429: %d (ours), %d (Envoy's filter)", ours.failures, native.failures)
+	t.Logf("%-44s %8d %8d %13d %9d %s", "Envoy ratelimit, apply_on_stream_done", envoyRL.admitted, envoyRL.refused, envoyRL.usage, envoyRL.overshoot, "none")
+	if ours.failures+envoyRL.failures != 0 {
+		t.Errorf("answers other than 200 and 429: %d (ours), %d (Envoy's filter)", ours.failures, envoyRL.failures)
 	}
 	if ours.admitted == 0 || ours.admitted > boundLimit/boundReserve {
 		t.Errorf("ours admitted %d requests at once, want 1..%d (each reserves %d of %d)", ours.admitted, boundLimit/boundReserve, boundReserve, boundLimit)
@@ -286,7 +286,7 @@ func testOvershoot(t *testing.T, e *env) {
 	if ours.usage > ours.bound {
 		t.Errorf("ours: admitted usage %d, past the stated bound %d", ours.usage, ours.bound)
 	}
-	if native.admitted == 0 {
+	if envoyRL.admitted == 0 {
 		t.Errorf("Envoy's filter admitted nothing: the comparison ran on a broken configuration")
 	}
 }

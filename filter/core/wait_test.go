@@ -32,15 +32,8 @@ func okNoQuota(t *testing.T) *fakeAnswer {
 // two wait for that call instead of calling, and its quota admits them.
 func TestWaitForCall(t *testing.T) {
 	b := newTestbed(t, quotaConfig)
-	spentPool(t, b)
 	req := map[string]string{":method": "GET", ":path": "/"}
-	calls := len(b.host.calls)
-	first, _ := b.request(req, "10.0.0.1:1")
-	w1, a1 := b.request(req, "10.0.0.1:1")
-	w2, a2 := b.request(req, "10.0.0.1:1")
-	if a1 != Pause || a2 != Pause || len(b.host.calls) != calls+1 || b.host.counters[MetricLeaseWaited] != 2 {
-		t.Fatalf("actions %d %d, %d calls, %d waited", a1, a2, len(b.host.calls)-calls, b.host.counters[MetricLeaseWaited])
-	}
+	first, w1, w2, calls := callAndWaiters(t, b)
 	quota := b.host.counters[MetricQuotaAllowed]
 	b.deliver(quotaAnswer(t, b.host, 5, time.Second))
 	h := b.host
@@ -53,6 +46,23 @@ func TestWaitForCall(t *testing.T) {
 			t.Fatalf("request %d after the waiters: action %d", i, a)
 		}
 	}
+}
+
+// callAndWaiters spends b's pool, then sends three requests: the first
+// calls, the next two wait for its call. It returns the three and the
+// number of calls made before them.
+func callAndWaiters(t *testing.T, b *testbed) (first, w1, w2 uint32, calls int) {
+	t.Helper()
+	spentPool(t, b)
+	req := map[string]string{":method": "GET", ":path": "/"}
+	calls = len(b.host.calls)
+	first, _ = b.request(req, "10.0.0.1:1")
+	w1, a1 := b.request(req, "10.0.0.1:1")
+	w2, a2 := b.request(req, "10.0.0.1:1")
+	if a1 != Pause || a2 != Pause || len(b.host.calls) != calls+1 || b.host.counters[MetricLeaseWaited] != 2 {
+		t.Fatalf("actions %d %d, %d calls, %d waited", a1, a2, len(b.host.calls)-calls, b.host.counters[MetricLeaseWaited])
+	}
+	return first, w1, w2, calls
 }
 
 // TestWaitThenCall: the call waited for brings no quota: the waiters call,
@@ -220,5 +230,40 @@ func TestWaitForCallGRPC(t *testing.T) {
 	b.closeGRPC(14, "unavailable")
 	if len(b.host.calls) != calls+1 {
 		t.Fatalf("after the failed call (stream %d): %d calls more, want the waiter's (stream %d) own", caller, len(b.host.calls)-calls, w2)
+	}
+}
+
+// TestCancelWakesWaiters: the stream whose call two requests wait for ends
+// and its proxy cancels the call (a native host's stream callout dies with
+// its stream): the caller is counted nowhere, nothing is sent to it, and
+// the waiters wake at once and call themselves.
+func TestCancelWakesWaiters(t *testing.T) {
+	b := newTestbed(t, quotaConfig)
+	first, w1, w2, calls := callAndWaiters(t, b)
+	id := b.lastCall().id
+	before := map[string]int64{}
+	for k, v := range b.host.counters {
+		before[k] = v
+	}
+	b.ended(first)
+	b.w.Cancel(id)
+	b.close(first)
+	h := b.host
+	if len(h.calls) != calls+3 || h.calls[len(h.calls)-2].stream != w1 || h.calls[len(h.calls)-1].stream != w2 {
+		t.Fatalf("%d calls after the cancel, want the two waiters' own", len(h.calls)-calls-1)
+	}
+	for _, m := range []string{MetricAllowed, MetricErrors, MetricFailureOpen, MetricFailureClosed, MetricOverLimit} {
+		if h.counters[m] != before[m] {
+			t.Errorf("%s counted the cancelled call: %d -> %d", m, before[m], h.counters[m])
+		}
+	}
+	if h.resumed[first] != 0 || len(h.local) != 0 {
+		t.Fatalf("the cancelled stream was acted on: resumed %d, %d local replies", h.resumed[first], len(h.local))
+	}
+	// Its answer, were it to come, is ignored; a second cancel too.
+	b.answerCall(id, okNoQuota(t))
+	b.w.Cancel(id)
+	if h.counters[MetricAllowed] != before[MetricAllowed] {
+		t.Fatal("an answer to a cancelled call was counted")
 	}
 }

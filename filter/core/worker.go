@@ -216,6 +216,28 @@ func (w *Worker) Answer(id uint32, a *rlsproto.Answer) {
 	h.Answered(a)
 }
 
+// Cancel is told that the proxy dropped call id with no answer to come,
+// because the stream that made it ended (a native host's stream callout
+// dies with its stream): the request is left undecided, counted nowhere,
+// and the requests that waited for the call wake and take their pool or
+// call themselves. A call no stream waits on is never cancelled; for one,
+// Cancel is Answer with calls.NeverAnswered.
+func (w *Worker) Cancel(id uint32) {
+	h, ok := w.calls.Take(id)
+	if !ok {
+		return
+	}
+	defer w.recoverAnswer()
+	x, ok := h.(*Exchange)
+	if !ok {
+		h.Answered(&calls.NeverAnswered)
+		return
+	}
+	x.state = stateDone
+	w.leases.called(x)
+	w.exchanges.release(x)
+}
+
 // Stop is told that the configuration goes away: the calls under way are
 // forgotten and the unsettled usage charges counted as lost.
 func (w *Worker) Stop() {

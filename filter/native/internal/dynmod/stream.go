@@ -95,6 +95,14 @@ func (s *Stream) AppendHeader(dst []byte, kind HeaderKind, name string) ([]byte,
 	return append(dst, v...), ok
 }
 
+// HeaderView returns the value of the header name without copying it: a
+// view of Envoy's memory, valid until the hook returns or a header of the
+// map is set, whichever comes first. For a caller that reads a header
+// during a hook and copies what it keeps.
+func (s *Stream) HeaderView(kind HeaderKind, name string) (string, bool) {
+	return s.headerView(kind, name, 0)
+}
+
 // HeaderValues returns a copy of every value of the header name.
 func (s *Stream) HeaderValues(kind HeaderKind, name string) []string {
 	var n C.size_t
@@ -203,6 +211,16 @@ func (s *Stream) Attribute(id Attribute) (string, bool) {
 		return "", false
 	}
 	return strings.Clone(view(b)), true
+}
+
+// AttributeView returns the attribute id as a string without copying it:
+// valid until the hook returns.
+func (s *Stream) AttributeView(id Attribute) (string, bool) {
+	var b C.dm_buf
+	if !C.dm_http_filter_get_attribute_string(s.envoy, C.dm_enum(id), &b) {
+		return "", false
+	}
+	return view(b), true
 }
 
 // AttributeInt returns the attribute id as an integer.

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,7 +108,7 @@ func measureCost(t *testing.T, dir string, v costVariant, workers int) costResul
 	if v.mode == "alloc" {
 		r.hookP99 = runtimeSummary(e.URL("in"))
 	}
-	r.gcs, r.pauseP99, r.pauseMax = gcPauses(e.Log())
+	r.gcs, r.pauseP99, r.pauseMax = stack.GCTracePauses(e.Log())
 	return r
 }
 
@@ -165,26 +163,4 @@ func load(t *testing.T, url, mode string, d time.Duration, clients int) int {
 	}
 	wg.Wait()
 	return ok
-}
-
-// gctraceLine is a gctrace line: its wall-clock phases, "a+b+c ms clock",
-// where a and c are the stop-the-world pauses (sweep termination, mark
-// termination).
-var gctraceLine = regexp.MustCompile(`gc \d+ @[\d.]+s \d+%: ([\d.]+)\+[\d.]+\+([\d.]+) ms clock`)
-
-// gcPauses returns the GC cycles in an Envoy log and the p99 and max of
-// their pauses, in microseconds.
-func gcPauses(log string) (cycles int, p99, maxPause float64) {
-	var pauses []float64
-	for _, m := range gctraceLine.FindAllStringSubmatch(log, -1) {
-		a, _ := strconv.ParseFloat(m[1], 64)
-		c, _ := strconv.ParseFloat(m[2], 64)
-		pauses = append(pauses, a*1000, c*1000)
-		cycles++
-	}
-	if len(pauses) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(pauses)
-	return cycles, pauses[min(len(pauses)-1, len(pauses)*99/100)], pauses[len(pauses)-1]
 }

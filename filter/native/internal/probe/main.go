@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/filter/native/internal/dynmod"
+	"github.com/sluicehq/sluice/filter/native/internal/gostats"
 )
 
 func main() {}
@@ -39,10 +40,10 @@ var panics atomic.Int64
 type config struct {
 	c        *dynmod.Config
 	cluster  string
-	requests dynmod.Counter // probe.requests: every request
-	held     dynmod.Gauge   // probe.held: requests held now
-	count    atomic.Int64   // the requests of mode "count", from every worker
-	hooks    histogram      // time spent in the request headers hook
+	requests dynmod.Counter    // probe.requests: every request
+	held     dynmod.Gauge      // probe.held: requests held now
+	count    atomic.Int64      // the requests of mode "count", from every worker
+	hooks    gostats.Histogram // time spent in the request headers hook
 
 	mu    sync.Mutex
 	facts facts
@@ -134,7 +135,7 @@ func (h *stream) note(name string, v any) {
 // RequestHeaders runs the request's mode.
 func (h *stream) RequestHeaders(end bool) dynmod.HeadersStatus {
 	start := time.Now()
-	defer func() { h.cfg.hooks.add(time.Since(start)) }()
+	defer func() { h.cfg.hooks.Add(time.Since(start)) }()
 	h.cfg.requests.Add(1)
 	h.mode, _ = h.s.Header(dynmod.RequestHeaders, "x-probe")
 	h.note("request-tid", syscall.Gettid())

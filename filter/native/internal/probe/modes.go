@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/filter/native/internal/dynmod"
+	"github.com/sluicehq/sluice/filter/native/internal/gostats"
 )
 
 // runMode runs the request's mode and returns its status, or false to let
@@ -54,7 +55,7 @@ func (h *stream) runMode(end bool) (dynmod.HeadersStatus, bool) {
 		h.s.SendReply(200, []dynmod.Header{{Name: "content-type", Value: "application/json"}}, h.cfg.snapshot(), "probe_facts")
 		return dynmod.HeadersStop, true
 	case "runtime":
-		h.s.SendReply(200, []dynmod.Header{{Name: "content-type", Value: "application/json"}}, runtimeReport(&h.cfg.hooks), "probe_runtime")
+		h.s.SendReply(200, []dynmod.Header{{Name: "content-type", Value: "application/json"}}, gostats.Report(&h.cfg.hooks), "probe_runtime")
 		return dynmod.HeadersStop, true
 	}
 	return 0, false

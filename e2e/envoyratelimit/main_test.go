@@ -1,4 +1,4 @@
-package native
+package envoyratelimit
 
 import (
 	"context"
@@ -21,17 +21,17 @@ var controlPlane string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(stack.RunWithControlPlane("e2e/native", testing.Short(), &controlPlane, nil, m.Run))
+	os.Exit(stack.RunWithControlPlane("e2e/envoyratelimit", testing.Short(), &controlPlane, nil, m.Run))
 }
 
 // domain is the rate limit domain of the filters and of policy.
-const domain = "native"
+const domain = "envoyrl"
 
 // policy is what the control plane serves. Fixed windows of a day (aligned
 // to UTC midnight) make the counts exact whatever the test's speed; the
 // per-second and per-minute limits are there for X-RateLimit-Reset.
 const policy = `
-domain: native
+domain: envoyrl
 response_headers: true
 descriptors:
   - key: api_key
@@ -122,7 +122,7 @@ func start(t *testing.T, s setup) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	pol := filepath.Join(dir, "native.yaml")
+	pol := filepath.Join(dir, "envoyrl.yaml")
 	if err := os.WriteFile(pol, []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
