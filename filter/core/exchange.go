@@ -44,6 +44,7 @@ type Exchange struct {
 	meter    *meter.Stream
 	reserves []uint32
 	sized    bool
+	bodyDue  int64 // when a body awaited is given up on
 	budgets  []budget
 	draws    int
 	// Whether a waiting request waits for another worker's call (remote),

@@ -44,6 +44,12 @@ type tokens struct {
 	cuts        bool // a rate limit may cut a stream
 	opts        llm.StreamOptions
 	pool        meter.Pool
+	// bodies are the exchanges whose request body is awaited, oldest
+	// first; each is decided at its bodyDue at the latest. sawBody says
+	// that a body ever reached this worker (else a body that never came
+	// is a host that does not pass bodies to a waiting filter).
+	bodies  []*Exchange
+	sawBody bool
 	// Scratch.
 	out     []byte       // a chunk that changes
 	budget  streamBudget // the budget of the chunk being read
@@ -54,7 +60,7 @@ type tokens struct {
 
 // configure sets the stage up for cfg.
 func (t *tokens) configure(w *Worker, cfg *config.Config) {
-	*t = tokens{env: &w.env, w: w, pool: t.pool, out: t.out, frame: t.frame}
+	*t = tokens{env: &w.env, w: w, pool: t.pool, out: t.out, frame: t.frame, bodies: t.bodies, sawBody: t.sawBody}
 	t.budget.t = t
 	for i := range cfg.RateLimits {
 		if u := cfg.RateLimits[i].Usage; u != nil {
@@ -84,11 +90,18 @@ func (t *tokens) meterOf(x *Exchange) *meter.Stream {
 
 // release gives x's meter back to the pool.
 func (t *tokens) release(x *Exchange) {
+	if x.state == stateBody {
+		t.bodyRead(x)
+	}
 	if m := x.meter; m != nil {
 		x.meter = nil
 		t.pool.Put(m)
 	}
 }
+
+// bodyWait bounds how long a request waits for its body: past it, it is
+// decided with what came (the reserve of a body that cannot be read).
+const bodyWait = 5 * config.Second
 
 // awaitBody starts reading x's request body for its reserves, and reports
 // whether the request is to wait for it; a request without a body is
@@ -100,13 +113,76 @@ func (t *tokens) awaitBody(x *Exchange) bool {
 	}
 	t.meterOf(x).BeginRequest(t.cfg.LLM.MaxRequestBytes)
 	x.state = stateBody
+	now := t.host.Now()
+	x.bodyDue = now + bodyWait
+	t.bodies = append(t.bodies, x)
+	if len(t.bodies) == 1 && x.bodyDue < t.w.tickAt {
+		t.w.schedule(now)
+	}
 	return true
+}
+
+// bodyRead forgets x, whose body was read (or whose stream ended).
+func (t *tokens) bodyRead(x *Exchange) {
+	for i, y := range t.bodies {
+		if y == x {
+			t.bodies = removeAt(t.bodies, i)
+			return
+		}
+	}
+}
+
+// nextBodyDue returns when the oldest awaited body is due, if any.
+func (t *tokens) nextBodyDue() (int64, bool) {
+	if len(t.bodies) == 0 {
+		return 0, false
+	}
+	return t.bodies[0].bodyDue, true
+}
+
+// expire decides, at now, the requests whose body did not come in time,
+// with what came of it; a worker that never saw a body says why.
+func (t *tokens) expire(now int64) {
+	for len(t.bodies) > 0 && t.bodies[0].bodyDue <= now {
+		x := t.bodies[0]
+		t.bodies = removeAt(t.bodies, 0)
+		if x.state != stateBody || x.closed {
+			continue
+		}
+		if !t.sawBody {
+			t.warn("sluice: a request body never reached the filter within 5s, so its reserve is the rate limit's reserve: " +
+				"with filter.wasm, set allow_on_headers_stop_iteration: true in the Wasm filter's configuration")
+		}
+		t.decideLate(x)
+	}
+}
+
+// decideLate decides x, whose body is given up on, outside its hooks: as
+// RequestHeaders would, resuming it if it goes on.
+func (t *tokens) decideLate(x *Exchange) {
+	w := t.w
+	x.meter.EndRequest()
+	t.size(x, nil)
+	x.state = stateIdle
+	action := Continue
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				action = w.Recover(x, r)
+			}
+		}()
+		action = w.RequestHeaders(x)
+	}()
+	if action == Continue {
+		t.warnErr("cannot resume the request", x.stream.Resume())
+	}
 }
 
 // readBody reads what came of x's request body (size bytes so far; end:
 // all of it) and reports whether the reserves are sized: the body ended,
 // or passed its bound.
 func (t *tokens) readBody(x *Exchange, size int, end bool) bool {
+	t.sawBody = true
 	m := x.meter
 	for read := int(m.RequestRead()); read < size && !m.RequestOver(); read = int(m.RequestRead()) {
 		p, err := x.stream.RequestBody(read, min(meter.SliceBytes, size-read))
@@ -120,6 +196,7 @@ func (t *tokens) readBody(x *Exchange, size int, end bool) bool {
 	if !end && !m.RequestOver() {
 		return false
 	}
+	t.bodyRead(x)
 	q := m.EndRequest()
 	switch q.Status {
 	case llm.RequestTooLarge:

@@ -421,3 +421,35 @@ func isSettle(c fakeCall) bool {
 	_, ok := header(c.headers, rlsproto.SettleHeader)
 	return ok
 }
+
+// TestBodyNeverComes: a request whose body does not come within 5s is
+// decided then with the rate limit's reserve (and resumed when admitted);
+// a worker that never saw a body says what the host misses.
+func TestBodyNeverComes(t *testing.T) {
+	b := newTestbed(t, llmConfig(`{"reserve": 77, "reserve_from_request": true, "source": {"llm_usage": {}}}`, `{}`))
+	b.next++
+	id := b.next
+	b.host.headers[id] = map[string]string{":path": "/v1/chat/completions", "x-api-key": "k1"}
+	b.open(id)
+	if a := b.requestHeaders(id); a != Pause || len(b.host.calls) != 0 {
+		t.Fatalf("action %d", a)
+	}
+	b.host.now += int64(4 * time.Second)
+	b.runTick()
+	if len(b.host.calls) != 0 {
+		t.Fatal("decided before the body's wait was over")
+	}
+	b.host.now += int64(time.Second)
+	b.runTick()
+	if len(b.host.calls) != 1 || b.callCost() != 77 || !b.host.logged("allow_on_headers_stop_iteration") {
+		t.Fatalf("%d calls, logs %v", len(b.host.calls), b.host.logs)
+	}
+	b.deliver(okFor(t, 1))
+	if b.host.resumed[id] != 1 {
+		t.Fatal("not resumed")
+	}
+	b.end(id)
+	if b.w.tokens.pool.Live() != 0 || len(b.w.tokens.bodies) != 0 {
+		t.Fatal("state left behind")
+	}
+}
