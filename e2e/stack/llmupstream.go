@@ -61,8 +61,8 @@ type llmAnswer struct {
 	format  string
 	sse     bool
 	usage   LLMUsage
-	text    int64  // output tokens of text
-	write   int    // bytes per write, 0: one event per write
+	text    int64 // output tokens of text
+	write   int   // bytes per write, 0: one event per write
 	pace    time.Duration
 	malform string // "" or one of LLMMalformHeader's values
 	hold    string // gate after the first write

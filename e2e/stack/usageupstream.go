@@ -54,7 +54,7 @@ type UsageUpstream struct {
 
 	mu       sync.Mutex
 	reported map[string]int64         // usage sent, by key
-	usages   map[string]LLMUsage         // LLM usage sent, by key (llmupstream.go)
+	usages   map[string]LLMUsage      // LLM usage sent, by key (llmupstream.go)
 	requests map[string]int64         // requests that reached it, by key
 	gates    map[string]chan struct{} // hold gates, by name
 	canceled atomic.Int64             // streams reset before their end
