@@ -124,6 +124,11 @@ func (u *UsageUpstream) serveLLM(w http.ResponseWriter, r *http.Request, key str
 		ct = "text/event-stream"
 	}
 	w.Header().Set("Content-Type", ct)
+	if a.reports() {
+		// Also as a header, for Envoy's own path (a Lua filter copies it to
+		// the dynamic metadata Envoy AI Gateway's rate limit reads).
+		w.Header().Set(UsageReportHeader, strconv.FormatInt(a.usage.Total(), 10))
+	}
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	first := true
