@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/e2e/stack"
@@ -214,65 +212,36 @@ func overshootBurst(ctx context.Context, client *http.Client, url string, up *st
 	gate := reqs[0].key
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	type answer struct {
-		status int
-		tokens int64
-		err    error
-	}
-	out := make([]answer, len(reqs))
-	var heads, bodies sync.WaitGroup
-	for i, q := range reqs {
-		heads.Add(1)
-		bodies.Add(1)
-		go func() {
-			defer bodies.Done()
-			body := `{"model":"gpt-4o","max_tokens":` + strconv.Itoa(q.maxTokens) + `,"stream":true,"stream_options":{"include_usage":true},` +
-				`"messages":[{"role":"user","content":"` + strings.Repeat("p", q.prompt) + `"}]}`
-			req, err := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", strings.NewReader(body))
-			if err != nil {
-				out[i].err = err
-				heads.Done()
-				return
-			}
-			h := req.Header
-			h.Set(userHeader, q.key)
-			h.Set(stack.LLMFormatHeader, "openai_chat")
-			h.Set(stack.LLMStreamHeader, "1")
-			h.Set(stack.UsageTokensHeader, strconv.FormatInt(q.output, 10))
-			h.Set(stack.LLMInputHeader, strconv.FormatInt(q.input, 10))
-			h.Set(stack.UsageHoldHeader, gate)
-			h.Set(stack.LLMPaceHeader, "200") // a fast model: 5 tokens a millisecond
-			resp, err := client.Do(req)
-			if err != nil {
-				out[i].err = err
-				heads.Done()
-				return
-			}
-			out[i].status = resp.StatusCode
-			heads.Done()
-			b, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			out[i].err = err
-			if resp.StatusCode == 200 {
-				out[i].tokens = q.input + int64(strings.Count(string(b), stack.LLMToken))
-			}
-		}()
-	}
-	heads.Wait()
-	up.Release(gate)
-	bodies.Wait()
+	out := stack.Burst(ctx, len(reqs), func(ctx context.Context, i int) (*http.Response, error) {
+		q := reqs[i]
+		body := `{"model":"gpt-4o","max_tokens":` + strconv.Itoa(q.maxTokens) + `,"stream":true,"stream_options":{"include_usage":true},` +
+			`"messages":[{"role":"user","content":"` + strings.Repeat("p", q.prompt) + `"}]}`
+		req, err := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		h := req.Header
+		h.Set(userHeader, q.key)
+		h.Set(stack.LLMFormatHeader, "openai_chat")
+		h.Set(stack.LLMStreamHeader, "1")
+		h.Set(stack.UsageTokensHeader, strconv.FormatInt(q.output, 10))
+		h.Set(stack.LLMInputHeader, strconv.FormatInt(q.input, 10))
+		h.Set(stack.UsageHoldHeader, gate)
+		h.Set(stack.LLMPaceHeader, "200") // a fast model: 5 tokens a millisecond
+		return client.Do(req)
+	}, true, nil, func() { up.Release(gate) })
 	var row overshootRow
 	for i, a := range out {
 		switch {
-		case a.err != nil:
-			return row, fmt.Errorf("request %d: %w", i, a.err)
-		case a.status == 200:
+		case a.Err != nil:
+			return row, fmt.Errorf("request %d: %w", i, a.Err)
+		case a.Status == 200:
 			row.admitted++
-			row.got += a.tokens
-		case a.status == 429:
+			row.got += reqs[i].input + int64(strings.Count(string(a.Body), stack.LLMToken))
+		case a.Status == 429:
 			row.refused++
 		default:
-			return row, fmt.Errorf("request %d: status %d", i, a.status)
+			return row, fmt.Errorf("request %d: status %d", i, a.Status)
 		}
 	}
 	row.billed = up.Reported(reqs[0].key)

@@ -115,13 +115,4 @@ func (e *env) waitChargedIn(t *testing.T, dom, key string, want int64) int64 {
 }
 
 // rateLimitWindow returns the t parameter of a RateLimit field, or -1.
-func rateLimitWindow(field string) int64 {
-	for _, p := range strings.Split(field, ";") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(p), "t="); ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				return n
-			}
-		}
-	}
-	return -1
-}
+func rateLimitWindow(field string) int64 { return rateLimitParam(field, "t") }

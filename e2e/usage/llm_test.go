@@ -199,37 +199,18 @@ type llmAnswer struct {
 
 // llmBurst sends reqs through ln at once, held by the upstream after their
 // first write on gate until every one is decided, and returns the answers.
-func (e *env) llmBurst(t *testing.T, ln, gate string, reqs []llmRequest) []llmAnswer {
+func (e *env) llmBurst(t *testing.T, ln, gate string, reqs []llmRequest) []stack.BurstAnswer {
 	t.Helper()
-	out := make([]llmAnswer, len(reqs))
-	var heads, bodies sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	for i, r := range reqs {
+	out := stack.Burst(ctx, len(reqs), func(ctx context.Context, i int) (*http.Response, error) {
+		r := reqs[i]
 		r.hold = gate
-		heads.Add(1)
-		bodies.Add(1)
-		go func() {
-			defer bodies.Done()
-			resp, err := e.client.Do(e.newLLMRequest(ctx, ln, r))
-			if err != nil {
-				out[i].err = err
-				heads.Done()
-				return
-			}
-			out[i].status = resp.StatusCode
-			heads.Done()
-			b, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			out[i].body, out[i].err = string(b), err
-		}()
-	}
-	heads.Wait()
-	e.up.Release(gate)
-	bodies.Wait()
+		return e.client.Do(e.newLLMRequest(ctx, ln, r))
+	}, true, nil, func() { e.up.Release(gate) })
 	for i, a := range out {
-		if a.err != nil {
-			t.Fatalf("request %d: %v", i, a.err)
+		if a.Err != nil {
+			t.Fatalf("request %d: %v", i, a.Err)
 		}
 	}
 	return out
@@ -295,14 +276,14 @@ func testLLMExact(t *testing.T, e *env) {
 	}
 	refunds, missing := e.filterStat("sluice.usage_refunds"), e.filterStat(statMissing)
 	for i, a := range e.llmBurst(t, lnLLMExact, key, reqs) {
-		if a.status != 200 || !strings.Contains(a.body, stack.LLMToken) {
-			t.Fatalf("request %d: status %d", i, a.status)
+		if a.Status != 200 || !strings.Contains(string(a.Body), stack.LLMToken) {
+			t.Fatalf("request %d: status %d", i, a.Status)
 		}
 	}
 	reported := e.up.Reported(key)
-	charged := e.waitCharged(t, cpRedis, "llm_exact", key, llmExactLimit, reported, settleWait)
-	// Settle a moment more: a refund that came late would lower it.
-	charged = e.waitChargedStable(t, cpRedis, "llm_exact", key, llmExactLimit)
+	e.waitChargedTo(t, domain, "llm_exact", key, llmExactLimit, reported)
+	// Settle a moment more: a charge or a refund that came late would move it.
+	charged := e.waitChargedStable(t, cpRedis, "llm_exact", key, llmExactLimit)
 	t.Logf("64 streams: reserved %d tokens, the upstream reported %d (%d of 64 above their reserve), the control plane charged %d; %d refunds",
 		reserved, reported, above, charged, e.filterStat("sluice.usage_refunds")-refunds)
 	if reported != want || charged != reported {
@@ -362,7 +343,7 @@ func testLLMOvershoot(t *testing.T, e *env) {
 		var r run
 		r.bound = llmBoundLimit
 		for i, a := range e.llmBurst(t, ln, key, reqs) {
-			switch a.status {
+			switch a.Status {
 			case 200:
 				r.admitted++
 				r.usage += reqs[i].usage.Total()
@@ -370,7 +351,7 @@ func testLLMOvershoot(t *testing.T, e *env) {
 			case 429:
 				r.refused++
 			default:
-				t.Fatalf("%s request %d: status %d", ln, i, a.status)
+				t.Fatalf("%s request %d: status %d", ln, i, a.Status)
 			}
 		}
 		if got := e.up.Reported(key); got != r.usage {

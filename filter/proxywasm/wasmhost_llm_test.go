@@ -52,14 +52,11 @@ func (h *wasmHost) callCost(i int) uint64 {
 	return uint64(r.HitsAddend)
 }
 
-// TestWasmLLMStream runs an LLM stream through filter.wasm's bindings:
-// the request waits (headers and body) until its body is read through
-// proxy_on_request_body and proxy_get_buffer_bytes, the reserve is sized
-// from it, the answer's chunks are read, a draw is refused, and the stream
-// is cut: proxy_set_buffer_bytes gives the client what came before, then
-// the cut event, and empties every later chunk. No chunk allocates.
-func TestWasmLLMStream(t *testing.T) {
-	h := newWasmHost(t, filterWasmDev, llmWasmConfig)
+// llmHost returns a host of filter.wasm (sluicetest) configured with cfg,
+// and stream 2's request headers (a chat completions POST, noBody: ending
+// with its headers) run, with their action.
+func llmHost(t *testing.T, cfg string, noBody bool) (*wasmHost, uint64) {
+	h := newWasmHost(t, filterWasmDev, cfg)
 	if !h.configure() {
 		t.Fatalf("configuration refused: %v", h.logs)
 	}
@@ -67,7 +64,23 @@ func TestWasmLLMStream(t *testing.T) {
 	req := map[string]string{":method": "POST", ":path": "/v1/chat/completions", "x-api-key": "k1"}
 	h.headers[id], h.current = req, id
 	h.call("proxy_on_context_create", id, 1)
-	if a := h.call("proxy_on_request_headers", id, uint64(len(req)), 0); a != uint64(abi.ActionPause) || len(h.calls) != 0 {
+	end := uint64(0)
+	if noBody {
+		end = 1
+	}
+	return h, h.call("proxy_on_request_headers", id, uint64(len(req)), end)
+}
+
+// TestWasmLLMStream runs an LLM stream through filter.wasm's bindings:
+// the request waits (headers and body) until its body is read through
+// proxy_on_request_body and proxy_get_buffer_bytes, the reserve is sized
+// from it, the answer's chunks are read, a draw is refused, and the stream
+// is cut: proxy_set_buffer_bytes gives the client what came before, then
+// the cut event, and empties every later chunk. No chunk allocates.
+func TestWasmLLMStream(t *testing.T) {
+	h, a := llmHost(t, llmWasmConfig, false)
+	const id = 2
+	if a != uint64(abi.ActionPause) || len(h.calls) != 0 {
 		t.Fatalf("request headers: action %d, %d calls; want a pause for the body", a, len(h.calls))
 	}
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("q", 40) + `"}]}`
@@ -132,16 +145,8 @@ func TestWasmLLMStream(t *testing.T) {
 // TestWasmLLMChunksAllocateNothing: the chunks of an SSE answer whose
 // usage is read (not cut) allocate nothing in filter.wasm.
 func TestWasmLLMChunksAllocateNothing(t *testing.T) {
-	cfg := strings.Replace(llmWasmConfig, `, "cut": {"slice": 20}`, "", 1)
-	h := newWasmHost(t, filterWasmDev, cfg)
-	if !h.configure() {
-		t.Fatalf("configuration refused: %v", h.logs)
-	}
+	h, _ := llmHost(t, strings.Replace(llmWasmConfig, `, "cut": {"slice": 20}`, "", 1), true) // no body: the default reserve
 	const id = 2
-	req := map[string]string{":method": "POST", ":path": "/v1/chat/completions", "x-api-key": "k1"}
-	h.headers[id], h.current = req, id
-	h.call("proxy_on_context_create", id, 1)
-	h.call("proxy_on_request_headers", id, uint64(len(req)), 1) // no body: the default reserve
 	h.deliver(1, hostOK(t))
 	h.current = id
 	h.respHeaders[id] = map[string]string{"content-type": "text/event-stream"}
