@@ -194,7 +194,6 @@ type llmAnswer struct {
 	body       string
 	retryAfter string
 	rateLimit  string
-	err        error
 }
 
 // llmBurst sends reqs through ln at once, held by the upstream after their
