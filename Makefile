@@ -25,7 +25,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 LDFLAGS  := -X github.com/sluicehq/sluice/internal/version.Version=$(VERSION) -X github.com/sluicehq/sluice/internal/version.Commit=$(COMMIT)
 
 
-.PHONY: native native-host native-cc native-compilers e2e-gateway test test-deploy images push binaries envoy wrk h2load bench-envoy redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-llm vet wasm run e2e proto bench-rls
+.PHONY: native native-host native-cc native-compilers e2e-gateway test test-deploy images push binaries envoy wrk h2load bench-envoy bench-llm-overshoot redis-server test-native test-wasip1 fuzz-short bench-smoke fuzz bench bench-algorithms bench-llm vet wasm run e2e proto bench-rls
 
 ## test: everything — Redis check, the Wasm build, native tests (e2e included), wasip1 tests
 ## under wazero, short fuzzing, and every benchmark once (so that the tools behind the performance
@@ -254,12 +254,20 @@ bench-rls: redis-server h2load
 ## proxy_grpc_call), 2n the native one (an empty dynamic module), 7g is setup 7 with transport "grpc";
 ## 2hr/2gr read the answer too; 6h is setup 6 adding Envoy's X-RateLimit headers; 7b is setup 7 on the
 ## module given by -base-wasm (an A/B of two builds); 7n, 4n, 7Ln are 7, 4, 7L with the native filter.
+## 7p4/L4, 7p64/L64 and 7s/Ls are the LLM row (a 4 KiB / 64 KiB chat request body, a 200-chunk SSE
+## answer: passed on unread, or read for the reserve and the usage; docs/llm.md).
 ## Then the worker sweep: envoy/envoy.yaml and envoy-native.yaml (-sweep-hosts wasm,native) at -sweep
 ## 1,2,4,8 workers, shared state against shared_state false, -sweep-loads flood,spread (-sweep "" skips
 ## it; docs/performance.md). ARGS="-runtime 1,2,4" measures instead what the Go runtime costs inside Envoy
 ## with the native filter under load (threads, RSS fixed and per worker, GC pauses, the hook's time).
 bench-envoy: redis-server envoy wrk
 	$(HOSTENV) $(GO) run ./bench/envoy $(ARGS)
+
+## bench-llm-overshoot: the overshoot of 64 concurrent LLM streams against one budget, on Envoy's
+## apply_on_stream_done path (envoyproxy/ratelimit, sluice) and sluice's filter (reserve 0, from the
+## request, cut): ARGS="-runs 3" (bench/envoy -overshoot).
+bench-llm-overshoot: redis-server envoy
+	$(HOSTENV) $(GO) run ./bench/envoy -overshoot $(ARGS)
 
 ## proto: regenerate the Go code of controlplane/api/**/*.proto (protoc + pinned plugins in ./bin).
 proto:

@@ -5,9 +5,17 @@
 -- line, "BENCH {json}", that bench-envoy reads.
 local mode = os.getenv("BENCH_LOAD") or "spread"
 local keys = 10000
+-- BENCH_BODY names a file: each request POSTs it (an LLM request body).
+local body = nil
 
 function init(args)
   math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16) % 100000)
+  local path = os.getenv("BENCH_BODY")
+  if path and path ~= "" then
+    local f = assert(io.open(path, "rb"))
+    body = f:read("*a")
+    f:close()
+  end
 end
 
 function request()
@@ -20,6 +28,9 @@ function request()
     k = "s" .. math.random(10)
   else
     k = "u" .. math.random(keys)
+  end
+  if body then
+    return wrk.format("POST", nil, {["x-user"] = k, ["content-type"] = "application/json"}, body)
   end
   return wrk.format(nil, nil, {["x-user"] = k})
 end

@@ -19,12 +19,19 @@
 // Setups 7n, 4n and 7Ln are 7, 4 and 7L with the native filter
 // (libsluice.so) in place of filter.wasm (native.go).
 //
-// Setups u and u1 measure usage-based limits (issue 24): the backend
+// Setups 7p4, L4, 7p64, L64, 7s and Ls are the LLM row (llm.go): reading
+// a chat request body for its reserve, and an SSE answer for its usage,
+// against the same traffic passed on unread. -overshoot prints instead the
+// overshoot table of 64 concurrent LLM streams on five paths
+// (overshoot.go).
+//
+// Setups u and u1 measure usage-based limits: the backend
 // reports a usage per answer, the filter settles it at the end of each
 // stream, batched (u, the default settle configuration) or one call per
 // settlement (u1); against setup 7 they give what settlements cost.
 //
-//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1]
+//	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1,7p4,L4,7p64,L64,7s,Ls]
+//	bench-envoy -overshoot [-runs 3]
 //	            [-base-wasm filter.wasm (setup 7b)]
 //	            [-sweep 1,2,4,8] [-sweep-loads flood,spread] [-flood-rate 500] [-flood-duration 5s] [-flood-conns 32]
 //
@@ -58,7 +65,7 @@ func main() {
 	flag.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
 	flag.IntVar(&cfg.concurrency, "concurrency", 2, "Envoy worker threads (one Wasm VM each)")
 	flag.IntVar(&cfg.connections, "connections", 32, "wrk connections")
-	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1", "setups to run (see the setups table in setups.go)")
+	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1,7p4,L4,7p64,L64,7s,Ls", "setups to run (see the setups table in setups.go, and llm.go)")
 	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7L: spread, flood, steady")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
 	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")
@@ -70,6 +77,8 @@ func main() {
 	flag.StringVar(&cfg.sweepLoads, "sweep-loads", "flood,spread", "worker sweep: loads (flood: one key at 10x its limit; spread: 10,000 keys under no limit)")
 	flag.StringVar(&cfg.sweepHosts, "sweep-hosts", "wasm,native", "worker sweep: the filter's hosts (wasm: envoy/envoy.yaml; native: envoy/envoy-native.yaml)")
 	flag.StringVar(&cfg.runtime, "runtime", "", "instead of the setups: what the Go runtime costs inside Envoy with the native filter under load, at these worker counts (e.g. 1,2,4; runtime.go)")
+	flag.BoolVar(&cfg.overshoot, "overshoot", false, "print the LLM overshoot table (overshoot.go) instead of the setups")
+	flag.BoolVar(&cfg.overshootPeer, "overshoot-peer", true, "the overshoot table's envoyproxy/ratelimit path (it builds envoyproxy/ratelimit)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -86,6 +95,7 @@ type config struct {
 	setups, loads            string
 	keep, memory             bool
 	baseWasm                 string // setup 7b's filter.wasm
+	overshoot, overshootPeer bool   // the LLM overshoot table only, with envoyproxy/ratelimit's path
 	// The worker sweep (sweep.go).
 	sweep, sweepLoads     string
 	sweepHosts            string
@@ -107,6 +117,19 @@ func run(ctx context.Context, cfg config) error {
 	workers, err := parseWorkers(cfg.sweep)
 	if err != nil {
 		return err
+	}
+	if cfg.overshoot {
+		b, err := build(ctx, dir, cfg.overshootPeer)
+		if err != nil {
+			return err
+		}
+		redis, err := stack.StartRedis(ctx, dir)
+		if err != nil {
+			return err
+		}
+		defer redis.Stop()
+		b.redis = redis
+		return b.overshoot(ctx, dir, cfg)
 	}
 	var cases []benchCase
 	peer := false
@@ -199,9 +222,11 @@ func numCPU() int {
 // built is what a run needs: programs, and the shared Redis.
 type built struct {
 	controlPlane, peer, floor, filterWasm, emptyWasm string
-	floorModule                                      string // the native floor, lib<floorModuleName>.so
-	nativeModule                                     string // the native filter, libsluice.so in the work directory
-	baseWasm                                         string // setup 7b's (-base-wasm)
+	floorModule                                      string         // the native floor, lib<floorModuleName>.so
+	nativeModule                                     string         // the native filter, libsluice.so in the work directory
+	baseWasm                                         string         // setup 7b's (-base-wasm)
+	sseBackend                                       string         // the LLM setups' SSE backend (llm.go)
+	bodies                                           map[int]string // the LLM setups' request bodies, by size
 	envoy, envoyVersion                              string
 	redis                                            *stack.Redis
 }
@@ -255,6 +280,15 @@ func build(ctx context.Context, dir string, peer bool) (*built, error) {
 	b.envoyVersion = envoyVersion(out)
 	if _, err := lookWrk(); err != nil {
 		return nil, err
+	}
+	if b.sseBackend, err = startSSEBackend(); err != nil {
+		return nil, err
+	}
+	b.bodies = map[int]string{}
+	for _, n := range []int{4 << 10, 64 << 10} {
+		if b.bodies[n], err = writeLLMBody(dir, n); err != nil {
+			return nil, err
+		}
 	}
 	return b, nil
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/sluicehq/sluice/envoy"
 )
 
-// TestRuns runs a short bench-envoy (one run of setups 1, 2r, 2g, 2n, 4, 4n, 6, 6h, 7 and 7n, one
-// second each, and a worker sweep of 1 and 2 workers on both hosts) so that the tool behind the
+// TestRuns runs a short bench-envoy (one run of setups 1, 2r, 2g, 2n, 4, 4n, 6, 6h, 7, 7n, L4 and Ls,
+// one second each, and a worker sweep of 1 and 2 workers on both hosts) so that the tool behind the
 // bench-envoy figures cannot break unnoticed. It measures nothing; 6h, 7 and 7n check first that
 // their filter adds its rate limit headers to an admitted response.
 func TestRuns(t *testing.T) {
@@ -25,9 +25,22 @@ func TestRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	err := run(ctx, config{runs: 1, duration: time.Second, warmup: time.Second, concurrency: 2,
-		connections: 4, setups: "1,2r,2g,2n,4,4n,6,6h,7,7n", loads: "flood",
+		connections: 4, setups: "1,2r,2g,2n,4,4n,6,6h,7,7n,L4,Ls", loads: "flood",
 		sweep: "1,2", sweepLoads: "flood", sweepHosts: "wasm,native", floodRate: 100, floodDuration: time.Second, floodConns: 4})
 	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOvershootRuns runs the overshoot table once, without the
+// envoyproxy/ratelimit path (whose build TestRuns does not pay either).
+func TestOvershootRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Envoy, Redis and the control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := run(ctx, config{runs: 1, concurrency: 2, overshoot: true}); err != nil {
 		t.Fatal(err)
 	}
 }

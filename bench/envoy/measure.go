@@ -86,7 +86,11 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 	if err := checkAdds(ctx, url, c.setup.adds); err != nil {
 		return result{}, fmt.Errorf("setup %s: %w", c.setup.id, err)
 	}
-	if _, err := b.wrk(ctx, dir, url, c.load, cfg.connections, cfg.warmup); err != nil {
+	var env []string
+	if c.setup.body > 0 {
+		env = []string{"BENCH_BODY=" + b.bodies[c.setup.body]}
+	}
+	if _, err := b.wrk(ctx, dir, url, c.load, cfg.connections, cfg.warmup, env...); err != nil {
 		return result{}, fmt.Errorf("warm-up: %w", err)
 	}
 	s0, err := e.Stats()
@@ -94,7 +98,7 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 		return result{}, err
 	}
 	e0, r0, d0 := stack.ProcCPU(e.PID()), stack.ProcCPU(svc.pid), stack.ProcCPU(b.redis.PID())
-	w, err := b.wrk(ctx, dir, url, c.load, cfg.connections, cfg.duration)
+	w, err := b.wrk(ctx, dir, url, c.load, cfg.connections, cfg.duration, env...)
 	if err != nil {
 		return result{}, err
 	}
@@ -138,8 +142,9 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 	return res, nil
 }
 
-// wrk runs the load for d and returns what load.lua reported.
-func (b *built) wrk(ctx context.Context, dir, url string, l load, conns int, d time.Duration) (wrkOut, error) {
+// wrk runs the load for d and returns what load.lua reported; env is
+// load.lua's environment beyond BENCH_LOAD.
+func (b *built) wrk(ctx context.Context, dir, url string, l load, conns int, d time.Duration, env ...string) (wrkOut, error) {
 	script := filepath.Join(dir, "load.lua")
 	if err := os.WriteFile(script, loadScript, 0o644); err != nil {
 		return wrkOut{}, err
@@ -147,7 +152,7 @@ func (b *built) wrk(ctx context.Context, dir, url string, l load, conns int, d t
 	secs := max(1, int(d.Round(time.Second)/time.Second))
 	cmd := exec.CommandContext(ctx, "wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+strconv.Itoa(secs)+"s",
 		"--timeout", "5s", "-s", script, url)
-	cmd.Env = append(os.Environ(), "BENCH_LOAD="+string(l))
+	cmd.Env = append(append(os.Environ(), "BENCH_LOAD="+string(l)), env...)
 	out, err := cmd.Output()
 	if err != nil {
 		return wrkOut{}, fmt.Errorf("wrk: %w\n%s", err, out)
@@ -253,6 +258,7 @@ func summarize(m map[string]result, workers int) {
 	summarizeCallout(get)
 	summarizeNative(get)
 	summarizeUsage(m)
+	summarizeLLM(get)
 	if five, ok := get("5/flood"); ok {
 		if seven, ok := get("7/flood"); ok {
 			fmt.Printf("whole system, flood (7 vs 5): %.2fx req/s (goal >= 4), p99 %.3f vs %.3f ms; %.1f%% of setup 7's requests answered in the filter, %.3f service calls per request\n",

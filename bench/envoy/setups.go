@@ -49,6 +49,11 @@ type setup struct {
 	// adds is a response header the setup's filter adds to an admitted
 	// request's response: measure checks that it does before measuring.
 	adds string
+	// The LLM setups (llm.go): a POST of a chat request body of this many
+	// bytes, answered with a JSON answer with usage; or an answer streamed
+	// as SSE by the Go backend.
+	body int
+	sse  bool
 }
 
 var setups = map[string]setup{
@@ -276,6 +281,10 @@ func (s setup) bootstrap(b *built, backendPort int, rlsAddr string) stack.M {
 		filters = s.filter(b)
 	}
 	backend := stack.VirtualHost("backend", stack.DirectResponse("/", 200, "ok\n"))
+	if s.body > 0 {
+		backend = stack.VirtualHost("backend", stack.DirectResponse("/", 200, llmAnswerJSON))
+		backend["response_headers_to_add"] = []stack.M{{"header": stack.M{"key": "content-type", "value": "application/json"}}}
+	}
 	if s.usage {
 		backend["response_headers_to_add"] = []stack.M{{"header": stack.M{"key": usageHeader, "value": strconv.Itoa(usageTokens)}}}
 	}
@@ -283,7 +292,11 @@ func (s setup) bootstrap(b *built, backendPort int, rlsAddr string) stack.M {
 		stack.HTTPListener("ingress", 0, []stack.M{stack.VirtualHost("ingress", route)}, filters...),
 		stack.HTTPListener("backend", backendPort, []stack.M{backend}),
 	}
-	clusters := []stack.M{stack.Cluster("upstream", "127.0.0.1:"+strconv.Itoa(backendPort))}
+	upstream := "127.0.0.1:" + strconv.Itoa(backendPort)
+	if s.sse {
+		upstream = b.sseBackend
+	}
+	clusters := []stack.M{stack.Cluster("upstream", upstream)}
 	if rlsAddr != "" {
 		clusters = append(clusters, stack.GRPCCluster(rlsCluster, rlsAddr))
 	}
@@ -298,7 +311,8 @@ type service struct {
 }
 
 // startService starts the setup's rate limit service on a fresh port, after
-// emptying Redis, on the policy doc ("" for the setups' policy).
+// emptying Redis, on the policy doc ("" for the setups' policy; setup 7L's
+// lease policy always).
 func (b *built) startService(ctx context.Context, dir string, kind rls, doc string) (*service, error) {
 	if kind == rlsNone {
 		return &service{stop: func() {}}, nil
@@ -326,7 +340,10 @@ func (b *built) startService(ctx context.Context, dir string, kind rls, doc stri
 		if err := os.MkdirAll(rt, 0o755); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(rt, "bench.yaml"), []byte(policy), 0o644); err != nil {
+		if doc == "" {
+			doc = policy
+		}
+		if err := os.WriteFile(filepath.Join(rt, "bench.yaml"), []byte(doc), 0o644); err != nil {
 			return nil, err
 		}
 		cmd = exec.Command(b.peer)

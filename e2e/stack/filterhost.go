@@ -47,6 +47,18 @@ type Filter struct {
 // name with the plugin configuration plugin (JSON).
 func (f Filter) HTTPFilter(name string, plugin []byte) M { return f.Host.filter(f.Path, name, plugin) }
 
+// HTTPFilterReadingBodies is HTTPFilter for a plugin configuration that
+// reads request bodies (reserve_from_request): a request's headers wait
+// while its body reaches the filter, which Envoy's proxy-wasm host allows
+// only with allow_on_headers_stop_iteration.
+func (f Filter) HTTPFilterReadingBodies(name string, plugin []byte) M {
+	m := f.Host.filter(f.Path, name, plugin)
+	if f.Host.Name == ProxyWasm.Name {
+		m["typed_config"].(M)["config"].(M)["allow_on_headers_stop_iteration"] = true
+	}
+	return m
+}
+
 // Stat returns the name Envoy's /stats shows the filter's metric under
 // ("sluice.allowed" as "wasmcustom.sluice.allowed").
 func (f Filter) Stat(metric string) string { return f.Host.StatPrefix + metric }

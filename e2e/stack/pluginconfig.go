@@ -22,6 +22,7 @@ type PluginConfig struct {
 	Headers       *Headers    `json:"headers,omitempty"`         // rate limit headers to emit
 	Settle        *Settle     `json:"settle,omitempty"`          // how usage settlements are sent
 	LeasePrefetch *bool       `json:"lease_prefetch,omitempty"`  // renew lease pools off the request path (nil: the filter's default, on)
+	LLM           M           `json:"llm,omitempty"`             // how LLM requests and answers are read (docs/llm.md)
 }
 
 // RateLimit builds one descriptor from its actions.
@@ -39,6 +40,11 @@ type Usage struct {
 	RequestHeader string `json:"request_header,omitempty"` // request-time cost from this header
 	Missing       any    `json:"missing,omitempty"`        // "reserve" | "zero" | a number
 	OnDisconnect  string `json:"on_disconnect,omitempty"`  // "reserve" | "bytes"
+	// LLM traffic (docs/llm.md).
+	ReserveFromRequest bool   `json:"reserve_from_request,omitempty"` // size the reserve from the request body
+	Cost               string `json:"cost,omitempty"`                 // "tokens" | "weighted"
+	Cut                M      `json:"cut,omitempty"`                  // {"slice": n}
+	Refund             *bool  `json:"refund,omitempty"`               // nil: the filter's default, true
 }
 
 // Settle configures how the filter sends settlements (plugin level).

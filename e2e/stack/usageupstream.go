@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -53,6 +54,7 @@ type UsageUpstream struct {
 
 	mu       sync.Mutex
 	reported map[string]int64         // usage sent, by key
+	usages   map[string]LLMUsage      // LLM usage sent, by key (llmupstream.go)
 	requests map[string]int64         // requests that reached it, by key
 	gates    map[string]chan struct{} // hold gates, by name
 	canceled atomic.Int64             // streams reset before their end
@@ -66,7 +68,7 @@ func StartUsageUpstream(addr, keyHeader string) (*UsageUpstream, error) {
 		return nil, fmt.Errorf("usage upstream: listen on %s: %w", addr, err)
 	}
 	u := &UsageUpstream{ln: ln, header: keyHeader,
-		reported: map[string]int64{}, requests: map[string]int64{}, gates: map[string]chan struct{}{}}
+		reported: map[string]int64{}, requests: map[string]int64{}, gates: map[string]chan struct{}{}, usages: map[string]LLMUsage{}}
 	u.srv = &http.Server{Handler: u, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
 	u.srv.Protocols.SetHTTP1(true)
 	u.srv.Protocols.SetUnencryptedHTTP2(true)
@@ -98,9 +100,19 @@ func (u *UsageUpstream) Release(name string) {
 	}
 }
 
-// ServeHTTP streams the answer and reports the usage asked for.
+// ServeHTTP streams the answer and reports the usage asked for: in a
+// header or trailer, or, when the request names an LLM API's format
+// (LLMFormatHeader), in the answer's own usage object (llmupstream.go).
 func (u *UsageUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get(u.header)
+	if r.Header.Get(LLMFormatHeader) != "" {
+		io.Copy(io.Discard, r.Body)
+		u.mu.Lock()
+		u.requests[key]++
+		u.mu.Unlock()
+		u.serveLLM(w, r, key)
+		return
+	}
 	tokens, err := strconv.ParseInt(r.Header.Get(UsageTokensHeader), 10, 64)
 	if err != nil || tokens < 0 {
 		http.Error(w, "usage upstream: "+UsageTokensHeader+" must be a number >= 0", http.StatusBadRequest)
@@ -155,6 +167,23 @@ func (u *UsageUpstream) report(key string, tokens int64) {
 	u.mu.Lock()
 	u.reported[key] += tokens
 	u.mu.Unlock()
+}
+
+// reportUsage counts an LLM usage sent for key (its total in Reported).
+func (u *UsageUpstream) reportUsage(key string, usage LLMUsage) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.reported[key] += usage.Total()
+	s := u.usages[key]
+	s.Input, s.Cached, s.Output = s.Input+usage.Input, s.Cached+usage.Cached, s.Output+usage.Output
+	u.usages[key] = s
+}
+
+// ReportedUsage returns the LLM usage the upstream reported for key.
+func (u *UsageUpstream) ReportedUsage(key string) LLMUsage {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.usages[key]
 }
 
 // Reported returns the usage the upstream reported for key.

@@ -109,19 +109,38 @@ type env struct {
 
 // startEnv starts the stack with filter f; everything stops when t ends.
 func startEnv(t *testing.T, f stack.Filter) *env {
+	return startStack(t, f, spec{policies: map[string]string{"usage.yaml": policy}, listeners: listeners})
+}
+
+// spec is what a stack serves: policy files (by name), and the Envoy's
+// listeners running a filter, and clusters other than the control planes'
+// and the upstream's (named as a configuration names them).
+type spec struct {
+	policies  map[string]string
+	listeners func(stack.Filter) []stack.M
+	aliases   map[string]string // cluster name -> the control plane it reaches
+}
+
+// startStack starts the stack of s with filter f; everything stops when t
+// ends.
+func startStack(t *testing.T, f stack.Filter, s spec) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end: skipped in -short mode")
 	}
 	ctx := context.Background()
 	e := &env{filter: f, dir: t.TempDir(), cps: map[string]*stack.ControlPlane{}}
-	pol := filepath.Join(e.dir, "usage.yaml")
-	if err := os.WriteFile(pol, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
+	var pols []string
+	for name, text := range s.policies {
+		pol := filepath.Join(e.dir, name)
+		if err := os.WriteFile(pol, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pols = append(pols, pol)
 	}
 	rs := redistest.StartServer(t)
 	for _, c := range []struct{ name, redis string }{{cpMemory, ""}, {cpRedis, rs.Addr()}, {cpKill, rs.Addr()}} {
-		cfg := stack.ControlPlaneConfig{Binary: controlPlane, Dir: e.dir, Policies: []string{pol}, RedisAddr: c.redis}
+		cfg := stack.ControlPlaneConfig{Binary: controlPlane, Dir: e.dir, Policies: pols, RedisAddr: c.redis}
 		if c.redis != "" {
 			cfg.Args = []string{"-deadline", "500ms"} // two busy cores: no degrading mid-count
 		}
@@ -149,14 +168,18 @@ func startEnv(t *testing.T, f stack.Filter) *env {
 	for name, cp := range e.cps {
 		clusters = append(clusters, stack.GRPCCluster(name, cp.GRPCAddr()))
 	}
-	boot := stack.Bootstrap(listeners(f), clusters)
+	for alias, cp := range s.aliases {
+		clusters = append(clusters, stack.GRPCCluster(alias, e.cps[cp].GRPCAddr()))
+	}
+	lns := s.listeners(f)
+	boot := stack.Bootstrap(lns, clusters)
 	start := time.Now()
 	envoy, err := stack.StartEnvoy(ctx, stack.EnvoyConfig{Dir: e.dir, Bootstrap: boot, Concurrency: workers,
 		LogLevel: "warn", Args: []string{"--component-log-level", "wasm:info"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Envoy (%s filter, %d workers, %d listeners) started in %v", f.Host.Name, workers, len(listeners(f)), time.Since(start).Round(time.Millisecond))
+	t.Logf("Envoy (%s filter, %d workers, %d listeners) started in %v", f.Host.Name, workers, len(lns), time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("Envoy's log (%s):\n%s", envoy.LogPath(), envoy.LogExcerpt())
@@ -291,6 +314,12 @@ func (e *env) waitStat(name string, want int64, d time.Duration) int64 {
 // limit minus the remaining. Only exact for limits not yet reached.
 func (e *env) charged(t *testing.T, cp, key, value string, limit int64) int64 {
 	t.Helper()
+	return e.chargedIn(t, cp, domain, key, value, limit)
+}
+
+// chargedIn is charged for a descriptor of domain dom.
+func (e *env) chargedIn(t *testing.T, cp, dom, key, value string, limit int64) int64 {
+	t.Helper()
 	conn, err := grpc.NewClient(e.cps[cp].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +328,7 @@ func (e *env) charged(t *testing.T, cp, key, value string, limit int64) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain: domain,
+		Domain: dom,
 		Descriptors: []*rlscommon.RateLimitDescriptor{{
 			Entries:    []*rlscommon.RateLimitDescriptor_Entry{{Key: key, Value: value}},
 			HitsAddend: wrapperspb.UInt64(0),

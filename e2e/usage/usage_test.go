@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -137,9 +136,12 @@ func (e *env) runMinute(t *testing.T, ln, mode, key string) []minuteStep {
 
 // remaining returns the r parameter of a RateLimit field (draft 10:
 // `"name";r=50;t=30`), or -1.
-func remaining(field string) int64 {
+func remaining(field string) int64 { return rateLimitParam(field, "r") }
+
+// rateLimitParam returns parameter name of a RateLimit field, or -1.
+func rateLimitParam(field, name string) int64 {
 	for _, p := range strings.Split(field, ";") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(p), "r="); ok {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(p), name+"="); ok {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 				return n
 			}
@@ -149,10 +151,7 @@ func remaining(field string) int64 {
 }
 
 // answer is one request of a burst as the client saw it.
-type answer struct {
-	status int
-	err    error
-}
+type answer = stack.BurstAnswer
 
 // burst sends reqs through ln at once (one goroutine and connection each),
 // all held by the upstream on gate after their first chunk. Once every
@@ -161,37 +160,16 @@ type answer struct {
 // returns the answers once every body is read.
 func (e *env) burst(t *testing.T, ln, gate string, reqs []request, decided func([]answer)) []answer {
 	t.Helper()
-	out := make([]answer, len(reqs))
-	var heads, bodies sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for i, r := range reqs {
+	out := stack.Burst(ctx, len(reqs), func(ctx context.Context, i int) (*http.Response, error) {
+		r := reqs[i]
 		r.hold = gate
-		heads.Add(1)
-		bodies.Add(1)
-		go func() {
-			defer bodies.Done()
-			resp, err := e.client.Do(e.newRequest(ctx, ln, r))
-			if err != nil {
-				out[i].err = err
-				heads.Done()
-				return
-			}
-			out[i].status = resp.StatusCode
-			heads.Done()
-			_, out[i].err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}()
-	}
-	heads.Wait()
-	if decided != nil {
-		decided(out)
-	}
-	e.up.Release(gate)
-	bodies.Wait()
+		return e.client.Do(e.newRequest(ctx, ln, r))
+	}, false, decided, func() { e.up.Release(gate) })
 	for i, a := range out {
-		if a.err != nil {
-			t.Fatalf("request %d: %v", i, a.err)
+		if a.Err != nil {
+			t.Fatalf("request %d: %v", i, a.Err)
 		}
 	}
 	return out
@@ -217,8 +195,8 @@ func testExact(t *testing.T, e *env) {
 		}
 	})
 	for i, a := range out {
-		if a.status != 200 {
-			t.Fatalf("request %d: status %d, want 200 (the limit is never reached)", i, a.status)
+		if a.Status != 200 {
+			t.Fatalf("request %d: status %d, want 200 (the limit is never reached)", i, a.Status)
 		}
 	}
 	reported := e.up.Reported(key)
@@ -258,7 +236,7 @@ func testOvershoot(t *testing.T, e *env) {
 		var r result
 		r.bound = boundLimit
 		for i, a := range out {
-			switch a.status {
+			switch a.Status {
 			case 200:
 				r.admitted++
 				r.bound += int64(max(0, reqs[i].tokens-boundReserve))
@@ -310,8 +288,8 @@ func testKilled(t *testing.T, e *env) {
 	cp := e.cps[cpKill]
 	out := e.burst(t, lnKill, base, reqs, func(out []answer) {
 		for i, a := range out {
-			if a.status != 200 {
-				t.Fatalf("request %d: status %d before the kill, want 200", i, a.status)
+			if a.Status != 200 {
+				t.Fatalf("request %d: status %d before the kill, want 200", i, a.Status)
 			}
 		}
 		pid := cp.PID()
@@ -319,8 +297,8 @@ func testKilled(t *testing.T, e *env) {
 		t.Logf("control plane (pid %d) killed with %d streams in flight", pid, n)
 	})
 	for i, a := range out {
-		if a.status != 200 {
-			t.Fatalf("request %d: status %d, want 200", i, a.status)
+		if a.Status != 200 {
+			t.Fatalf("request %d: status %d, want 200", i, a.Status)
 		}
 	}
 	if got := e.waitStat(statRetries, retries+1, settleWait); got <= retries {
@@ -383,8 +361,8 @@ func testFrozen(t *testing.T, e *env) {
 	dup0 := e.cpMetric(t, cpKill, "sluice_settlements_total", "result", "duplicate")
 	e.burst(t, lnKill, base, reqs, func(out []answer) {
 		for i, a := range out {
-			if a.status != 200 {
-				t.Fatalf("request %d: status %d before the freeze, want 200", i, a.status)
+			if a.Status != 200 {
+				t.Fatalf("request %d: status %d before the freeze, want 200", i, a.Status)
 			}
 		}
 		if err := cp.Freeze(); err != nil {

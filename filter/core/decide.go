@@ -81,7 +81,7 @@ func (w *Worker) decide(x *Exchange, reason string, timedOut bool) {
 // admit lets x's request go on (or holds it, shaping) with the headers of
 // the admitting answer resp; now is the time, if haveNow.
 func (w *Worker) admit(x *Exchange, resp *rlsproto.Response, now int64, haveNow bool) {
-	w.usage.arm(x, true)
+	w.usage.arm(x, true, resp)
 	w.replies.admitted(&x.response, &x.sent, resp)
 	for _, h := range resp.RequestHeadersToAdd {
 		if err := x.stream.AddRequestHeader(h.Key, h.Value); err != nil {

@@ -12,7 +12,7 @@
 //	x := w.Open(stream)               // a stream begins
 //	w.RequestHeaders(x)               // decide: Continue, or Pause (resumed or answered later)
 //	w.Recover(x, r)                   // a panic the host recovered from RequestHeaders: the failure mode
-//	w.RequestBody(x, size, end)       // a request body chunk
+//	w.RequestBody(x, size, end)       // the request body so far: read for a reserve, or held with its undecided request
 //	w.ResponseHeaders(x, end)         // add the rate limit headers, read usage
 //	w.ResponseBody(x, size, end)      // a response body chunk
 //	w.ResponseTrailers(x)
@@ -52,8 +52,12 @@
 // the guest tens of nanoseconds, more than the check.
 //
 // Beside it: usage-based limits reserve at the request and settle at the
-// end (package settle queues the charges); the lease pools are renewed
-// before they run out (package lease); one call table (package calls)
-// routes every answer to its handler: a decision, a renewal, a
-// settlement.
+// end, a charge or a refund (package settle queues them); LLM traffic
+// (tokens.go) sizes the reserve from the request body before stage 1 (the
+// request waits for its body), reads the usage from the answer and may cut
+// a stream whose budget runs out, drawing slices of the key's budget as it
+// goes (draw.go; package meter measures a stream, package llm reads the
+// wire formats); the lease pools are renewed before they run out (package
+// lease); one call table (package calls) routes every answer to its
+// handler: a decision, a renewal, a settlement, a draw.
 package core

@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice/filter/core/descriptors"
+	"github.com/sluicehq/sluice/filter/core/meter"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
@@ -15,6 +16,7 @@ const (
 	stateHeld                   // admitted, held until releaseAt (shaping, see hold.go)
 	stateWaiting                // waits for a call for the same descriptors (wait.go)
 	stateDone                   // decided
+	stateBody                   // its body is read for its reserve (tokens.go), before it is decided
 )
 
 // Exchange is the core's state of one stream: a request and its response.
@@ -35,6 +37,16 @@ type Exchange struct {
 	response headerList
 	// The usage-based limits' state (usage.go).
 	usage streamUsage
+	// LLM traffic (tokens.go): the stream's meter (nil when it has none);
+	// the reserves its body sized, per rate limit, once sized; its cut
+	// limits' budgets, per descriptor (aligned with costs); and the draws
+	// of them under way (the exchange is kept until they are answered).
+	meter    *meter.Stream
+	reserves []uint32
+	sized    bool
+	bodyDue  int64 // when a body awaited is given up on
+	budgets  []budget
+	draws    int
 	// Whether a waiting request waits for another worker's call (remote),
 	// and whether its call is the one the workers wait for (asked); see
 	// wait.go.
@@ -75,7 +87,14 @@ func (x *Exchange) reset(w *Worker, s Stream) {
 	x.sent.reset()
 	x.response.reset()
 	x.usage.reset()
+	x.sized, x.budgets, x.draws = false, x.budgets[:0], 0
 }
+
+// Undecided reports whether x's request waits (for the control plane, for
+// another call, held, or for its body to be read): a body chunk of it then
+// goes to Worker.RequestBody, which holds it with the request. A host may
+// let the body of a decided request go on without calling the core.
+func (x *Exchange) Undecided() bool { return x.state != stateDone && x.state != stateIdle }
 
 // Answered takes the answer to x's call: it implements calls.Handler.
 func (x *Exchange) Answered(a *rlsproto.Answer) { x.w.answered(x, a) }

@@ -33,7 +33,7 @@ func (w *Worker) fail(x *Exchange, reason string, paused bool) Action {
 	w.warn("sluice: rate limit check failed, failing " + mode.String() + source + ": " + reason)
 	if mode == config.FailOpen {
 		w.count(mFailureOpen)
-		w.usage.arm(x, false) // it runs, its reserves not charged
+		w.usage.arm(x, false, nil) // it runs, its reserves not charged
 		if w.cfg.Headers.FailureMode {
 			x.response.add(HeaderFailureMode, "open")
 		}

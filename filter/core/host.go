@@ -85,12 +85,29 @@ type Stream interface {
 	// dynamic metadata, serialized as proxy-wasm serializes a property: a
 	// number as its 8 little-endian IEEE 754 bytes, a string as its bytes.
 	DynamicMetadata(namespace, key string) ([]byte, bool)
-	// RequestBody and ResponseBody return at most max bytes from start of
-	// the body received so far, during Worker.RequestBody and
-	// Worker.ResponseBody (the next features read bounded bodies: a
-	// request's token reserve, a response's usage).
+	// RequestEnded reports whether the request ended with its headers (no
+	// body follows), during Worker.RequestHeaders. The core asks only when
+	// a rate limit sizes its reserve from the request body.
+	RequestEnded() bool
+	// RequestBody returns at most max bytes from start of the request body
+	// received so far (while the core pauses the request, the chunks add
+	// up), during Worker.RequestBody. ResponseBody does the same for the
+	// response body chunk being delivered, during Worker.ResponseBody. The
+	// core reads at most 16 KiB at a time; what they return is valid until
+	// the next read or the hook's end.
 	RequestBody(start, max int) ([]byte, error)
 	ResponseBody(start, max int) ([]byte, error)
+	// SetResponseBody replaces the response body chunk being delivered
+	// with data, during Worker.ResponseBody: a stream that may be cut holds
+	// back the bytes of an unfinished event, and ends with the cut event.
+	SetResponseBody(data []byte) error
+	// EndResponse ends the response after the chunk being delivered,
+	// during Worker.ResponseBody: the client gets the end of the stream,
+	// and the rest of the upstream's answer is dropped (the upstream
+	// stream reset). false: the host cannot end a response early (a
+	// proxy-wasm host); the core then empties each later chunk, and the
+	// stream ends when the upstream's does.
+	EndResponse() bool
 
 	// AddRequestHeader adds a header to the request (before it goes on).
 	AddRequestHeader(name, value string) error
@@ -143,6 +160,14 @@ type Blocks interface {
 	// Publish shares block b of descriptor key; false when it stays in
 	// this worker only (err: the host refused it).
 	Publish(key []byte, b precheck.Block, now int64) (bool, error)
+	// Unblock ends the block shared for descriptor key, if there is one,
+	// and changes the proxy's freed mark (Freed): a refund freed the key.
+	Unblock(key []byte, now int64)
+	// Freed returns the proxy's freed mark, which changes whenever a
+	// worker unblocks a key: a worker that sees it change drops the blocks
+	// it imported from the others (they are imported again if still
+	// shared). A host may return what it read a few milliseconds ago.
+	Freed(now int64) uint64
 	// Refresh brings what the worker holds of the proxy's state up to date
 	// (on the tick).
 	Refresh()

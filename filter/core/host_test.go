@@ -34,6 +34,16 @@ type fakeHost struct {
 	respTrailers map[uint32]map[string]string
 	props        map[uint32]map[string][]byte
 	propReads    int
+	// Per stream: the request body received so far and whether the
+	// request ended with its headers; the response chunk being delivered,
+	// what the client got of the response body, and whether the response
+	// was ended early.
+	reqBody    map[uint32][]byte
+	noBody     map[uint32]bool
+	chunk      map[uint32][]byte
+	client     map[uint32][]byte
+	endedEarly map[uint32]bool
+	canEnd     bool // the host can end a response early (EndResponse)
 
 	calls     []fakeCall
 	nextCall  uint32
@@ -104,7 +114,8 @@ func newFakeHost(t testing.TB, config string) *fakeHost {
 		addedReq: map[uint32][][2]string{}, addedRsp: map[uint32][][2]string{},
 		counters: map[string]int64{}, shared: newSharedData(),
 		respHeaders: map[uint32]map[string]string{}, respTrailers: map[uint32]map[string]string{},
-		props: map[uint32]map[string][]byte{},
+		props: map[uint32]map[string][]byte{}, reqBody: map[uint32][]byte{}, noBody: map[uint32]bool{},
+		chunk: map[uint32][]byte{}, client: map[uint32][]byte{}, endedEarly: map[uint32]bool{},
 	}
 }
 
@@ -242,8 +253,35 @@ func (s *fakeStream) DynamicMetadata(namespace, key string) ([]byte, bool) {
 	return v, ok
 }
 
-func (s *fakeStream) RequestBody(start, max int) ([]byte, error)  { return nil, nil }
-func (s *fakeStream) ResponseBody(start, max int) ([]byte, error) { return nil, nil }
+func (s *fakeStream) RequestEnded() bool { return s.h.noBody[s.id] }
+
+func (s *fakeStream) RequestBody(start, max int) ([]byte, error) {
+	return bodyRange(s.h.reqBody[s.id], start, max), nil
+}
+
+func (s *fakeStream) ResponseBody(start, max int) ([]byte, error) {
+	return bodyRange(s.h.chunk[s.id], start, max), nil
+}
+
+// bodyRange is b[start:start+max], within b.
+func bodyRange(b []byte, start, max int) []byte {
+	if start >= len(b) {
+		return nil
+	}
+	return b[start:min(len(b), start+max)]
+}
+
+func (s *fakeStream) SetResponseBody(data []byte) error {
+	s.h.chunk[s.id] = append([]byte(nil), data...)
+	return nil
+}
+
+func (s *fakeStream) EndResponse() bool {
+	if s.h.canEnd {
+		s.h.endedEarly[s.id] = true
+	}
+	return s.h.canEnd
+}
 
 func (s *fakeStream) AddRequestHeader(name, value string) error {
 	if s.gone() {

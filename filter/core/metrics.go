@@ -58,6 +58,19 @@ const (
 	MetricUsageSettleCalls   = "sluice.usage_settle_calls"   // settle calls acknowledged
 	MetricUsageSettleRetries = "sluice.usage_settle_retries" // settle calls sent again after a failure
 	MetricUsageSettleLost    = "sluice.usage_settle_lost"    // charges dropped: the queue was full, or the key too long
+	MetricUsageRefunds       = "sluice.usage_refunds"        // refunds queued: reserved, not used, given back
+	MetricUsageRefundsLapsed = "sluice.usage_refunds_lapsed" // refunds not sent: the window the reserve was taken in had ended
+
+	// The metrics of LLM traffic (rate limits that read the request body
+	// or the answer's usage).
+	MetricLLMRequestTooLarge  = "sluice.llm_request_too_large" // request bodies past llm.max_request_bytes: the default reserve
+	MetricLLMRequestMalformed = "sluice.llm_request_malformed" // request bodies that were not one JSON object: the default reserve
+	MetricLLMAnswerMalformed  = "sluice.llm_answer_malformed"  // JSON answers, or SSE events, that were not one complete JSON object
+	MetricLLMEventsOversized  = "sluice.llm_events_oversized"  // SSE events past llm.max_event_bytes: skipped, counted as text
+	MetricLLMCuts             = "sluice.llm_cuts"              // streams cut: their budget ran out
+	MetricLLMDraws            = "sluice.llm_draws"             // slices a stream drew once its reserve was spent
+	MetricLLMDrawsRefused     = "sluice.llm_draws_refused"     // slices refused: the key had nothing left
+	MetricLLMEventsOverlong   = "sluice.llm_events_overlong"   // SSE events of a stream that may be cut, longer than llm.hold_bytes: sent as they came
 )
 
 // metric indexes the metrics of a worker.
@@ -86,6 +99,17 @@ const (
 	mUsageSettleLost
 	mUsageMissing
 	mUsageDisconnects
+	mUsageRefunds
+	mUsageRefundsLapsed
+	// defined with LLM traffic
+	mLLMRequestTooLarge
+	mLLMRequestMalformed
+	mLLMAnswerMalformed
+	mLLMEventsOversized
+	mLLMCuts
+	mLLMDraws
+	mLLMDrawsRefused
+	mLLMEventsOverlong
 	// defined on their first use
 	mQuotaAllowed
 	mLeaseRetries
@@ -107,7 +131,8 @@ type Metric struct {
 // Metrics lists every metric the core may define, so that a host that can
 // define stats only while a configuration is created can define them all
 // then. A worker defines the first group at Configure, the usage metrics
-// there too when a rate limit is usage-based, and the lease metrics when
+// there too when a rate limit is usage-based (and the LLM ones when one
+// reads LLM traffic), and the lease metrics when
 // it first counts one (so that a filter without leases shows none).
 var Metrics = [numMetrics]Metric{
 	mAllowed: {MetricAllowed, Counter}, mOverLimit: {MetricOverLimit, Counter},
@@ -120,6 +145,11 @@ var Metrics = [numMetrics]Metric{
 	mUsageSettled: {MetricUsageSettled, Counter}, mUsageSettleCalls: {MetricUsageSettleCalls, Counter},
 	mUsageSettleRetries: {MetricUsageSettleRetries, Counter}, mUsageSettleLost: {MetricUsageSettleLost, Counter},
 	mUsageMissing: {MetricUsageMissing, Counter}, mUsageDisconnects: {MetricUsageDisconnects, Counter},
+	mUsageRefunds: {MetricUsageRefunds, Counter}, mUsageRefundsLapsed: {MetricUsageRefundsLapsed, Counter},
+	mLLMRequestTooLarge: {MetricLLMRequestTooLarge, Counter}, mLLMRequestMalformed: {MetricLLMRequestMalformed, Counter},
+	mLLMAnswerMalformed: {MetricLLMAnswerMalformed, Counter}, mLLMEventsOversized: {MetricLLMEventsOversized, Counter},
+	mLLMCuts: {MetricLLMCuts, Counter}, mLLMDraws: {MetricLLMDraws, Counter},
+	mLLMDrawsRefused: {MetricLLMDrawsRefused, Counter}, mLLMEventsOverlong: {MetricLLMEventsOverlong, Counter},
 	mQuotaAllowed: {MetricQuotaAllowed, Counter}, mLeaseRetries: {MetricLeaseCASRetries, Counter},
 	mLeaseExhausted: {MetricLeaseExhausted, Counter}, mLeaseLost: {MetricLeaseLost, Counter},
 	mLeaseWaited: {MetricLeaseWaited, Counter}, mLeaseRenewals: {MetricLeaseRenewals, Counter},

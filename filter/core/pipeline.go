@@ -19,10 +19,17 @@ func (w *Worker) RequestHeaders(x *Exchange) Action {
 	if w.cfg == nil || x.state != stateIdle {
 		return Continue
 	}
+	if w.tokens.readsBody && !x.sized && w.tokens.awaitBody(x) {
+		return Pause // decided once its body is read (tokens.go)
+	}
 	x.state = stateDone
 	rls := w.cfg.RateLimits
 	descs := &w.descs
 	descs.Reset()
+	descs.Reserves = nil
+	if x.sized {
+		descs.Reserves = x.reserves
+	}
 	var now int64
 	haveNow := false
 	for i := range rls {
@@ -41,7 +48,8 @@ func (w *Worker) RequestHeaders(x *Exchange) Action {
 		if !haveNow {
 			now, haveNow = w.host.Now(), true
 		}
-		if v := w.checks.table.Check(x.keys[start:], d.PrecheckCost(), now); v.Reject && !w.leases.covers(x.keys[start:], d, now) {
+		if v := w.checks.table.Check(x.keys[start:], d.PrecheckCost(), now); v.Reject && !w.leases.covers(x.keys[start:], d, now) &&
+			!w.checks.thawed(x.keys[start:], d.PrecheckCost(), now) {
 			return w.checks.reject(x, &w.replies, d.RateLimit, v)
 		}
 	}

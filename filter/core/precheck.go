@@ -21,6 +21,10 @@ type checker struct {
 	blocks Blocks
 	// The blocks' contention counts last reported as metrics.
 	retries, lost int
+	// freed is the proxy's freed mark last seen (Blocks.Freed); refunds
+	// says whether a rate limit refunds (only refunds free keys).
+	freed   uint64
+	refunds bool
 }
 
 // newChecker returns the precheck stage of e's configuration.
@@ -29,6 +33,11 @@ func newChecker(e *env) checker {
 	c := checker{env: e, table: precheck.NewTable(cfg.Precheck.MaxEntries, cfg.Timeout), on: cfg.Precheck.Enabled}
 	if c.on && cfg.SharedState {
 		c.blocks = e.host.Blocks(cfg.Domain)
+	}
+	for i := range cfg.RateLimits {
+		if u := cfg.RateLimits[i].Usage; u != nil && u.Refund {
+			c.refunds = true
+		}
 	}
 	return c
 }
@@ -106,6 +115,35 @@ func (c *checker) learnBlock(key []byte, o precheck.Outcome, now int64) {
 	}
 }
 
+// unblock ends the block of descriptor key, here and in the proxy: a
+// refund freed it.
+func (c *checker) unblock(key []byte, now int64) {
+	c.table.Unblock(key)
+	if c.blocks != nil {
+		c.blocks.Unblock(key, now)
+	}
+}
+
+// thawed reports, for a request the table rejects on descriptor key at
+// cost, whether the rejection no longer holds because another worker freed
+// a key since this one last looked (Blocks.Freed): the table's blocks are
+// then dropped (those still shared come back as requests meet them), and
+// the key checked again.
+func (c *checker) thawed(key []byte, cost, now int64) bool {
+	if c.blocks == nil || !c.refunds {
+		return false
+	}
+	mark := c.blocks.Freed(now)
+	if mark == c.freed {
+		return false
+	}
+	c.freed = mark
+	if c.table.DropBlocks(now) == 0 {
+		return false
+	}
+	return !c.table.Check(key, cost, now).Reject
+}
+
 // failureMode returns the failure mode the control plane last reported
 // for the descriptors of s: closed if any fails closed, else open if any
 // fails open, else precheck.FailureUnknown.
@@ -143,7 +181,8 @@ func (c *checker) checkShared(x *Exchange, descs []descriptors.Descriptor, lease
 			continue
 		}
 		c.table.Import(key, b, now)
-		if v := c.table.Check(key, descs[i].PrecheckCost(), now); v.Reject && !leases.covers(key, &descs[i], now) {
+		if v := c.table.Check(key, descs[i].PrecheckCost(), now); v.Reject && !leases.covers(key, &descs[i], now) &&
+			!c.thawed(key, descs[i].PrecheckCost(), now) {
 			c.count(mPrecheckShared)
 			return c.reject(x, r, descs[i].RateLimit, v), true
 		}

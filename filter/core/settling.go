@@ -62,12 +62,13 @@ func (st *settler) configure(w *Worker, cfg *config.Config) {
 	st.q = settle.New(cfg.Settle, st.tokens)
 	st.timeout = int64(cfg.Settle.TimeoutMs) * config.Millisecond
 	st.headers = rlsproto.CallHeaders(cfg.Authority, st.timeout, [2]string{rlsproto.SettleHeader, ""})
-	st.define(mUsageSettled, mUsageDisconnects)
+	st.define(mUsageSettled, mUsageRefundsLapsed)
 }
 
-// charge queues a charge for the descriptor key at now.
-func (st *settler) charge(key []byte, charge uint64, now int64) {
-	if err := st.q.Add(key, charge, now); err != nil {
+// charge queues a charge (amount > 0) or a refund (< 0) for the
+// descriptor key at now.
+func (st *settler) charge(key []byte, amount int64, now int64) {
+	if err := st.q.Add(key, amount, now); err != nil {
 		st.count(mUsageSettleLost)
 		if err == settle.ErrFull {
 			st.warn("sluice: a usage charge was lost: " + strconv.Itoa(st.cfg.Settle.QueueMax) + " charges wait to be settled (settle.queue_max)")
@@ -145,25 +146,37 @@ func (st *settler) answered(b *settle.Batch, a *rlsproto.Answer) {
 }
 
 // learn blocks in the precheck the descriptors of acknowledged batch b
-// that the answer resp says are over their limit.
+// that the answer resp says are over their limit, and unblocks those whose
+// refund left something (the refund freed them).
 func (st *settler) learn(b *settle.Batch, resp *rlsproto.Response, now int64) {
 	if !st.w.checks.on {
 		return
 	}
 	for i := range resp.Statuses {
-		if i >= len(b.Keys) || resp.Statuses[i].Code != rlsproto.CodeOverLimit {
-			continue
+		if i >= len(b.Keys) {
+			break
 		}
-		retry := descriptorRetryAfter(resp, i)
-		if resp.Statuses[i].HasReset {
-			retry = max(resp.Statuses[i].DurationUntilReset, 0)
-		}
-		lim, hasLimit := descriptorLimit(resp, i)
-		o := precheck.Outcome{Cost: 1, Limit: lim, HasLimit: hasLimit, OverLimit: true, RetryAfter: retry,
-			SentAt: b.SentAt, Name: limitName(resp, i)}
 		key := unsafe.Slice(unsafe.StringData(b.Keys[i]), len(b.Keys[i])) // read only
-		st.w.checks.learnBlock(key, o, now)
+		switch s := &resp.Statuses[i]; {
+		case s.Code == rlsproto.CodeOverLimit:
+			st.w.checks.learnBlock(key, overLimitOutcome(resp, i, b.SentAt), now)
+		case b.Amounts[i] < 0 && s.Code == rlsproto.CodeOK && s.LimitRemaining > 0:
+			st.w.checks.unblock(key, now)
+		}
 	}
+}
+
+// overLimitOutcome is what status i of resp, OVER_LIMIT, of a call sent at
+// sentAt teaches the precheck: a request of cost 1 is refused until its
+// reset.
+func overLimitOutcome(resp *rlsproto.Response, i int, sentAt int64) precheck.Outcome {
+	retry := descriptorRetryAfter(resp, i)
+	if resp.Statuses[i].HasReset {
+		retry = max(resp.Statuses[i].DurationUntilReset, 0)
+	}
+	lim, hasLimit := descriptorLimit(resp, i)
+	return precheck.Outcome{Cost: 1, Limit: lim, HasLimit: hasLimit, OverLimit: true, RetryAfter: retry,
+		SentAt: sentAt, Name: limitName(resp, i)}
 }
 
 // drop counts as lost the charges not yet acknowledged when the

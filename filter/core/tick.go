@@ -25,6 +25,7 @@ func (w *Worker) Tick() {
 	w.leases.renew.r.Tick(now)
 	w.leases.wakeStale(now)
 	w.shaping.releaseDue(now)
+	w.tokens.expire(now)
 	if w.checks.blocks != nil {
 		w.checks.blocks.Refresh()
 	}
@@ -42,6 +43,9 @@ func (w *Worker) schedule(now int64) {
 		at = min(at, held[0].releaseAt)
 	}
 	if due, ok := w.usage.nextDue(); ok {
+		at = min(at, due)
+	}
+	if due, ok := w.tokens.nextBodyDue(); ok {
 		at = min(at, due)
 	}
 	if due, ok := w.leases.renew.r.NextDue(w.cfg.Timeout + overdueGrace); ok {

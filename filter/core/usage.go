@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/filter/core/config"
 	"github.com/sluicehq/sluice/filter/core/descriptors"
+	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // Usage-based rate limits: reserve at the request, settle at the end.
@@ -24,9 +25,13 @@ import (
 // header on the response headers, a trailer on the trailers, the body's
 // bytes counted chunk by chunk, dynamic metadata at stream end), and at
 // stream end (Worker.End, or a Worker.Close without it) each descriptor is
-// charged max(0, actual - reserved), where reserved is its request-time
-// cost if the control plane admitted the request, 0 if the failure mode
-// let it through. A charge goes to the settlement queue (settling.go). A
+// charged actual - reserved, where reserved is what the control plane
+// granted it (its request-time cost, and the slices a cut limit drew; 0
+// if the failure mode let the request through), or, below 0 and with
+// refund, refunded that much: within the window the reserve was taken in
+// (a refund in a later window would give back what that window never
+// took: it lapses, counted). A charge or refund goes to the settlement
+// queue (settling.go). A
 // stream whose response did not end (the client went away) is charged per
 // on_disconnect (sluice.usage_disconnects); a value missing or malformed,
 // per missing (sluice.usage_missing). All of it lives in the exchange,
@@ -43,7 +48,10 @@ const (
 type streamUsage struct {
 	armed     bool  // the request ran: its settlement is due at stream end
 	charged   bool  // the control plane admitted it, so its reserves were charged
-	ended     bool  // the response ended (end of stream seen)
+	ended     bool  // the response ended (end of stream seen, or a cut)
+	settled   bool  // its settlement was made
+	llm       bool  // a rate limit reads the answer's usage (tokens.go)
+	cut       bool  // a rate limit may cut the answer
 	bodyBytes int64 // response body bytes seen
 	// Per descriptor of the request (aligned with Exchange.costs): the
 	// cost value read and its state.
@@ -52,13 +60,14 @@ type streamUsage struct {
 }
 
 func (u *streamUsage) reset() {
-	u.armed, u.charged, u.ended, u.bodyBytes = false, false, false, 0
+	u.armed, u.charged, u.ended, u.settled, u.llm, u.cut, u.bodyBytes = false, false, false, false, false, false, 0
 	u.values, u.states = u.values[:0], u.states[:0]
 }
 
 // arm marks x, whose request ran, when it has usage-based descriptors:
-// charged says whether the control plane took their reserves.
-func (st *settler) arm(x *Exchange, charged bool) {
+// charged says whether the control plane took their reserves, as resp
+// (nil: none) admitted them.
+func (st *settler) arm(x *Exchange, charged bool, resp *rlsproto.Response) {
 	if x.closed {
 		return
 	}
@@ -74,7 +83,37 @@ func (st *settler) arm(x *Exchange, charged bool) {
 				clear(u.values)
 				clear(u.states)
 			}
+			st.budgets(x, charged, resp)
 			return
+		}
+	}
+}
+
+// budgets sets what each usage-based descriptor of x, armed, was granted.
+func (st *settler) budgets(x *Exchange, charged bool, resp *rlsproto.Response) {
+	n := len(x.rateLimits)
+	if cap(x.budgets) < n {
+		x.budgets = make([]budget, n)
+	}
+	x.budgets = x.budgets[:n]
+	u := &x.usage
+	for i, rl := range x.rateLimits {
+		b := &x.budgets[i]
+		*b = budget{}
+		cu := st.cfg.RateLimits[rl].Usage
+		if cu == nil {
+			continue
+		}
+		if charged {
+			var s *rlsproto.Status
+			if resp != nil && len(resp.Statuses) == n {
+				s = &resp.Statuses[i]
+			}
+			b.grant(x.costs[i], s, x.sentAt)
+		}
+		u.llm = u.llm || cu.Source == config.SourceLLMUsage
+		if cu.Cut != nil {
+			b.slice, u.cut = cu.Cut.Slice, true
 		}
 	}
 }
@@ -132,13 +171,14 @@ func (st *settler) capture(x *Exchange, src config.UsageSource, trailers bool) {
 }
 
 // settleStream computes, at stream end, what each usage-based descriptor
-// of an armed exchange x is charged and queues it; x is disarmed.
+// of an armed exchange x is charged (or refunded) and queues it; x is
+// disarmed.
 func (st *settler) settleStream(x *Exchange) {
 	u := &x.usage
 	if !u.armed {
 		return
 	}
-	u.armed = false
+	u.armed, u.settled = false, true
 	now := st.host.Now()
 	if !u.ended {
 		st.count(mUsageDisconnects)
@@ -149,23 +189,52 @@ func (st *settler) settleStream(x *Exchange) {
 		if cu == nil {
 			continue
 		}
-		var reserved int64
-		if u.charged {
-			reserved = x.costs[i]
-		}
-		if charge := st.actual(x, i, cu, reserved) - reserved; charge > 0 {
-			st.charge(x.key(i), uint64(charge), now)
+		reserved := x.budgets[i].granted
+		switch diff := st.actual(x, i, cu, reserved) - reserved; {
+		case diff > 0:
+			st.charge(x.key(i), diff, now)
 			queued = true
+		case diff < 0 && cu.Refund:
+			queued = st.refund(x, i, -diff, now) || queued
 		}
+	}
+	if u.llm {
+		st.w.tokens.account(x)
 	}
 	if queued {
-		st.flush(now)
-		// Shorten the tick only if the next one would come after the
-		// settlements are due: not once per stream end.
-		if due, ok := st.nextDue(); ok && due < st.w.tickAt {
-			st.w.schedule(now)
-		}
+		st.queued(now)
 	}
+}
+
+// queued sends what is due once charges were queued at now.
+func (st *settler) queued(now int64) {
+	st.flush(now)
+	// Shorten the tick only if the next one would come after the
+	// settlements are due: not once per stream end.
+	if due, ok := st.nextDue(); ok && due < st.w.tickAt {
+		st.w.schedule(now)
+	}
+}
+
+// refund queues a refund of n for descriptor i of x, what it was granted
+// and did not use, unless the window of its grant has ended (the refund
+// lapses, counted); it gives back at most what was granted in that window,
+// to the control plane and to the local precheck's bucket alike. It
+// reports whether it queued one.
+func (st *settler) refund(x *Exchange, i int, n, now int64) bool {
+	b := &x.budgets[i]
+	if b.until != 0 && now >= b.until {
+		st.count(mUsageRefundsLapsed)
+		return false
+	}
+	if n = min(n, b.windowGranted); n <= 0 {
+		return false
+	}
+	b.windowGranted -= n
+	st.charge(x.key(i), -n, now)
+	st.count(mUsageRefunds)
+	st.w.checks.table.Refund(x.key(i), n, now)
+	return true
 }
 
 // actual returns the actual cost of x's descriptor i, usage-based per cu,
@@ -180,6 +249,12 @@ func (st *settler) actual(x *Exchange, i int, cu *config.Usage, reserved int64) 
 		return reserved
 	case cu.Source == config.SourceResponseBodyBytes:
 		return u.bodyBytes
+	case cu.Source == config.SourceLLMUsage:
+		if v, ok := st.w.tokens.actual(x, cu); ok {
+			return v
+		}
+		st.count(mUsageMissing)
+		return st.missing(cu, reserved)
 	}
 	if cu.Source == config.SourceDynamicMetadata {
 		if b, ok := x.stream.DynamicMetadata(cu.Namespace, cu.Key); ok {
@@ -194,6 +269,11 @@ func (st *settler) actual(x *Exchange, i int, cu *config.Usage, reserved int64) 
 		return u.values[i]
 	}
 	st.count(mUsageMissing)
+	return st.missing(cu, reserved)
+}
+
+// missing is what a stream whose cost value is missing costs, per cu.
+func (st *settler) missing(cu *config.Usage, reserved int64) int64 {
 	switch cu.Missing {
 	case config.MissingZero:
 		return 0

@@ -44,7 +44,7 @@ type settleCall struct {
 	token   string
 	domain  string
 	keys    []string // "api_key=k1"
-	charges []uint64
+	charges []int64  // a refund is negative
 	body    []byte
 }
 
@@ -78,7 +78,11 @@ func settleCalls(t testing.TB, h *fakeHost) []settleCall {
 				t.Fatalf("settle descriptor without a charge: %v", d)
 			}
 			sc.keys = append(sc.keys, strings.Join(kv, ","))
-			sc.charges = append(sc.charges, d.HitsAddend.Value)
+			amount := int64(d.HitsAddend.Value)
+			if d.IsNegativeHits {
+				amount = -amount
+			}
+			sc.charges = append(sc.charges, amount)
 		}
 		out = append(out, sc)
 	}
@@ -136,7 +140,7 @@ func TestUsageCostSources(t *testing.T) {
 		name, source string
 		hs, ts       map[string]string
 		md           []byte
-		want         uint64
+		want         int64
 	}{
 		{"header", `{"response_header": "X-Usage-Tokens"}`, map[string]string{"x-usage-tokens": "100"}, nil, nil, 99},
 		{"trailer", `{"response_trailer": "x-usage-tokens"}`, map[string]string{}, map[string]string{"x-usage-tokens": " 250 "}, nil, 249},
@@ -170,10 +174,10 @@ func TestUsageMissingValue(t *testing.T) {
 	tests := []struct {
 		name, missing string
 		hs            map[string]string
-		want          uint64 // 0: no settlement
+		want          int64 // 0: no settlement
 	}{
 		{"absent reserve", `"reserve"`, map[string]string{}, 0},
-		{"malformed zero", `"zero"`, map[string]string{"x-usage-tokens": "12abc"}, 0},
+		{"malformed zero", `"zero"`, map[string]string{"x-usage-tokens": "12abc"}, -1}, // the reserve (1) refunded
 		{"negative number", `50`, map[string]string{"x-usage-tokens": "-5"}, 49},
 		{"too large number", `50`, map[string]string{"x-usage-tokens": "99999999999999999999"}, 49},
 		{"absent number", `50`, map[string]string{}, 49},
@@ -200,7 +204,7 @@ func TestUsageMissingValue(t *testing.T) {
 func TestUsageDisconnect(t *testing.T) {
 	for _, tt := range []struct {
 		mode string
-		want uint64
+		want int64
 	}{{"reserve", 0}, {"bytes", 699}} {
 		t.Run(tt.mode, func(t *testing.T) {
 			b := newTestbed(t, usageConfig(`{"source": {"response_trailer": "x-usage-tokens"}, "on_disconnect": "`+tt.mode+`"}`, perStream))

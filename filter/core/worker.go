@@ -39,6 +39,7 @@ type Worker struct {
 	calls   calls.Table
 	shaping shaper  // requests held (shaping, hold.go)
 	usage   settler // the settlement queue of usage-based limits (settling.go)
+	tokens  tokens  // LLM traffic: reserves from request bodies, usage from answers, cuts (tokens.go)
 	// Scratch space reused by every answer and tick.
 	resp      rlsproto.Response
 	overdue   []calls.Handler
@@ -77,6 +78,7 @@ func (w *Worker) Configure(data []byte) (ok bool) {
 	w.out = newOutbox(&w.env, &w.calls, pools.Caller())
 	w.replies = newReplies(&w.env)
 	w.usage.configure(w, cfg)
+	w.tokens.configure(w, cfg)
 	w.tickAt = 0
 	now := w.host.Now()
 	w.schedule(now)
@@ -100,9 +102,30 @@ func (w *Worker) Recover(x *Exchange, r any) Action {
 	return w.handlePanic(r, "request headers", false)
 }
 
-// RequestBody is told of a chunk of the request body (size bytes; end: the
-// last). The pipeline reads no request body yet.
-func (w *Worker) RequestBody(x *Exchange, size int, end bool) Action { return Continue }
+// RequestBody is told of the request body received so far (size bytes;
+// end: all of it). A request whose reserve is sized from its body is
+// decided once it is read (tokens.go): RequestHeaders runs then, and its
+// action is this hook's. A request not decided yet waits, its body with
+// it (Pause: the host buffers the body); a decided one goes on.
+func (w *Worker) RequestBody(x *Exchange, size int, end bool) (action Action) {
+	switch x.state {
+	case stateBody:
+	case statePending, stateAnswering, stateHeld, stateWaiting:
+		return Pause
+	default:
+		return Continue
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			action = w.Recover(x, r)
+		}
+	}()
+	if !w.tokens.readBody(x, size, end) {
+		return Pause
+	}
+	x.state = stateIdle
+	return w.RequestHeaders(x)
+}
 
 // ResponseHeaders adds the rate limit headers to an admitted request's
 // response, and reads the usage-based limits' response-header values.
@@ -118,6 +141,7 @@ func (w *Worker) responseHeaders(x *Exchange, end bool) {
 	defer w.recoverHook("response headers")
 	if x.usage.armed {
 		w.usage.captureHeaders(x, end)
+		w.tokens.beginAnswer(x)
 	}
 	for _, h := range x.response.list() {
 		if err := x.stream.AddResponseHeader(h[0], h[1]); err != nil {
@@ -128,9 +152,13 @@ func (w *Worker) responseHeaders(x *Exchange, end bool) {
 }
 
 // ResponseBody counts a chunk of the response body (size bytes; end: the
-// last) of a stream with usage-based limits.
+// last) of a stream with usage-based limits, and reads it when a rate
+// limit reads the answer's usage (which may change the chunk: tokens.go).
 func (w *Worker) ResponseBody(x *Exchange, size int, end bool) {
 	if x.usage.armed {
+		if x.usage.llm {
+			w.tokens.chunk(x, size)
+		}
 		w.usage.captureBody(x, size, end)
 	}
 }
@@ -149,7 +177,7 @@ func (w *Worker) ResponseTrailers(x *Exchange) {
 // client went away), and the usage-based limits settle. A host calls it
 // once or more, before Close; only the first counts.
 func (w *Worker) End(x *Exchange) {
-	if x.state == stateHeld || x.state == stateWaiting || x.usage.armed {
+	if x.state == stateHeld || x.state == stateWaiting || x.usage.armed || x.meter != nil {
 		w.end(x)
 	} // else the common case: no call, no deferred recover
 }
@@ -166,13 +194,14 @@ func (w *Worker) end(x *Exchange) {
 		w.leases.unwait(x)
 	}
 	w.usage.settleStream(x)
+	w.tokens.release(x)
 }
 
 // Close is told that the host forgets the stream: the core never calls it
 // again. An exchange whose call is still out is kept until the answer
 // (which still teaches the precheck) or the call's deadline.
 func (w *Worker) Close(x *Exchange) {
-	if x.state == stateHeld || x.state == stateWaiting || x.usage.armed {
+	if x.state == stateHeld || x.state == stateWaiting || x.usage.armed || x.meter != nil {
 		w.end(x) // a host that ends streams with a Close alone
 	}
 	x.closed = true
@@ -195,9 +224,9 @@ func (p *exchanges) get() *Exchange {
 }
 
 // release keeps x for reuse if its stream is closed and no call of it is
-// under way.
+// under way (a decision, or draws).
 func (p *exchanges) release(x *Exchange) {
-	if !x.closed || x.state == statePending {
+	if !x.closed || x.state == statePending || x.draws > 0 {
 		return
 	}
 	x.w = nil

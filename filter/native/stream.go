@@ -19,6 +19,7 @@ type stream struct {
 	// The fields below are guarded by w.mu.
 	sched   *dynmod.Scheduler // made when the request pauses: acts from other threads come through it
 	replied bool              // a local reply is queued
+	noBody  bool              // the request ended with its headers
 	dead    bool              // Envoy destroyed the stream
 	// calling says that the stream's own callout (callID) is under way.
 	calling  bool
@@ -99,6 +100,26 @@ func (s *stream) ResponseBody(start, max int) ([]byte, error) {
 	return s.body(dynmod.BufferedResponseBody, dynmod.ReceivedResponseBody, start, max)
 }
 
+// RequestEnded implements core.Stream.
+func (s *stream) RequestEnded() bool { return s.noBody }
+
+// SetResponseBody implements core.Stream: the chunk being delivered,
+// drained and written again.
+func (s *stream) SetResponseBody(data []byte) error {
+	if !s.readable() {
+		return errElsewhere
+	}
+	if !s.ds.ReplaceBody(dynmod.ReceivedResponseBody, data) {
+		return errors.New("envoy has no response body chunk to change")
+	}
+	return nil
+}
+
+// EndResponse implements core.Stream: ABI 0.2.0 has no callback that ends
+// a response early (a local reply after the headers resets the stream),
+// so the core empties the later chunks instead.
+func (s *stream) EndResponse() bool { return false }
+
 // body returns at most max bytes from start of the body buffered, then
 // received: read up to start+max, so within the caller's bound.
 func (s *stream) body(buffered, received dynmod.BodyKind, start, max int) ([]byte, error) {
@@ -173,8 +194,9 @@ type hooks stream
 // going on.
 
 // RequestHeaders decides the request (timed in the sluicetest build).
-func (h *hooks) RequestHeaders(bool) dynmod.HeadersStatus {
+func (h *hooks) RequestHeaders(end bool) dynmod.HeadersStatus {
 	s := (*stream)(h)
+	s.noBody = end
 	if testReport(s) {
 		return dynmod.HeadersStop
 	}

@@ -45,6 +45,7 @@ type streamProxy interface {
 	ResponseTrailer(name string) (string, bool)
 	Property(path string) ([]byte, bool)
 	Body(request bool, start, size int) ([]byte, error)
+	SetResponseBody(size int, data []byte) error
 	AddRequestHeader(name, value string) error
 	AddResponseHeader(name, value string) error
 	ResumeRequest() error
@@ -144,10 +145,12 @@ func (r *root) Pools(domain string, perWorker bool) lease.Pools {
 
 // stream is a stream context, and the core.Stream of its exchange.
 type stream struct {
-	id   uint32
-	vm   *VM
-	root *root
-	x    *core.Exchange
+	id     uint32
+	vm     *VM
+	root   *root
+	x      *core.Exchange
+	noBody bool // the request ended with its headers
+	chunk  int  // the size of the response body chunk being delivered
 }
 
 var _ core.Stream = (*stream)(nil)
@@ -227,6 +230,23 @@ func (s *stream) ResponseBody(start, max int) ([]byte, error) {
 	}
 	return s.vm.proxy.stream.Body(false, start, max)
 }
+
+// RequestEnded implements core.Stream.
+func (s *stream) RequestEnded() bool { return s.noBody }
+
+// SetResponseBody implements core.Stream with proxy_set_buffer_bytes.
+func (s *stream) SetResponseBody(data []byte) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.vm.proxy.stream.SetResponseBody(s.chunk, data)
+}
+
+// EndResponse implements core.Stream: proxy-wasm has no way to end a
+// response early (proxy_close_stream resets it: the client would get an
+// error, perhaps before the cut event), so the core empties the chunks
+// that follow, and the stream ends with the upstream's.
+func (s *stream) EndResponse() bool { return false }
 
 // AddRequestHeader implements core.Stream.
 func (s *stream) AddRequestHeader(name, value string) error {

@@ -104,6 +104,7 @@ func (vm *VM) RequestHeaders(id uint32, numHeaders int, endOfStream bool) uint32
 		return abi.ActionContinue
 	}
 	vm.current, vm.deciding = id, s
+	s.noBody = endOfStream
 	action := s.root.w.RequestHeaders(s.x)
 	vm.deciding = nil
 	return uint32(action)
@@ -121,6 +122,25 @@ func (vm *VM) RecoverRequestHeaders(r any) uint32 {
 	return uint32(s.root.w.Recover(s.x, r))
 }
 
+// WantsRequestBody reports whether stream id's request is undecided: its
+// body waits with it, or is read for its reserve.
+func (vm *VM) WantsRequestBody(id uint32) bool {
+	s := vm.streams.get(id)
+	return s != nil && s.x.Undecided()
+}
+
+// OnRequestBody is told of the request body of an undecided request: it
+// waits with its request (the host buffers it), or is read for its
+// reserve, which may decide the request.
+func (vm *VM) OnRequestBody(id uint32, bodySize int, endOfStream bool) uint32 {
+	s := vm.streams.get(id)
+	if s == nil {
+		return abi.ActionContinue
+	}
+	vm.enter(id)
+	return uint32(s.root.w.RequestBody(s.x, bodySize, endOfStream))
+}
+
 // OnResponseHeaders adds the rate limit headers to an admitted request's
 // response.
 func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) uint32 {
@@ -135,6 +155,7 @@ func (vm *VM) OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) uin
 func (vm *VM) OnResponseBody(id uint32, bodySize int, endOfStream bool) uint32 {
 	if s := vm.streams.get(id); s != nil {
 		vm.enter(id)
+		s.chunk = bodySize
 		s.root.w.ResponseBody(s.x, bodySize, endOfStream)
 	}
 	return abi.ActionContinue

@@ -54,7 +54,10 @@ type wasmHost struct {
 	// Per stream: response headers, trailers, properties (usage-based limits).
 	respHeaders, respTrailers map[uint32]map[string]string
 	props                     map[uint32]map[string][]byte
-	callHeaders, callBodies   [][]byte // of each call, unless quiet
+	// Per stream: the request body received so far, and the response
+	// chunk being delivered (proxy_set_buffer_bytes replaces it).
+	reqBody, respChunk      map[uint32][]byte
+	callHeaders, callBodies [][]byte // of each call, unless quiet
 
 	grpcCalls   int    // calls made over proxy_grpc_call
 	grpcStatus  uint32 // the status of a gRPC call being closed
@@ -95,7 +98,7 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 		fn: map[string]api.Function{}, headers: map[uint32]map[string]string{},
 		locals: map[uint32]uint32{}, resumed: map[uint32]int{}, remote: "198.51.100.4:5000",
 		respHeaders: map[uint32]map[string]string{}, respTrailers: map[uint32]map[string]string{},
-		props: map[uint32]map[string][]byte{},
+		props: map[uint32]map[string][]byte{}, reqBody: map[uint32][]byte{}, respChunk: map[uint32][]byte{},
 	}
 	h.runtime = wazero.NewRuntimeWithConfig(h.ctx, wazero.NewRuntimeConfigCompiler().WithCompilationCache(compiled))
 	tb.Cleanup(func() { h.runtime.Close(h.ctx) })
@@ -116,8 +119,36 @@ func newWasmHostShared(tb testing.TB, ctx context.Context, wasm []byte, config s
 			buf = h.config
 		case abi.BufferCallResponseBody, abi.BufferGRPCCallMessage:
 			buf = h.answer.body
+		case abi.BufferRequestBody, abi.BufferResponseBody:
+			buf = h.reqBody[h.current]
+			if abi.BufferType(s[0]) == abi.BufferResponseBody {
+				buf = h.respChunk[h.current]
+			}
+			start, n := min(int(uint32(s[1])), len(buf)), int(uint32(s[2]))
+			buf = buf[start:min(len(buf), start+n)]
 		}
 		s[0] = h.give(m, buf, uint32(s[3]), uint32(s[4]))
+	})
+	export("proxy_set_buffer_bytes", []api.ValueType{i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
+		// Envoy's rules: start 0 and length at least the size replace the
+		// buffer; both 0 prepend; start past the end appends.
+		data, _ := m.Memory().Read(uint32(s[3]), uint32(s[4]))
+		cur := h.respChunk[h.current]
+		switch start, length := int(uint32(s[1])), int(uint32(s[2])); {
+		case abi.BufferType(s[0]) != abi.BufferResponseBody:
+			s[0] = uint64(abi.StatusBadArgument)
+			return
+		case start == 0 && length == 0:
+			h.respChunk[h.current] = append(append([]byte(nil), data...), cur...)
+		case start == 0 && length >= len(cur):
+			h.respChunk[h.current] = append([]byte(nil), data...)
+		case start >= len(cur):
+			h.respChunk[h.current] = append(cur, data...)
+		default:
+			s[0] = uint64(abi.StatusBadArgument)
+			return
+		}
+		s[0] = 0
 	})
 	export("proxy_get_header_map_value", []api.ValueType{i32, i32, i32, i32, i32}, func(_ context.Context, m api.Module, s []uint64) {
 		key, _ := m.Memory().Read(uint32(s[1]), uint32(s[2]))

@@ -129,6 +129,9 @@ type Config struct {
 	MaxHeld int
 	// Settle is how the settlements of usage-based rate limits are sent.
 	Settle Settle
+	// LLM is how LLM requests and answers are read (its defaults when the
+	// configuration has no llm object).
+	LLM LLM
 	// SharedState makes the workers of one proxy share their state (the
 	// proxy-wasm host: through shared data): the precheck's over-limit
 	// blocks and the lease pools (core.Host's Blocks and Pools). Off, each
@@ -208,6 +211,7 @@ func Parse(data []byte) (*Config, error) {
 		Headers:       Headers{Draft10: true, RetryAfter: true},
 		MaxHeld:       DefaultMaxHeld,
 		Settle:        defaultSettle,
+		LLM:           defaultLLM(),
 		SharedState:   true,
 		LeasePrefetch: true,
 	}
@@ -280,11 +284,16 @@ func (c *Config) decode(root value) error {
 		}
 		c.StatusOnError = uint32(n)
 	}
+	if v, ok := o.get("llm"); ok {
+		if err := c.LLM.decode(v, "llm"); err != nil {
+			return err
+		}
+	}
 	v, ok := o.get("rate_limits")
 	if !ok {
 		return &FieldError{"rate_limits", "is required"}
 	}
-	if c.RateLimits, err = rateLimits(v, "rate_limits"); err != nil {
+	if c.RateLimits, err = rateLimits(v, "rate_limits", &c.LLM); err != nil {
 		return err
 	}
 	if v, ok := o.get("precheck"); ok {
@@ -371,7 +380,7 @@ func (h *Headers) decode(v value, field string) error {
 	return nil
 }
 
-func rateLimits(v value, field string) ([]RateLimit, error) {
+func rateLimits(v value, field string, l *LLM) ([]RateLimit, error) {
 	if v.kind != kindArray {
 		return nil, &FieldError{field, "must be an array, not " + v.kind.String()}
 	}
@@ -403,7 +412,7 @@ func rateLimits(v value, field string) ([]RateLimit, error) {
 			if _, both := o.get("hits_addend"); both {
 				return nil, &FieldError{o.path("usage"), "cannot be set with hits_addend: usage.reserve is the request-time cost"}
 			}
-			if out[i].Usage, err = usage(uv, o.path("usage")); err != nil {
+			if out[i].Usage, err = usage(uv, o.path("usage"), l); err != nil {
 				return nil, err
 			}
 			out[i].HitsAddend = out[i].Usage.Reserve

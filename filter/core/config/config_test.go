@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/filter/core/llm"
 )
 
 const full = `{
@@ -26,8 +28,12 @@ const full = `{
     {"actions": [{"generic_key": {"descriptor_value": "all"}}]},
     {"actions": [{"remote_address": {}}], "usage": {"reserve": 0, "source": {"response_trailer": "X-Usage-Tokens"},
       "request_header": "X-Request-Cost", "missing": 7, "on_disconnect": "bytes"}},
-    {"actions": [{"remote_address": {}}], "usage": {"source": {"dynamic_metadata": {"namespace": "io.envoy.ai_gateway", "key": "llm_total_token"}}}}
+    {"actions": [{"remote_address": {}}], "usage": {"source": {"dynamic_metadata": {"namespace": "io.envoy.ai_gateway", "key": "llm_total_token"}}}},
+    {"actions": [{"remote_address": {}}], "usage": {"reserve": 500, "reserve_from_request": true, "source": {"llm_usage": {}},
+      "cost": "weighted", "cut": {"slice": 300}, "refund": false}}
   ],
+  "llm": {"max_request_bytes": 1000, "bytes_per_token": 3.25, "default_max_output": 100, "max_event_bytes": 2048, "hold_bytes": 0,
+          "weights": [{"model": "*", "input": 1, "output": 2, "cached": 3, "cache_write": 4}]},
   "settle": {"batch_max": 8, "interval_ms": 0, "queue_max": 100, "timeout_ms": 250},
   "precheck": {"enabled": false, "max_entries": 50},
   "headers": {"draft10": false, "legacy": true, "retry_after": false, "failure_mode": true, "delayed": true},
@@ -35,6 +41,15 @@ const full = `{
   "shared_state": false,
   "lease_prefetch": false
 }`
+
+// weightsOf is the weight table of the configuration full.
+func weightsOf(t *testing.T) *llm.Table {
+	w, err := llm.NewTable([]llm.Row{{Model: "*", Input: 1, Output: 2, Cached: 3, CacheWrite: 4, HasCacheWrite: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
 
 func TestParseFull(t *testing.T) {
 	c, err := Parse([]byte(full))
@@ -59,10 +74,13 @@ func TestParseFull(t *testing.T) {
 			{HitsAddend: 1, Actions: []Action{{Kind: GenericKey, DescriptorKey: "generic_key", DescriptorValue: "all"}}},
 			{HitsAddend: 0, Actions: []Action{{Kind: RemoteAddress, DescriptorKey: "remote_address"}},
 				Usage: &Usage{Reserve: 0, Source: SourceResponseTrailer, Name: "x-usage-tokens", RequestHeader: "x-request-cost",
-					Missing: MissingCost, MissingCost: 7, OnDisconnect: DisconnectBytes}},
+					Missing: MissingCost, MissingCost: 7, OnDisconnect: DisconnectBytes, Refund: true}},
 			{HitsAddend: 1, Actions: []Action{{Kind: RemoteAddress, DescriptorKey: "remote_address"}},
-				Usage: &Usage{Reserve: 1, Source: SourceDynamicMetadata, Namespace: "io.envoy.ai_gateway", Key: "llm_total_token"}},
+				Usage: &Usage{Reserve: 1, Source: SourceDynamicMetadata, Namespace: "io.envoy.ai_gateway", Key: "llm_total_token", Refund: true}},
+			{HitsAddend: 500, Actions: []Action{{Kind: RemoteAddress, DescriptorKey: "remote_address"}},
+				Usage: &Usage{Reserve: 500, FromRequest: true, Source: SourceLLMUsage, Cost: CostWeighted, Cut: &Cut{Slice: 300}}},
 		},
+		LLM:         LLM{MaxRequestBytes: 1000, Ratio: 3250, DefaultMaxOutput: 100, MaxEventBytes: 2048, HoldBytes: 0, Weights: weightsOf(t)},
 		Settle:      Settle{BatchMax: 8, IntervalMs: 0, QueueMax: 100, TimeoutMs: 250},
 		Precheck:    Precheck{Enabled: false, MaxEntries: 50},
 		Headers:     Headers{Draft10: false, Legacy: true, RetryAfter: false, FailureMode: true, Delayed: true},
@@ -157,6 +175,27 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"usage missing negative", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{}},"missing":-3}}]`), "rate_limits[0].usage.missing", "between 0 and"},
 		{"usage disconnect", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{}},"on_disconnect":"zero"}}]`), "rate_limits[0].usage.on_disconnect", `must be "reserve" or "bytes"`},
 		{"usage request header", base(`[{"actions":[{"method":{}}],"usage":{"source":{"response_body_bytes":{}},"request_header":""}}]`), "rate_limits[0].usage.request_header", "must not be empty"},
+		{"llm type", llmDoc(`{"source":{"llm_usage":{}}}`, `[]`), "llm", "must be an object, not an array"},
+		{"llm unknown", llmDoc(`{"source":{"llm_usage":{}}}`, `{"max_body":1}`), "llm.max_body", "is not a known field"},
+		{"llm body bytes", llmDoc(`{"source":{"llm_usage":{}}}`, `{"max_request_bytes":0}`), "llm.max_request_bytes", "between 1 and"},
+		{"llm ratio", llmDoc(`{"source":{"llm_usage":{}}}`, `{"bytes_per_token":0.1}`), "llm.bytes_per_token", "between 0.5 and 64"},
+		{"llm ratio type", llmDoc(`{"source":{"llm_usage":{}}}`, `{"bytes_per_token":"4"}`), "llm.bytes_per_token", "must be a number"},
+		{"llm event bytes", llmDoc(`{"source":{"llm_usage":{}}}`, `{"max_event_bytes":10}`), "llm.max_event_bytes", "between 1024 and"},
+		{"weights type", llmDoc(`{"source":{"llm_usage":{}}}`, `{"weights":{}}`), "llm.weights", "must be an array"},
+		{"weights no default", llmDoc(`{"source":{"llm_usage":{}}}`, `{"weights":[{"model":"gpt-4o","input":1}]}`), "llm.weights", `needs a default row (model "*")`},
+		{"weights negative", llmDoc(`{"source":{"llm_usage":{}}}`, `{"weights":[{"model":"*"},{"model":"gpt-4o","output":-1}]}`), "llm.weights[1].output", "must be between 0 and"},
+		{"weights model", llmDoc(`{"source":{"llm_usage":{}}}`, `{"weights":[{"model":"*"},{"model":"gpt-*-mini"}]}`), "llm.weights[1].model", `may hold "*" only as its last character`},
+		{"weights duplicate", llmDoc(`{"source":{"llm_usage":{}}}`, `{"weights":[{"model":"*"},{"model":"*"}]}`), "llm.weights[1].model", "is also row 0"},
+		{"weights row field", llmDoc(`{"source":{"llm_usage":{}}}`, `{"weights":[{"model":"*","inputs":1}]}`), "llm.weights[0].inputs", "is not a known field"},
+		{"weights row model", llmDoc(`{"source":{"llm_usage":{}}}`, `{"weights":[{"input":1}]}`), "llm.weights[0].model", "is required"},
+		{"cost word", llmDoc(`{"source":{"llm_usage":{}},"cost":"dollars"}`, `{}`), "rate_limits[0].usage.cost", `must be "tokens" or "weighted"`},
+		{"cost source", llmDoc(`{"source":{"response_header":"x-u"},"cost":"tokens"}`, `{}`), "rate_limits[0].usage.cost", "needs the source llm_usage"},
+		{"cost no table", llmDoc(`{"source":{"llm_usage":{}},"cost":"weighted"}`, `{}`), "rate_limits[0].usage.cost", "needs the weight table llm.weights"},
+		{"cut no slice", llmDoc(`{"source":{"llm_usage":{}},"cut":{}}`, `{}`), "rate_limits[0].usage.cut.slice", "is required"},
+		{"cut slice zero", llmDoc(`{"source":{"llm_usage":{}},"cut":{"slice":0}}`, `{}`), "rate_limits[0].usage.cut.slice", "between 1 and"},
+		{"cut source", llmDoc(`{"source":{"response_trailer":"x-u"},"cut":{"slice":5}}`, `{}`), "rate_limits[0].usage.cut", "needs the source llm_usage"},
+		{"reserve two ways", llmDoc(`{"source":{"llm_usage":{}},"request_header":"x-r","reserve_from_request":true}`, `{}`), "rate_limits[0].usage.reserve_from_request", "cannot be set with request_header"},
+		{"refund type", llmDoc(`{"source":{"llm_usage":{}},"refund":"yes"}`, `{}`), "rate_limits[0].usage.refund", "must be true or false"},
 		{"settle type", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":[]}`, "settle", "must be an object, not an array"},
 		{"settle unknown", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"batch":2}}`, "settle.batch", "is not a known field"},
 		{"settle batch zero", `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}]}],"settle":{"batch_max":0}}`, "settle.batch_max", "between 1 and 64"},
@@ -182,6 +221,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// llmDoc is a configuration of one rate limit with usage object usage and
+// the llm object llm.
+func llmDoc(usage, llm string) string {
+	return `{"cluster":"c","domain":"d","rate_limits":[{"actions":[{"method":{}}],"usage":` + usage + `}],"llm":` + llm + `}`
 }
 
 func TestParseTooMany(t *testing.T) {
@@ -297,12 +342,30 @@ func usageDocWith(parts []string, leaf string, bogus bool) (doc string, ok bool)
 		return head + `"rate_limits": [{"actions": [{"remote_address": {}}]}], "` + leaf + `": {}}`, true
 	case parts[0] == "settle":
 		return head + `"rate_limits": [{"actions": [{"remote_address": {}}]}], "settle": {"` + leaf + `": 5}}`, true
+	case parts[0] == "llm" && len(parts) == 2:
+		val := map[string]string{"weights": `[{"model": "*"}]`, "bytes_per_token": "3.5"}[strings.TrimPrefix(leaf, "bogus_")]
+		if val == "" {
+			val = "2048"
+		}
+		return head + rlHead + `}], "llm": {"` + leaf + `": ` + val + `}}`, true
+	case parts[0] == "llm" && len(parts) == 3: // a weight row's field
+		row := `"model": "*"`
+		if leaf != "model" {
+			row += `, "` + leaf + `": 1`
+		}
+		return head + rlHead + `}], "llm": {"weights": [{` + row + `}]}}`, true
 	case len(parts) < 2 || parts[1] != "usage":
 		return "", false
+	case len(parts) == 4 && parts[2] == "cut": // cut.slice
+		return head + rlHead + `, "usage": {"source": {"llm_usage": {}}, "cut": {"` + leaf + `": 5}}}]}`, true
 	case len(parts) == 2:
 		return head + rlHead + `, "` + leaf + `": {"source": ` + source + `}}]}`, true
 	case len(parts) == 3: // a usage field
-		val := map[string]string{"reserve": "0", "request_header": `"x-cost"`, "missing": `"zero"`, "on_disconnect": `"bytes"`}[strings.TrimPrefix(leaf, "bogus_")]
+		val := map[string]string{"reserve": "0", "request_header": `"x-cost"`, "missing": `"zero"`, "on_disconnect": `"bytes"`,
+			"refund": "false", "reserve_from_request": "true", "cost": `"tokens"`, "cut": `{"slice": 5}`}[strings.TrimPrefix(leaf, "bogus_")]
+		if strings.Contains("cost cut", strings.TrimPrefix(leaf, "bogus_")) {
+			source = `{"llm_usage": {}}`
+		}
 		if parts[2] == "source" {
 			if bogus {
 				return head + rlHead + `, "usage": {"source": ` + source + `, "bogus_source": 1}}]}`, true
@@ -312,7 +375,7 @@ func usageDocWith(parts []string, leaf string, bogus bool) (doc string, ok bool)
 		return head + rlHead + `, "usage": {"source": ` + source + `, "` + leaf + `": ` + val + `}}]}`, true
 	case len(parts) == 4: // a source
 		body := map[string]string{"response_header": `"x-u"`, "response_trailer": `"x-u"`,
-			"dynamic_metadata": `{"namespace": "n", "key": "k"}`, "response_body_bytes": `{}`}[parts[3]]
+			"dynamic_metadata": `{"namespace": "n", "key": "k"}`, "response_body_bytes": `{}`, "llm_usage": `{}`}[parts[3]]
 		if bogus {
 			return head + rlHead + `, "usage": {"source": {"response_body_bytes": {"bogus": 1}}}}]}`, true
 		}

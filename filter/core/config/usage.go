@@ -44,6 +44,9 @@ const (
 	SourceDynamicMetadata
 	// SourceResponseBodyBytes is the number of bytes of the response body.
 	SourceResponseBodyBytes
+	// SourceLLMUsage is the usage object of an LLM API's answer, JSON or
+	// SSE by its content type (package llm), counted per Usage.Cost.
+	SourceLLMUsage
 )
 
 // MissingOutcome is what a stream whose cost value is missing or malformed
@@ -53,8 +56,8 @@ type MissingOutcome uint8
 const (
 	// MissingReserve charges the reserve only: nothing more.
 	MissingReserve MissingOutcome = iota
-	// MissingZero takes the actual cost as 0 (nothing more is charged; v1
-	// sends no refunds).
+	// MissingZero takes the actual cost as 0 (the reserve is refunded,
+	// with Usage.Refund).
 	MissingZero
 	// MissingCost takes the actual cost as Usage.MissingCost.
 	MissingCost
@@ -83,6 +86,19 @@ type Usage struct {
 	Missing       MissingOutcome
 	MissingCost   int64 // with MissingCost
 	OnDisconnect  DisconnectOutcome
+	// Refund gives back, at stream end, what was reserved and not used
+	// (a settlement's is_negative_hits); without it a stream is charged
+	// max(0, actual - reserved).
+	Refund bool
+	// FromRequest sizes the reserve from the request body (package llm:
+	// the prompt's estimate plus the maximum output); Reserve is then the
+	// reserve of a body that cannot be read (too long, not JSON).
+	FromRequest bool
+	// Cost is what an LLM usage counts (SourceLLMUsage).
+	Cost CostKind
+	// Cut, when set, cuts a streamed answer whose budget runs out
+	// (SourceLLMUsage).
+	Cut *Cut
 }
 
 // Settle configures how the plugin sends settlements.
@@ -97,8 +113,8 @@ type Settle struct {
 var defaultSettle = Settle{BatchMax: DefaultSettleBatchMax, IntervalMs: DefaultSettleInterval,
 	QueueMax: DefaultSettleQueueMax, TimeoutMs: DefaultSettleTimeout}
 
-// usage reads a rate limit's usage object.
-func usage(v value, field string) (*Usage, error) {
+// usage reads a rate limit's usage object; l is the plugin's llm object.
+func usage(v value, field string, l *LLM) (*Usage, error) {
 	o, err := asObject(v, field)
 	if err != nil {
 		return nil, err
@@ -106,7 +122,7 @@ func usage(v value, field string) (*Usage, error) {
 	if err := o.only(usageFields...); err != nil {
 		return nil, err
 	}
-	u := &Usage{Reserve: DefaultReserve}
+	u := &Usage{Reserve: DefaultReserve, Refund: true}
 	if v, ok := o.get("reserve"); ok {
 		n, err := integer(v, o.path("reserve"), 0, 1<<32-1)
 		if err != nil {
@@ -149,6 +165,14 @@ func usage(v value, field string) (*Usage, error) {
 		default:
 			return nil, &FieldError{o.path("on_disconnect"), "must be \"reserve\" or \"bytes\", not " + strconv.Quote(s)}
 		}
+	}
+	if v, ok := o.get("refund"); ok {
+		if u.Refund, err = asBool(v, o.path("refund")); err != nil {
+			return nil, err
+		}
+	}
+	if err := u.llmUsage(o, l); err != nil {
+		return nil, err
 	}
 	return u, nil
 }
@@ -205,6 +229,15 @@ func (u *Usage) source(v value, field string) error {
 			return err
 		}
 		u.Source = SourceResponseBodyBytes
+	case "llm_usage":
+		body, err := asObject(m.value, path)
+		if err != nil {
+			return err
+		}
+		if err := body.only(); err != nil {
+			return err
+		}
+		u.Source = SourceLLMUsage
 	default:
 		return &FieldError{path, "is not a known source (" + strings.Join(usageSourceFields, ", ") + ")"}
 	}

@@ -51,6 +51,10 @@ type Set struct {
 	entries     []Entry      // backing storage of the descriptors' entries
 	bounds      []int        // entries[bounds[i]:bounds[i+1]] belong to Descriptors[i]
 	text        []byte       // storage of values that had to be repaired
+	// Reserves is, when set, the request-time cost of each rate limit (by
+	// index) whose reserve is sized from the request body
+	// (config.Usage.FromRequest); the caller sets it before Add.
+	Reserves []uint32
 }
 
 // Build replaces the set's descriptors with those the rate limits produce for
@@ -112,8 +116,13 @@ func (s *Set) Add(rl *config.RateLimit, index int, req Request) bool {
 	}
 	d := &s.Descriptors[n]
 	d.HitsAddend, d.RateLimit, d.Usage = rl.HitsAddend, index, rl.Usage != nil
-	if u := rl.Usage; u != nil && u.RequestHeader != "" {
-		d.HitsAddend = requestCost(u.RequestHeader, d.HitsAddend, req)
+	if u := rl.Usage; u != nil {
+		switch {
+		case u.FromRequest && index < len(s.Reserves):
+			d.HitsAddend = s.Reserves[index]
+		case u.RequestHeader != "":
+			d.HitsAddend = requestCost(u.RequestHeader, d.HitsAddend, req)
+		}
 	}
 	d.Entries = s.entries[start:len(s.entries):len(s.entries)]
 	if cap(s.entries) != oldCap {

@@ -356,6 +356,21 @@ func FuzzSSEReader(f *testing.F) {
 		if got := plain.Result(); got != whole {
 			t.Fatalf("without the memo %+v, with it %+v", got, whole)
 		}
+		// Event by event, the same again; an event ends with nothing
+		// pending.
+		events := NewSSEReader(StreamOptions{})
+		for _, c := range chunks {
+			for len(c) > 0 {
+				n, ended := events.WriteEvent(c)
+				if n == 0 || (ended && events.Pending() != 0) {
+					t.Fatalf("WriteEvent read %d of %d bytes, ended %v with %d pending", n, len(c), ended, events.Pending())
+				}
+				c = c[n:]
+			}
+		}
+		if got := events.Result(); got != whole {
+			t.Fatalf("event by event %+v, whole %+v", got, whole)
+		}
 		for i := 1; i < len(counts); i++ {
 			if counts[i] < counts[i-1] {
 				t.Fatalf("the running count fell: %v", counts)

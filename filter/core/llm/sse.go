@@ -51,6 +51,7 @@ type SSEReader struct {
 	first     bool // in its first data line (the one the memo serves)
 	over      bool // longer than max: no longer read
 	noMemo    bool // tests: read every event whole
+	ended     bool // an event ended in the chunk being written (WriteEvent)
 	headLen   int
 	head      [6]byte // the first data bytes, to know "[DONE]"
 }
@@ -114,9 +115,29 @@ func (r *SSEReader) Result() Result {
 }
 
 // Write reads the next chunk of the stream.
-func (r *SSEReader) Write(p []byte) {
-	r.st.stats.Bytes += int64(len(p))
-	for i := 0; i < len(p); {
+func (r *SSEReader) Write(p []byte) { r.write(p, false) }
+
+// WriteEvent reads the stream from the start of p up to the end of the
+// first event that ends in it (its blank line included), or all of p, and
+// returns how many bytes it read and whether an event ended there. A
+// caller that cuts a stream feeds it event by event, so as to cut between
+// two events. A blank line that ends no event (nothing came since the last
+// one) ends none.
+func (r *SSEReader) WriteEvent(p []byte) (n int, ended bool) { return r.write(p, true) }
+
+// write is Write, and WriteEvent when event is set.
+func (r *SSEReader) write(p []byte, event bool) (int, bool) {
+	r.ended = false
+	i := 0
+	for i < len(p) {
+		if event && r.ended {
+			if r.crSkip && p[i] == '\n' { // the CR LF that ended the event
+				r.crSkip = false
+				i++
+			}
+			r.st.stats.Bytes += int64(i)
+			return i, true
+		}
 		c := p[i]
 		if r.crSkip {
 			r.crSkip = false
@@ -183,6 +204,8 @@ func (r *SSEReader) Write(p []byte) {
 			}
 		}
 	}
+	r.st.stats.Bytes += int64(i)
+	return i, r.ended
 }
 
 // fieldAt is the length of "data:" or "event:" when p starts with one.
@@ -283,6 +306,7 @@ func (r *SSEReader) dispatch() {
 	if r.hasData || r.over {
 		r.finish(&r.st, r.hasData)
 	}
+	r.ended = r.ended || r.evBytes > 1 // more than this blank line's own byte
 	r.sc.Reset()
 	r.evBytes, r.dataBytes, r.hasData, r.over, r.headLen = 0, 0, false, false, 0
 }

@@ -270,3 +270,47 @@ func TestReaderSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteEventMatchesWrite: fed event by event (WriteEvent), in chunks
+// cut anywhere, with LF and CR LF line ends, a reader reads what Write
+// reads, stops at the end of each event (Pending 0, the next byte starts
+// the next event), and ends as many events as the stream has.
+func TestWriteEventMatchesWrite(t *testing.T) {
+	for _, c := range sseFixtures {
+		for _, crlf := range []bool{false, true} {
+			body := fixture(t, "stream/"+c.file)
+			if crlf {
+				body = bytes.ReplaceAll(body, []byte("\n"), []byte("\r\n"))
+			}
+			want, _ := readSSE(StreamOptions{}, [][]byte{body})
+			events := bytes.Count(body, []byte("\n\n"))
+			if crlf {
+				events = bytes.Count(body, []byte("\r\n\r\n"))
+			}
+			for _, size := range []int{1, 7, 64, len(body)} {
+				r := NewSSEReader(StreamOptions{})
+				ends, total := 0, 0
+				for start := 0; start < len(body); start += size {
+					chunk := body[start:min(start+size, len(body))]
+					for len(chunk) > 0 {
+						n, ended := r.WriteEvent(chunk)
+						if n == 0 {
+							t.Fatalf("%s: WriteEvent read nothing of %d bytes", c.file, len(chunk))
+						}
+						chunk, total = chunk[n:], total+n
+						if ended {
+							ends++
+							if r.Pending() != 0 {
+								t.Fatalf("%s (size %d): an event ended with %d bytes pending", c.file, size, r.Pending())
+							}
+						}
+					}
+				}
+				if got := r.Result(); got != want || total != len(body) || ends != events {
+					t.Fatalf("%s (crlf %v, size %d): %+v, %d bytes, %d events ended; want %+v, %d, %d",
+						c.file, crlf, size, got, total, ends, want, len(body), events)
+				}
+			}
+		}
+	}
+}

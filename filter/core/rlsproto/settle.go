@@ -17,41 +17,60 @@ const MaxSettleDescriptors = 64
 
 // settleLen returns the size of the RateLimitRequest AppendSettleFrame
 // encodes.
-func settleLen(domain string, descs []descriptors.Descriptor, charges []uint64) int {
+func settleLen(domain string, descs []descriptors.Descriptor, amounts []int64) int {
 	n := 0
 	if domain != "" {
 		n += bytesFieldLen(len(domain))
 	}
 	for i := range descs {
-		n += bytesFieldLen(settleDescriptorLen(&descs[i], charges[i]))
+		n += bytesFieldLen(settleDescriptorLen(&descs[i], amounts[i]))
 	}
 	return n
 }
 
-func settleDescriptorLen(d *descriptors.Descriptor, charge uint64) int {
-	n := bytesFieldLen(wrapperLen(charge))
+// isNegativeHitsLen is the size of is_negative_hits: true (field 4, a
+// varint).
+const isNegativeHitsLen = 2
+
+func settleDescriptorLen(d *descriptors.Descriptor, amount int64) int {
+	n := bytesFieldLen(wrapperLen(magnitude(amount)))
+	if amount < 0 {
+		n += isNegativeHitsLen
+	}
 	for i := range d.Entries {
 		n += bytesFieldLen(entryLen(&d.Entries[i]))
 	}
 	return n
 }
 
+// magnitude is |amount|.
+func magnitude(amount int64) uint64 {
+	if amount < 0 {
+		return uint64(-amount)
+	}
+	return uint64(amount)
+}
+
 // AppendSettleFrame appends a settle call's RateLimitRequest as one gRPC
 // message: the domain, and each descriptor with its own hits_addend, the
-// charge charges[i] (len(charges) == len(descs)). It carries no
+// amount amounts[i] (len(amounts) == len(descs)): a charge when positive,
+// a refund (|amount| with is_negative_hits) when negative. It carries no
 // request-level hits_addend and does not ask for quotas.
-func AppendSettleFrame(dst []byte, domain string, descs []descriptors.Descriptor, charges []uint64) []byte {
+func AppendSettleFrame(dst []byte, domain string, descs []descriptors.Descriptor, amounts []int64) []byte {
 	dst = append(dst, 0)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(settleLen(domain, descs, charges)))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(settleLen(domain, descs, amounts)))
 	if domain != "" {
 		dst = appendBytesField(dst, 1, domain)
 	}
 	for i := range descs {
 		d := &descs[i]
 		dst = binary.AppendUvarint(dst, tag(2, wireBytes))
-		dst = binary.AppendUvarint(dst, uint64(settleDescriptorLen(d, charges[i])))
+		dst = binary.AppendUvarint(dst, uint64(settleDescriptorLen(d, amounts[i])))
 		dst = appendEntries(dst, d)
-		dst = appendWrapper(dst, charges[i])
+		dst = appendWrapper(dst, magnitude(amounts[i]))
+		if amounts[i] < 0 {
+			dst = append(dst, byte(tag(4, wireVarint)), 1)
+		}
 	}
 	return dst
 }

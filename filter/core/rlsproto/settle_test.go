@@ -10,16 +10,17 @@ import (
 )
 
 // TestSettleFrameMatchesGeneratedTypes: a settle call is a RateLimitRequest
-// whose descriptors each carry their charge as hits_addend, with no
-// request-level hits_addend and no quota marker.
+// whose descriptors each carry their charge as hits_addend, or their
+// refund as hits_addend with is_negative_hits, with no request-level
+// hits_addend and no quota marker.
 func TestSettleFrameMatchesGeneratedTypes(t *testing.T) {
 	descs := []descriptors.Descriptor{
 		{Entries: []descriptors.Entry{{Key: "api_key", Value: "k1"}}},
 		{Entries: []descriptors.Entry{{Key: "api_key", Value: "k2"}, {Key: "path", Value: "/v1/chat"}}},
 		{Entries: []descriptors.Entry{{Key: "k", Value: ""}}},
 	}
-	charges := []uint64{99, 1 << 40, 1}
-	frame := AppendSettleFrame([]byte("x"), "llm", descs, charges)
+	amounts := []int64{99, -(1 << 40), 1}
+	frame := AppendSettleFrame([]byte("x"), "llm", descs, amounts)
 	msg, err := ParseFrame(frame[1:])
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +33,8 @@ func TestSettleFrameMatchesGeneratedTypes(t *testing.T) {
 		t.Fatalf("settle request %v", &got)
 	}
 	for i, d := range got.Descriptors {
-		if d.HitsAddend == nil || d.HitsAddend.Value != charges[i] || len(d.Entries) != len(descs[i].Entries) {
+		if d.HitsAddend == nil || d.HitsAddend.Value != magnitude(amounts[i]) || d.IsNegativeHits != (amounts[i] < 0) ||
+			len(d.Entries) != len(descs[i].Entries) {
 			t.Fatalf("descriptor %d: %v", i, d)
 		}
 		for j, e := range d.Entries {

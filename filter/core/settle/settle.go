@@ -8,7 +8,11 @@
 // A charge waits in the queue, merged with the waiting charges of the same
 // descriptor (the domain is the worker's, so the key is the descriptor),
 // until a batch forms: BatchMax charges are waiting, or the oldest has
-// waited IntervalMs (with IntervalMs 0, at once). A batch gets a token,
+// waited IntervalMs (with IntervalMs 0, at once). A refund (a negative
+// amount: reserved, not used) is a charge like the others and merges with
+// them: a key's batch entry carries the net of its charges and refunds,
+// sent as a charge or as a refund (is_negative_hits), and not at all when
+// it nets to 0. A batch gets a token,
 // <8 random hex digits of the worker>-<its sequence number>, and is frozen:
 // it is sent as one call and, until the control plane acknowledges it,
 // sent again with the same token and the same descriptors in the same
@@ -76,17 +80,17 @@ func (t *Tokens) next() string {
 	return t.prefix + "-" + strconv.FormatUint(t.seq, 10)
 }
 
-// pending is a charge waiting for a batch.
+// pending is a charge (or refund) waiting for a batch.
 type pending struct {
 	key    string // descriptor key (descriptors.AppendKey)
-	charge uint64
+	amount int64  // > 0 a charge, < 0 a refund
 }
 
 // Batch is a frozen batch: sent, or waiting to be sent (again).
 type Batch struct {
 	Token    string
 	Keys     []string
-	Charges  []uint64
+	Amounts  []int64 // per key: a charge (> 0) or a refund (< 0), never 0
 	InFlight bool
 	SentAt   int64
 	retryAt  int64 // when it may be sent again
@@ -113,15 +117,17 @@ func New(cfg config.Settle, tokens *Tokens) *Queue {
 	return &Queue{cfg: cfg, tokens: tokens, index: map[string]int{}}
 }
 
-// Add queues a charge for the descriptor key at now, merged into a waiting
-// charge of the same key; an error says why the charge is lost.
-func (q *Queue) Add(key []byte, charge uint64, now int64) error {
+// Add queues a charge (amount > 0) or a refund (amount < 0, at most
+// config.MaxCost either way) for the descriptor key at now, merged into a
+// waiting one of the same key; an error says why it is lost.
+func (q *Queue) Add(key []byte, amount int64, now int64) error {
 	if len(key) > MaxKey {
 		return ErrKeyTooLong
 	}
 	if i, ok := q.index[string(key)]; ok {
 		pc := &q.pending[i]
-		pc.charge = min(pc.charge+charge, config.MaxCost) // both are at most MaxCost: no overflow
+		// Both are within ±MaxCost: no overflow.
+		pc.amount = max(-config.MaxCost, min(pc.amount+amount, config.MaxCost))
 		return nil
 	}
 	if len(q.pending) >= q.cfg.QueueMax {
@@ -132,7 +138,7 @@ func (q *Queue) Add(key []byte, charge uint64, now int64) error {
 	}
 	k := string(key)
 	q.index[k] = len(q.pending)
-	q.pending = append(q.pending, pending{key: k, charge: charge})
+	q.pending = append(q.pending, pending{key: k, amount: amount})
 	return nil
 }
 
@@ -150,8 +156,9 @@ func (q *Queue) Due(dst []*Batch, now int64) []*Batch {
 
 // form turns the waiting charges into batches when BatchMax of them wait
 // or the oldest has waited IntervalMs, as long as the batches hold at most
-// QueueMax charges.
+// QueueMax charges. A key whose charges and refunds net to 0 is dropped.
 func (q *Queue) form(now int64) {
+	q.dropNil()
 	taken := 0
 	interval := int64(q.cfg.IntervalMs) * config.Millisecond
 	for taken < len(q.pending) {
@@ -163,9 +170,9 @@ func (q *Queue) form(now int64) {
 		if q.inBatches+n > q.cfg.QueueMax {
 			break // wait for batches to be acknowledged
 		}
-		b := &Batch{Token: q.tokens.next(), Keys: make([]string, n), Charges: make([]uint64, n)}
+		b := &Batch{Token: q.tokens.next(), Keys: make([]string, n), Amounts: make([]int64, n)}
 		for j, pc := range q.pending[taken : taken+n] {
-			b.Keys[j], b.Charges[j] = pc.key, pc.charge
+			b.Keys[j], b.Amounts[j] = pc.key, pc.amount
 			delete(q.index, pc.key)
 		}
 		q.batches = append(q.batches, b)
@@ -182,14 +189,31 @@ func (q *Queue) form(now int64) {
 	}
 }
 
+// dropNil forgets the waiting keys whose charges and refunds net to 0.
+func (q *Queue) dropNil() {
+	kept := 0
+	for _, pc := range q.pending {
+		if pc.amount == 0 {
+			delete(q.index, pc.key)
+			continue
+		}
+		q.pending[kept] = pc
+		q.index[pc.key] = kept
+		kept++
+	}
+	clear(q.pending[kept:])
+	q.pending = q.pending[:kept]
+}
+
 // Frame appends to dst the settle call of b for domain: a RateLimitRequest
-// in gRPC's framing whose descriptors are b's keys, each with its charge.
+// in gRPC's framing whose descriptors are b's keys, each with its charge
+// or refund.
 func (q *Queue) Frame(dst []byte, domain string, b *Batch) []byte {
 	q.descs, q.entries = q.descs[:0], q.entries[:0]
 	for _, k := range b.Keys {
 		q.descs, q.entries, _ = descriptors.AppendParsed(q.descs, q.entries, k, 0) // keys are AppendKey's
 	}
-	return rlsproto.AppendSettleFrame(dst, domain, q.descs, b.Charges)
+	return rlsproto.AppendSettleFrame(dst, domain, q.descs, b.Amounts)
 }
 
 // Sent records that b was sent at now.
@@ -247,11 +271,11 @@ func (q *Queue) Waiting() int { return len(q.pending) }
 // InBatches returns the number of charges in batches, and the batches.
 func (q *Queue) InBatches() (charges, batches int) { return q.inBatches, len(q.batches) }
 
-// Pending returns the charge waiting for the descriptor key, 0 when none
-// waits.
-func (q *Queue) Pending(key []byte) uint64 {
+// Pending returns the amount waiting for the descriptor key (a charge
+// > 0, a refund < 0), 0 when none waits.
+func (q *Queue) Pending(key []byte) int64 {
 	if i, ok := q.index[string(key)]; ok {
-		return q.pending[i].charge
+		return q.pending[i].amount
 	}
 	return 0
 }

@@ -18,7 +18,7 @@ func TestQueueFormsBatches(t *testing.T) {
 	q := New(config.Settle{BatchMax: 2, IntervalMs: 100, QueueMax: 4, TimeoutMs: 1000}, NewTokens())
 	for _, c := range []struct {
 		key    string
-		charge uint64
+		charge int64
 		want   error
 	}{{"a", 1, nil}, {"a", 2, nil}, {"b", 5, nil}, {strings.Repeat("k", MaxKey+1), 1, ErrKeyTooLong}} {
 		if err := q.Add([]byte(c.key), c.charge, 0); !errors.Is(err, c.want) {
@@ -30,7 +30,7 @@ func TestQueueFormsBatches(t *testing.T) {
 	}
 	// Two wait: a full batch at once.
 	due := q.Due(nil, 1*ms)
-	if len(due) != 1 || strings.Join(due[0].Keys, ",") != "a,b" || due[0].Charges[0] != 3 || q.Waiting() != 0 {
+	if len(due) != 1 || strings.Join(due[0].Keys, ",") != "a,b" || due[0].Amounts[0] != 3 || q.Waiting() != 0 {
 		t.Fatalf("due %+v, %d waiting", due, q.Waiting())
 	}
 	b := due[0]
@@ -90,5 +90,39 @@ func TestQueueBounds(t *testing.T) {
 	}
 	if got := q.Due(nil, 0); len(got) != 1 || q.Waiting() != 2 {
 		t.Fatalf("a batch formed beyond queue_max in batches: %d due, %d waiting", len(got), q.Waiting())
+	}
+}
+
+// TestQueueNetsRefunds: a key's charges and refunds net while they wait; a
+// net refund is sent as one (a negative amount), a net of 0 not at all.
+func TestQueueNetsRefunds(t *testing.T) {
+	q := New(config.Settle{BatchMax: 64, IntervalMs: 0, QueueMax: 8, TimeoutMs: 1000}, NewTokens())
+	for _, c := range []struct {
+		key    string
+		amount int64
+	}{{"a", 10}, {"a", -25}, {"b", 7}, {"b", -7}, {"c", -3}, {"d", config.MaxCost}, {"d", config.MaxCost}, {"e", -config.MaxCost}, {"e", -config.MaxCost}} {
+		if err := q.Add([]byte(c.key), c.amount, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	due := q.Due(nil, 0)
+	if len(due) != 1 {
+		t.Fatalf("%d batches due", len(due))
+	}
+	got := map[string]int64{}
+	for i, k := range due[0].Keys {
+		got[k] = due[0].Amounts[i]
+	}
+	want := map[string]int64{"a": -15, "c": -3, "d": config.MaxCost, "e": -config.MaxCost}
+	if len(got) != len(want) {
+		t.Fatalf("batch %v, want %v (b nets to 0)", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("batch %v, want %v", got, want)
+		}
+	}
+	if q.Unsettled() != 4 || q.Waiting() != 0 {
+		t.Fatalf("%d unsettled, %d waiting", q.Unsettled(), q.Waiting())
 	}
 }

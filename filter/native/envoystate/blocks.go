@@ -34,6 +34,8 @@ type blockTable struct {
 	// live is the latest PassAt published: no slot holds a block live
 	// after it, so a worker reads no slot while it has passed.
 	live atomic.Int64
+	// freed rises by one whenever a worker ends a block early (Unblock).
+	freed atomic.Uint64
 }
 
 // blockEntry is what a block slot holds; never changed once stored.
@@ -104,6 +106,32 @@ func (b *Blocks) raiseLive(passAt int64) {
 		}
 	}
 }
+
+// Unblock ends the block shared for key, if its slot holds one live at
+// now, and raises the table's freed mark so that the workers drop the
+// copies they keep: the control plane said a refund freed the key. A key
+// without a live block changes nothing (most refunds).
+func (b *Blocks) Unblock(key []byte, now int64) {
+	if len(key) > MaxKeyLen {
+		return
+	}
+	slot := &b.t.slots[slotOf(key)]
+	for range MaxAttempts {
+		old := slot.Load()
+		if old == nil || old.block.PassAt <= now || !bytes.Equal(old.key, key) {
+			return
+		}
+		if slot.CompareAndSwap(old, nil) {
+			b.t.freed.Add(1)
+			return
+		}
+		b.retries++
+	}
+	b.lost++
+}
+
+// Freed returns the table's freed mark: one atomic read.
+func (b *Blocks) Freed(int64) uint64 { return b.t.freed.Load() }
 
 // Refresh does nothing: the table is read directly.
 func (b *Blocks) Refresh() {}

@@ -152,6 +152,11 @@ type Handler interface {
 	OnContextCreate(id, parent uint32)
 	RequestHeaders(id uint32, numHeaders int, endOfStream bool) uint32
 	RecoverRequestHeaders(r any) uint32
+	// WantsRequestBody reports whether stream id's request body is to go
+	// to OnRequestBody (else it goes on at once); it must not panic.
+	// OnRequestBody is told of the request body received so far.
+	WantsRequestBody(id uint32) bool
+	OnRequestBody(id uint32, bodySize int, endOfStream bool) uint32
 	OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) uint32
 	OnResponseBody(id uint32, bodySize int, endOfStream bool) uint32
 	OnResponseTrailers(id uint32, numTrailers int) uint32

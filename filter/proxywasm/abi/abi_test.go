@@ -44,3 +44,37 @@ func TestStatusError(t *testing.T) {
 		t.Fatal("Status errors wrong")
 	}
 }
+
+// TestArenaRewindsBodyReads: each body read of a callback reuses the
+// memory of the one before (what came before the first stays), so a body
+// read in slices takes one slice of memory, large ones included.
+func TestArenaRewindsBodyReads(t *testing.T) {
+	a := newArena(64)
+	a.enter()
+	header := a.alloc(8)
+	a.rewindBody()
+	first := a.alloc(16)
+	for range 10 {
+		a.rewindBody()
+		if p := a.alloc(16); p != first {
+			t.Fatal("a body read did not reuse the last one's memory")
+		}
+		a.rewindBody()
+		a.alloc(1000) // too large: pinned, then dropped by the next read
+		if len(a.pinned) != 1 {
+			t.Fatalf("%d pinned", len(a.pinned))
+		}
+	}
+	a.rewindBody()
+	if len(a.pinned) != 0 || a.alloc(8) == header {
+		t.Fatal("the memory before the first body read was reused")
+	}
+	a.leave()
+	a.enter() // the next callback starts over, its first read marks anew
+	a.alloc(40)
+	a.rewindBody()
+	if p := a.alloc(8); p == first {
+		t.Fatal("a new callback's body read reused the last callback's mark")
+	}
+	a.leave()
+}

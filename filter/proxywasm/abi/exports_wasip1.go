@@ -92,6 +92,20 @@ func proxyOnRequestHeaders(id, numHeaders uint32, endOfStream bool) (action uint
 	return handler.RequestHeaders(id, int(numHeaders), endOfStream)
 }
 
+// proxyOnRequestBody is called for every chunk of every request body, so
+// its common case (a request decided, whose body goes on) returns at once:
+// no arena, no deferred recover.
+//
+//go:wasmexport proxy_on_request_body
+func proxyOnRequestBody(id, bodySize uint32, endOfStream bool) (action uint32) {
+	if !handler.WantsRequestBody(id) {
+		return ActionContinue
+	}
+	scratch.enter()
+	defer guard()
+	return handler.OnRequestBody(id, int(bodySize), endOfStream)
+}
+
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(id, numHeaders uint32, endOfStream bool) (action uint32) {
 	scratch.enter()

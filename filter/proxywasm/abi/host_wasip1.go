@@ -54,12 +54,37 @@ type Stream struct{}
 
 // Body returns at most size bytes from start of the current stream's
 // request body (request) or response body, during the body callbacks.
+// What it returns is valid until the next Body of the callback: each read
+// reuses the scratch memory of the one before, so that a body read in
+// slices needs no more than one slice of it.
 func (Stream) Body(request bool, start, size int) ([]byte, error) {
+	scratch.rewindBody()
 	if request {
 		return buffer(BufferRequestBody, start, size)
 	}
 	return buffer(BufferResponseBody, start, size)
 }
+
+// SetResponseBody replaces the current stream's response body chunk (of
+// size bytes) with data, during proxy_on_response_body. Envoy replaces the
+// whole chunk when start is 0 and length at least its size (and prepends
+// when both are 0: the chunk is empty).
+func (Stream) SetResponseBody(size int, data []byte) error {
+	p, n := data2(data)
+	return Status(proxySetBufferBytes(uint32(BufferResponseBody), 0, uint32(size), p, n)).err()
+}
+
+// data2 returns the address and length of b for a host call; a valid
+// address when b is empty.
+func data2(b []byte) (unsafe.Pointer, uint32) {
+	if len(b) == 0 {
+		return unsafe.Pointer(&emptyData), 0
+	}
+	return unsafe.Pointer(unsafe.SliceData(b)), uint32(len(b))
+}
+
+// emptyData is where an empty buffer points.
+var emptyData byte
 
 // CallResponse reads the answer of a call being delivered, during
 // proxy_on_http_call_response, proxy_on_grpc_receive and

@@ -13,6 +13,9 @@ func proxyLog(level uint32, msg string) uint32
 //go:wasmimport env proxy_get_buffer_bytes
 func proxyGetBufferBytes(buffer, start, maxSize uint32, retData, retSize *uint32) uint32
 
+//go:wasmimport env proxy_set_buffer_bytes
+func proxySetBufferBytes(buffer, start, length uint32, data unsafe.Pointer, size uint32) uint32
+
 //go:wasmimport env proxy_get_header_map_value
 func proxyGetHeaderMapValue(mapType uint32, key string, retData, retSize *uint32) uint32
 

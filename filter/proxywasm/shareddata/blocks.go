@@ -76,7 +76,7 @@ const (
 // Bound returns the most bytes of keys and values that slots slots can
 // hold in the shared data (the host's per-entry overhead aside).
 func Bound(slots int) int {
-	return slots*(len(slotPrefix)+len(strconv.Itoa(slots-1))+MaxValue) + len(seedKey) + 8 + len(liveKey) + 8
+	return slots*(len(slotPrefix)+len(strconv.Itoa(slots-1))+MaxValue) + len(seedKey) + 8 + len(liveKey) + 8 + len(freedKey) + 8
 }
 
 // Store is one plugin instance's view of the shared blocks of its domain.
@@ -93,6 +93,10 @@ type Store struct {
 	// liveUntil; read at liveAt.
 	liveUntil, liveAt int64
 	liveRead          bool
+	// The proxy's freed mark as last read (freed.go), at freedAt.
+	freed     uint64
+	freedAt   int64
+	freedRead bool
 }
 
 // New returns the store of domain over data with slots slots (rounded up

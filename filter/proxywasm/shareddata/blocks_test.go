@@ -270,3 +270,43 @@ func TestSeedConverges(t *testing.T) {
 		t.Fatal("the seeds did not converge")
 	}
 }
+
+// TestUnblockEndsASharedBlock: Unblock ends the shared block of a key (a
+// refund freed it) and raises the freed mark, which the other VMs read at
+// most once per LiveRefresh; a key without a live block changes nothing.
+func TestUnblockEndsASharedBlock(t *testing.T) {
+	data := NewLocal()
+	a, b := New(data, "d", 16), New(data, "d", 16)
+	key := []byte("api_key=k1")
+	if !mustPublish(t, a, key, precheck.Block{PassAt: 100, RetryAt: 100, Cost: 1}, 0) {
+		t.Fatal("not published")
+	}
+	if _, ok := b.Lookup(key, 10); !ok {
+		t.Fatal("not shared")
+	}
+	mark := b.Freed(10)
+	a.Unblock(key, 20)
+	if _, ok := b.Lookup(key, 20); ok {
+		t.Fatal("still blocked after Unblock")
+	}
+	if b.Freed(20) != mark {
+		t.Fatal("the freed mark was read again within LiveRefresh")
+	}
+	if b.Freed(20+LiveRefresh) == mark {
+		t.Fatal("the freed mark did not change")
+	}
+	a.Unblock([]byte("other"), 30)
+	a.Unblock(key, 30)
+	if b.Freed(30+2*LiveRefresh) != mark+1 {
+		t.Fatal("an unblock without a live block raised the freed mark")
+	}
+}
+
+func mustPublish(t *testing.T, s *Store, key []byte, b precheck.Block, now int64) bool {
+	t.Helper()
+	ok, err := s.Publish(key, b, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}

@@ -79,6 +79,8 @@ typedef int32_t dm_enum;
   X(size_t, http_get_body_size, (void* filter, dm_enum kind), (filter, kind))                     \
   X(size_t, http_get_body_chunks_size, (void* filter, dm_enum kind), (filter, kind))              \
   X(bool, http_get_body_chunks, (void* filter, dm_enum kind, dm_buf* out), (filter, kind, out))   \
+  X(bool, http_drain_body, (void* filter, dm_enum kind, size_t n), (filter, kind, n))             \
+  X(bool, http_append_body, (void* filter, dm_enum kind, dm_buf data), (filter, kind, data))      \
   /* the stream's course: its worker, in a hook */                                                \
   X(void, http_send_response,                                                                     \
     (void* filter, uint32_t status, dm_header* headers, size_t header_count, dm_buf body,         \

@@ -183,6 +183,18 @@ func (s *Stream) AppendBody(dst []byte, kind BodyKind, limit int) ([]byte, bool)
 	return appendChunks(dst, chunks, limit)
 }
 
+// ReplaceBody replaces the whole of body kind with data; false when the
+// stream has no such body now (outside its hook).
+func (s *Stream) ReplaceBody(kind BodyKind, data []byte) bool {
+	if !C.dm_http_drain_body(s.envoy, C.dm_enum(kind), C.size_t(s.BodySize(kind))) {
+		return false
+	}
+	if len(data) == 0 {
+		return true
+	}
+	return bool(C.dm_http_append_body(s.envoy, C.dm_enum(kind), bytesBuf(data)))
+}
+
 // SendReply answers the request locally: status, headers, body, and details
 // (the response code details of Envoy's access log, e.g. "rate_limited").
 // The response hooks do not run for it.
