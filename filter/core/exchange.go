@@ -96,6 +96,11 @@ func (x *Exchange) reset(w *Worker, s Stream) {
 // let the body of a decided request go on without calling the core.
 func (x *Exchange) Undecided() bool { return x.state != stateDone && x.state != stateIdle }
 
+// AwaitsBody reports whether the request waits for its body before it is
+// decided: a host whose pause also holds the body back (Envoy's
+// StopAllIteration) must let the body reach the filter instead.
+func (x *Exchange) AwaitsBody() bool { return x.state == stateBody }
+
 // Answered takes the answer to x's call: it implements calls.Handler.
 func (x *Exchange) Answered(a *rlsproto.Answer) { x.w.answered(x, a) }
 

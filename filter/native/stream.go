@@ -120,8 +120,8 @@ func (s *stream) SetResponseBody(data []byte) error {
 // so the core empties the later chunks instead.
 func (s *stream) EndResponse() bool { return false }
 
-// body returns at most max bytes from start of the body buffered, then
-// received: read up to start+max, so within the caller's bound.
+// body returns at most max bytes from offset start of the body: what Envoy
+// buffered, then the chunk received. Only those bytes are copied.
 func (s *stream) body(buffered, received dynmod.BodyKind, start, max int) ([]byte, error) {
 	if !s.readable() {
 		return nil, errElsewhere
@@ -129,15 +129,20 @@ func (s *stream) body(buffered, received dynmod.BodyKind, start, max int) ([]byt
 	if start < 0 || max < 0 {
 		return nil, errors.New("negative body range")
 	}
-	limit := start + max
-	b, _ := s.ds.AppendBody(nil, buffered, limit)
-	if len(b) < limit {
-		b, _ = s.ds.AppendBody(b, received, limit-len(b))
+	// The buffered body, then the received chunk, read from start into the
+	// worker's scratch (valid until the next read, as core.Stream says).
+	b := s.w.bodyRead[:0]
+	if n := s.ds.BodySize(buffered); start < n {
+		b, _ = s.ds.AppendBodyRange(b, buffered, start, max)
+		start = 0
+	} else {
+		start -= n
 	}
-	if start >= len(b) {
-		return nil, nil
+	if len(b) < max {
+		b, _ = s.ds.AppendBodyRange(b, received, start, max-len(b))
 	}
-	return b[start:], nil
+	s.w.bodyRead = b
+	return b, nil
 }
 
 // AddRequestHeader implements core.Stream: queued (actions.go).
@@ -220,6 +225,9 @@ func (s *stream) requestHeaders() (st dynmod.HeadersStatus) {
 	action := w.core.RequestHeaders(s.x)
 	if action == core.Pause && !s.replied && s.sched == nil {
 		s.sched = s.ds.Scheduler()
+	}
+	if action == core.Pause && s.x.AwaitsBody() {
+		return dynmod.HeadersStop // the body hooks then run, the body buffered
 	}
 	return status(action)
 }

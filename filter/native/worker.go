@@ -40,6 +40,7 @@ type worker struct {
 	callRaw  []byte
 	callHdrs []dynmod.Header
 	body     []byte
+	bodyRead []byte // a stream body's bytes the core reads (stream.body)
 	answer   rlsproto.Answer
 }
 

@@ -55,6 +55,35 @@ func TestBlocksSharedByWorkers(t *testing.T) {
 
 // TestBlocksCollisionLosesNeverRejects: keys that share slots never read
 // each other's blocks.
+// TestUnblockFreesTheKeyForEveryWorker: a refund that frees a key ends its
+// shared block and raises the freed mark the workers watch; a key without
+// a live block changes neither.
+func TestUnblockFreesTheKeyForEveryWorker(t *testing.T) {
+	d := Acquire("refund")
+	defer d.Release()
+	a, b := d.Blocks(), d.Blocks()
+	key, other := []byte("\x06tenant\x02t1"), []byte("\x06tenant\x02t2")
+	a.Publish(key, block(900*ms), 100*ms)
+	for _, c := range []struct {
+		name      string
+		key       []byte
+		now       int64
+		wantFreed uint64
+		wantHeld  bool
+	}{
+		{"another key", other, 200 * ms, 0, true},
+		{"the block passed", key, 900 * ms, 0, true},
+		{"the key", key, 200 * ms, 1, false},
+		{"again", key, 200 * ms, 1, false},
+	} {
+		b.Unblock(c.key, c.now)
+		_, held := a.Lookup(key, 200*ms)
+		if got := a.Freed(c.now); got != c.wantFreed || held != c.wantHeld {
+			t.Errorf("%s: freed %d, block held %v; want %d, %v", c.name, got, held, c.wantFreed, c.wantHeld)
+		}
+	}
+}
+
 func TestBlocksCollisionLosesNeverRejects(t *testing.T) {
 	d := Acquire("collide")
 	defer d.Release()

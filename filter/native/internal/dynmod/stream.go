@@ -67,9 +67,10 @@ type Stream struct {
 	// request locally, so nothing is held.
 	requestHeld, responseHeld, replied bool
 
-	calls map[uint64]func(*Response) // callouts in flight
-	sched *Scheduler                 // made by Scheduler
-	arena cArena                     // the headers of callouts and local replies
+	calls  map[uint64]func(*Response) // callouts in flight
+	sched  *Scheduler                 // made by Scheduler
+	arena  cArena                     // the headers of callouts and local replies
+	chunks []C.dm_buf                 // AppendBodyRange's scratch
 }
 
 // Config returns the stream's filter configuration.
@@ -172,15 +173,33 @@ func (s *Stream) BodySize(kind BodyKind) int {
 // whether it fit whole. The received body exists only in a body hook; the
 // buffered one is what Envoy holds after the hooks returned BodyStopBuffer.
 func (s *Stream) AppendBody(dst []byte, kind BodyKind, limit int) ([]byte, bool) {
-	n := C.dm_http_get_body_chunks_size(s.envoy, C.dm_enum(kind))
+	return s.AppendBodyRange(dst, kind, 0, limit)
+}
+
+// AppendBodyRange is AppendBody from offset start of the body: the bytes
+// before it are skipped, not copied.
+func (s *Stream) AppendBodyRange(dst []byte, kind BodyKind, start, limit int) ([]byte, bool) {
+	n := int(C.dm_http_get_body_chunks_size(s.envoy, C.dm_enum(kind)))
 	if n == 0 {
 		return dst, true
 	}
-	chunks := make([]C.dm_buf, int(n))
+	if cap(s.chunks) < n {
+		s.chunks = make([]C.dm_buf, n)
+	}
+	chunks := s.chunks[:n]
 	if !C.dm_http_get_body_chunks(s.envoy, C.dm_enum(kind), &chunks[0]) {
 		return dst, true
 	}
-	return appendChunks(dst, chunks, limit)
+	for i, c := range chunks {
+		if int(c.length) > start {
+			c.ptr = (*C.char)(unsafe.Add(unsafe.Pointer(c.ptr), start))
+			c.length -= C.size_t(start)
+			chunks[i] = c
+			return appendChunks(dst, chunks[i:], limit)
+		}
+		start -= int(c.length)
+	}
+	return dst, true
 }
 
 // ReplaceBody replaces the whole of body kind with data; false when the
