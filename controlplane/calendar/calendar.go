@@ -4,7 +4,7 @@
 // hours, a month 28 to 31 days). A limit with `calendar: Europe/Berlin` and
 // `unit: month` counts from the first of each month, midnight in Berlin.
 //
-// The algorithms (shared/algorithms) take the windows as numbers, the
+// The algorithms (package algorithms) take the windows as numbers, the
 // Periods around now; a Calendar computes them, and remembers the last
 // ones, so that a decision within the same window costs a comparison. The
 // zone database is compiled into the binary (time/tzdata): the control
@@ -19,7 +19,7 @@ import (
 	"time"
 	_ "time/tzdata" // the zone database, for images without one
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Unit is a calendar period.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // BenchmarkDecideHealthy is the healthy path's own cost: a primary that

@@ -16,7 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Behaviours of the controllable primary.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // seeder is a fallback that can start from the primary's answers

@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestRedisKilled runs decisions under load against a real redis-server,

@@ -30,7 +30,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/store"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Defaults for Options.

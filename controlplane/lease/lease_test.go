@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/store"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // clock is an injected time shared by Redis's scripts and the lease layers.
@@ -46,7 +46,7 @@ func replicas(t *testing.T, n int, clk *clock, opts Options) []*Store {
 	return out
 }
 
-// oracle decides one limit with shared/algorithms on microseconds.
+// oracle decides one limit with package algorithms on microseconds.
 func oracle(l store.Limit) func(now int64) bool {
 	w := int64(l.Window / time.Microsecond)
 	burst := capacity(l)
@@ -82,7 +82,7 @@ var leasedLimits = []store.Limit{
 
 // TestReplicasExact: three replicas lease one key of each leasable
 // algorithm from one Redis, at half the limit and then at five times it.
-// Every admission, replayed at its time through shared/algorithms, is
+// Every admission, replayed at its time through package algorithms, is
 // allowed (no over-admission); most are answered from leases; for the
 // fixed window, each window admits exactly the limit minus the units that
 // expired unspent in leases (the stated under-admission bound).
@@ -310,7 +310,7 @@ type filterPool struct{ units, until int64 }
 // in by the RLS margin) and call only when theirs is spent or ended; one
 // key per leasable algorithm at half the limit, then five times it. Every
 // admission, from a quota or by a call, replayed at its time through
-// shared/algorithms is allowed; for the fixed window, each window at 5x
+// package algorithms is allowed; for the fixed window, each window at 5x
 // admits the limit less at most the units that ended unspent (in replicas
 // and in data planes: the stated under-admission bound); below the limit,
 // none is refused (no data plane holds what another needs) and the share

@@ -8,7 +8,7 @@ import (
 )
 
 // Bounds on what a policy may ask for. Each keeps the arithmetic of the
-// algorithms exact both natively (int64 nanoseconds, see shared/algorithms)
+// algorithms exact both natively (int64 nanoseconds, see package algorithms)
 // and in the Redis Lua scripts (doubles, exact to 2^53, times in
 // microseconds).
 const (
@@ -16,7 +16,7 @@ const (
 	// current_limit.requests_per_unit as a uint32.
 	maxRequests = math.MaxUint32
 	// maxSpanNs bounds windows and the spans derived from them in
-	// nanoseconds, as shared/algorithms does (2^61 ns is 73 years), so that
+	// nanoseconds, as package algorithms does (2^61 ns is 73 years), so that
 	// now plus a few spans cannot overflow int64.
 	maxSpanNs = int64(1) << 61
 	// maxLua is the largest integer a Lua double holds exactly.
@@ -253,7 +253,7 @@ func (p *parser) window(f field, path string) (time.Duration, bool) {
 
 // checkBounds checks the limits that keep each algorithm's arithmetic exact
 // natively (nanoseconds, int64) and in Redis Lua (microseconds, doubles),
-// then asks shared/algorithms to validate the parameters in both forms.
+// then asks package algorithms to validate the parameters in both forms.
 func (p *parser) checkBounds(l *Limit, path, winField string, winLine int, burstField string, burstLine int, fs map[string]field) bool {
 	if l.Requests == 0 {
 		return true // refuses everything: no algorithm arithmetic to keep exact

@@ -3,10 +3,10 @@ package policy
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
-// The methods below give the shared/algorithms parameters a limit maps to,
+// The methods below give the parameters (package algorithms) a limit maps to,
 // with times expressed in unit: time.Nanosecond for the Go algorithms (the
 // memory store, the filter), time.Microsecond for the Redis Lua scripts.
 // Parse guarantees that l.Window is a whole number of microseconds and that
@@ -84,7 +84,7 @@ func (l *Limit) Params(unit time.Duration) any {
 	return nil
 }
 
-// validate checks l's parameters with shared/algorithms in the given unit.
+// validate checks l's parameters with package algorithms in the given unit.
 func (l *Limit) validate(unit time.Duration) error {
 	switch l.Algorithm {
 	case FixedWindow:

@@ -31,7 +31,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/calendar"
 )
 
-// Algorithm names a rate-limiting algorithm from shared/algorithms.
+// Algorithm names a rate-limiting algorithm from package algorithms.
 type Algorithm string
 
 // The algorithms a limit can use.

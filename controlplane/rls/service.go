@@ -62,7 +62,7 @@ const (
 	// limit answered OVER_LIMIT by failure_mode closed: how long a client
 	// should wait before the store is asked again.
 	FailureRetryAfter = time.Second
-	// maxWindow bounds override windows as shared/algorithms bounds spans.
+	// maxWindow bounds override windows as package algorithms bounds spans.
 	maxWindow = time.Duration(1) << 61
 )
 

@@ -1,5 +1,5 @@
 // Package store defines where rate-limit state lives and how one request's
-// limits are decided against it. Implementations: memory (shared/algorithms
+// limits are decided against it. Implementations: memory (package algorithms
 // in-process, the embedded default and the rescue limiter) and redis (the
 // authoritative Lua scripts).
 package store
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/calendar"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Algorithm names one of the algorithms a limit can use.
@@ -84,7 +84,7 @@ func ValidCalendar(l *Limit) error {
 	return nil
 }
 
-// Mode says what a check does with its cost (see shared/algorithms usage.go).
+// Mode says what a check does with its cost (see package algorithms usage.go).
 type Mode uint8
 
 // The modes of a check.

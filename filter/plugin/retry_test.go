@@ -10,7 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // globalLimit is the control plane's limiter in the retry tests: one of

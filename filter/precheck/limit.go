@@ -62,7 +62,7 @@ package precheck
 import (
 	"math/bits"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Algorithm is the algorithm of a global limit.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestByteAccounting checks that Stats.Bytes covers what the entries take on

@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // seedState is the state an entry was last seeded with (Seed) or carried

@@ -9,11 +9,11 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestSeedNeverAdmitsMore seeds the store from a primary's answer (the
-// primary here is shared/algorithms with its own state) and then sends the
+// primary here is package algorithms with its own state) and then sends the
 // same requests to both: the seeded store must never admit more than the
 // primary over the next window, and for fixed_window and gcra, whose seeds
 // are exact, must decide exactly as it does.

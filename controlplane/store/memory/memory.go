@@ -1,4 +1,4 @@
-// Package memory is the in-process store: shared/algorithms applied to state
+// Package memory is the in-process store: package algorithms applied to state
 // held in this process. It is sluice's embedded default (no Redis configured)
 // and the rescue limiter that answers while Redis cannot.
 //
@@ -34,7 +34,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Defaults for Options.
@@ -420,7 +420,7 @@ func (e *entry) apply(c *store.Check, now int64) (algorithms.Result, error) {
 	return algorithms.Result{}, errUnknown
 }
 
-// limiter is what every algorithm of shared/algorithms offers on its state S.
+// limiter is what every algorithm of package algorithms offers on its state S.
 type limiter[S any] interface {
 	Allow(s S, now, cost int64) (algorithms.Result, error)
 	Probe(s S, now int64) (algorithms.Result, error)
@@ -465,7 +465,7 @@ func freshPeek(l store.Limit, now int64) algorithms.Result {
 	return r
 }
 
-// validate checks a check's limit and cost with shared/algorithms.
+// validate checks a check's limit and cost with package algorithms.
 func validate(c *store.Check) error {
 	var capacity int64
 	var err error
@@ -514,7 +514,7 @@ func validate(c *store.Check) error {
 	return nil
 }
 
-// The shared/algorithms parameters of a store.Limit, times in nanoseconds;
+// The parameters (package algorithms) of a store.Limit, times in nanoseconds;
 // p are the periods around the time of the decision (nil for windows of
 // fixed length).
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // clock is a settable clock for tests.
@@ -52,7 +52,7 @@ var limits = []store.Limit{
 }
 
 // oracle decides like the memory store should, straight through
-// shared/algorithms with state kept by the test.
+// package algorithms with state kept by the test.
 type oracle struct {
 	fw  algorithms.FixedWindowState
 	sw  algorithms.SlidingWindowState
@@ -131,7 +131,7 @@ func calendarClock() *clock {
 }
 
 // TestMatchesAlgorithms drives every algorithm through the store and through
-// shared/algorithms directly with the same random times, costs and modes
+// package algorithms directly with the same random times, costs and modes
 // (probes, charges and refunds among them); the results must be identical,
 // also across expiry, sweeps and peeks, and for calendar limits across
 // daylight-saving changes and a month's end.

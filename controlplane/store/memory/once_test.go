@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // onceCharge charges cost on key with token and returns the result and

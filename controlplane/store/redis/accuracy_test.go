@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestAccuracy: three stores with separate clients, as three control-plane

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // BenchmarkDecide measures decisions per second through Decide with many

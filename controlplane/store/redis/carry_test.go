@@ -12,10 +12,10 @@ import (
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
-// TestCarryDifferential checks carry.lua against shared/algorithms on a real
+// TestCarryDifferential checks carry.lua against package algorithms on a real
 // redis-server: Redis admits some requests, one or two replicas' memory
 // stores (seeded from Redis's last answer, or not) admit more while Redis
 // "is away", Redis keeps its data or loses it (FLUSHALL, as a restart

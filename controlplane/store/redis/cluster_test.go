@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestCluster runs the decision tests on a 3-master Redis Cluster: the

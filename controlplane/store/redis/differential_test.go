@@ -12,11 +12,11 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // differential drives keys limits of alg through the store (the scripts, with
-// injected time) and through shared/algorithms on the same microsecond
+// injected time) and through package algorithms on the same microsecond
 // numbers, rounds times, and fails on the first results that differ. Each
 // round steps the clock once and decides every key in one Decide (one script
 // call per hash slot). With changeLimits, limits change under existing state
@@ -150,7 +150,7 @@ func differentialWith(t *testing.T, client redis.UniversalClient, alg store.Algo
 				t.Fatalf("round %d key %d: Go: %v", r, i, err)
 			}
 			if want.Remaining < 0 {
-				t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d: shared/algorithms answered Remaining %d, "+
+				t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d: package algorithms answered Remaining %d, "+
 					"which its Result contract forbids (the script answers 0): the Go %s must clamp it at 0",
 					r, i, c.Limit, clk.get(), c.Cost, want.Remaining, alg)
 			}
@@ -217,7 +217,7 @@ func onceOracle(o *oracle, applied *map[string]int64, now int64, ttl time.Durati
 
 // TestDifferential: for every algorithm, 12,000 random (time, cost, limit)
 // steps give identical Allowed, Limit, Remaining, RetryAfter and ResetAfter
-// in the scripts and in shared/algorithms.
+// in the scripts and in package algorithms.
 func TestDifferential(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
@@ -254,7 +254,7 @@ func TestDifferentialShared(t *testing.T) {
 // TestDifferentialUsage is TestDifferential and TestDifferentialShared with
 // probes and charges among the checks (charges past the limit and past the
 // debt ceiling included), and limits that change under existing state: the
-// scripts and shared/algorithms agree on what each algorithm does in debt.
+// scripts and package algorithms agree on what each algorithm does in debt.
 func TestDifferentialUsage(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
@@ -270,7 +270,7 @@ func TestDifferentialUsage(t *testing.T) {
 // TestDifferentialOnce is TestDifferentialUsage with Once tokens on half
 // the charges, many of them duplicates: a token charges once within the
 // TTL and every once-check answers a probe after it, in the scripts as in
-// shared/algorithms with a map of tokens.
+// package algorithms with a map of tokens.
 func TestDifferentialOnce(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
@@ -287,7 +287,7 @@ func TestDifferentialOnce(t *testing.T) {
 // ISO weeks, months, years in Berlin and New York) for every algorithm with
 // windows, on a clock that goes from March 1st, 2026 through four months:
 // months' ends, and the daylight-saving changes of both zones, in the
-// scripts as in shared/algorithms given the same periods.
+// scripts as in package algorithms given the same periods.
 func TestDifferentialCalendar(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog} {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // algs lists every algorithm the store decides.
@@ -107,7 +107,7 @@ func (o *oracle) decide(now, cost int64, mode store.Mode) (algorithms.Result, er
 	return algorithms.Result{}, fmt.Errorf("unknown algorithm %v", l.Algorithm)
 }
 
-// limiter is what every algorithm of shared/algorithms offers on its state.
+// limiter is what every algorithm of package algorithms offers on its state.
 type limiter[S any] interface {
 	Allow(s S, now, cost int64) (algorithms.Result, error)
 	Probe(s S, now int64) (algorithms.Result, error)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // leasable lists the algorithms Lease accepts.
@@ -111,7 +111,7 @@ func TestLeaseEqualsRequests(t *testing.T) {
 // random sizes, spending them at random times within their validity,
 // returning what they did not spend (token_bucket, gcra), and per-request
 // decisions in between. Every admission, at the time it really happened,
-// replayed through shared/algorithms must be allowed: the leases never
+// replayed through package algorithms must be allowed: the leases never
 // admit what the algorithm would refuse. What was granted and neither
 // spent nor returned is the under-admission, bounded by the leases
 // outstanding.

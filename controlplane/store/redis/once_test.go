@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // onceReplicas checks store.Once across two stores (two control-plane

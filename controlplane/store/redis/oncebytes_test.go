@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // OnceMarkBytes bounds what one settlement token (a store.Once dedupe

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // The script's parts. Each algorithm file defines one local function, a
-// line-by-line port of its shared/algorithms counterpart on microseconds;
+// line-by-line port of its counterpart in package algorithms on microseconds;
 // dispatch.lua decides every key of one call with them.
 var (
 	//go:embed prelude.lua

@@ -1,6 +1,6 @@
 // Package redisstore is sluice's authoritative store: rate-limit state in
 // Redis (standalone, Sentinel or Cluster, through a go-redis UniversalClient),
-// decided by Lua ports of shared/algorithms.
+// decided by Lua ports of package algorithms.
 //
 // # Scripts
 //
@@ -75,7 +75,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Defaults for Options.

@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testcerts"
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // tlsServer returns the redistest option that serves the server certificate of certs.
