@@ -1,4 +1,6 @@
 // Package algorithms holds sluice's rate-limiting algorithms as pure functions.
+// It stands at the module's root, beside controlplane/ and filter/, because
+// both run it, and its name says what it holds: the algorithms, nothing else.
 //
 // Every algorithm is a small limit value (its parameters), a small state value,
 // and a method
