@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // BenchmarkDecideHealthy is the healthy path's own cost: a primary that
@@ -28,7 +28,7 @@ func BenchmarkDecideHealthy(b *testing.B) {
 				checks := make([]store.Check, 4)
 				for i := range checks {
 					checks[i] = store.Check{Key: fmt.Sprint("key-", i), Cost: 1,
-						Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Minute}}
+						Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Minute}}
 				}
 				out := make([]algorithms.Result, len(checks))
 				for pb.Next() {

@@ -37,8 +37,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/store"
 )
 
 // Defaults for Options.

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/store"
 )
 
 // Behaviours of the controllable primary.
@@ -106,8 +106,8 @@ func setup(t *testing.T, o Options) (*Store, *fakeStore, *fakeStore, *probeSwitc
 }
 
 var checks = []store.Check{
-	{Key: "a", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Second}, Cost: 1},
-	{Key: "b", Limit: store.Limit{Algorithm: store.GCRA, Requests: 10, Window: time.Second}, Cost: 1},
+	{Key: "a", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Second}, Cost: 1},
+	{Key: "b", Limit: store.Limit{Algorithm: algorithms.KindGCRA, Requests: 10, Window: time.Second}, Cost: 1},
 }
 
 // from returns which store answered (by the mark in Remaining).

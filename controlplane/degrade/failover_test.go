@@ -11,11 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // failoverClock is a replica's clock in a failover test: real time moved
@@ -92,8 +92,8 @@ func newFailoverRig(t *testing.T) *failoverRig {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Close)
-		l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: r.window}
-		key := store.Key("failover", []store.Entry{{Key: "skew", Value: strconv.Itoa(i)}}, "l#0", store.FixedWindow)
+		l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: r.window}
+		key := store.Key("failover", []store.Entry{{Key: "skew", Value: strconv.Itoa(i)}}, "l#0", algorithms.KindFixedWindow)
 		r.clocks = append(r.clocks, c)
 		r.stores = append(r.stores, s)
 		r.checks = append(r.checks, []store.Check{{Key: key, Limit: l, Cost: 1}})

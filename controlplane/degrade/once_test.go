@@ -7,11 +7,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestOnceAcrossFailover: a settlement (store.Once) is applied once on
@@ -42,8 +42,8 @@ func TestOnceAcrossFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	lim := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Hour}
-	key := store.Key("settle", []store.Entry{{Key: "user", Value: "a"}}, "l#0", store.FixedWindow)
+	lim := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 100, Window: time.Hour}
+	key := store.Key("settle", []store.Entry{{Key: "user", Value: "a"}}, "l#0", algorithms.KindFixedWindow)
 	settle := func(token string, cost int64) (algorithms.Result, bool) {
 		t.Helper()
 		o := &store.Once{Token: token}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/store"
 )
 
 // seeder is a fallback that can start from the primary's answers

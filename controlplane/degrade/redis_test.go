@@ -10,11 +10,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestRedisKilled runs decisions under load against a real redis-server,
@@ -61,8 +61,8 @@ func TestRedisKilled(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			checks := []store.Check{{
-				Key:   store.Key("fault", []store.Entry{{Key: "worker", Value: fmt.Sprint(w)}}, "l#0", store.FixedWindow),
-				Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 1 << 30, Window: time.Hour},
+				Key:   store.Key("fault", []store.Entry{{Key: "worker", Value: fmt.Sprint(w)}}, "l#0", algorithms.KindFixedWindow),
+				Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1 << 30, Window: time.Hour},
 				Cost:  1,
 			}}
 			out := make([]algorithms.Result, 1)
@@ -173,9 +173,9 @@ func TestOutageKeepsBudgets(t *testing.T) {
 	t.Cleanup(s.Close)
 	const limit = 10
 	var checks []store.Check
-	for _, a := range []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA} {
+	for _, a := range []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog, algorithms.KindTokenBucket, algorithms.KindGCRA} {
 		l := store.Limit{Algorithm: a, Requests: limit, Window: 24 * time.Hour}
-		if a == store.FixedWindow {
+		if a == algorithms.KindFixedWindow {
 			now, err := client.Time(t.Context()).Result()
 			if err != nil {
 				t.Fatal(err)

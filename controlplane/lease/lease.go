@@ -28,9 +28,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Defaults for Options.
@@ -399,7 +399,7 @@ func refillTime(l store.Limit) time.Duration {
 
 // capacity is the most a full limiter of l admits at once.
 func capacity(l store.Limit) int64 {
-	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA) && l.Burst > 0 {
+	if (l.Algorithm == algorithms.KindTokenBucket || l.Algorithm == algorithms.KindGCRA) && l.Burst > 0 {
 		return l.Burst
 	}
 	return l.Requests

@@ -10,11 +10,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // clock is an injected time shared by Redis's scripts and the lease layers.
@@ -58,13 +58,13 @@ func oracle(l store.Limit) func(now int64) bool {
 		var r algorithms.Result
 		var err error
 		switch l.Algorithm {
-		case store.FixedWindow:
+		case algorithms.KindFixedWindow:
 			r, err = algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Allow(&fw, now, 1)
-		case store.SlidingWindow:
+		case algorithms.KindSlidingWindow:
 			r, err = algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Allow(&sw, now, 1)
-		case store.TokenBucket:
+		case algorithms.KindTokenBucket:
 			r, err = algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}.Allow(&tb, now, 1)
-		case store.GCRA:
+		case algorithms.KindGCRA:
 			r, err = algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}.Allow(&gc, now, 1)
 		}
 		return err == nil && r.Allowed
@@ -74,10 +74,10 @@ func oracle(l store.Limit) func(now int64) bool {
 // leasedLimits are one limit of each leasable algorithm at 1,000 a second,
 // which the replica tests lease at half and at five times that.
 var leasedLimits = []store.Limit{
-	{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true},
-	{Algorithm: store.SlidingWindow, Requests: 1000, Window: time.Second, Lease: true},
-	{Algorithm: store.TokenBucket, Requests: 1000, Window: time.Second, Burst: 200, Lease: true},
-	{Algorithm: store.GCRA, Requests: 1000, Window: time.Second, Burst: 100, Lease: true},
+	{Algorithm: algorithms.KindFixedWindow, Requests: 1000, Window: time.Second, Lease: true},
+	{Algorithm: algorithms.KindSlidingWindow, Requests: 1000, Window: time.Second, Lease: true},
+	{Algorithm: algorithms.KindTokenBucket, Requests: 1000, Window: time.Second, Burst: 200, Lease: true},
+	{Algorithm: algorithms.KindGCRA, Requests: 1000, Window: time.Second, Burst: 100, Lease: true},
 }
 
 // TestReplicasExact: three replicas lease one key of each leasable
@@ -115,7 +115,7 @@ func TestReplicasExact(t *testing.T) {
 						r.Sweep(ctx, 0)
 						expired += r.Stats().Expired
 					}
-					if ms >= 3000 && l.Algorithm == store.FixedWindow {
+					if ms >= 3000 && l.Algorithm == algorithms.KindFixedWindow {
 						// a full window at five times the limit
 						if perWindow > l.Requests || perWindow+(expired-lastExpired) < l.Requests {
 							t.Errorf("window %d: %d admitted, %d expired in leases, limit %d", windows, perWindow, expired-lastExpired, l.Requests)
@@ -184,7 +184,7 @@ func TestReturnIdle(t *testing.T) {
 	clk := &clock{}
 	clk.us.Store(1_700_000_000_000_000)
 	reps := replicas(t, 2, clk, Options{Idle: 20 * time.Millisecond})
-	l := store.Limit{Algorithm: store.TokenBucket, Requests: 100, Window: time.Second, Burst: 100, Lease: true}
+	l := store.Limit{Algorithm: algorithms.KindTokenBucket, Requests: 100, Window: time.Second, Burst: 100, Lease: true}
 	ctx := context.Background()
 	res := make([]algorithms.Result, 1)
 	a, b := reps[0], reps[1]
@@ -244,7 +244,7 @@ func TestNewWindowLeasedAtOnce(t *testing.T) {
 	start := int64(1_700_000_000_000_000)
 	clk.us.Store(start)
 	r := replicas(t, 1, clk, Options{})[0]
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Second, Lease: true}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 100, Window: time.Second, Lease: true}
 	ctx := context.Background()
 	res := make([]algorithms.Result, 1)
 	check := []store.Check{{Key: "fw", Limit: l, Cost: 1}}
@@ -280,7 +280,7 @@ func TestShareCoversUntilExpiry(t *testing.T) {
 	start := int64(1_700_000_000_000_000)
 	clk.us.Store(start)
 	r := replicas(t, 3, clk, Options{})[0]
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Second, Lease: true}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1000, Window: time.Second, Lease: true}
 	ctx := context.Background()
 	res := make([]algorithms.Result, 1)
 	for ms := int64(0); ms <= 200; ms += 10 { // 100/s
@@ -351,7 +351,7 @@ func TestFiltersExact(t *testing.T) {
 					for _, r := range reps {
 						expired += r.Stats().Expired
 					}
-					if ms > 2000 && l.Algorithm == store.FixedWindow {
+					if ms > 2000 && l.Algorithm == algorithms.KindFixedWindow {
 						if perWindow+(expired-lastExpired)+lost < l.Requests {
 							t.Errorf("window at %d ms: %d admitted, %d expired in replicas, %d in data planes, limit %d",
 								ms, perWindow, expired-lastExpired, lost, l.Requests)
@@ -478,7 +478,7 @@ func TestLateLeaseKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Hour, Lease: true}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1000, Window: time.Hour, Lease: true}
 	check := []store.Check{{Key: "late", Limit: l, Cost: 1}}
 	res := make([]algorithms.Result, 1)
 	ctx := context.Background()
@@ -536,7 +536,7 @@ func TestRefundOnLeasedKey(t *testing.T) {
 	start := int64(1_700_000_000_000_000)
 	clk.us.Store(start)
 	r := replicas(t, 1, clk, Options{})[0]
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Second, Lease: true}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 100, Window: time.Second, Lease: true}
 	ctx := context.Background()
 	res := make([]algorithms.Result, 1)
 	check := []store.Check{{Key: "fw", Limit: l, Cost: 1}}
@@ -583,12 +583,12 @@ func TestWindowLeftCalendar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: 24 * time.Hour, Calendar: day}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: 24 * time.Hour, Calendar: day}
 	now := time.Date(2026, 3, 29, 0, 30, 0, 0, day.Location())
 	if got := windowLeft(l, now); got != 22*time.Hour+30*time.Minute {
 		t.Fatalf("window left at 00:30 on the 23-hour day: %v", got)
 	}
-	l = store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Minute}
+	l = store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Minute}
 	if got := windowLeft(l, time.Unix(90, 0)); got != 30*time.Second {
 		t.Fatalf("window left 30 s into a minute: %v", got)
 	}

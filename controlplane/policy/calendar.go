@@ -1,15 +1,16 @@
 package policy
 
 import (
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 )
 
 // calendarUnits maps the units a calendar counts to its periods.
-var calendarUnits = map[Unit]calendar.Unit{
-	UnitDay:   calendar.Day,
-	UnitWeek:  calendar.Week,
-	UnitMonth: calendar.Month,
-	UnitYear:  calendar.Year,
+var calendarUnits = map[algorithms.Unit]calendar.Unit{
+	algorithms.UnitDay:   calendar.Day,
+	algorithms.UnitWeek:  calendar.Week,
+	algorithms.UnitMonth: calendar.Month,
+	algorithms.UnitYear:  calendar.Year,
 }
 
 // calendar parses the limit's calendar into l.Calendar: an IANA time zone
@@ -41,13 +42,13 @@ func (p *parser) calendar(l *Limit, fs map[string]field, path string, algoOK, un
 	case !unitOK || !algoOK:
 		return true // their own errors say it all
 	case !isCalendar:
-		p.errorf(f.key.Line, fpath, "takes unit day, week, month or year (got %s, whose windows are the same in every time zone: leave calendar out)", l.Unit.name())
+		p.errorf(f.key.Line, fpath, "takes unit day, week, month or year (got %s, whose windows are the same in every time zone: leave calendar out)", l.Unit.Name())
 		return false
-	case l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow && l.Algorithm != SlidingLog:
+	case !l.Algorithm.HasWindows():
 		p.errorf(f.key.Line, fpath,
 			"applies to the algorithms with windows (fixed_window, sliding_window, sliding_log); %s refills at requests_per_unit at every instant, which no calendar boundary changes", l.Algorithm)
 		return false
-	case l.Algorithm == SlidingWindow && unit == calendar.Year:
+	case l.Algorithm == algorithms.KindSlidingWindow && unit == calendar.Year:
 		p.errorf(f.key.Line, fpath,
 			"sliding_window counts periods of at most 53 days (its weighted count multiplies a period by 1000): use day, week or month, or fixed_window or sliding_log for a year")
 		return false
@@ -59,14 +60,4 @@ func (p *parser) calendar(l *Limit, fs map[string]field, path string, algoOK, un
 	}
 	l.Calendar = c
 	return true
-}
-
-// name returns the unit's name as policies write it.
-func (u Unit) name() string {
-	for _, i := range unitInfo {
-		if i.unit == u {
-			return i.name
-		}
-	}
-	return "unknown"
 }

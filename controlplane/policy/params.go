@@ -68,17 +68,17 @@ func (l *Limit) Params(unit time.Duration) any {
 		return nil
 	}
 	switch l.Algorithm {
-	case FixedWindow:
+	case algorithms.KindFixedWindow:
 		return l.FixedWindowParams(unit)
-	case SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		return l.SlidingWindowParams(unit)
-	case SlidingLog:
+	case algorithms.KindSlidingLog:
 		return l.SlidingLogParams(unit)
-	case TokenBucket:
+	case algorithms.KindTokenBucket:
 		return l.TokenBucketParams(unit)
-	case GCRA:
+	case algorithms.KindGCRA:
 		return l.GCRAParams(unit)
-	case Reserve:
+	case algorithms.KindReserve:
 		return l.ReserveParams(unit)
 	}
 	return nil
@@ -87,17 +87,17 @@ func (l *Limit) Params(unit time.Duration) any {
 // validate checks l's parameters with package algorithms in the given unit.
 func (l *Limit) validate(unit time.Duration) error {
 	switch l.Algorithm {
-	case FixedWindow:
+	case algorithms.KindFixedWindow:
 		return l.FixedWindowParams(unit).Validate()
-	case SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		return l.SlidingWindowParams(unit).Validate()
-	case SlidingLog:
+	case algorithms.KindSlidingLog:
 		return l.SlidingLogParams(unit).Validate()
-	case TokenBucket:
+	case algorithms.KindTokenBucket:
 		return l.TokenBucketParams(unit).Validate()
-	case GCRA:
+	case algorithms.KindGCRA:
 		return l.GCRAParams(unit).Validate()
-	case Reserve:
+	case algorithms.KindReserve:
 		return l.ReserveParams(unit).Validate()
 	}
 	return nil

@@ -23,32 +23,13 @@ package policy
 
 import (
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 )
-
-// Algorithm names a rate-limiting algorithm from package algorithms.
-type Algorithm string
-
-// The algorithms a limit can use.
-const (
-	FixedWindow   Algorithm = "fixed_window"   // clock-aligned windows, as envoyproxy/ratelimit
-	SlidingWindow Algorithm = "sliding_window" // two-window weighted counter
-	SlidingLog    Algorithm = "sliding_log"    // exact log of admitted requests
-	TokenBucket   Algorithm = "token_bucket"   // Burst tokens refilled at Requests per Window
-	GCRA          Algorithm = "gcra"           // generic cell rate algorithm (redis-cell)
-	Reserve       Algorithm = "reserve"        // Guava's reserve: wait up to MaxWait instead of refusing
-)
-
-// algorithms lists the valid algorithms in the order error messages name them.
-var algorithmNames = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA, Reserve}
-
-// HasBurst reports whether the algorithm takes a burst parameter.
-func (a Algorithm) HasBurst() bool { return a == TokenBucket || a == GCRA || a == Reserve }
 
 // LeaseMode is the policy file's lease setting.
 type LeaseMode string
@@ -70,69 +51,6 @@ const (
 	FailClosed FailureMode = "closed" // reject it
 )
 
-// Unit is a rate-limit unit with the numeric values of the RLS v3 enum
-// envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit, so
-// rlsv3.RateLimitResponse_RateLimit_Unit(u) converts it.
-type Unit int32
-
-// The units. UnitUnknown is reported for windows that are not one whole unit.
-const (
-	UnitUnknown Unit = 0
-	UnitSecond  Unit = 1
-	UnitMinute  Unit = 2
-	UnitHour    Unit = 3
-	UnitDay     Unit = 4
-	UnitMonth   Unit = 5
-	UnitYear    Unit = 6
-	UnitWeek    Unit = 7
-)
-
-// unitInfo is one unit's name and length. Lengths follow envoyproxy/ratelimit:
-// a month is 30 days and a year 365 days.
-var unitInfo = []struct {
-	unit Unit
-	name string
-	d    time.Duration
-}{
-	{UnitSecond, "second", time.Second},
-	{UnitMinute, "minute", time.Minute},
-	{UnitHour, "hour", time.Hour},
-	{UnitDay, "day", 24 * time.Hour},
-	{UnitWeek, "week", 7 * 24 * time.Hour},
-	{UnitMonth, "month", 30 * 24 * time.Hour},
-	{UnitYear, "year", 365 * 24 * time.Hour},
-}
-
-// String returns the RLS enum name, e.g. "MINUTE".
-func (u Unit) String() string {
-	for _, i := range unitInfo {
-		if i.unit == u {
-			return strings.ToUpper(i.name)
-		}
-	}
-	return "UNKNOWN"
-}
-
-// Duration returns the unit's length, or 0 for UnitUnknown.
-func (u Unit) Duration() time.Duration {
-	for _, i := range unitInfo {
-		if i.unit == u {
-			return i.d
-		}
-	}
-	return 0
-}
-
-// unitOf returns the unit whose length is exactly d, or UnitUnknown.
-func unitOf(d time.Duration) Unit {
-	for _, i := range unitInfo {
-		if i.d == d {
-			return i.unit
-		}
-	}
-	return UnitUnknown
-}
-
 // Entry is one key/value pair of a request descriptor.
 type Entry struct {
 	Key   string
@@ -149,16 +67,16 @@ type Entry struct {
 type Limit struct {
 	// Name is the rate_limit's name ("" if none); replaces refers to it.
 	Name string
-	// Algorithm is the algorithm; "" when Unlimited.
-	Algorithm Algorithm
+	// Algorithm is the algorithm; KindUnknown when Unlimited.
+	Algorithm algorithms.Kind
 	// Requests is requests_per_unit: admitted per Window (token_bucket and
 	// gcra: refilled per Window). 0 when Unlimited.
 	Requests int64
 	// Window is the unit's length or the window given; 0 when Unlimited.
 	Window time.Duration
 	// Unit is what to report in RLS current_limit: the unit equal to Window,
-	// or UnitUnknown when Window is not one whole unit.
-	Unit Unit
+	// or algorithms.UnitUnknown when Window is not one whole unit.
+	Unit algorithms.Unit
 	// Burst is the capacity of token_bucket, gcra and reserve (default
 	// Requests); 0 for the other algorithms.
 	Burst int64

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // assign decides the action for one bucket of st after a report whose
@@ -135,12 +135,12 @@ func rateOf(l *policy.Limit) float64 { return float64(l.Requests) / l.Window.Sec
 // refilled at l's rate, holding budgetTime of it.
 func usageLimit(l *policy.Limit) store.Limit {
 	burst := int64(math.Ceil(rateOf(l) * budgetTime.Seconds()))
-	return store.Limit{Algorithm: store.TokenBucket, Requests: l.Requests, Window: l.Window, Burst: max(burst, 1)}
+	return store.Limit{Algorithm: algorithms.KindTokenBucket, Requests: l.Requests, Window: l.Window, Burst: max(burst, 1)}
 }
 
 // usageKey is the store key of l's usage bucket for one descriptor.
 func usageKey(domain string, entries []store.Entry, l *policy.Limit) string {
-	return store.Key(domain, entries, l.ID+"@rlqs", store.TokenBucket)
+	return store.Key(domain, entries, l.ID+"@rlqs", algorithms.KindTokenBucket)
 }
 
 // demandKey is where the Envoys' demand for one descriptor's limit lives.

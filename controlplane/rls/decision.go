@@ -8,9 +8,9 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // slot is one limit of one descriptor sent to the store.

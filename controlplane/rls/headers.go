@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/policy"
 )
 
@@ -35,17 +36,17 @@ func currentLimit(l *policy.Limit) *rlsv3.RateLimitResponse_RateLimit {
 // reportUnit returns the unit and multiplier describing l's window: the
 // configured unit, else the largest of day, hour, minute and second that
 // divides the window (30s is 30 SECOND, 90m is 90 MINUTE), else UNKNOWN.
-func reportUnit(l *policy.Limit) (policy.Unit, uint32) {
-	if l.Unit != policy.UnitUnknown {
+func reportUnit(l *policy.Limit) (algorithms.Unit, uint32) {
+	if l.Unit != algorithms.UnitUnknown {
 		return l.Unit, 1
 	}
-	for _, u := range []policy.Unit{policy.UnitDay, policy.UnitHour, policy.UnitMinute, policy.UnitSecond} {
+	for _, u := range []algorithms.Unit{algorithms.UnitDay, algorithms.UnitHour, algorithms.UnitMinute, algorithms.UnitSecond} {
 		d := u.Duration()
 		if l.Window > 0 && l.Window%d == 0 && l.Window/d <= math.MaxUint32 {
 			return u, uint32(l.Window / d)
 		}
 	}
-	return policy.UnitUnknown, 0
+	return algorithms.UnitUnknown, 0
 }
 
 // rateLimitHeaders returns the IETF RateLimit headers

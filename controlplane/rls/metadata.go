@@ -117,7 +117,7 @@ func metadataValue(o *outcome) *structpb.Value {
 	var limit, windowMs, burst, retryMs float64
 	if o.lim != nil && !o.lim.ShadowMode && !o.failed && o.lim.Requests > 0 {
 		sl := storeLimit(o.lim)
-		alg = string(o.lim.Algorithm)
+		alg = o.lim.Algorithm.String()
 		limit = float64(o.lim.Requests)
 		windowMs = float64(o.lim.Window) / float64(time.Millisecond)
 		if o.lim.Calendar != nil {

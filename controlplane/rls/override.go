@@ -9,6 +9,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/policy"
 )
 
@@ -47,12 +48,12 @@ func overrideLimit(dom *policy.Domain, o *ratelimitv3.RateLimitDescriptor_RateLi
 		return nil, fmt.Errorf("unit_multiplier: %d %v is too long a window (at most %v)", mult, o.GetUnit(), maxWindow)
 	}
 	w := unit * time.Duration(mult)
-	u := policy.Unit(o.GetUnit())
+	u := algorithms.Unit(o.GetUnit())
 	if mult != 1 {
-		u = policy.UnitUnknown
+		u = algorithms.UnitUnknown
 	}
 	return &policy.Limit{
-		Algorithm:   policy.FixedWindow,
+		Algorithm:   algorithms.KindFixedWindow,
 		Requests:    int64(o.GetRequestsPerUnit()),
 		Window:      w,
 		Unit:        u,

@@ -8,8 +8,8 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/policy"
 )
 
 // DefaultNearLimitRatio is the share of a limit past which admitted hits

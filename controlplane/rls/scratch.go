@@ -3,9 +3,9 @@ package rls
 import (
 	"sync"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // scratch holds one decision's working slices, reused across requests so

@@ -24,10 +24,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 const testPolicy = `
@@ -333,15 +333,15 @@ func TestLimitOverride(t *testing.T) {
 func TestMultiplierReporting(t *testing.T) {
 	// 90 minutes is reported as 90 MINUTE; 1.5 hours the same.
 	l := &policy.Limit{Window: 90 * time.Minute}
-	if u, m := reportUnit(l); u != policy.UnitMinute || m != 90 {
+	if u, m := reportUnit(l); u != algorithms.UnitMinute || m != 90 {
 		t.Errorf("90m: %v x%d", u, m)
 	}
 	l.Window = 1500 * time.Millisecond
-	if u, m := reportUnit(l); u != policy.UnitUnknown || m != 0 {
+	if u, m := reportUnit(l); u != algorithms.UnitUnknown || m != 0 {
 		t.Errorf("1.5s: %v x%d", u, m)
 	}
-	l.Window, l.Unit = 7*24*time.Hour, policy.UnitWeek
-	if u, m := reportUnit(l); u != policy.UnitWeek || m != 1 {
+	l.Window, l.Unit = 7*24*time.Hour, algorithms.UnitWeek
+	if u, m := reportUnit(l); u != algorithms.UnitWeek || m != 1 {
 		t.Errorf("week: %v x%d", u, m)
 	}
 }

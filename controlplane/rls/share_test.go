@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/controlplane/policy"
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
@@ -18,9 +18,9 @@ import (
 // sharePolicy is one domain per algorithm: a shared wildcard, the same
 // wildcard unshared, and a shared wildcard above a per-user descriptor. Each
 // limit admits 3 per hour.
-func sharePolicy(alg policy.Algorithm) string {
+func sharePolicy(alg algorithms.Kind) string {
 	limit := fmt.Sprintf("{algorithm: %s, unit: hour, requests_per_unit: 3}", alg)
-	return strings.NewReplacer("DOMAIN", "share-"+string(alg), "LIMIT", limit).Replace(`
+	return strings.NewReplacer("DOMAIN", "share-"+alg.String(), "LIMIT", limit).Replace(`
 domain: DOMAIN
 descriptors:
   - key: path
@@ -44,7 +44,7 @@ descriptors:
 // share_threshold each value has its own; under a nested descriptor the
 // shared level is shared and the level below is not.
 func TestShareThreshold(t *testing.T) {
-	algs := []policy.Algorithm{policy.FixedWindow, policy.SlidingWindow, policy.SlidingLog, policy.TokenBucket, policy.GCRA}
+	algs := []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog, algorithms.KindTokenBucket, algorithms.KindGCRA}
 	var docs []string
 	for _, a := range algs {
 		docs = append(docs, sharePolicy(a))
@@ -73,7 +73,7 @@ func TestShareThreshold(t *testing.T) {
 			}
 			f := &fixture{svc: svc, clock: c}
 			for _, alg := range algs {
-				domain := "share-" + string(alg)
+				domain := "share-" + alg.String()
 				codes := func(ds ...[]string) string {
 					var out []string
 					for _, d := range ds {

@@ -7,9 +7,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/algorithms"
 )
 
 // version is one policy set and what decisions derive from its limits,

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/store"
 )
 
 // arenas are the arenas of wire calls in progress and spare.

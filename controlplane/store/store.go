@@ -10,45 +10,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/calendar"
 )
-
-// Algorithm names one of the algorithms a limit can use.
-type Algorithm uint8
-
-// The algorithms a store decides. The names match the policy file's.
-const (
-	FixedWindow   Algorithm = iota + 1 // clock-aligned fixed window, as envoyproxy/ratelimit
-	SlidingWindow                      // two-window weighted counter
-	SlidingLog                         // exact sliding log
-	TokenBucket                        // Burst tokens refilled at Requests per Window
-	GCRA                               // redis-cell CL.THROTTLE semantics; Burst = max_burst+1
-	Reserve                            // Guava's reserve: waits up to MaxWait instead of refusing
-)
-
-// String returns the policy-file name of a.
-func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed_window"
-	case SlidingWindow:
-		return "sliding_window"
-	case SlidingLog:
-		return "sliding_log"
-	case TokenBucket:
-		return "token_bucket"
-	case GCRA:
-		return "gcra"
-	case Reserve:
-		return "reserve"
-	}
-	return "unknown"
-}
 
 // Limit is what a store needs to know about one configured limit.
 type Limit struct {
-	Algorithm Algorithm
+	Algorithm algorithms.Kind
 	Requests  int64         // admitted per Window (the refill rate for token_bucket, gcra and reserve)
 	Window    time.Duration // window or refill period; a whole number of microseconds
 	Burst     int64         // token_bucket, reserve: capacity; gcra: max_burst+1; 0 = Requests
@@ -78,7 +46,7 @@ var ErrCalendar = errors.New("only fixed_window, sliding_window and sliding_log 
 
 // ValidCalendar reports whether l may have its Calendar.
 func ValidCalendar(l *Limit) error {
-	if l.Calendar != nil && l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow && l.Algorithm != SlidingLog {
+	if l.Calendar != nil && !l.Algorithm.HasWindows() {
 		return fmt.Errorf("%s: %w", l.Algorithm, ErrCalendar)
 	}
 	return nil

@@ -74,8 +74,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/store"
 )
 
 // Defaults for Options.
