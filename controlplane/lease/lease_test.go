@@ -579,7 +579,7 @@ func TestRefundOnLeasedKey(t *testing.T) {
 // TestWindowLeftCalendar: a calendar window's lease is sized for what is
 // left of its period (23 hours on the day Berlin's clocks go forward).
 func TestWindowLeftCalendar(t *testing.T) {
-	day, err := calendar.Of("Europe/Berlin", calendar.Day)
+	day, err := calendar.Of("Europe/Berlin", algorithms.UnitDay)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,11 +24,11 @@ descriptors:
       - {unit: month, requests_per_unit: 10}
 `)
 	ls := d.Limits()
-	berlin, _ := calendar.Of("Europe/Berlin", calendar.Month)
+	berlin, _ := calendar.Of("Europe/Berlin", algorithms.UnitMonth)
 	if ls[0].Calendar != berlin || ls[0].Unit != algorithms.UnitMonth || ls[0].Window != 30*24*time.Hour {
 		t.Errorf("limit 0: %+v", ls[0])
 	}
-	if ls[1].Calendar == nil || ls[1].Calendar.Zone() != "America/New_York" || ls[2].Calendar.Unit() != calendar.Year {
+	if ls[1].Calendar == nil || ls[1].Calendar.Zone() != "America/New_York" || ls[2].Calendar.Unit() != algorithms.UnitYear {
 		t.Errorf("limits 1, 2: %v %v", ls[1].Calendar, ls[2].Calendar)
 	}
 	if ls[3].Calendar != nil {

@@ -7,6 +7,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 )
@@ -81,7 +82,7 @@ func TestCalendarAnswers(t *testing.T) {
 			}
 		})
 	}
-	cal, _ := calendar.Of("Europe/Berlin", calendar.Month)
+	cal, _ := calendar.Of("Europe/Berlin", algorithms.UnitMonth)
 	svc, _ := New(memory.New(memory.Options{}), parse(t, calendarPolicy), Options{Logger: quiet})
 	r, _ := svc.ShouldRateLimit(context.Background(), req("llm", desc("month=a")))
 	if ms := r.DynamicMetadata.Fields[MetadataKey].GetListValue().Values[0].GetStructValue().Fields[MetaWindowMs].GetNumberValue(); ms != float64(cal.Shortest().Milliseconds()) {

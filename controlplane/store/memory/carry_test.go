@@ -150,8 +150,8 @@ func TestSeedAcrossSkew(t *testing.T) {
 // the answer's trip and the clocks' skew of a real deployment: the seeded
 // windows are the calendar's, shifted onto the primary's.
 func TestSeedAcrossSkewCalendar(t *testing.T) {
-	day, _ := calendar.Of("Europe/Berlin", calendar.Day)
-	month, _ := calendar.Of("America/New_York", calendar.Month)
+	day, _ := calendar.Of("Europe/Berlin", algorithms.UnitDay)
+	month, _ := calendar.Of("America/New_York", algorithms.UnitMonth)
 	skews := []time.Duration{0, time.Nanosecond, -time.Nanosecond, time.Millisecond, -time.Millisecond,
 		3 * time.Second, -3 * time.Second, 10 * time.Minute, -10 * time.Minute}
 	algs := []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog}

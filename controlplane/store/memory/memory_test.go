@@ -102,16 +102,16 @@ var calendarLimits = func() []store.Limit {
 	var ls []store.Limit
 	for _, c := range []struct {
 		zone string
-		unit calendar.Unit
+		unit algorithms.Unit
 		alg  algorithms.Kind
 		n    int64
 	}{
-		{"Europe/Berlin", calendar.Day, algorithms.KindFixedWindow, 5},
-		{"America/New_York", calendar.Month, algorithms.KindFixedWindow, 40},
-		{"Europe/Berlin", calendar.Week, algorithms.KindSlidingWindow, 12},
-		{"America/New_York", calendar.Day, algorithms.KindSlidingWindow, 7},
-		{"Europe/Berlin", calendar.Month, algorithms.KindSlidingLog, 30},
-		{"America/New_York", calendar.Day, algorithms.KindSlidingLog, 6},
+		{"Europe/Berlin", algorithms.UnitDay, algorithms.KindFixedWindow, 5},
+		{"America/New_York", algorithms.UnitMonth, algorithms.KindFixedWindow, 40},
+		{"Europe/Berlin", algorithms.UnitWeek, algorithms.KindSlidingWindow, 12},
+		{"America/New_York", algorithms.UnitDay, algorithms.KindSlidingWindow, 7},
+		{"Europe/Berlin", algorithms.UnitMonth, algorithms.KindSlidingLog, 30},
+		{"America/New_York", algorithms.UnitDay, algorithms.KindSlidingLog, 6},
 	} {
 		cal, err := calendar.Of(c.zone, c.unit)
 		if err != nil {
@@ -207,7 +207,7 @@ func TestProbeOfUnusedKey(t *testing.T) {
 			}
 		}
 	}
-	cal, _ := calendar.Of("Europe/Berlin", calendar.Month)
+	cal, _ := calendar.Of("Europe/Berlin", algorithms.UnitMonth)
 	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: 31 * 24 * time.Hour, Calendar: cal}
 	r := decide(t, s, store.Check{Key: "unused", Limit: l, Mode: store.Probe})
 	end := time.Date(2026, 12, 1, 0, 0, 0, 0, cal.Location())

@@ -54,7 +54,7 @@ func TestCarryDifferential(t *testing.T) {
 // day their window stands for.
 func TestCarryDifferentialCalendar(t *testing.T) {
 	_, client := startClient(t)
-	day, err := calendar.Of("Europe/Berlin", calendar.Day)
+	day, err := calendar.Of("Europe/Berlin", algorithms.UnitDay)
 	if err != nil {
 		t.Fatal(err)
 	}

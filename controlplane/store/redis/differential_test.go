@@ -305,7 +305,7 @@ func TestDifferentialCalendar(t *testing.T) {
 // whose periods its Lua arithmetic refuses) in Berlin or New York.
 func randomCalendarLimit(rng *rand.Rand, alg algorithms.Kind, maxRequests, _ int64) store.Limit {
 	zone := []string{"Europe/Berlin", "America/New_York"}[rng.Intn(2)]
-	units := []calendar.Unit{calendar.Day, calendar.Week, calendar.Month, calendar.Year}
+	units := []algorithms.Unit{algorithms.UnitDay, algorithms.UnitWeek, algorithms.UnitMonth, algorithms.UnitYear}
 	if alg == algorithms.KindSlidingWindow {
 		units = units[:3]
 	}
@@ -314,8 +314,8 @@ func randomCalendarLimit(rng *rand.Rand, alg algorithms.Kind, maxRequests, _ int
 	if err != nil {
 		panic(err)
 	}
-	nominal := map[calendar.Unit]time.Duration{calendar.Day: 24 * time.Hour, calendar.Week: 7 * 24 * time.Hour,
-		calendar.Month: 30 * 24 * time.Hour, calendar.Year: 365 * 24 * time.Hour}[unit]
+	nominal := map[algorithms.Unit]time.Duration{algorithms.UnitDay: 24 * time.Hour, algorithms.UnitWeek: 7 * 24 * time.Hour,
+		algorithms.UnitMonth: 30 * 24 * time.Hour, algorithms.UnitYear: 365 * 24 * time.Hour}[unit]
 	return store.Limit{Algorithm: alg, Requests: logUniform(rng, 1, maxRequests), Window: nominal, Calendar: cal}
 }
 

@@ -133,7 +133,7 @@ func TestLeaseNeverOverAdmits(t *testing.T) {
 // a window's lease never outlives its period.
 func TestLeaseNeverOverAdmitsCalendar(t *testing.T) {
 	_, client := startClient(t)
-	day, err := calendar.Of("Europe/Berlin", calendar.Day)
+	day, err := calendar.Of("Europe/Berlin", algorithms.UnitDay)
 	if err != nil {
 		t.Fatal(err)
 	}
