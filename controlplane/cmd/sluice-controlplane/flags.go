@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/controlplane/degrade"
-	"github.com/sluicehq/sluice/controlplane/grpcunary"
-	"github.com/sluicehq/sluice/controlplane/rlqs"
-	"github.com/sluicehq/sluice/controlplane/rls"
-	"github.com/sluicehq/sluice/controlplane/server"
+	"github.com/sluicehq/sluice/controlplane/internal/degrade"
+	"github.com/sluicehq/sluice/controlplane/internal/grpcunary"
+	"github.com/sluicehq/sluice/controlplane/internal/rlqs"
+	"github.com/sluicehq/sluice/controlplane/internal/rls"
+	"github.com/sluicehq/sluice/controlplane/internal/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 )

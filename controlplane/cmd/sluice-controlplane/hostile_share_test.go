@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
-	"github.com/sluicehq/sluice/controlplane/server"
+	"github.com/sluicehq/sluice/controlplane/internal/server"
 )
 
 // The attacks of issue 19 against the real binary on loopback: each runs

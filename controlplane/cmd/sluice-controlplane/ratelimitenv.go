@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/controlplane/xdsconfig"
+	"github.com/sluicehq/sluice/controlplane/internal/xdsconfig"
 )
 
 // RatelimitName is the name under which the binary reads envoyproxy/ratelimit's

@@ -13,15 +13,15 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice/controlplane/logthrottle"
+	"github.com/sluicehq/sluice/controlplane/internal/logthrottle"
+	"github.com/sluicehq/sluice/controlplane/internal/policystore"
+	"github.com/sluicehq/sluice/controlplane/internal/rlqs"
+	"github.com/sluicehq/sluice/controlplane/internal/server"
+	"github.com/sluicehq/sluice/controlplane/internal/tracing"
+	"github.com/sluicehq/sluice/controlplane/internal/xdsconfig"
 	"github.com/sluicehq/sluice/controlplane/policy"
-	"github.com/sluicehq/sluice/controlplane/policystore"
-	"github.com/sluicehq/sluice/controlplane/rlqs"
-	"github.com/sluicehq/sluice/controlplane/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
-	"github.com/sluicehq/sluice/controlplane/tracing"
-	"github.com/sluicehq/sluice/controlplane/xdsconfig"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
