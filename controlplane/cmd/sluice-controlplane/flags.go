@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 	"github.com/sluicehq/sluice/controlplane/internal/degrade"
-	"github.com/sluicehq/sluice/controlplane/internal/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/internal/rlqs"
 	"github.com/sluicehq/sluice/controlplane/internal/rls"
 	"github.com/sluicehq/sluice/controlplane/internal/server"
@@ -182,14 +182,14 @@ func newFlagSet(c *config) (*flag.FlagSet, map[string]string) {
 	dur(&c.rlqsTTL, "rlqs-ttl", "SLUICE_RLQS_TTL", rlqs.DefaultTTL, "RLQS assignment time to live, whole seconds (3 of Envoy's 5 s reports)")
 	num(&c.rlqsMaxBuckets, "rlqs-max-buckets", "SLUICE_RLQS_MAX_BUCKETS", rlqs.DefaultMaxBuckets, "RLQS buckets one Envoy stream may have")
 	i64(&c.rlqsMaxBucketBytes, "rlqs-max-bucket-bytes", "SLUICE_RLQS_MAX_BUCKET_BYTES", rlqs.DefaultMaxBucketBytes, "RLQS: bytes the buckets of all streams may hold (about 1.6 KiB per bucket of a short id), shared fairly among connections")
-	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once (grpc-go mode: the one idle longest is closed to make room)")
-	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", server.DefaultMaxStreamsPerConn, "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
-	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
-	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", server.DefaultMaxBufferBytes, "decision port: request bytes all connections together may have buffered")
-	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", server.DefaultIdleTimeout, "close connections (decision, policy, HTTP) without calls after this long")
-	dur(&c.firstCallTimeout, "first-call-timeout", "SLUICE_FIRST_CALL_TIMEOUT", server.DefaultFirstCallTimeout, "close a connection that completed no call this long after it opened (every listener); at their caps the listeners evict the connection idle longest, not the new one")
-	dur(&c.requestBodyTimeout, "request-body-timeout", "SLUICE_REQUEST_BODY_TIMEOUT", server.DefaultBodyTimeout, "reset a decision call whose request body is not complete this long after its headers, and free its buffer (both server modes)")
-	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
+	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", connbounds.Default.MaxConns, "decision port: connections open at once; more are closed at once (grpc-go mode: the one idle longest is closed to make room)")
+	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", int(connbounds.Default.MaxStreamsPerConn), "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
+	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", connbounds.Default.MaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
+	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", connbounds.Default.MaxBufferBytes, "decision port: request bytes all connections together may have buffered")
+	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", connbounds.Default.IdleTimeout, "close connections (every listener) without calls after this long")
+	dur(&c.firstCallTimeout, "first-call-timeout", "SLUICE_FIRST_CALL_TIMEOUT", connbounds.Default.FirstCallTimeout, "close a connection that completed no call this long after it opened (every listener); at their caps the listeners evict the connection idle longest, not the new one")
+	dur(&c.requestBodyTimeout, "request-body-timeout", "SLUICE_REQUEST_BODY_TIMEOUT", connbounds.Default.BodyTimeout, "reset a decision call whose request body is not complete this long after its headers, and free its buffer (both server modes)")
+	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", int64(connbounds.Default.MaxMsgBytes), "decision port: largest request message; a larger one is answered RESOURCE_EXHAUSTED")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 	fs.BoolVar(&c.version, "version", false, "print the version, commit and Go version, and exit")
 	return fs, envOf

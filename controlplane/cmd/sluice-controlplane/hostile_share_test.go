@@ -207,7 +207,7 @@ func TestHostileGreedyStreams(t *testing.T) {
 		}
 		defer c.nc.Close()
 		attackers.Add(1)
-		go func() { defer attackers.Done(); greedy(c, 51, stop, &opened) }()
+		go func() { defer attackers.Done(); greedy(c, 32, stop, &opened) }()
 	}
 	// Let the attackers take what they can.
 	waitUntilMetric(t, httpAddr, "sluice_streams_refused_total", func(v float64) bool { return v > 0 }, 10*time.Second)

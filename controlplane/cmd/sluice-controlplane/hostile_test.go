@@ -211,12 +211,12 @@ func testHostileHalfOpenStreams(t *testing.T, mode string) {
 	t.Logf("during %d half-open streams on %d connections: %v", conns*streams, conns, during)
 	normalCall(t, grpcAddr, "during")
 
-	// The grpc-go bounds: streams <= conns + 64 MiB / 80 KiB shared.
+	// The grpc-go bounds: streams <= conns + 64 MiB / 128 KiB shared.
 	const budgetRSS = 200 << 20
 	if during.peak > budgetRSS {
 		t.Errorf("peak RSS %d MiB over the budget %d MiB", during.peak>>20, budgetRSS>>20)
 	}
-	if maxG := base.goroutines + 3*conns + conns + 819 + 50; during.goroutines > maxG {
+	if maxG := base.goroutines + 3*conns + conns + 512 + 50; during.goroutines > maxG {
 		t.Errorf("%v goroutines during the attack, want at most %v", during.goroutines, maxG)
 	}
 	for _, c := range attack {

@@ -74,9 +74,9 @@
 //	                                                no call yet first), not the new one
 //	-request-body-timeout SLUICE_REQUEST_BODY_TIMEOUT reset a decision call whose request body is not complete
 //	                                                this long after its headers, and free its buffer (2s)
-//	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary decision server: largest request message (65536;
-//	                                                grpc-go mode: 16 KiB)
-//	                     The -max-* and -idle-timeout flags bound the decision port in both server modes.
+//	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       decision port: largest request message (65536)
+//	                     The -max-* flags bound the decision port in both server modes; the
+//	                     timeouts bound every listener (docs/controlplane.md, "Bounds").
 //	-charge-past-limit   SLUICE_CHARGE_PAST_LIMIT   every limit charges a request's cost even past the
 //	                                                limit, as charge_past_limit does (false; see
 //	                                                docs/usage-based.md)
@@ -124,6 +124,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 	"github.com/sluicehq/sluice/controlplane/internal/logthrottle"
 	"github.com/sluicehq/sluice/controlplane/internal/policyservice"
 	"github.com/sluicehq/sluice/controlplane/internal/policystore"
@@ -331,14 +332,16 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		RLQSAddr:         c.rlqsAddr,
 		RLQS:             rlqs.Options{TTL: c.rlqsTTL, MaxBuckets: c.rlqsMaxBuckets, MaxBucketBytes: c.rlqsMaxBucketBytes},
 
-		MaxConns:           c.maxConns,
-		MaxStreamsPerConn:  uint32(c.maxStreamsPerConn),
-		MaxConnBufferBytes: c.maxConnBufferBytes,
-		MaxBufferBytes:     c.maxBufferBytes,
-		IdleTimeout:        c.idleTimeout,
-		MaxRecvMsgSize:     int(c.maxMsgBytes),
-		FirstCallTimeout:   c.firstCallTimeout,
-		BodyTimeout:        c.requestBodyTimeout,
+		Bounds: connbounds.Bounds{
+			MaxConns:           c.maxConns,
+			MaxStreamsPerConn:  uint32(c.maxStreamsPerConn),
+			MaxConnBufferBytes: c.maxConnBufferBytes,
+			MaxBufferBytes:     c.maxBufferBytes,
+			IdleTimeout:        c.idleTimeout,
+			MaxMsgBytes:        int(c.maxMsgBytes),
+			FirstCallTimeout:   c.firstCallTimeout,
+			BodyTimeout:        c.requestBodyTimeout,
+		},
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())

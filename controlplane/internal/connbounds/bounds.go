@@ -67,8 +67,11 @@ var Default = Bounds{
 
 // WithDefaults returns b with its zero (or negative) fields set to
 // Default's, and FirstCallTimeout at most IdleTimeout.
-func (b Bounds) WithDefaults() Bounds {
-	d := Default
+func (b Bounds) WithDefaults() Bounds { return b.Or(Default) }
+
+// Or returns b with its zero (or negative) fields set to d's, and
+// FirstCallTimeout at most IdleTimeout.
+func (b Bounds) Or(d Bounds) Bounds {
 	b.MaxConns = orDefault(b.MaxConns, d.MaxConns)
 	b.MaxStreamsPerConn = orDefault(b.MaxStreamsPerConn, d.MaxStreamsPerConn)
 	b.MaxMsgBytes = orDefault(b.MaxMsgBytes, d.MaxMsgBytes)

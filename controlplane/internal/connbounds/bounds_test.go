@@ -41,6 +41,9 @@ func TestListeners(t *testing.T) {
 	if r.MaxConns != Default.MaxConns || r.MaxStreamsPerConn != 16 || r.MaxMsgBytes != 128<<10 || r.IdleTimeout != time.Minute {
 		t.Errorf("RLQS: %+v", r)
 	}
+	if got := (Bounds{MaxConns: 3}).Or(r); got.MaxConns != 3 || got.MaxStreamsPerConn != 16 || got.MaxMsgBytes != 128<<10 {
+		t.Errorf("Or: %+v", got)
+	}
 	if Default.MaxHeaderBlock() != 32<<10 {
 		t.Errorf("MaxHeaderBlock = %d", Default.MaxHeaderBlock())
 	}

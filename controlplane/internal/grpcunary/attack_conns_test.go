@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
 // The connection attacks of issue 12 (see attack_test.go's runAttack):
@@ -43,7 +45,7 @@ func (s *Server) closingConns() int {
 // beside those closing.
 func TestAttackConnectionFlood(t *testing.T) {
 	const maxConns, attempts = 20, 300
-	tb := newTestbed(t, Options{MaxConns: maxConns})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxConns: maxConns}})
 	var refused, most int
 	runAttack(t, tb, 32<<20, func() {
 		var as []*attacker
@@ -140,14 +142,14 @@ func TestAttackIdleConnections(t *testing.T) {
 			time.Sleep(time.Millisecond) // the accept loop's and the readers' work
 		}
 		now := time.Now()
-		tb.srv.sweep(now.Add(DefaultHandshakeTimeout))
+		tb.srv.sweep(now.Add(connbounds.Default.HandshakeTimeout))
 		// The normal connection is in use, so not idle: the clock jumps,
 		// and it must have opened a stream between the sweeps.
 		if _, err := tb.echo(context.Background(), []byte("between")); err != nil {
 			t.Error(err)
 		}
-		tb.srv.sweep(now.Add(DefaultHandshakeTimeout + DefaultIdleTimeout))
-		tb.srv.sweep(now.Add(DefaultHandshakeTimeout + DefaultIdleTimeout + 3*closeGrace))
+		tb.srv.sweep(now.Add(connbounds.Default.HandshakeTimeout + connbounds.Default.IdleTimeout))
+		tb.srv.sweep(now.Add(connbounds.Default.HandshakeTimeout + connbounds.Default.IdleTimeout + 3*closeGrace))
 		wg.Wait()
 	})
 	for i := range kinds {

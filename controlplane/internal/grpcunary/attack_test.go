@@ -19,6 +19,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
 // The tests here are the attacks of issue 12 on the decision port, each
@@ -262,7 +264,9 @@ func TestAttackControlFrameFlood(t *testing.T) {
 // MaxConnBufferBytes; a request past it is answered RESOURCE_EXHAUSTED and
 // its connection goes on.
 func TestAttackBufferedRequests(t *testing.T) {
-	tb := newTestbed(t, Options{})
+	// 1 MiB a connection: the four connections' 4 MiB, and the server's
+	// own memory, within the heap budget below.
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxConnBufferBytes: 1 << 20}})
 	var refusals map[string]int
 	runAttack(t, tb, 24<<20, func() { refusals = holdRequests(t, tb, 4) })
 	t.Logf("refusals: %v", refusals)
@@ -279,7 +283,7 @@ func TestAttackBufferedRequests(t *testing.T) {
 // refused (RESOURCE_EXHAUSTED, saying which budget); then calls succeed
 // again.
 func TestServerBufferBudget(t *testing.T) {
-	tb := newTestbed(t, Options{MaxBufferBytes: 2 << 20})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxBufferBytes: 2 << 20}})
 	refusals := holdRequests(t, tb, 4)
 	t.Logf("refusals: %v", refusals)
 	if refusals[errConnBudget.Error()] == 0 || refusals[errSrvBudget.Error()] == 0 {

@@ -16,7 +16,7 @@ import (
 // MaxBufferBytes). It is the reader's until the request is complete and
 // handed over to its call (handOver), then the call's until the answer
 // (release). Two other goroutines may free the reader's part: the sweeper,
-// for a request not complete RequestBodyTimeout after its headers, and
+// for a request not complete BodyTimeout after its headers, and
 // another connection's reader, which sheds a connection holding more than
 // its fair share when it needs room. conn.bmu guards the reader's part.
 
@@ -123,7 +123,7 @@ func (c *conn) shed(share int64) int64 {
 }
 
 // expireBodies resets (RST_STREAM CANCEL) the requests that the sweeps
-// have seen unfinished for RequestBodyTimeout, and frees their buffers.
+// have seen unfinished for BodyTimeout, and frees their buffers.
 // The first sweep that sees a request unfinished starts its time.
 func (c *conn) expireBodies(now time.Time) {
 	var n uint64
@@ -139,7 +139,7 @@ func (c *conn) expireBodies(now time.Time) {
 				st.unfinishedSince = now
 				continue
 			}
-			if now.Sub(st.unfinishedSince) >= c.srv.opts.RequestBodyTimeout {
+			if now.Sub(st.unfinishedSince) >= c.srv.opts.BodyTimeout {
 				freed += c.expireLocked(id, st, http2.ErrCodeCancel)
 				n++
 			}
@@ -181,7 +181,7 @@ func (c *conn) uncharge(n int64) {
 // charged what the body allocates. A body that comes in one frame is
 // allocated once; one that comes in pieces grows to at most twice what came,
 // and never past what its message prefix announces. A prefix announcing
-// more than MaxRecvMsgSize fails at once. The data of a request reset
+// more than MaxMsgBytes fails at once. The data of a request reset
 // meanwhile (expired) is dropped.
 func (c *conn) buffer(st *stream, data []byte) error {
 	need := len(st.body) + len(data)
@@ -191,14 +191,14 @@ func (c *conn) buffer(st *stream, data []byte) error {
 			var p [5]byte
 			copy(p[copy(p[:], st.body):], data)
 			announced := 5 + int(binary.BigEndian.Uint32(p[1:]))
-			if announced > c.srv.opts.MaxRecvMsgSize+5 {
+			if announced > c.srv.opts.MaxMsgBytes+5 {
 				return errTooLarge
 			}
 			// At most twice what came, so that a prefix that lies costs
 			// its sender half of what it reserves.
 			size = max(size, min(announced, 2*cap(st.body)))
 		}
-		if size > c.srv.opts.MaxRecvMsgSize+5 {
+		if size > c.srv.opts.MaxMsgBytes+5 {
 			return errTooLarge
 		}
 		grow := int64(size - cap(st.body))
@@ -235,7 +235,7 @@ func (c *conn) refusal(err error) string {
 	case errSrvBudget:
 		return "grpcunary: " + err.Error() + " (" + strconv.FormatInt(o.MaxBufferBytes, 10) + " bytes): retry later"
 	}
-	return "grpcunary: request larger than " + strconv.Itoa(o.MaxRecvMsgSize) + " bytes"
+	return "grpcunary: request larger than " + strconv.Itoa(o.MaxMsgBytes) + " bytes"
 }
 
 // drop releases the request buffer of a stream the reader still owns (not

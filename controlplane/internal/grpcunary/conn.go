@@ -160,7 +160,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.br = bufio.NewReaderSize(nc, readBufferSize)
 	c.fr = http2.NewFramer(nil, c.br)          // writes are ours (writeLoop)
 	c.fr.SetMaxReadFrameSize(defaultFrameSize) // what we allow (RFC 9113, 4.2)
-	c.hdec = newHeaderDecoder(s.opts.MaxHeaderListSize)
+	c.hdec = newHeaderDecoder(s.opts.MaxHeaderBytes)
 	return c
 }
 
@@ -206,9 +206,9 @@ func (c *conn) readLoop() error {
 	// for the client's preface.
 	c.mu.Lock()
 	c.ctrl = appendSettings(c.ctrl, []http2.Setting{
-		{ID: http2.SettingMaxConcurrentStreams, Val: c.srv.opts.MaxConcurrentStreams},
+		{ID: http2.SettingMaxConcurrentStreams, Val: c.srv.opts.MaxStreamsPerConn},
 		{ID: http2.SettingInitialWindowSize, Val: recvStreamWindow},
-		{ID: http2.SettingMaxHeaderListSize, Val: c.srv.opts.MaxHeaderListSize},
+		{ID: http2.SettingMaxHeaderListSize, Val: c.srv.opts.MaxHeaderBytes},
 	})
 	c.ctrl = appendWindowUpdate(c.ctrl, 0, recvConnWindow-defaultWindow)
 	c.mu.Unlock()

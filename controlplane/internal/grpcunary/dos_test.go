@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 	"github.com/sluicehq/sluice/internal/attackload"
 )
 
@@ -108,7 +109,7 @@ func holdBodies(t *testing.T, addr string, conns, burst int, until time.Time) {
 // heap stays within the budget.
 func TestAttackNeverEndingBodies(t *testing.T) {
 	const budget = 8 << 20
-	tb := newTestbed(t, Options{MaxConnBufferBytes: 1 << 20, MaxBufferBytes: budget})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxConnBufferBytes: 1 << 20, MaxBufferBytes: budget}})
 	if _, err := tb.echo(context.Background(), []byte("before")); err != nil {
 		t.Fatal(err)
 	}
@@ -166,14 +167,14 @@ func TestAttackNeverEndingBodies(t *testing.T) {
 	}
 }
 
-// TestRequestBodyTimeout: a request whose body is not complete
-// RequestBodyTimeout after its headers is reset (RST_STREAM CANCEL) and
+// TestBodyTimeout: a request whose body is not complete
+// BodyTimeout after its headers is reset (RST_STREAM CANCEL) and
 // its buffer freed; before, it was held until the connection went idle.
 // A request that ends in time is answered. The sweeps run on an injected
 // clock: the first that sees a request unfinished starts its time.
-func TestRequestBodyTimeout(t *testing.T) {
+func TestBodyTimeout(t *testing.T) {
 	const timeout = 2 * time.Second
-	tb := newTestbed(t, Options{RequestBodyTimeout: timeout})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{BodyTimeout: timeout}})
 	c := dial(t, tb.addr)
 	body := echoBody(t, make([]byte, 1000))
 	c.headers(1, false, request("/test.Echo/Echo"))
@@ -254,7 +255,7 @@ func idleAttack(t *testing.T, addr string, n int) (closed *atomic.Int64, stop fu
 func TestAttackIdleConnectionsAtCap(t *testing.T) {
 	const maxConns, attackers = 256, 2000
 	attackload.RaiseOpenFiles(t, 3*attackers)
-	tb := newTestbed(t, Options{MaxConns: maxConns})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxConns: maxConns}})
 	if _, err := tb.echo(context.Background(), []byte("before")); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestAttackIdleConnectionsAtCap(t *testing.T) {
 // IdleTimeout.
 func TestFirstCallTimeout(t *testing.T) {
 	const first, idle = 10 * time.Second, 5 * time.Minute
-	tb := newTestbed(t, Options{FirstCallTimeout: first, IdleTimeout: idle})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{FirstCallTimeout: first, IdleTimeout: idle}})
 	unused := dial(t, tb.addr)
 	used := dial(t, tb.addr)
 	used.call(1, "/test.Echo/Echo", echoBody(t, []byte("x")))
@@ -330,7 +331,7 @@ func TestIdlest(t *testing.T) {
 		{"none", []spec{{calling: true}, {ending: true}}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(Options{FirstCallTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute})
+			s := New(Options{Bounds: connbounds.Bounds{FirstCallTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}})
 			var cs []*conn
 			for _, sp := range tc.conns {
 				nc, peer := net.Pipe()

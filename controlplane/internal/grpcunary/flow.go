@@ -6,7 +6,7 @@ import (
 
 // takeConnWindow accounts n bytes of DATA, on any stream, against the
 // connection's receive window. The window is returned as soon as half of it
-// is used: a stream's data is bounded by MaxRecvMsgSize, and the stream
+// is used: a stream's data is bounded by MaxMsgBytes, and the stream
 // windows pace it.
 func (c *conn) takeConnWindow(n int64) error {
 	c.recvConn -= n

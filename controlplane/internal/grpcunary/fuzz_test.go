@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
 // fuzzSeed returns a client's side of a connection after the preface: its
@@ -56,7 +58,7 @@ func FuzzConn(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		srv := New(Options{HandshakeTimeout: time.Second, MaxConcurrentStreams: 8, MaxRecvMsgSize: 1 << 10})
+		srv := New(Options{Bounds: connbounds.Bounds{HandshakeTimeout: time.Second, MaxStreamsPerConn: 8, MaxMsgBytes: 1 << 10}})
 		echo := func(ctx context.Context, req []byte) ([]byte, error) { return req, nil }
 		srv.Handle("/f.S/Echo", echo)
 		srv.HandleBatch("/f.S/Batch", func(ctx context.Context, calls []Call) {

@@ -18,7 +18,7 @@ import (
 // is valid until the next block.
 type headerDecoder struct {
 	dec *hpack.Decoder
-	max uint32 // MaxHeaderListSize
+	max uint32 // MaxHeaderBytes
 
 	// The block being decoded.
 	fields     []hpack.HeaderField

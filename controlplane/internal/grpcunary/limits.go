@@ -8,29 +8,14 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
-// What one connection may make the server queue or read before it is closed
-// (RATIONALE.md, "Bounds").
-const (
-	// maxQueuedCtrlFrames and maxQueuedCtrlBytes bound the control frames
-	// (PING and SETTINGS acknowledgements, RST_STREAM, WINDOW_UPDATE) queued
-	// for a peer that does not read them. The writer empties the queue each
-	// time it runs, so a peer that reads never comes near either.
-	maxQueuedCtrlFrames = 1024
-	maxQueuedCtrlBytes  = 16 << 10
-	// maxContinuations bounds the CONTINUATION frames of one header block
-	// (the block's bytes are bounded by twice MaxHeaderListSize).
-	maxContinuations = 16
-	// resetWindow and maxEarlyResets: a connection whose client resets more
-	// than maxEarlyResets of resetWindow consecutive streams before their
-	// call started (rapid reset, CVE-2023-44487) is closed.
-	resetWindow    = 1024
-	maxEarlyResets = resetWindow / 2
-	// refuseWriteTimeout bounds the GOAWAY written to a connection over
-	// MaxConns.
-	refuseWriteTimeout = 100 * time.Millisecond
-)
+// refuseWriteTimeout bounds the GOAWAY written to a connection over
+// MaxConns. The other bounds of what a connection may make the server queue
+// or read are connbounds' (RATIONALE.md, "Bounds").
+const refuseWriteTimeout = 100 * time.Millisecond
 
 var (
 	errCtrlFlood  = errors.New("grpcunary: the peer does not read its control frames")
@@ -58,25 +43,25 @@ func refuseConn(nc net.Conn) {
 // bounds the connection is to end (the reader checks c.calm). c.mu is held.
 func (c *conn) ctrlQueuedLocked() {
 	c.ctrlFrames++
-	if c.ctrlFrames > maxQueuedCtrlFrames || len(c.ctrl) > maxQueuedCtrlBytes {
+	if c.ctrlFrames > connbounds.MaxQueuedCtrlFrames || len(c.ctrl) > connbounds.MaxQueuedCtrlBytes {
 		c.calm.Store(true)
 	}
 }
 
 // earlyResetLocked counts a client's reset of a stream whose call had not
-// started; it reports whether the connection is past maxEarlyResets in its
-// window. c.mu is held.
+// started; it reports whether the connection is past
+// connbounds.MaxEarlyResets in its window (rapid reset, CVE-2023-44487). c.mu is held.
 func (c *conn) earlyResetLocked() bool {
-	if c.opened-c.resetWindowStart >= resetWindow {
+	if c.opened-c.resetWindowStart >= connbounds.ResetWindow {
 		c.resetWindowStart, c.earlyResets = c.opened, 0
 	}
 	c.earlyResets++
-	return c.earlyResets > maxEarlyResets
+	return c.earlyResets > connbounds.MaxEarlyResets
 }
 
 // readHeaders reads a HEADERS frame with header fh, and its CONTINUATION
-// frames if it has any: at most maxContinuations of them and twice
-// MaxHeaderListSize bytes (an endless run of empty CONTINUATION frames is a
+// frames if it has any: at most connbounds.MaxContinuations of them and
+// MaxHeaderBlock bytes (an endless run of empty CONTINUATION frames is a
 // flood). It decodes the block and returns the request's headers as a
 // MetaHeadersFrame (valid until the next block).
 func (c *conn) readHeaders(fh http2.FrameHeader) (http2.Frame, error) {
@@ -91,9 +76,9 @@ func (c *conn) readHeaders(fh http2.FrameHeader) (http2.Frame, error) {
 	// The block is decoded whole, as one frame's would be, so that a block
 	// split over frames gets the same answers.
 	block := bytes.Clone(hf.HeaderBlockFragment())
-	limit := 2 * int(c.srv.opts.MaxHeaderListSize)
+	limit := c.srv.opts.MaxHeaderBlock()
 	for n := 0; ; n++ {
-		if n == maxContinuations || len(block) > limit {
+		if n == connbounds.MaxContinuations || len(block) > limit {
 			return nil, http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
 		}
 		f, err := c.fr.ReadFrame() // a CONTINUATION of this stream, or a connection error
@@ -112,7 +97,7 @@ func (c *conn) readHeaders(fh http2.FrameHeader) (http2.Frame, error) {
 // sweeper runs sweep until the server stops.
 func (s *Server) sweeper() {
 	o := &s.opts
-	shortest := min(o.HandshakeTimeout, o.IdleTimeout, o.FirstCallTimeout, o.RequestBodyTimeout)
+	shortest := min(o.HandshakeTimeout, o.IdleTimeout, o.FirstCallTimeout, o.BodyTimeout)
 	t := time.NewTicker(min(max(shortest/4, 10*time.Millisecond), time.Second))
 	defer t.Stop()
 	for {
@@ -130,7 +115,7 @@ func (s *Server) sweeper() {
 // the first call's (FirstCallTimeout from the accept to the first answer),
 // the idle one (IdleTimeout without a new stream), and the one by which a
 // connection told to end must have ended; and it resets the requests
-// whose body is late (RequestBodyTimeout).
+// whose body is late (BodyTimeout).
 func (s *Server) sweep(now time.Time) {
 	s.mu.Lock()
 	cs := make([]*conn, 0, len(s.conns))

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
 // The tests here drive the server frame by frame with x/net's Framer over a
@@ -312,7 +314,7 @@ func echoBody(t *testing.T, b []byte) []byte {
 }
 
 func TestPrefaceAndSettings(t *testing.T) {
-	tb := newTestbed(t, Options{MaxConcurrentStreams: 7})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxStreamsPerConn: 7}})
 	c := dial(t, tb.addr)
 	if c.settings[http2.SettingMaxConcurrentStreams] != 7 {
 		t.Errorf("MAX_CONCURRENT_STREAMS %d, want 7", c.settings[http2.SettingMaxConcurrentStreams])
@@ -577,7 +579,7 @@ func TestHeaderAnswerWaitsForRequestEnd(t *testing.T) {
 // RST_STREAM NO_ERROR (RFC 9113, 8.1), and that the rest of the request
 // is ignored.
 func TestRefusalResetsUnfinishedRequest(t *testing.T) {
-	tb := newTestbed(t, Options{MaxRecvMsgSize: 1000})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxMsgBytes: 1000}})
 	c := dial(t, tb.addr)
 	c.headers(1, false, request("/test.Echo/Echo"))
 	c.data(1, false, echoBody(t, make([]byte, 5000))[:100])
@@ -591,7 +593,7 @@ func TestRefusalResetsUnfinishedRequest(t *testing.T) {
 }
 
 func TestConcurrentStreamsLimit(t *testing.T) {
-	tb := newTestbed(t, Options{MaxConcurrentStreams: 2})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxStreamsPerConn: 2}})
 	c := dial(t, tb.addr)
 	c.call(1, "/test.Echo/Wait", message(0, nil))
 	c.call(3, "/test.Echo/Wait", message(0, nil))
@@ -625,7 +627,7 @@ func TestConcurrentStreamsLimit(t *testing.T) {
 // the client's windows allow, and finishes the answer as the client
 // grants more.
 func TestSendFlowControl(t *testing.T) {
-	tb := newTestbed(t, Options{MaxRecvMsgSize: 1 << 20})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxMsgBytes: 1 << 20}})
 	c := dial(t, tb.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10})
 	payload := bytes.Repeat([]byte("0123456789"), 10_000)
 	c.call(1, "/test.Echo/Echo", echoBody(t, payload))
@@ -691,7 +693,7 @@ func TestSendFlowControl(t *testing.T) {
 }
 
 func TestMaxFrameSizeRespected(t *testing.T) {
-	tb := newTestbed(t, Options{MaxRecvMsgSize: 1 << 20})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxMsgBytes: 1 << 20}})
 	for _, size := range []uint32{0, 16384, 20000, 100_000} {
 		t.Run(strconv.Itoa(int(size)), func(t *testing.T) {
 			settings := []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 4 << 20}}
@@ -878,7 +880,7 @@ func TestClientResetCancelsCall(t *testing.T) {
 }
 
 // TestHeaderBlockInContinuations checks that a header block split over
-// CONTINUATION frames, up to maxContinuations of them, is decoded like
+// CONTINUATION frames, up to connbounds.MaxContinuations of them, is decoded like
 // one in a single frame: a call succeeds, a malformed block resets its
 // stream, and the HPACK state carries over to the next block.
 func TestHeaderBlockInContinuations(t *testing.T) {
@@ -899,10 +901,10 @@ func TestHeaderBlockInContinuations(t *testing.T) {
 		}
 	}
 	echo := request("/test.Echo/Echo")
-	split(1, false, c.block(echo), 1+maxContinuations)
+	split(1, false, c.block(echo), 1+connbounds.MaxContinuations)
 	c.data(1, true, echoBody(t, []byte("split")))
 	if a := c.readAnswer(1); a.status() != "0" {
-		t.Fatalf("a call in %d header frames: %v", 1+maxContinuations, a)
+		t.Fatalf("a call in %d header frames: %v", 1+connbounds.MaxContinuations, a)
 	}
 	split(3, false, c.block(with(request("/test.Echo/Echo"), "X-Up", "1")), 3)
 	c.expectRST(3, http2.ErrCodeProtocol)

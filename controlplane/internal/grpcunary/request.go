@@ -55,7 +55,7 @@ func (c *conn) openStream(id uint32) (st *stream, fresh bool, err error) {
 	}
 	c.maxStreamID = id
 	c.opened++
-	if c.draining || uint32(len(c.streams)) >= c.srv.opts.MaxConcurrentStreams {
+	if c.draining || uint32(len(c.streams)) >= c.srv.opts.MaxStreamsPerConn {
 		// After the GOAWAY, or over the limit: refused, and the client
 		// knows the call was not processed (RFC 9113, 8.7).
 		c.resetLocked(id, http2.ErrCodeRefusedStream)

@@ -59,6 +59,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
 // Handler answers one call: req is the request message (valid only during
@@ -67,155 +69,59 @@ import (
 // google.golang.org/grpc/status survive; anything else is UNKNOWN).
 type Handler func(ctx context.Context, req []byte) ([]byte, error)
 
-// Defaults for Options. Decision requests are a few hundred bytes and are
-// answered in about a millisecond; the defaults leave a wide margin for
-// that, and bound what a client can make the server hold (RATIONALE.md,
-// "Bounds").
-const (
-	// DefaultMaxConcurrentStreams bounds the calls in flight on one
-	// connection. At 20 ms a call (the Redis deadline) it still carries
-	// 12,800 calls a second per connection; Envoy (nghttp2) and grpc-go
-	// queue calls beyond it rather than fail them.
-	DefaultMaxConcurrentStreams = 256
-	// DefaultMaxRecvMsgSize is 64 KiB: over a hundred times a typical
-	// ShouldRateLimit request, and room for one with the 256 descriptors
-	// -max-descriptors allows at about 250 bytes each.
-	DefaultMaxRecvMsgSize = 64 << 10
-	// DefaultMaxHeaderListSize bounds the decoded request headers.
-	DefaultMaxHeaderListSize = 16 << 10
-	// DefaultHandshakeTimeout bounds the wait for the client's preface and
-	// first SETTINGS frame.
-	DefaultHandshakeTimeout = 10 * time.Second
-	DefaultWorkers          = 256
-	// DefaultMaxConns bounds the open connections: an Envoy opens one per
-	// worker thread, so 4096 serves hundreds of Envoys per replica. A
-	// connection costs about 44 KB of heap and 7 KB of stack (two
-	// goroutines) while idle: 210 MB at the cap.
-	DefaultMaxConns = 4096
-	// DefaultMaxConnBufferBytes bounds the request bytes one connection
-	// makes the server hold: 16 requests of the largest size, or thousands
-	// of typical ones.
-	DefaultMaxConnBufferBytes = 1 << 20
-	// DefaultMaxBufferBytes bounds the request bytes the server holds for
-	// all connections together.
-	DefaultMaxBufferBytes = 64 << 20
-	// DefaultIdleTimeout closes a connection that has had no call for that
-	// long. Envoy keeps its connections to a rate limit service open and
-	// busy; a connection idle for five minutes is a client that went away
-	// without closing, or one that holds a slot for nothing.
-	DefaultIdleTimeout = 5 * time.Minute
-	// DefaultFirstCallTimeout closes a connection that has completed no
-	// call for that long since it opened. A client connects to make a
-	// call (Envoy on its first rate-limited request, grpc-go on its
-	// first RPC) and completes it within milliseconds; a connection that
-	// has answered nothing after 10 s (the handshake's own bound) holds a
-	// slot for nothing, and its client, if real, reconnects at no cost.
-	DefaultFirstCallTimeout = 10 * time.Second
-	// DefaultRequestBodyTimeout resets a request whose body is not
-	// complete that long after its headers. A decision request is a few
-	// hundred bytes, sent with its headers in one write; Envoy gives up
-	// on a decision after 20 ms by default. 2 s is a hundred times that,
-	// and lets the largest message (64 KiB) arrive at 256 kbit/s.
-	DefaultRequestBodyTimeout = 2 * time.Second
-)
-
-// Options tune a Server. The zero value gives the defaults.
+// Options tune a Server. The zero value gives the defaults
+// (connbounds.Default, connbounds.Workers).
 type Options struct {
+	// Bounds are the connections' bounds (RATIONALE.md, "Bounds"); zero
+	// fields take connbounds.Default's. Past them:
+	//   - MaxConns: a connection accepted at the cap makes room: the open
+	//     connection nearest its idle timeout (FirstCallTimeout for those
+	//     that have completed no call, IdleTimeout for the others) among
+	//     those with no call in progress is sent GOAWAY NO_ERROR and
+	//     closed. When none is (or as many as MaxConns are already
+	//     closing), the new one is sent GOAWAY ENHANCE_YOUR_CALM and closed
+	//     at once.
+	//   - MaxStreamsPerConn: REFUSED_STREAM.
+	//   - MaxMsgBytes: the call is answered RESOURCE_EXHAUSTED.
+	//   - MaxHeaderBytes: HTTP 431. A header block of more than
+	//     MaxHeaderBlock encoded bytes, or of more than
+	//     connbounds.MaxContinuations CONTINUATION frames, ends the
+	//     connection (GOAWAY ENHANCE_YOUR_CALM).
+	//   - HandshakeTimeout (the client's preface and first SETTINGS):
+	//     the connection is closed.
+	//   - FirstCallTimeout (no call completed since the connection opened)
+	//     and IdleTimeout (no new stream): GOAWAY NO_ERROR; streams still
+	//     open then are cut two seconds later.
+	//   - BodyTimeout: RST_STREAM CANCEL, the request's buffer freed
+	//     (checked by the sweeps: at most a quarter more).
+	//   - MaxConnBufferBytes (raised to MaxMsgBytes+5 if lower): the
+	//     request is answered RESOURCE_EXHAUSTED, and the connection goes
+	//     on.
+	//   - MaxBufferBytes (raised to MaxConnBufferBytes if lower): a
+	//     connection that holds nothing, or no more than its fair share
+	//     (MaxBufferBytes over the open connections and one), takes room
+	//     from the connection holding most beyond its share, whose
+	//     unfinished requests are reset (RST_STREAM REFUSED_STREAM).
+	connbounds.Bounds
 	// KeepHeaders names request headers (lower case) that batch handlers
 	// get in Call.Headers, e.g. the trace context ("traceparent"). Empty,
 	// the default, keeps none and costs nothing. What is kept is bounded
-	// by MaxHeaderListSize.
+	// by MaxHeaderBytes.
 	KeepHeaders []string
-	// MaxConcurrentStreams is the SETTINGS_MAX_CONCURRENT_STREAMS advertised
-	// and enforced per connection (REFUSED_STREAM beyond it).
-	MaxConcurrentStreams uint32
-	// MaxRecvMsgSize bounds a request message; a larger one is answered
-	// RESOURCE_EXHAUSTED.
-	MaxRecvMsgSize int
-	// MaxHeaderListSize bounds a request's decoded headers; larger ones are
-	// answered HTTP 431. A header block of more than twice as many encoded
-	// bytes, or of more than 16 CONTINUATION frames, ends the connection
-	// (GOAWAY ENHANCE_YOUR_CALM).
-	MaxHeaderListSize uint32
-	// HandshakeTimeout bounds the wait for the client's preface and first
-	// SETTINGS frame; past it the connection is closed.
-	HandshakeTimeout time.Duration
-	// IdleTimeout closes (GOAWAY NO_ERROR) a connection that has opened
-	// no stream for that long. Streams still open then (requests that never
-	// end) are cut two seconds after the GOAWAY.
-	IdleTimeout time.Duration
-	// FirstCallTimeout closes (GOAWAY NO_ERROR) a connection that has
-	// completed no call for that long since it opened.
-	FirstCallTimeout time.Duration
-	// RequestBodyTimeout resets (RST_STREAM CANCEL) a request whose body
-	// is not complete that long after its headers, and frees its buffer
-	// (checked by the sweeps: at most a quarter more).
-	RequestBodyTimeout time.Duration
-	// MaxConns bounds the open connections. A connection accepted at the
-	// cap makes room: the open connection nearest its idle timeout
-	// (FirstCallTimeout for those that have completed no call, IdleTimeout
-	// for the others) among those with no call in progress is sent GOAWAY
-	// NO_ERROR and closed. When none is (or as many as MaxConns are
-	// already closing), the new one is sent GOAWAY ENHANCE_YOUR_CALM and
-	// closed at once.
-	MaxConns int
-	// MaxConnBufferBytes bounds the request bytes buffered for one
-	// connection: requests being received, and received ones not yet
-	// answered. A request that would pass it is answered
-	// RESOURCE_EXHAUSTED, and the connection goes on. It is raised to
-	// MaxRecvMsgSize+5 if lower.
-	MaxConnBufferBytes int64
-	// MaxBufferBytes is the same bound for all connections together. It is
-	// raised to MaxConnBufferBytes if lower. When it is full, a connection
-	// that holds nothing, or no more than its fair share (MaxBufferBytes
-	// over the open connections and one), takes room from the connection holding
-	// most beyond its share: that one's unfinished requests are reset
-	// (RST_STREAM REFUSED_STREAM).
-	MaxBufferBytes int64
-	// Workers is how many goroutines the server keeps to run calls. A
-	// call that finds them all busy gets a goroutine of its own. Workers
-	// keep their grown stacks: a fresh goroutine per call would grow (copy)
-	// its stack on each call, which cost more than the HTTP/2 work.
+	// Workers is how many goroutines the server keeps to run calls (0:
+	// connbounds.Workers). A call that finds them all busy gets a
+	// goroutine of its own.
 	Workers int
 	// Logger receives connection errors at debug level (nil: none).
 	Logger *slog.Logger
 }
 
 func (o *Options) fill() {
-	if o.MaxConcurrentStreams == 0 {
-		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
-	}
-	if o.MaxRecvMsgSize <= 0 {
-		o.MaxRecvMsgSize = DefaultMaxRecvMsgSize
-	}
-	if o.MaxHeaderListSize == 0 {
-		o.MaxHeaderListSize = DefaultMaxHeaderListSize
-	}
-	if o.HandshakeTimeout <= 0 {
-		o.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.FirstCallTimeout <= 0 {
-		o.FirstCallTimeout = DefaultFirstCallTimeout
-	}
-	if o.RequestBodyTimeout <= 0 {
-		o.RequestBodyTimeout = DefaultRequestBodyTimeout
-	}
-	if o.MaxConns <= 0 {
-		o.MaxConns = DefaultMaxConns
-	}
-	if o.MaxConnBufferBytes <= 0 {
-		o.MaxConnBufferBytes = DefaultMaxConnBufferBytes
-	}
-	o.MaxConnBufferBytes = max(o.MaxConnBufferBytes, int64(o.MaxRecvMsgSize)+5)
-	if o.MaxBufferBytes <= 0 {
-		o.MaxBufferBytes = DefaultMaxBufferBytes
-	}
+	o.Bounds = o.Bounds.WithDefaults()
+	o.MaxConnBufferBytes = max(o.MaxConnBufferBytes, int64(o.MaxMsgBytes)+5)
 	o.MaxBufferBytes = max(o.MaxBufferBytes, o.MaxConnBufferBytes)
 	if o.Workers <= 0 {
-		o.Workers = DefaultWorkers
+		o.Workers = connbounds.Workers
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -227,7 +133,7 @@ type Stats struct {
 	ConnsOpen       int    // connections open now (those closing to make room too)
 	ConnsRefused    uint64 // connections closed at once at MaxConns: none could make room
 	ConnsEvicted    uint64 // idle connections closed to make room for a new one at MaxConns
-	StreamsTimedOut uint64 // requests reset because their body was not complete after RequestBodyTimeout
+	StreamsTimedOut uint64 // requests reset because their body was not complete after BodyTimeout
 	StreamsShed     uint64 // unfinished requests reset to give room to a connection within its fair share
 }
 

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
 // testbed is a Server with test methods on a loopback port, and a grpc-go
@@ -110,7 +112,7 @@ func (tb *testbed) echo(ctx context.Context, b []byte) ([]byte, error) {
 }
 
 func TestEcho(t *testing.T) {
-	tb := newTestbed(t, Options{MaxRecvMsgSize: 16 << 20})
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxMsgBytes: 16 << 20}})
 	ctx := context.Background()
 	// Sizes around the frame size, the client's initial stream window (64
 	// KiB) and our receive window (1 MiB), so that both directions' flow
@@ -186,8 +188,8 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-func TestMaxRecvMsgSize(t *testing.T) {
-	tb := newTestbed(t, Options{MaxRecvMsgSize: 1000})
+func TestMaxMsgBytes(t *testing.T) {
+	tb := newTestbed(t, Options{Bounds: connbounds.Bounds{MaxMsgBytes: 1000}})
 	_, err := tb.echo(context.Background(), make([]byte, 5000))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("got %v, want ResourceExhausted", err)

@@ -1,33 +1,21 @@
 package rlqs
 
 import (
-	"time"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
-// Bounds of the RLQS listener (ServerConfig's defaults). An Envoy holds one
-// connection per replica and one stream per rate_limit_quota filter
-// configuration: a connection's first stream is always admitted, and
-// DefaultSharedStreams more are shared fairly among the connections. A
-// report holds all of a stream's buckets: 128 KiB is 1,024 buckets of ids
-// up to about 100 bytes. Each stream may hold a report being received, so
-// the reports bound what the streams hold (see MaxBytes).
-const (
-	DefaultMaxConns      = 1024
-	DefaultSharedStreams = 1024
-	DefaultMaxStreams    = 16
-	DefaultMaxMsgSize    = 128 << 10
-	DefaultIdleTimeout   = 5 * time.Minute
-	DefaultMinPingPeriod = 10 * time.Second
-)
+// DefaultSharedStreams is how many streams beyond each connection's first
+// (always admitted) the connections share fairly.
+const DefaultSharedStreams = 1024
 
 // The RLQS server's flow-control windows (grpc-go's smallest for a stream,
-// and a connection's 16 streams' worth) and read buffer.
+// and a connection's streams' worth) and read buffer.
 const (
 	streamWindow = 64 << 10
-	connWindow   = DefaultMaxStreams * streamWindow
+	connWindow   = connbounds.RLQSMaxStreams * streamWindow
 	readBuffer   = 8 << 10
 )
 
@@ -39,37 +27,24 @@ const (
 	StreamBytes = 32 << 10
 )
 
-// ServerConfig bounds the RLQS gRPC server. Zero values take the defaults.
+// ServerConfig bounds the RLQS gRPC server. Zero values take the defaults:
+// connbounds.Default.RLQS() and DefaultSharedStreams.
 type ServerConfig struct {
-	MaxConns      int           // open connections, for the listener
-	SharedStreams int           // streams beyond each connection's first, for the control plane's stream budget
-	MaxStreams    uint32        // concurrent streams per connection
-	MaxMsgSize    int           // bytes of one message, either way
-	IdleTimeout   time.Duration // a connection with no stream this long is closed
-	// MinPingPeriod is the shortest keepalive ping period a client may use;
-	// a client pinging more often is disconnected.
-	MinPingPeriod time.Duration
+	// Bounds: MaxConns is the listener's (the control plane enforces it),
+	// MaxStreamsPerConn, MaxMsgBytes (either way), MaxHeaderBytes,
+	// HandshakeTimeout and IdleTimeout (a connection with no stream this
+	// long is closed) the gRPC server's.
+	connbounds.Bounds
+	// SharedStreams are the streams beyond each connection's first, for
+	// the control plane's stream budget.
+	SharedStreams int
 }
 
 // WithDefaults returns c with its zero fields set to the defaults.
 func (c ServerConfig) WithDefaults() ServerConfig {
-	if c.MaxConns <= 0 {
-		c.MaxConns = DefaultMaxConns
-	}
+	c.Bounds = c.Bounds.Or(connbounds.Default.RLQS())
 	if c.SharedStreams <= 0 {
 		c.SharedStreams = DefaultSharedStreams
-	}
-	if c.MaxStreams == 0 {
-		c.MaxStreams = DefaultMaxStreams
-	}
-	if c.MaxMsgSize <= 0 {
-		c.MaxMsgSize = DefaultMaxMsgSize
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.MinPingPeriod <= 0 {
-		c.MinPingPeriod = DefaultMinPingPeriod
 	}
 	return c
 }
@@ -82,7 +57,7 @@ func (c ServerConfig) WithDefaults() ServerConfig {
 func (c ServerConfig) MaxBytes() int64 {
 	c = c.WithDefaults()
 	streams := int64(c.MaxConns + c.SharedStreams)
-	return int64(c.MaxConns)*ConnBytes + streams*(StreamBytes+int64(c.MaxMsgSize))
+	return int64(c.MaxConns)*ConnBytes + streams*(StreamBytes+int64(c.MaxMsgBytes))
 }
 
 // NewGRPCServer returns a grpc-go server serving svc within cfg's bounds
@@ -92,7 +67,7 @@ func (c ServerConfig) MaxBytes() int64 {
 func NewGRPCServer(svc *Service, cfg ServerConfig, extra ...grpc.ServerOption) *grpc.Server {
 	cfg = cfg.WithDefaults()
 	gs := grpc.NewServer(append([]grpc.ServerOption{
-		grpc.MaxConcurrentStreams(cfg.MaxStreams),
+		grpc.MaxConcurrentStreams(cfg.MaxStreamsPerConn),
 		// Fixed flow-control windows (no BDP growth, up to 16 MiB a
 		// connection): a stream buffers at most its window, or the report
 		// it is receiving.
@@ -101,11 +76,12 @@ func NewGRPCServer(svc *Service, cfg ServerConfig, extra ...grpc.ServerOption) *
 		// A report every 5 s per stream: a small read buffer (grpc-go
 		// returns write buffers to a pool between writes by default).
 		grpc.ReadBufferSize(readBuffer),
-		grpc.MaxRecvMsgSize(cfg.MaxMsgSize),
-		grpc.MaxSendMsgSize(cfg.MaxMsgSize),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.MinPingPeriod, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout, Time: time.Minute, Timeout: 20 * time.Second}),
-		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.MaxRecvMsgSize(cfg.MaxMsgBytes),
+		grpc.MaxSendMsgSize(cfg.MaxMsgBytes),
+		grpc.MaxHeaderListSize(cfg.MaxHeaderBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: connbounds.MinPingPeriod, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout, Time: connbounds.KeepaliveTime, Timeout: connbounds.KeepaliveTimeout}),
+		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 	}, extra...)...)
 	svc.Register(gs)
 	return gs

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 )
@@ -359,7 +360,7 @@ func TestMaxBuckets(t *testing.T) {
 // TestMaxMessageSize: a report larger than the server's message bound is
 // refused with ResourceExhausted.
 func TestMaxMessageSize(t *testing.T) {
-	f := newFixture(t, Options{}, ServerConfig{MaxMsgSize: 1024})
+	f := newFixture(t, Options{}, ServerConfig{Bounds: connbounds.Bounds{MaxMsgBytes: 1024}})
 	s := f.open(t)
 	if err := s.Send(report("api", usage(map[string]string{"name": strings.Repeat("v", 2000)}, 1, 0, 0))); err != nil {
 		t.Fatal(err)
@@ -369,9 +370,9 @@ func TestMaxMessageSize(t *testing.T) {
 	}
 }
 
-// TestMaxStreams: a connection carries at most MaxStreams streams at once.
+// TestMaxStreams: a connection carries at most MaxStreamsPerConn streams at once.
 func TestMaxStreams(t *testing.T) {
-	f := newFixture(t, Options{}, ServerConfig{MaxStreams: 1})
+	f := newFixture(t, Options{}, ServerConfig{Bounds: connbounds.Bounds{MaxStreamsPerConn: 1}})
 	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

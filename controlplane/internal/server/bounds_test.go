@@ -19,29 +19,41 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 	"github.com/sluicehq/sluice/controlplane/internal/grpcunary"
 )
 
-// TestGRPCBounds: how the flags become grpc-go's limits.
+// TestGRPCBounds: how the flags become grpc-go's limits. A stream holds its
+// 64 KiB window and a message being assembled.
 func TestGRPCBounds(t *testing.T) {
+	const k = 1 << 10
 	tests := []struct {
 		name string
 		cfg  Config
-		want Bounds
+		want GRPCBounds
 	}{
-		{"defaults", Config{}, Bounds{
-			MaxConns: 1024, StreamsPerConn: 51, SharedStreams: 819, IdleTimeout: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
-			MaxConnBufferBytes: 51 * 80 << 10, MaxBufferBytes: (819 + 1024) * 80 << 10,
+		{"defaults: 128 KiB streams", Config{}, GRPCBounds{
+			MaxConns: 1024, StreamsPerConn: 32, SharedStreams: 512, MaxMsgBytes: 64 * k, MaxHeaderBytes: 16 * k,
+			IdleTimeout: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
+			MaxConnBufferBytes: 32 * 128 * k, MaxBufferBytes: (512 + 1024) * 128 * k,
 			FirstCallTimeout: 10 * time.Second, BodyTimeout: 2 * time.Second,
 		}},
-		{"stream cap binds", Config{MaxStreamsPerConn: 8, MaxConns: 10, MaxBufferBytes: 800 << 10, IdleTimeout: time.Second}, Bounds{
-			MaxConns: 10, StreamsPerConn: 8, SharedStreams: 10, IdleTimeout: time.Second, HandshakeTimeout: 10 * time.Second,
-			MaxConnBufferBytes: 8 * 80 << 10, MaxBufferBytes: 20 * 80 << 10,
+		{"16 KiB messages: 80 KiB streams", Config{Bounds: connbounds.Bounds{MaxMsgBytes: 16 * k}}, GRPCBounds{
+			MaxConns: 1024, StreamsPerConn: 51, SharedStreams: 819, MaxMsgBytes: 16 * k, MaxHeaderBytes: 16 * k,
+			IdleTimeout: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
+			MaxConnBufferBytes: 51 * 80 * k, MaxBufferBytes: (819 + 1024) * 80 * k,
+			FirstCallTimeout: 10 * time.Second, BodyTimeout: 2 * time.Second,
+		}},
+		{"stream cap binds", Config{Bounds: connbounds.Bounds{MaxStreamsPerConn: 8, MaxConns: 10, MaxBufferBytes: 10 * 128 * k, IdleTimeout: time.Second}}, GRPCBounds{
+			MaxConns: 10, StreamsPerConn: 8, SharedStreams: 10, MaxMsgBytes: 64 * k, MaxHeaderBytes: 16 * k,
+			IdleTimeout: time.Second, HandshakeTimeout: 10 * time.Second,
+			MaxConnBufferBytes: 8 * 128 * k, MaxBufferBytes: 20 * 128 * k,
 			FirstCallTimeout: time.Second, BodyTimeout: 2 * time.Second, // never past the idle timeout
 		}},
-		{"a budget below one stream still runs one", Config{MaxConnBufferBytes: 1, MaxBufferBytes: 1, MaxConns: 1, FirstCallTimeout: time.Minute, BodyTimeout: time.Millisecond}, Bounds{
-			MaxConns: 1, StreamsPerConn: 1, SharedStreams: 0, IdleTimeout: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
-			MaxConnBufferBytes: 80 << 10, MaxBufferBytes: 80 << 10,
+		{"a budget below one stream still runs one", Config{Bounds: connbounds.Bounds{MaxConnBufferBytes: 1, MaxBufferBytes: 1, MaxConns: 1, FirstCallTimeout: time.Minute, BodyTimeout: time.Millisecond}}, GRPCBounds{
+			MaxConns: 1, StreamsPerConn: 1, SharedStreams: 0, MaxMsgBytes: 64 * k, MaxHeaderBytes: 16 * k,
+			IdleTimeout: 5 * time.Minute, HandshakeTimeout: 10 * time.Second,
+			MaxConnBufferBytes: 128 * k, MaxBufferBytes: 128 * k,
 			FirstCallTimeout: time.Minute, BodyTimeout: time.Millisecond,
 		}},
 	}
@@ -55,17 +67,18 @@ func TestGRPCBounds(t *testing.T) {
 }
 
 // TestUnaryOptions: the decision port's bounds reach the unary server as
-// they are (its zero fields take grpcunary's defaults).
+// they are, zero fields with connbounds' defaults: the same bounds as grpc-go
+// mode's.
 func TestUnaryOptions(t *testing.T) {
-	cfg := Config{MaxConns: 9, MaxStreamsPerConn: 7, MaxRecvMsgSize: 5 << 10, MaxConnBufferBytes: 30, MaxBufferBytes: 1000000,
+	b := connbounds.Bounds{MaxConns: 9, MaxStreamsPerConn: 7, MaxMsgBytes: 5 << 10, MaxConnBufferBytes: 30, MaxBufferBytes: 1000000,
 		IdleTimeout: time.Minute, FirstCallTimeout: 3 * time.Second, BodyTimeout: 500 * time.Millisecond}
-	want := grpcunary.Options{MaxConns: 9, MaxConcurrentStreams: 7, MaxRecvMsgSize: 5 << 10, MaxConnBufferBytes: 30, MaxBufferBytes: 1000000,
-		IdleTimeout: time.Minute, FirstCallTimeout: 3 * time.Second, RequestBodyTimeout: 500 * time.Millisecond}
-	if got := unaryOptions(cfg); !reflect.DeepEqual(got, want) {
+	want := b
+	want.MaxHeaderBytes, want.HandshakeTimeout = connbounds.Default.MaxHeaderBytes, connbounds.Default.HandshakeTimeout
+	if got := unaryOptions(Config{Bounds: b}); !reflect.DeepEqual(got, grpcunary.Options{Bounds: want}) {
 		t.Errorf("unaryOptions = %+v, want %+v", got, want)
 	}
-	if got := unaryOptions(Config{}); !reflect.DeepEqual(got, grpcunary.Options{}) {
-		t.Errorf("unaryOptions of the zero Config = %+v, want the zero Options", got)
+	if got := unaryOptions(Config{}); !reflect.DeepEqual(got, grpcunary.Options{Bounds: connbounds.Default}) {
+		t.Errorf("unaryOptions of the zero Config = %+v, want connbounds.Default", got)
 	}
 }
 
@@ -198,7 +211,7 @@ func TestBodyDeadline(t *testing.T) {
 // RESOURCE_EXHAUSTED for a second call and survives; another connection
 // is served.
 func TestStreamBudgetOverGRPC(t *testing.T) {
-	srv := start(t, Config{Policies: policies(t), GRPCServer: GRPCServerGo, MaxBufferBytes: 1})
+	srv := start(t, Config{Policies: policies(t), GRPCServer: GRPCServerGo, Bounds: connbounds.Bounds{MaxBufferBytes: 1}})
 	connA := dial(t, srv.GRPCAddr())
 	held, err := connA.NewStream(context.Background(), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, shouldRateLimitMethod)
 	if err != nil {
@@ -248,7 +261,7 @@ func testHTTPBounds(t *testing.T, srv *Server, name, addr string, ln *limitListe
 			c.Close()
 		}
 	}()
-	for range httpMaxConns + 20 {
+	for range connbounds.OperatorMaxConns + 20 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -258,8 +271,8 @@ func testHTTPBounds(t *testing.T, srv *Server, name, addr string, ln *limitListe
 	waitUntil(t, name+": 20 connections evicted", 5*time.Second, func() bool {
 		return counter(t, srv, `sluice_connections_evicted_total`, name) >= 20
 	})
-	if open := ln.Open(); open > httpMaxConns {
-		t.Errorf("%d connections open, cap %d", open, httpMaxConns)
+	if open := ln.Open(); open > connbounds.OperatorMaxConns {
+		t.Errorf("%d connections open, cap %d", open, connbounds.OperatorMaxConns)
 	}
 	for _, c := range conns {
 		c.Close()

@@ -10,33 +10,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
-// Bounds of the frame guard (see frameGuard): what one connection of a
-// grpc-go server may send before it is told GOAWAY ENHANCE_YOUR_CALM and
-// closed. grpc-go bounds the rest itself (header sizes: MaxHeaderListSize;
-// streams: MaxConcurrentStreams), but answers each of these frames and
-// never closes the connection, or (PING floods: its keepalive enforcement)
-// only after it has answered a flood it reads faster than it can write.
-const (
-	// guardWindow is the window of streams opened over which resets and
-	// refused streams are counted: past guardMaxBad of them, or past
-	// guardMaxSettings SETTINGS frames, within one window, the connection
-	// ends. A connection that opens no stream stays in its first window.
-	guardWindow      = 1024
-	guardMaxBad      = guardWindow / 2
-	guardMaxSettings = 16
-	// guardMaxContinuations and guardMaxBlock bound one header block: its
-	// CONTINUATION frames and its bytes (four times MaxHeaderListSize).
-	guardMaxContinuations = 16
-	guardMaxBlock         = 64 << 10
-	// guardMaxPings bounds the PING frames a client may send within
-	// guardPingWindow without the server writing HEADERS or DATA in
-	// between: a keepalive pings every few seconds at most, and a client's
-	// flow-control (BDP) pings follow the server's DATA.
-	guardMaxPings   = 32
-	guardPingWindow = time.Second
-)
+// What one connection of a grpc-go server may send before the frame guard
+// (frameGuard) tells it GOAWAY ENHANCE_YOUR_CALM and closes it: connbounds'
+// thresholds, which package grpcunary applies too. grpc-go bounds the rest
+// itself (header sizes: MaxHeaderListSize; streams: MaxConcurrentStreams),
+// but answers each of these frames and never closes the connection, or
+// (PING floods: its keepalive enforcement) only after it has answered a
+// flood it reads faster than it can write. A connection that opens no
+// stream stays in its first window (connbounds.ResetWindow).
+var guardMaxBlock = connbounds.Default.MaxHeaderBlock()
 
 // HTTP/2 frame types and flags the guard reads (RFC 9113, 6).
 const (
@@ -172,7 +158,7 @@ func (g *frameGuard) scan(p []byte) string {
 			return reason
 		}
 	}
-	if g.bad > guardMaxBad {
+	if g.bad > connbounds.MaxEarlyResets {
 		return "too many streams reset or refused"
 	}
 	return ""
@@ -193,7 +179,7 @@ func (g *frameGuard) frame(typ, flags byte, stream uint32, length int) string {
 		}
 		g.conts++
 		g.blockLen += length
-		if g.conts > guardMaxContinuations || g.blockLen > guardMaxBlock {
+		if g.conts > connbounds.MaxContinuations || g.blockLen > guardMaxBlock {
 			return "header block of too many CONTINUATION frames or bytes"
 		}
 	case frameRSTStream:
@@ -201,7 +187,7 @@ func (g *frameGuard) frame(typ, flags byte, stream uint32, length int) string {
 	case frameSettings:
 		if flags&flagAck == 0 {
 			g.settings++
-			if g.settings > guardMaxSettings {
+			if g.settings > connbounds.MaxSettings {
 				return "too many SETTINGS frames"
 			}
 		}
@@ -215,8 +201,8 @@ func (g *frameGuard) frame(typ, flags byte, stream uint32, length int) string {
 		if g.newStream {
 			g.blocks++
 			g.opened++
-			if g.opened >= guardWindow {
-				if g.bad > guardMaxBad {
+			if g.opened >= connbounds.ResetWindow {
+				if g.bad > connbounds.MaxEarlyResets {
 					return "too many streams reset or refused"
 				}
 				g.opened, g.bad, g.settings = 0, 0, 0
@@ -229,11 +215,11 @@ func (g *frameGuard) frame(typ, flags byte, stream uint32, length int) string {
 // ping counts a PING from the client.
 func (g *frameGuard) ping() string {
 	now := time.Now()
-	if g.answered.Swap(false) || now.Sub(g.pingsFrom) >= guardPingWindow {
+	if g.answered.Swap(false) || now.Sub(g.pingsFrom) >= connbounds.PingWindow {
 		g.pingsFrom, g.pings = now, 0
 	}
 	g.pings++
-	if g.pings > guardMaxPings {
+	if g.pings > connbounds.MaxPings {
 		return "too many PING frames"
 	}
 	return ""

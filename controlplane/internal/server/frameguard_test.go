@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
 // frame returns an HTTP/2 frame with an empty payload of length bytes.
@@ -230,7 +232,7 @@ func TestFrameGuardPings(t *testing.T) {
 				g.Write(frame(frameData, 0, 1, 10))
 			}
 			if tc.pause {
-				g.pingsFrom = g.pingsFrom.Add(-guardPingWindow)
+				g.pingsFrom = g.pingsFrom.Add(-connbounds.PingWindow)
 			}
 		}
 		if got != tc.want {

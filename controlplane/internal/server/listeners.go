@@ -15,27 +15,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
 
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 	"github.com/sluicehq/sluice/controlplane/internal/grpcunary"
 	"github.com/sluicehq/sluice/controlplane/internal/policyservice"
-	"github.com/sluicehq/sluice/controlplane/internal/policystore"
-)
-
-// Fixed bounds of the policy and HTTP listeners, which serve operators and
-// scrapers, not the fleet.
-const (
-	policyMaxConns   = 64
-	policyMaxStreams = 16 // Apply, Get, List, Delete and Watch
-	httpMaxConns     = 64
-	httpMaxHeader    = 16 << 10
-)
-
-// policyKeepalive is how long a policy connection may go without a frame
-// from its client before the server PINGs it, and how long the PING may go
-// unanswered before the connection is closed: a client that stops reading
-// (a watcher that never reads holds its messages) is gone within both.
-const (
-	policyKeepaliveTime    = 30 * time.Second
-	policyKeepaliveTimeout = 10 * time.Second
 )
 
 // policyServerOptions bound the policy service's grpc-go server: messages
@@ -48,7 +30,7 @@ const (
 // (connAddr.begin, end), so that a connection that never made an
 // authenticated call is evicted first at the cap and closed after the
 // first-call timeout.
-func policyServerOptions(auth *policyservice.Authenticator, svc *policyservice.Service, idle time.Duration, creds credentials.TransportCredentials) []grpc.ServerOption {
+func policyServerOptions(auth *policyservice.Authenticator, svc *policyservice.Service, b connbounds.Bounds, creds credentials.TransportCredentials) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
 			ca := peerConn(ctx)
@@ -69,18 +51,18 @@ func policyServerOptions(auth *policyservice.Authenticator, svc *policyservice.S
 		grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(auth.StreamInterceptor()),
 		grpc.Creds(creds),
-		grpc.MaxRecvMsgSize(policystore.MaxPolicySize + 64<<10),
-		grpc.MaxConcurrentStreams(policyMaxStreams),
+		grpc.MaxRecvMsgSize(b.MaxMsgBytes),
+		grpc.MaxConcurrentStreams(b.MaxStreamsPerConn),
 		grpc.InitialWindowSize(256 << 10),
 		grpc.InitialConnWindowSize(1 << 20),
-		grpc.MaxHeaderListSize(16 << 10),
-		grpc.ConnectionTimeout(DefaultHandshakeTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle, Time: policyKeepaliveTime, Timeout: policyKeepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxHeaderListSize(b.MaxHeaderBytes),
+		grpc.ConnectionTimeout(b.HandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: b.IdleTimeout, Time: connbounds.KeepaliveTime, Timeout: connbounds.KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: connbounds.MinPingPeriod, PermitWithoutStream: true}),
 	}
 }
 
-// HTTP listener bounds beyond httpMaxConns.
+// HTTP listener bounds beyond connbounds.Operator's.
 const (
 	// httpWriteTimeout bounds the writing of an answer; pprofWriteTimeout
 	// that of a profile or trace, which takes the seconds it is asked for
@@ -91,7 +73,7 @@ const (
 	// (/metrics, pprof) in progress at once: the connections that wait on
 	// a slow reader for up to the write timeout. The others are idle as
 	// soon as their answer is written, so the listener can evict them.
-	httpMaxHeavy = httpMaxConns / 4
+	httpMaxHeavy = connbounds.OperatorMaxConns / 4
 )
 
 // httpServer returns the bounded HTTP server for /metrics and the health
@@ -110,8 +92,8 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      httpWriteTimeout,
-		IdleTimeout:       orDefault(s.cfg.IdleTimeout, DefaultIdleTimeout),
-		MaxHeaderBytes:    httpMaxHeader,
+		IdleTimeout:       s.cfg.listenerBounds().IdleTimeout,
+		MaxHeaderBytes:    int(connbounds.Default.MaxHeaderBytes),
 		ConnState:         httpConnState,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if lc, ok := c.(*limitConn); ok {

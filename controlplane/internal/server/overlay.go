@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 	"github.com/sluicehq/sluice/controlplane/policy"
 )
 
@@ -125,7 +126,8 @@ func (s *Server) buildExtraHTTP() error {
 		if err != nil {
 			return fmt.Errorf("server: %s address %s: %w", e.Name, e.Addr, err)
 		}
-		l := s.evicting(s.limit(ln, e.Name, httpMaxConns), e.Name, firstCallTimeout(s.cfg), firstCallTimeout(s.cfg))
+		first := s.cfg.listenerBounds().FirstCallTimeout
+		l := s.evicting(s.limit(ln, e.Name, connbounds.OperatorMaxConns), e.Name, first, first)
 		s.extra = append(s.extra, extraHTTP{name: e.Name, ln: l, srv: s.httpServer(e.Handler)})
 	}
 	return nil

@@ -52,11 +52,9 @@ func (s *Server) buildRLQS() error {
 		return fmt.Errorf("server: RLQS address %s: %w", s.cfg.RLQSAddr, err)
 	}
 	sc := s.cfg.RLQSServer
-	if sc.IdleTimeout == 0 {
-		sc.IdleTimeout = orDefault(s.cfg.IdleTimeout, DefaultIdleTimeout)
-	}
+	sc.Bounds = sc.Bounds.Or(s.cfg.listenerBounds().RLQS())
 	sc = sc.WithDefaults()
-	firstCall := firstCallTimeout(s.cfg)
+	firstCall := sc.FirstCallTimeout
 	budget := s.rlqsStreamBudget(int64(sc.SharedStreams), firstCall)
 	gs := rlqs.NewGRPCServer(svc, sc,
 		grpc.Creds(s.guard(nil, "rlqs")),

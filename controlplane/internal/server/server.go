@@ -48,6 +48,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 	"github.com/sluicehq/sluice/controlplane/internal/degrade"
 	"github.com/sluicehq/sluice/controlplane/internal/invalidarg"
 	"github.com/sluicehq/sluice/controlplane/internal/lease"
@@ -198,32 +199,15 @@ type Config struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ on the HTTP
 	// listener, for profiling; off by default.
 	Pprof bool
-	// MaxConns caps the decision port's open connections; 0 means
-	// DefaultMaxConns. MaxStreamsPerConn, MaxConnBufferBytes and
-	// MaxBufferBytes bound its concurrent streams and buffered request
-	// bytes per connection and in all, and IdleTimeout closes connections
-	// without calls (0: the defaults), in both server modes: see
-	// unaryOptions and grpcBounds for how they apply; the policy and HTTP
-	// listeners have fixed bounds of their own (listeners.go).
-	// MaxRecvMsgSize bounds one request message of the unary decision
-	// server (0: grpcunary.DefaultMaxRecvMsgSize; grpc-go mode has its own).
-	MaxConns           int
-	MaxStreamsPerConn  uint32
-	MaxConnBufferBytes int64
-	MaxBufferBytes     int64
-	IdleTimeout        time.Duration
-	MaxRecvMsgSize     int
-	// FirstCallTimeout closes a connection that has completed no call
-	// this long after it was accepted (DefaultFirstCallTimeout; at most
-	// IdleTimeout), on the policy and HTTP listeners and on the decision
-	// port (the unary server takes it as it is). At their connection caps these listeners
-	// close the connection without calls in flight that is due to close
-	// soonest for want of calls, to take the new one.
-	FirstCallTimeout time.Duration
-	// BodyTimeout resets a decision call whose request has not arrived
-	// this long after its headers; DefaultBodyTimeout if 0 (the unary
-	// server: grpcunary's default).
-	BodyTimeout time.Duration
+	// Bounds bound the decision port's connections in both server modes
+	// (see unaryOptions and grpcBounds for how they apply); its
+	// HandshakeTimeout, FirstCallTimeout and IdleTimeout bound every
+	// listener's (the policy, RLQS and HTTP listeners take
+	// connbounds.Default's other bounds, with Operator's and RLQS' own).
+	// Zero fields take connbounds.Default's. At their connection caps the
+	// listeners close the connection without calls in flight that is due
+	// to close soonest for want of calls, to take the new one.
+	Bounds connbounds.Bounds
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// RLQSAddr, when set, serves Envoy's Rate Limit Quota Service there
@@ -273,7 +257,7 @@ type Server struct {
 	http     *http.Server
 	grpcLn   net.Listener
 	httpLn   net.Listener
-	bounds   *Bounds     // the grpc-go decision server's; nil for the unary server
+	bounds   *GRPCBounds // the grpc-go decision server's; nil for the unary server
 	serving  atomic.Bool // between Run's start and its shutdown
 	runOnce  sync.Once
 	shutdown time.Duration
@@ -400,7 +384,8 @@ func (s *Server) build() error {
 	// worth more than a new one (a client that asks for /metrics again
 	// and again and never reads its answers looks answered): the idlest
 	// goes first, by its last activity alone.
-	s.httpLn = s.evicting(s.limit(s.httpLn, "http", httpMaxConns), "http", firstCallTimeout(s.cfg), firstCallTimeout(s.cfg))
+	first := s.cfg.listenerBounds().FirstCallTimeout
+	s.httpLn = s.evicting(s.limit(s.httpLn, "http", connbounds.OperatorMaxConns), "http", first, first)
 	if err := s.buildExtraHTTP(); err != nil {
 		return err
 	}
@@ -459,7 +444,7 @@ func (s *Server) buildPolicyService() error {
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
-	idle := orDefault(s.cfg.IdleTimeout, DefaultIdleTimeout)
+	b := s.cfg.listenerBounds().Operator(policystore.MaxPolicySize + 64<<10)
 	var creds credentials.TransportCredentials
 	if s.cfg.PolicyTLS != nil {
 		creds = credentials.NewTLS(s.cfg.PolicyTLS)
@@ -467,7 +452,7 @@ func (s *Server) buildPolicyService() error {
 	svc := policyservice.New(s.policies, policyservice.Options{Logger: s.log, Overlay: s.overlaySet, Limits: s.cfg.PolicyLimits})
 	// The codec sends the answers the service shares as they were encoded
 	// once; invalidarg: a request that does not decode is InvalidArgument.
-	opts := append(policyServerOptions(auth, svc, idle, s.guard(creds, "policy")),
+	opts := append(policyServerOptions(auth, svc, b, s.guard(creds, "policy")),
 		grpc.ForceServerCodecV2(svc.Codec(invalidarg.Codec(encoding.GetCodecV2(grpcproto.Name)))))
 	s.polGRPC = grpc.NewServer(opts...)
 	s.polGRPC.RegisterService(invalidarg.Service(&sluicev1.PolicyService_ServiceDesc), svc)
@@ -478,15 +463,16 @@ func (s *Server) buildPolicyService() error {
 	if s.polLn, err = net.Listen("tcp", addr); err != nil {
 		return fmt.Errorf("server: policy address %s: %w", addr, err)
 	}
-	s.polLn = s.evicting(s.limit(s.polLn, "policy", policyMaxConns), "policy", idle, firstCallTimeout(s.cfg))
+	s.polLn = s.evicting(s.limit(s.polLn, "policy", b.MaxConns), "policy", b.IdleTimeout, b.FirstCallTimeout)
 	return nil
 }
 
-// firstCallTimeout is how long a connection of the policy or HTTP
-// listener (or the decision port in grpc-go mode) may stay open without
-// completing a call: Config.FirstCallTimeout, at most the idle timeout.
-func firstCallTimeout(cfg Config) time.Duration {
-	return min(orDefault(cfg.FirstCallTimeout, DefaultFirstCallTimeout), orDefault(cfg.IdleTimeout, DefaultIdleTimeout))
+// listenerBounds are the bounds every listener starts from: Config.Bounds'
+// timeouts (handshake, first call, idle) on connbounds.Default's other
+// bounds.
+func (c *Config) listenerBounds() connbounds.Bounds {
+	b := c.Bounds.WithDefaults()
+	return connbounds.Bounds{HandshakeTimeout: b.HandshakeTimeout, FirstCallTimeout: b.FirstCallTimeout, IdleTimeout: b.IdleTimeout}.WithDefaults()
 }
 
 // GRPCAddr returns the gRPC listener's address.
