@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/internal/rlqs"
 	"github.com/sluicehq/sluice/controlplane/internal/rls"
 	"github.com/sluicehq/sluice/controlplane/internal/server"
+	"github.com/sluicehq/sluice/controlplane/internal/valuecheck"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 )
@@ -272,4 +274,43 @@ func (c *config) finish(fs *flag.FlagSet, envOf map[string]string, getenv func(s
 		return nil, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// maxSettleTTL bounds -settle-dedupe-ttl: a settlement is retried for
+// seconds to minutes, and a token remembered longer only costs memory.
+const maxSettleTTL = 24 * time.Hour
+
+// valueProblems checks the flags' values that parsed but cannot work; each
+// error names the flag and its variable (envOf).
+func (c *config) valueProblems(envOf map[string]string) []error {
+	var errs []error
+	bad := func(flag string, value any, problem string) {
+		if problem != "" {
+			errs = append(errs, fmt.Errorf("-%s ($%s) %v: %s", flag, envOf[flag], value, problem))
+		}
+	}
+	bad("near-limit-ratio", c.nearLimitRatio, valuecheck.Ratio(c.nearLimitRatio, 0, 1, true))
+	if math.IsNaN(c.trip.Ratio) {
+		bad("degrade-failure-ratio", c.trip.Ratio, "not a number (above 1 turns the ratio off)")
+	}
+	for _, l := range []struct{ flag, addr string }{
+		{"grpc-addr", c.grpcAddr}, {"http-addr", c.httpAddr}, {"policy-addr", c.policyAddr}, {"rlqs-addr", c.rlqsAddr},
+	} {
+		if l.addr != "" || l.flag == "grpc-addr" || l.flag == "http-addr" {
+			bad(l.flag, strconv.Quote(l.addr), valuecheck.ListenAddr(l.addr))
+		}
+	}
+	for _, a := range c.redisAddrs {
+		bad("redis-addrs", strconv.Quote(a), valuecheck.DialAddr(a, false))
+	}
+	if c.redisDB < 0 {
+		bad("redis-db", c.redisDB, "a Redis database number is 0 or more")
+	}
+	if c.settleMaxTokens <= 0 {
+		bad("settle-max-tokens", c.settleMaxTokens, "must be positive")
+	}
+	if c.settleTTL > maxSettleTTL {
+		bad("settle-dedupe-ttl", c.settleTTL, fmt.Sprintf("at most %v", maxSettleTTL))
+	}
+	return errs
 }

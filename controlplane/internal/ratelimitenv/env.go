@@ -1,4 +1,11 @@
-package main
+// Package ratelimitenv reads envoyproxy/ratelimit's environment, for the
+// control plane run as /bin/ratelimit (Envoy Gateway's ratelimit
+// Deployment), and returns what it asks for in sluice's terms: the server's
+// configuration (the same server.Config sluice-controlplane's flags make),
+// the policy files, the xDS configuration source, tracing, and the
+// health and debug endpoints. A variable whose value cannot work stops the
+// start, named; one sluice does not honour is listed (Unsupported) with why.
+package ratelimitenv
 
 import (
 	"errors"
@@ -9,13 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/controlplane/internal/tracing"
+	"github.com/sluicehq/sluice/controlplane/internal/valuecheck"
 	"github.com/sluicehq/sluice/controlplane/internal/xdsconfig"
 )
-
-// RatelimitName is the name under which the binary reads envoyproxy/ratelimit's
-// environment instead of sluice's flags: Envoy Gateway's ratelimit
-// Deployment runs /bin/ratelimit.
-const RatelimitName = "ratelimit"
 
 // The values of CONFIG_TYPE.
 const (
@@ -23,9 +27,11 @@ const (
 	configTypeXDS  = "GRPC_XDS_SOTW"
 )
 
-// rlEnv is envoyproxy/ratelimit's environment, as sluice uses it. Defaults
+// Env is envoyproxy/ratelimit's environment, as sluice uses it. Defaults
 // are theirs (src/settings/settings.go).
-type rlEnv struct {
+type Env struct {
+	getenv func(string) string // for the variables read when they are used
+
 	host, debugHost, grpcHost string
 	port, debugPort, grpcPort int
 
@@ -135,12 +141,13 @@ var unsupported = []struct{ name, why, same string }{
 	{"PROMETHEUS_PATH", "the metrics are served at /metrics", "/metrics"},
 }
 
-// unsupportedSet returns the unsupported variables that are set, each with
-// why ("name=value: why").
-func unsupportedSet(getenv func(string) string) []string {
+// Unsupported returns the variables sluice does not honour that are set to
+// another value than what sluice does anyway, each with why
+// ("name=value: why"): they are to be logged, not refused.
+func (e *Env) Unsupported() []string {
 	var out []string
 	for _, u := range unsupported {
-		if v := getenv(u.name); v != "" && !sameValue(v, u.same) {
+		if v := e.getenv(u.name); v != "" && !sameValue(v, u.same) {
 			out = append(out, u.name+"="+v+": "+u.why)
 		}
 	}
@@ -227,11 +234,14 @@ func (r *envReader) pairs(name string) map[string]string {
 	return m
 }
 
-// readRatelimitEnv reads envoyproxy/ratelimit's environment.
-func readRatelimitEnv(getenv func(string) string) (*rlEnv, error) {
+// Read reads envoyproxy/ratelimit's environment: getenv is os.Getenv, or
+// a test's. Every value that does not parse, or cannot work, is an error
+// naming its variable.
+func Read(getenv func(string) string) (*Env, error) {
 	r := &envReader{getenv: getenv}
-	e := &rlEnv{
-		host: r.str("HOST", "0.0.0.0"), port: r.num("PORT", 8080),
+	e := &Env{
+		getenv: getenv,
+		host:   r.str("HOST", "0.0.0.0"), port: r.num("PORT", 8080),
 		debugHost: r.str("DEBUG_HOST", "0.0.0.0"), debugPort: r.num("DEBUG_PORT", 6070),
 		grpcHost: r.str("GRPC_HOST", "0.0.0.0"), grpcPort: r.num("GRPC_PORT", 8081),
 		grpcTLS:  r.boolean("GRPC_SERVER_USE_TLS", false),
@@ -315,12 +325,12 @@ func addr(host string, port int) string { return net.JoinHostPort(host, strconv.
 
 // runtimeDir is where envoyproxy/ratelimit reads its files:
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
-func (e *rlEnv) runtimeDir() string { return filepath.Join(e.runtimeRoot, e.runtimeSub, e.runtimeApp) }
+func (e *Env) runtimeDir() string { return filepath.Join(e.runtimeRoot, e.runtimeSub, e.runtimeApp) }
 
 // redis maps REDIS_TYPE and REDIS_URL to sluice's mode and addresses: a
 // comma-separated list, as theirs; for SENTINEL its first element is the
 // master's name. "redis://host:port" is read as host:port.
-func (e *rlEnv) redis() (mode string, addrs []string, master string, err error) {
+func (e *Env) redis() (mode string, addrs []string, master string, err error) {
 	if e.redisURL == "" {
 		return "memory", nil, "", nil
 	}
@@ -337,7 +347,7 @@ func (e *rlEnv) redis() (mode string, addrs []string, master string, err error) 
 		if e.redisType == "SENTINEL" && i == 0 {
 			continue // the master's name
 		}
-		if p := dialAddrProblem(a, false); p != "" {
+		if p := valuecheck.DialAddr(a, false); p != "" {
 			return "", nil, "", fmt.Errorf("$REDIS_URL=%q: %q: %s", e.redisURL, a, p)
 		}
 	}
@@ -357,7 +367,7 @@ func (e *rlEnv) redis() (mode string, addrs []string, master string, err error) 
 }
 
 // redisUser splits REDIS_AUTH ("user:password" or "password").
-func (e *rlEnv) redisUser() (user, password string) {
+func (e *Env) redisUser() (user, password string) {
 	if i := strings.IndexByte(e.redisAuth, ':'); i >= 0 {
 		return e.redisAuth[:i], e.redisAuth[i+1:]
 	}
@@ -368,7 +378,7 @@ func (e *rlEnv) redisUser() (user, password string) {
 // with: GRPC_CLIENT_TLS_CACERT (envoyproxy/ratelimit's), else
 // GRPC_SERVER_TLS_CA_CERT (which Envoy Gateway sets and envoyproxy/ratelimit
 // does not read) unless SLUICE_IGNORE_GRPC_SERVER_TLS_CA_CERT=true.
-func (e *rlEnv) clientCA() string {
+func (e *Env) clientCA() string {
 	switch {
 	case !e.grpcTLS:
 		return ""
@@ -379,3 +389,59 @@ func (e *rlEnv) clientCA() string {
 	}
 	return e.grpcServerCA
 }
+
+// LogLevel and LogFormat are LOG_LEVEL and LOG_FORMAT, lower case.
+func (e *Env) LogLevel() string  { return e.logLevel }
+func (e *Env) LogFormat() string { return e.logFormat }
+
+// ConfigType is CONFIG_TYPE: FILE or GRPC_XDS_SOTW.
+func (e *Env) ConfigType() string { return e.configType }
+
+// XDS reports whether the configuration comes from an xDS server
+// (CONFIG_TYPE=GRPC_XDS_SOTW) rather than the runtime directory.
+func (e *Env) XDS() bool { return e.configType == configTypeXDS }
+
+// XDSServer is CONFIG_GRPC_XDS_SERVER_URL.
+func (e *Env) XDSServer() string { return e.xds.serverURL }
+
+// ForceStart is FORCE_START_WITHOUT_INITIAL_CONFIG: with xDS, serve before
+// the first configuration arrives.
+func (e *Env) ForceStart() bool { return e.forceStart }
+
+// PolicyFiles are the policy files or directories: the runtime directory
+// (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY), or with xDS
+// $SLUICE_POLICY's, for domains beside the xDS-owned ones (none when it is
+// unset).
+func (e *Env) PolicyFiles() []string {
+	if !e.XDS() {
+		return []string{e.runtimeDir()}
+	}
+	var files []string
+	for _, p := range strings.Split(e.getenv("SLUICE_POLICY"), ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			files = append(files, p)
+		}
+	}
+	return files
+}
+
+// SeedOnly is $SLUICE_POLICY_SEED_ONLY=true: the policy files seed an empty
+// policy store and own no domain. Without it they own their domains, as
+// envoyproxy/ratelimit's files are the truth at every start.
+func (e *Env) SeedOnly() bool { return e.getenv("SLUICE_POLICY_SEED_ONLY") == "true" }
+
+// RuntimeWatch is RUNTIME_WATCH_ROOT: put the policy files in force when
+// they change.
+func (e *Env) RuntimeWatch() bool { return e.runtimeWatch }
+
+// Tracing returns the tracer's configuration from TRACING_*, and whether
+// TRACING_ENABLED asks for one; TracingEndpoint is
+// OTEL_EXPORTER_OTLP_ENDPOINT, which the exporter reads itself.
+func (e *Env) Tracing() (tracing.Config, bool) {
+	t := e.tracing
+	return tracing.Config{Protocol: t.protocol, ServiceName: t.serviceName, ServiceNamespace: t.namespace,
+		InstanceID: t.inst, SamplingRate: t.samplingRate}, t.enabled
+}
+
+// TracingEndpoint is OTEL_EXPORTER_OTLP_ENDPOINT ("" when unset).
+func (e *Env) TracingEndpoint() string { return e.tracing.endpoint }

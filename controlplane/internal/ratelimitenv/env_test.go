@@ -1,4 +1,4 @@
-package main
+package ratelimitenv
 
 import (
 	"net/http/httptest"
@@ -8,6 +8,7 @@ import (
 	"time"
 )
 
+// envOf returns a getenv holding the pairs of kv.
 func envOf(kv ...string) func(string) string {
 	m := map[string]string{}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -19,7 +20,7 @@ func envOf(kv ...string) func(string) string {
 // TestRatelimitEnvDefaults: with nothing set, envoyproxy/ratelimit's
 // defaults.
 func TestRatelimitEnvDefaults(t *testing.T) {
-	e, err := readRatelimitEnv(envOf())
+	e, err := Read(envOf())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestRatelimitEnvRedis(t *testing.T) {
 		{"sentinel", "mymaster,s1:26379,s2:26379", "sentinel", "mymaster", []string{"s1:26379", "s2:26379"}, false},
 		{"SENTINEL", "s1:26379", "", "", nil, true},
 	} {
-		e, err := readRatelimitEnv(envOf("REDIS_TYPE", tc.typ, "REDIS_URL", tc.url, "REDIS_SOCKET_TYPE", "tcp"))
+		e, err := Read(envOf("REDIS_TYPE", tc.typ, "REDIS_URL", tc.url, "REDIS_SOCKET_TYPE", "tcp"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,11 +60,11 @@ func TestRatelimitEnvRedis(t *testing.T) {
 			t.Errorf("%s %q: %q %q %q %v", tc.typ, tc.url, mode, addrs, master, err)
 		}
 	}
-	e, _ := readRatelimitEnv(envOf("REDIS_AUTH", "user:p:w"))
+	e, _ := Read(envOf("REDIS_AUTH", "user:p:w"))
 	if u, p := e.redisUser(); u != "user" || p != "p:w" {
 		t.Errorf("REDIS_AUTH user:p:w: %q %q", u, p)
 	}
-	e, _ = readRatelimitEnv(envOf("REDIS_AUTH", "secret"))
+	e, _ = Read(envOf("REDIS_AUTH", "secret"))
 	if u, p := e.redisUser(); u != "" || p != "secret" {
 		t.Errorf("REDIS_AUTH secret: %q %q", u, p)
 	}
@@ -81,7 +82,7 @@ func TestRatelimitEnvClientCA(t *testing.T) {
 		{[]string{"GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"}, ""},
 	} {
 		env := append(tc.env, "GRPC_SERVER_TLS_CERT", "c", "GRPC_SERVER_TLS_KEY", "k")
-		e, err := readRatelimitEnv(envOf(env...))
+		e, err := Read(envOf(env...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,20 +108,20 @@ func TestRatelimitEnvErrors(t *testing.T) {
 		{[]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10"}, "$XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
 		{[]string{"FORCE_START_WITHOUT_INITIAL_CONFIG", "yes please"}, "$FORCE_START_WITHOUT_INITIAL_CONFIG"},
 	} {
-		_, err := readRatelimitEnv(envOf(tc.env...))
+		_, err := Read(envOf(tc.env...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error naming %s", tc.env, err, tc.want)
 		}
 	}
-	got := unsupportedSet(envOf("SHADOW_MODE", "true", "USE_STATSD", "false", "STATSD_PORT", "9125", "RUNTIME_IGNOREDOTFILES", "1", "PORT", "1"))
+	got := unsupportedOf(t, envOf("SHADOW_MODE", "true", "USE_STATSD", "false", "STATSD_PORT", "9125", "RUNTIME_IGNOREDOTFILES", "1", "PORT", "1"))
 	if len(got) != 2 || !strings.HasPrefix(got[0], "STATSD_PORT=9125: ") || !strings.HasPrefix(got[1], "SHADOW_MODE=true: ") {
 		t.Errorf("unsupported: %q", got)
 	}
 	// A value compared as a string: only another path than sluice's is logged.
-	if got := unsupportedSet(envOf("PROMETHEUS_PATH", "/stats")); len(got) != 1 || got[0] != "PROMETHEUS_PATH=/stats: the metrics are served at /metrics" {
+	if got := unsupportedOf(t, envOf("PROMETHEUS_PATH", "/stats")); len(got) != 1 || got[0] != "PROMETHEUS_PATH=/stats: the metrics are served at /metrics" {
 		t.Errorf("PROMETHEUS_PATH=/stats: unsupported %q", got)
 	}
-	if got := unsupportedSet(envOf("PROMETHEUS_PATH", "/metrics")); len(got) != 0 {
+	if got := unsupportedOf(t, envOf("PROMETHEUS_PATH", "/metrics")); len(got) != 0 {
 		t.Errorf("PROMETHEUS_PATH=/metrics: unsupported %q", got)
 	}
 }
@@ -144,4 +145,14 @@ func TestHealthcheck(t *testing.T) {
 			t.Errorf("ready %v: %d %q, want %d %q", tc.ok, rec.Code, rec.Body.String(), tc.code, tc.body)
 		}
 	}
+}
+
+// unsupportedOf reads env and returns its Unsupported.
+func unsupportedOf(t *testing.T, env func(string) string) []string {
+	t.Helper()
+	e, err := Read(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Unsupported()
 }
