@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/internal/policyservice"
 	"github.com/sluicehq/sluice/controlplane/internal/rlqs"
 	"github.com/sluicehq/sluice/controlplane/internal/server"
@@ -39,7 +41,7 @@ func (e *Env) Endpoints(ready func() (bool, string), loaded func() bool, current
 // Config maps the environment to the server's configuration: the listeners
 // (GRPC_*, PROMETHEUS_ADDR; the policy service on $SLUICE_POLICY_ADDR with
 // $SLUICE_TOKEN), Redis (REDIS_*), NEAR_LIMIT_RATIO and, with xDS, the
-// overlay's owner. What the environment leaves out takes sluice's defaults.
+// overlay's owner, and USE_CALENDAR_MONTH_RATE_LIMIT. What the environment leaves out takes sluice's defaults.
 // The caller adds the policies, the tracer and the endpoints.
 func (e *Env) Config(log *slog.Logger) (server.Config, error) {
 	mode, addrs, master, err := e.redis()
@@ -87,6 +89,13 @@ func (e *Env) Config(log *slog.Logger) (server.Config, error) {
 		NearLimitRatio: e.nearLimitRatio,
 		Logger:         log,
 		RLQS:           rlqs.Options{},
+	}
+	if e.calendarMonths {
+		// MONTH limits count UTC calendar months, as envoyproxy/ratelimit's
+		// cache keys then do (see rls.Options.CalendarMonths).
+		if cfg.CalendarMonths, err = calendar.Of("UTC", algorithms.UnitMonth); err != nil {
+			return server.Config{}, err
+		}
 	}
 	if e.configType == configTypeXDS {
 		cfg.OverlayOwner = "the xDS server " + e.xds.serverURL + " (CONFIG_TYPE=GRPC_XDS_SOTW)"

@@ -51,6 +51,7 @@ type Env struct {
 	runtimeApp                 string
 	runtimeWatch               bool
 	nearLimitRatio             float64
+	calendarMonths             bool // USE_CALENDAR_MONTH_RATE_LIMIT
 	backendType                string
 	redisSocket, redisType     string
 	redisURL                   string
@@ -261,6 +262,7 @@ func Read(getenv func(string) string) (*Env, error) {
 		runtimeApp:        r.str("RUNTIME_APPDIRECTORY", "config"),
 		runtimeWatch:      r.boolean("RUNTIME_WATCH_ROOT", true),
 		nearLimitRatio:    r.float("NEAR_LIMIT_RATIO", 0.8),
+		calendarMonths:    r.boolean("USE_CALENDAR_MONTH_RATE_LIMIT", false),
 		backendType:       strings.ToLower(r.str("BACKEND_TYPE", "redis")),
 		redisSocket:       strings.ToLower(r.str("REDIS_SOCKET_TYPE", "unix")),
 		redisType:         strings.ToUpper(r.str("REDIS_TYPE", "SINGLE")),

@@ -1,11 +1,15 @@
 package ratelimitenv
 
 import (
+	"log/slog"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/calendar"
 )
 
 // envOf returns a getenv holding the pairs of kv.
@@ -155,4 +159,41 @@ func unsupportedOf(t *testing.T, env func(string) string) []string {
 		t.Fatal(err)
 	}
 	return e.Unsupported()
+}
+
+// TestCalendarMonths: USE_CALENDAR_MONTH_RATE_LIMIT=true makes MONTH limits
+// count UTC calendar months (the server's CalendarMonths); unset or false
+// leaves a month 30 days from the epoch; another value is refused, named.
+func TestCalendarMonths(t *testing.T) {
+	utc, err := calendar.Of("UTC", algorithms.UnitMonth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		env  []string
+		want *calendar.Calendar
+		err  string
+	}{
+		{nil, nil, ""},
+		{[]string{"USE_CALENDAR_MONTH_RATE_LIMIT", "false"}, nil, ""},
+		{[]string{"USE_CALENDAR_MONTH_RATE_LIMIT", "true"}, utc, ""},
+		{[]string{"USE_CALENDAR_MONTH_RATE_LIMIT", "1"}, utc, ""},
+		{[]string{"USE_CALENDAR_MONTH_RATE_LIMIT", "monthly"}, nil, `$USE_CALENDAR_MONTH_RATE_LIMIT="monthly": not a boolean`},
+	} {
+		e, err := Read(envOf(tc.env...))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: %v, want an error holding %q", tc.env, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.env, err)
+		}
+		cfg, err := e.Config(quiet)
+		if err != nil || cfg.CalendarMonths != tc.want {
+			t.Errorf("%q: CalendarMonths %v, %v; want %v", tc.env, cfg.CalendarMonths, err, tc.want)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
+	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 )
 
@@ -96,3 +97,75 @@ type rlsResult struct{ r *rlsv3.RateLimitResponse }
 func (x *rlsResult) code() rlsv3.RateLimitResponse_Code { return x.r.Statuses[0].Code }
 func (x *rlsResult) reset() time.Duration               { return x.r.Statuses[0].DurationUntilReset.AsDuration() }
 func (x *rlsResult) String() string                     { return x.r.String() }
+
+// monthsPolicy: one-month limits with and without a calendar of their own,
+// a two-month window, and a token bucket refilled per month.
+const monthsPolicy = `
+domain: m
+descriptors:
+  - key: fixed
+    rate_limit: {unit: month, requests_per_unit: 2}
+  - key: sliding
+    rate_limit: {algorithm: sliding_log, unit: month, requests_per_unit: 2}
+  - key: berlin
+    rate_limit: {unit: month, calendar: Europe/Berlin, requests_per_unit: 2}
+  - key: two
+    rate_limit: {unit: month, unit_multiplier: 2, requests_per_unit: 2}
+  - key: bucket
+    rate_limit: {algorithm: token_bucket, unit: month, requests_per_unit: 2}
+  - key: day
+    rate_limit: {unit: day, requests_per_unit: 2}
+`
+
+// TestCalendarMonths: with Options.CalendarMonths (envoyproxy/ratelimit's
+// USE_CALENDAR_MONTH_RATE_LIMIT) a one-month limit with windows and no
+// calendar of its own counts UTC calendar months, as does a request's
+// override of unit MONTH; the others keep their windows. Without it, a
+// month is 30 days from the epoch.
+func TestCalendarMonths(t *testing.T) {
+	utc, err := calendar.Of("UTC", algorithms.UnitMonth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	berlin, _ := calendar.Of("Europe/Berlin", algorithms.UnitMonth)
+	set := parse(t, monthsPolicy)
+	for _, tc := range []struct {
+		months *calendar.Calendar
+		want   map[string]*calendar.Calendar // by descriptor key
+	}{
+		{utc, map[string]*calendar.Calendar{"fixed": utc, "sliding": utc, "berlin": berlin, "two": nil, "bucket": nil, "day": nil}},
+		{nil, map[string]*calendar.Calendar{"fixed": nil, "sliding": nil, "berlin": berlin, "two": nil, "bucket": nil, "day": nil}},
+	} {
+		v := newVersion(set, nil, tc.months)
+		for key, want := range tc.want {
+			l := set.Domain("m").Match([]policy.Entry{{Key: key, Value: "x"}})[0]
+			if got := v.infoOf(l).store.Calendar; got != want {
+				t.Errorf("months %v, %s: calendar %v, want %v", tc.months, key, got, want)
+			}
+		}
+		override := &policy.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 5, Window: 30 * 24 * time.Hour, Unit: algorithms.UnitMonth}
+		if got := v.infoOf(override).store.Calendar; got != tc.months {
+			t.Errorf("months %v, an override of unit MONTH: calendar %v", tc.months, got)
+		}
+	}
+
+	// The answers: at 23:00 on January 31st (UTC), a fixed month ends in an
+	// hour, not at the end of a 30-day window from the epoch.
+	c := &clock{}
+	c.ns.Store(time.Date(2027, 1, 31, 23, 0, 0, 0, time.UTC).UnixNano())
+	svc, err := New(memory.New(memory.Options{Now: c.Now}), set, Options{Logger: quiet, CalendarMonths: utc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		svc.ShouldRateLimit(context.Background(), req("m", desc("fixed=x")))
+	}
+	r, err := svc.ShouldRateLimit(context.Background(), req("m", desc("fixed=x")))
+	if res := (&rlsResult{r}); err != nil || res.code() != over || res.reset() != time.Hour {
+		t.Fatalf("third request on January 31st at 23:00: %v %v, want OVER_LIMIT until February 1st", r, err)
+	}
+	c.Advance(time.Hour)
+	if r, err := svc.ShouldRateLimit(context.Background(), req("m", desc("fixed=x"))); err != nil || (&rlsResult{r}).code() != ok {
+		t.Fatalf("February 1st: %v %v, want OK", r, err)
+	}
+}

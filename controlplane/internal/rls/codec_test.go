@@ -286,7 +286,7 @@ func TestCodecDecodesLikeProtobuf(t *testing.T) {
 // unmatched, limit overrides).
 func TestSharedMetadata(t *testing.T) {
 	set := parse(t, testPolicy)
-	ver := newVersion(set, nil)
+	ver := newVersion(set, nil, nil)
 	dom := set.Domain("test")
 	lims := dom.Limits()
 	override, err := overrideLimit(dom, &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 4, Unit: typev3.RateLimitUnit_SECOND})

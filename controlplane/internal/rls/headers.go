@@ -96,7 +96,7 @@ func rateLimitHeaders(outs []outcome, over bool) []*corev3.HeaderValue {
 		appendSFString(&pol, name)
 		pol.WriteString(";q=")
 		pol.WriteString(strconv.FormatInt(o.lim.Requests, 10))
-		if w := o.lim.Window; w >= time.Second && w%time.Second == 0 && o.lim.Calendar == nil { // a calendar window has no one length
+		if w := o.lim.Window; w >= time.Second && w%time.Second == 0 && o.info.store.Calendar == nil { // a calendar window has no one length
 			pol.WriteString(";w=")
 			pol.WriteString(strconv.FormatInt(int64(w/time.Second), 10))
 		}

@@ -5,6 +5,8 @@ package rls
 import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
 )
@@ -17,10 +19,16 @@ func storeEntries(buf []store.Entry, d *ratelimitv3.RateLimitDescriptor) []store
 	return buf
 }
 
-// storeLimit returns what the store needs to know of l.
-func storeLimit(l *policy.Limit) store.Limit {
-	return store.Limit{Algorithm: l.Algorithm, Requests: l.Requests, Window: l.Window, Burst: l.Burst, MaxWait: l.MaxWait,
+// storeLimit returns what the store needs to know of l. With months (see
+// Options.CalendarMonths), a limit of one month with windows and no
+// calendar of its own counts months' calendar months.
+func storeLimit(l *policy.Limit, months *calendar.Calendar) store.Limit {
+	sl := store.Limit{Algorithm: l.Algorithm, Requests: l.Requests, Window: l.Window, Burst: l.Burst, MaxWait: l.MaxWait,
 		Lease: l.Lease, Calendar: l.Calendar}
+	if months != nil && sl.Calendar == nil && l.Unit == algorithms.UnitMonth && l.Algorithm.HasWindows() {
+		sl.Calendar = months
+	}
+	return sl
 }
 
 // capacity returns the most a limit admits at one instant: the largest

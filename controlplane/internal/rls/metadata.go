@@ -116,14 +116,14 @@ func metadataValue(o *outcome) *structpb.Value {
 	alg := ""
 	var limit, windowMs, burst, retryMs float64
 	if o.lim != nil && !o.lim.ShadowMode && !o.failed && o.lim.Requests > 0 {
-		sl := storeLimit(o.lim)
+		sl := o.info.store
 		alg = o.lim.Algorithm.String()
 		limit = float64(o.lim.Requests)
 		windowMs = float64(o.lim.Window) / float64(time.Millisecond)
-		if o.lim.Calendar != nil {
+		if sl.Calendar != nil {
 			// The shortest calendar window: a local limiter sized from it
 			// never refuses what the calendar admits.
-			windowMs = float64(o.lim.Calendar.Shortest()) / float64(time.Millisecond)
+			windowMs = float64(sl.Calendar.Shortest()) / float64(time.Millisecond)
 		}
 		burst = float64(capacity(sl))
 	}

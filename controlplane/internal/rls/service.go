@@ -48,6 +48,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
 )
@@ -98,6 +99,12 @@ type Options struct {
 	// QuotaMode puts every descriptor in quota mode (envoyproxy/ratelimit's
 	// QUOTA_MODE): a request is over limit only when all of them are.
 	QuotaMode bool
+	// CalendarMonths, when set, makes every limit of one month (unit:
+	// month, or a request's override of unit MONTH) of fixed_window,
+	// sliding_window or sliding_log that has no calendar of its own count
+	// this calendar's months (envoyproxy/ratelimit's
+	// USE_CALENDAR_MONTH_RATE_LIMIT: UTC months). Other limits keep theirs.
+	CalendarMonths *calendar.Calendar
 	// ResponseMetadata adds envoyproxy/ratelimit's dynamic metadata to
 	// every answer (its RESPONSE_DYNAMIC_METADATA; see responseMetadata).
 	ResponseMetadata bool
@@ -124,9 +131,10 @@ type Service struct {
 	quota          Sharer
 	tokens         *tokenBudget // settlement tokens
 
-	chargePastLimit  bool // Options.ChargePastLimit
-	quotaMode        bool // Options.QuotaMode
-	responseMetadata bool // Options.ResponseMetadata
+	chargePastLimit  bool               // Options.ChargePastLimit
+	quotaMode        bool               // Options.QuotaMode
+	months           *calendar.Calendar // Options.CalendarMonths
+	responseMetadata bool               // Options.ResponseMetadata
 }
 
 // New returns a Service deciding on st with the given policies (nil means
@@ -164,6 +172,7 @@ func New(st store.Store, policies *policy.Set, opts Options) (*Service, error) {
 
 		chargePastLimit:  opts.ChargePastLimit,
 		quotaMode:        opts.QuotaMode,
+		months:           opts.CalendarMonths,
 		responseMetadata: opts.ResponseMetadata,
 		log:              opts.Logger,
 		metrics:          NewMetrics(opts.Registerer),
@@ -198,7 +207,7 @@ func (s *Service) SetPolicies(p *policy.Set) {
 	if p == nil {
 		p, _ = policy.NewSet()
 	}
-	v := newVersion(p, s.rules)
+	v := newVersion(p, s.rules, s.months)
 	s.policies.Store(v)
 	live := make(map[ruleLabel]bool, len(v.info))
 	for l := range v.info {

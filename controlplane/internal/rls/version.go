@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/policy"
 	"github.com/sluicehq/sluice/controlplane/store"
 )
@@ -15,9 +16,10 @@ import (
 // version is one policy set and what decisions derive from its limits,
 // computed once when the set is installed rather than on every request.
 type version struct {
-	set  *policy.Set
-	info map[*policy.Limit]*limitInfo // every limit of every domain of set
-	wire wireCache                    // the encodings of the shared metadata (see Codec)
+	set    *policy.Set
+	months *calendar.Calendar           // Options.CalendarMonths
+	info   map[*policy.Limit]*limitInfo // every limit of every domain of set
+	wire   wireCache                    // the encodings of the shared metadata (see Codec)
 }
 
 // limitInfo is what a decision needs of one limit besides the limit itself.
@@ -35,13 +37,13 @@ type limitInfo struct {
 
 // newVersion derives the limit information of every limit of set, with
 // its statistics' counters from rules (none when rules is nil).
-func newVersion(set *policy.Set, rules *ruleMetrics) *version {
-	v := &version{set: set, info: map[*policy.Limit]*limitInfo{}}
+func newVersion(set *policy.Set, rules *ruleMetrics, months *calendar.Calendar) *version {
+	v := &version{set: set, months: months, info: map[*policy.Limit]*limitInfo{}}
 	v.wire.addValue(emptyValue)
 	v.wire.addStruct(emptySingle)
 	for _, d := range set.Domains() {
 		for _, l := range d.Limits() {
-			i := newLimitInfo(l)
+			i := newLimitInfo(l, months)
 			i.rules = rules
 			v.info[l] = i
 			v.wire.addValue(i.meta)
@@ -70,12 +72,12 @@ func (v *version) infoOf(l *policy.Limit) *limitInfo {
 	if i := v.info[l]; i != nil {
 		return i
 	}
-	return newLimitInfo(l)
+	return newLimitInfo(l, v.months)
 }
 
-// newLimitInfo computes the information of l.
-func newLimitInfo(l *policy.Limit) *limitInfo {
-	sl := storeLimit(l)
+// newLimitInfo computes the information of l (months: see storeLimit).
+func newLimitInfo(l *policy.Limit, months *calendar.Calendar) *limitInfo {
+	sl := storeLimit(l, months)
 	i := &limitInfo{store: sl, capacity: capacity(sl), current: currentLimit(l)}
 	i.meta = metadataValue(&outcome{lim: l, info: i, res: algorithms.Result{Allowed: true}})
 	i.single = metadataStruct([]*structpb.Value{i.meta})

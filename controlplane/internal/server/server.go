@@ -48,6 +48,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
+	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 	"github.com/sluicehq/sluice/controlplane/internal/degrade"
 	"github.com/sluicehq/sluice/controlplane/internal/invalidarg"
@@ -175,10 +176,12 @@ type Config struct {
 	// (see rls.Options); 0 means their defaults.
 	NearLimitRatio float64
 	MaxRuleValues  int
-	// ChargePastLimit, QuotaMode and ResponseMetadata are rls.Options'.
+	// ChargePastLimit, QuotaMode, ResponseMetadata and CalendarMonths are
+	// rls.Options'.
 	ChargePastLimit  bool
 	QuotaMode        bool
 	ResponseMetadata bool
+	CalendarMonths   *calendar.Calendar
 	// MemoryMaxEntries and MemoryMaxBytes bound the memory store; 0 means
 	// its defaults.
 	MemoryMaxEntries int
@@ -322,6 +325,7 @@ func (s *Server) build() error {
 		ChargePastLimit:  cfg.ChargePastLimit,
 		QuotaMode:        cfg.QuotaMode,
 		ResponseMetadata: cfg.ResponseMetadata,
+		CalendarMonths:   cfg.CalendarMonths,
 		Registerer:       s.registry,
 		Quota:            s.quota(),
 		SettleTokens:     s.settleTokens(),
