@@ -15,7 +15,8 @@ import (
 	"github.com/sluicehq/sluice/controlplane/internal/server"
 )
 
-// The attacks of issue 12 on the decision port in grpc-go mode, against
+// Attacks that make the decision port in grpc-go mode hold memory or
+// goroutines, against
 // the real binary on loopback. Each checks the process's RSS against a
 // budget, that a normal ShouldRateLimit call from another connection
 // succeeds during the attack and after it, and that goroutines return to

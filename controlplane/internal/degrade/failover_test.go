@@ -133,8 +133,8 @@ func (r *failoverRig) calls(t *testing.T, i, n int) (int, []timedAnswer) {
 // machine; the bug this guards against was a whole window (a day) off.
 const failoverSlack = 2 * time.Second
 
-// TestFailoverTakesOverTheWindow is issue 19's reproduction on a real
-// redis-server: a 10-per-window key (a window of a day or more) has 6 of
+// TestFailoverTakesOverTheWindow: the memory store takes over Redis's
+// window when Redis fails, on a real redis-server: a 10-per-window key (a window of a day or more) has 6 of
 // its 10 used on Redis, Redis is killed with SIGKILL, and each replica's
 // memory store answers, its clock equal to Redis's TIME or skewed from it
 // by hours. The memory store must go on with Redis's window: its answers

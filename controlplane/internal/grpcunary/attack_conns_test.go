@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
-// The connection attacks of issue 12 (see attack_test.go's runAttack):
+// The connection attacks (see attack_test.go's runAttack):
 // more connections than MaxConns, and connections that do nothing.
 
 // openConns returns the server's connections.

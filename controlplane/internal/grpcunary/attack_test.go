@@ -23,7 +23,8 @@ import (
 	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
 )
 
-// The tests here are the attacks of issue 12 on the decision port, each
+// The tests here attack the decision port to make it hold memory or
+// goroutines, each
 // bounded in time on loopback. Each checks, through runAttack, that the
 // heap stays within a budget, that a normal call from another connection
 // succeeds during the attack and after it, and that the goroutines return

@@ -22,7 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/attackload"
 )
 
-// The attacks of issue 19 on the decision port: a few clients must not
+// Attacks that deny the decision port to others: a few clients must not
 // deny it to the others. Each test measures the share of normal calls that
 // succeed during the attack, on fresh connections and on a connection
 // opened before it.
