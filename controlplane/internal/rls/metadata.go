@@ -8,51 +8,8 @@ import (
 
 // MetadataKey is the field of RateLimitResponse.dynamic_metadata in which
 // sluice reports, for its filter's local precheck, the parameters of the
-// limit that decided each descriptor. The contract with the filter:
-//
-//	dynamic_metadata: {
-//	  "sluice": [                 // a list, one struct per request descriptor, in order
-//	    {
-//	      "algorithm":      "token_bucket", // fixed_window | sliding_window | sliding_log |
-//	                                        // token_bucket | gcra | reserve; "" = do not precheck
-//	      "limit":          5,       // requests per window (the refill rate for
-//	                                 // token_bucket, gcra and reserve)
-//	      "window_ms":      1000,    // the window or refill period in milliseconds
-//	                                 // (fractional when not whole milliseconds)
-//	      "burst":          20,      // capacity: the most admitted at one instant
-//	                                 // (the burst for token_bucket, gcra and reserve, else limit)
-//	      "retry_after_ms": 0,       // when the descriptor's status is OVER_LIMIT: how
-//	                                 // long until the same request would be allowed; else 0
-//	      "failure_mode":   "closed", // the policy's failure_mode for this descriptor (open |
-//	                                 // closed), which the filter applies when a later call
-//	                                 // fails; absent when no policy matched the descriptor
-//	      "name":           "api_key#0", // the limit's name in the RateLimit headers (LimitName);
-//	                                 // absent when no policy matched the descriptor
-//	      "wait_ms":        250      // reserve only, present when > 0: the descriptor is OK but
-//	                                 // the request must wait this long before it proceeds (the
-//	                                 // longest wait of the descriptor's reserve limits; the
-//	                                 // slot is already taken)
-//	    },
-//	    ...
-//	  ]
-//	}
-//
-// All numbers are protobuf numbers (doubles); limit and burst are below
-// 2^32; window_ms and retry_after_ms may be fractional (round retry_after_ms
-// up). algorithm is "" (and limit, window_ms and burst 0) when the filter
-// must not size a local bucket from the descriptor: nothing limits it, it is unlimited, its limits are in
-// shadow_mode, the store failed and failure_mode decided, or a limit
-// override of 0 requests answered. Several limits on one descriptor: the
-// struct describes the one its status reports (the most restrictive), which
-// is safe for a precheck since every limit must pass. retry_after_ms is set
-// for every OVER_LIMIT status, including failure_mode closed (1000).
-//
-// wait_ms is the only way an answer says "wait": RLS has no field for it, and
-// Envoy's own ratelimit filter, which does not read this metadata, passes a
-// reserved request at once. A request waits for the longest wait_ms of its
-// descriptors; it is only set when the overall code is OK or the descriptor
-// itself is not over limit (a request refused by another descriptor still
-// holds its slot, as every descriptor is counted on its own).
+// limit that decided each descriptor: the contract is in the package
+// documentation ("The metadata contract with the filter").
 const MetadataKey = "sluice"
 
 // Metadata struct field names (see MetadataKey).

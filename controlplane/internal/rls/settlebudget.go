@@ -12,28 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The store remembers a settlement's tokens (one store.Once per charge:
-// a Redis key of about 133 bytes, a slot of the memory store's table) for
-// the dedupe TTL, and any client of the decision port may send settlements
-// with new tokens: one did write 1.82 million keys in 30 seconds. So each
-// replica bounds the tokens it has asked the store to remember within a
-// TTL (Options.SettleTokens), and shares that budget among its clients:
-//
-//   - a settlement whose new tokens would pass the budget is refused with
-//     RESOURCE_EXHAUSTED, and nothing is charged; the filter sends it again
-//     later, with the same token, so exactly-once still holds;
-//   - past half the budget, a client gets new tokens only while it holds
-//     fewer than its share: half the budget divided among the clients that
-//     hold tokens. One client that floods holds at most half the budget
-//     plus its share, and no client can take the rest from the others; and
-//     nothing already remembered is dropped to make room (the memory
-//     store's own table drops its oldest, which the budget keeps it from
-//     reaching when it is the only store).
-//
-// A client is the peer's IP address (an IPv6 /64), so that an Envoy's
-// connections count as one client. Duplicates (retries) give back what they
-// took once the store has said so.
-
 // Defaults of the settlement token budget.
 const (
 	// DefaultSettleTokens is the tokens one replica may have the store

@@ -57,7 +57,7 @@ const clientPrefaceLen = 24
 //     another, as with Envoy's and Go's own servers;
 //   - SETTINGS: more than 16 in a window (a client sends one, at the
 //     start);
-//   - header blocks of more than 16 CONTINUATION frames or 64 KiB (the
+//   - header blocks of more than 16 CONTINUATION frames or 32 KiB (the
 //     CONTINUATION flood, empty frames included);
 //   - PING: more than 32 within a second with no HEADERS or DATA from the
 //     server in between (a flood, which grpc-go answers frame by frame
