@@ -9,15 +9,6 @@ import (
 	"testing"
 )
 
-// envOf returns a getenv holding the pairs of kv.
-func envOf(kv ...string) func(string) string {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return func(k string) string { return m[k] }
-}
-
 // TestFlagValues: values of sluice-controlplane's flags and their variables
 // that parse but cannot work are refused, each error naming the flag and
 // its variable; good values pass.
@@ -53,7 +44,7 @@ func TestFlagValues(t *testing.T) {
 		}
 	}
 	// The same through the environment names the variable too.
-	_, err := parseFlags(nil, envOf("SLUICE_NEAR_LIMIT_RATIO", "NaN"), io.Discard)
+	_, err := parseFlags(nil, func(k string) string { return map[string]string{"SLUICE_NEAR_LIMIT_RATIO": "NaN"}[k] }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "$SLUICE_NEAR_LIMIT_RATIO") {
 		t.Errorf("$SLUICE_NEAR_LIMIT_RATIO=NaN: %v", err)
 	}
