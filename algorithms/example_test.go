@@ -2,7 +2,6 @@ package algorithms_test
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
 )
@@ -82,15 +81,15 @@ func ExampleParseKind() {
 }
 
 // A window's unit, as RLS reports it: one whole unit, or none.
-func ExampleUnitOf() {
-	for _, d := range []time.Duration{time.Minute, 30 * 24 * time.Hour, 90 * time.Second} {
-		u := algorithms.UnitOf(d)
-		fmt.Printf("%v: %s (%d), %q in a policy\n", d, u, u, u.Name())
+func ExampleUnitOfSeconds() {
+	for _, seconds := range []int64{60, 30 * 86400, 90} {
+		u := algorithms.UnitOfSeconds(seconds)
+		fmt.Printf("%ds: %s (%d), %q in a policy\n", seconds, u, u, u.Name())
 	}
 	// Output:
-	// 1m0s: MINUTE (2), "minute" in a policy
-	// 720h0m0s: MONTH (5), "month" in a policy
-	// 1m30s: UNKNOWN (0), "unknown" in a policy
+	// 60s: MINUTE (2), "minute" in a policy
+	// 2592000s: MONTH (5), "month" in a policy
+	// 90s: UNKNOWN (0), "unknown" in a policy
 }
 
 // Reserve tells the caller how long to wait instead of refusing, up to

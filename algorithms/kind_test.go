@@ -1,9 +1,6 @@
 package algorithms
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 func TestKinds(t *testing.T) {
 	for _, k := range Kinds() {
@@ -42,22 +39,22 @@ func TestUnits(t *testing.T) {
 	for _, c := range []struct {
 		u          Unit
 		name, enum string
-		d          time.Duration
+		d          int64 // seconds
 		calendar   bool
 	}{
-		{UnitSecond, "second", "SECOND", time.Second, false},
-		{UnitMinute, "minute", "MINUTE", time.Minute, false},
-		{UnitHour, "hour", "HOUR", time.Hour, false},
-		{UnitDay, "day", "DAY", 24 * time.Hour, true},
-		{UnitWeek, "week", "WEEK", 7 * 24 * time.Hour, true},
-		{UnitMonth, "month", "MONTH", 30 * 24 * time.Hour, true},
-		{UnitYear, "year", "YEAR", 365 * 24 * time.Hour, true},
+		{UnitSecond, "second", "SECOND", 1, false},
+		{UnitMinute, "minute", "MINUTE", 60, false},
+		{UnitHour, "hour", "HOUR", 3600, false},
+		{UnitDay, "day", "DAY", 24 * 3600, true},
+		{UnitWeek, "week", "WEEK", 7 * 24 * 3600, true},
+		{UnitMonth, "month", "MONTH", 30 * 24 * 3600, true},
+		{UnitYear, "year", "YEAR", 365 * 24 * 3600, true},
 		{UnitUnknown, "unknown", "UNKNOWN", 0, false},
 		{Unit(-1), "unknown", "UNKNOWN", 0, false},
 		{Unit(263), "unknown", "UNKNOWN", 0, false}, // 7 modulo 256: no wrapping onto WEEK
 	} {
-		if c.u.Name() != c.name || c.u.String() != c.enum || c.u.Duration() != c.d || c.u.IsCalendar() != c.calendar {
-			t.Errorf("Unit(%d): %q %q %v %v; want %q %q %v %v", c.u, c.u.Name(), c.u.String(), c.u.Duration(), c.u.IsCalendar(),
+		if c.u.Name() != c.name || c.u.String() != c.enum || c.u.Seconds() != c.d || c.u.IsCalendar() != c.calendar {
+			t.Errorf("Unit(%d): %q %q %v %v; want %q %q %v %v", c.u, c.u.Name(), c.u.String(), c.u.Seconds(), c.u.IsCalendar(),
 				c.name, c.enum, c.d, c.calendar)
 		}
 		if c.d == 0 {
@@ -66,12 +63,12 @@ func TestUnits(t *testing.T) {
 		if u, ok := ParseUnit(c.name); !ok || u != c.u {
 			t.Errorf("ParseUnit(%q) = %v, %v", c.name, u, ok)
 		}
-		if u := UnitOf(c.d); u != c.u {
-			t.Errorf("UnitOf(%v) = %v; want %v", c.d, u, c.u)
+		if u := UnitOfSeconds(c.d); u != c.u {
+			t.Errorf("UnitOfSeconds(%d) = %v; want %v", c.d, u, c.u)
 		}
 	}
-	if u := UnitOf(90 * time.Second); u != UnitUnknown {
-		t.Errorf("UnitOf(90s) = %v", u)
+	if u := UnitOfSeconds(90); u != UnitUnknown {
+		t.Errorf("UnitOfSeconds(90) = %v", u)
 	}
 	if got := Units(); len(got) != 7 || got[0] != UnitSecond || got[6] != UnitYear {
 		t.Errorf("Units() = %v", got)

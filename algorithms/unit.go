@@ -1,7 +1,5 @@
 package algorithms
 
-import "time"
-
 // Unit is a rate-limit unit, numbered as RLS v3 numbers them
 // (envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit, where WEEK
 // came after YEAR), so that a conversion to that enum is the unit. It is an
@@ -22,21 +20,23 @@ const (
 	UnitWeek    Unit = 7
 )
 
-// unitInfo is each unit's names and length, shortest first. Lengths are
-// envoyproxy/ratelimit's: a month is 30 days and a year 365 days (a
-// calendar counts real ones).
+// unitInfo is each unit's names and length in seconds, shortest first.
+// Lengths are envoyproxy/ratelimit's: a month is 30 days and a year 365
+// days (a calendar counts real ones). Seconds, not time.Duration: the
+// package imports nothing, so that filter.wasm pays for no more of Go's
+// runtime (package time brings syscall and its WASI imports).
 var unitInfo = [...]struct {
 	unit       Unit
 	name, enum string
-	d          time.Duration
+	seconds    int64
 }{
-	{UnitSecond, "second", "SECOND", time.Second},
-	{UnitMinute, "minute", "MINUTE", time.Minute},
-	{UnitHour, "hour", "HOUR", time.Hour},
-	{UnitDay, "day", "DAY", 24 * time.Hour},
-	{UnitWeek, "week", "WEEK", 7 * 24 * time.Hour},
-	{UnitMonth, "month", "MONTH", 30 * 24 * time.Hour},
-	{UnitYear, "year", "YEAR", 365 * 24 * time.Hour},
+	{UnitSecond, "second", "SECOND", 1},
+	{UnitMinute, "minute", "MINUTE", 60},
+	{UnitHour, "hour", "HOUR", 3600},
+	{UnitDay, "day", "DAY", 86400},
+	{UnitWeek, "week", "WEEK", 7 * 86400},
+	{UnitMonth, "month", "MONTH", 30 * 86400},
+	{UnitYear, "year", "YEAR", 365 * 86400},
 }
 
 // Units returns every unit, shortest first.
@@ -69,11 +69,11 @@ func (u Unit) Name() string {
 	return "unknown"
 }
 
-// Duration returns the unit's length, or 0 for UnitUnknown.
-func (u Unit) Duration() time.Duration {
+// Seconds returns the unit's length in seconds, or 0 for UnitUnknown.
+func (u Unit) Seconds() int64 {
 	for _, i := range unitInfo {
 		if i.unit == u {
-			return i.d
+			return i.seconds
 		}
 	}
 	return 0
@@ -90,10 +90,11 @@ func ParseUnit(name string) (Unit, bool) {
 	return UnitUnknown, false
 }
 
-// UnitOf returns the unit whose length is exactly d, or UnitUnknown.
-func UnitOf(d time.Duration) Unit {
+// UnitOfSeconds returns the unit whose length is exactly s seconds, or
+// UnitUnknown.
+func UnitOfSeconds(s int64) Unit {
 	for _, i := range unitInfo {
-		if i.d == d {
+		if i.seconds == s {
 			return i.unit
 		}
 	}

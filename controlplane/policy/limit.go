@@ -128,7 +128,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 		}
 		if s, good := p.choice(unitF, windowField, "unit", names); good {
 			l.Unit, _ = algorithms.ParseUnit(s)
-			l.Window = l.Unit.Duration()
+			l.Window = unitLength(l.Unit)
 			windowOK = true
 		}
 		if f, has := fs["unit_multiplier"]; has && windowOK {
@@ -146,7 +146,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 				windowOK = false
 			default:
 				l.Window *= time.Duration(m)
-				l.Unit = algorithms.UnitOf(l.Window)
+				l.Unit = unitOf(l.Window)
 				windowField = mpath
 			}
 		}
@@ -155,7 +155,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 		if f, has := fs["unit_multiplier"]; has {
 			p.errorf(f.key.Line, join(path, "unit_multiplier"), "applies to unit only: with window, write the whole duration")
 		} else if w, good := p.window(winF, windowField); good {
-			l.Window, l.Unit = w, algorithms.UnitOf(w)
+			l.Window, l.Unit = w, unitOf(w)
 			windowOK = true
 		}
 	}

@@ -114,7 +114,7 @@ func limitNode(l *Limit) *yaml.Node {
 		if l.Algorithm != algorithms.KindFixedWindow {
 			addStr(m, "algorithm", l.Algorithm.String())
 		}
-		if u := algorithms.UnitOf(l.Window); u != algorithms.UnitUnknown {
+		if u := unitOf(l.Window); u != algorithms.UnitUnknown {
 			addStr(m, "unit", u.Name())
 		} else {
 			addStr(m, "window", formatDuration(l.Window))

@@ -285,7 +285,7 @@ func TestUnitMatchesRLS(t *testing.T) {
 			t.Errorf("Unit %d: RLS name %s, ours %s", u, got, u)
 		}
 	}
-	if algorithms.UnitMonth.Duration() != 30*24*time.Hour || algorithms.UnitYear.Duration() != 365*24*time.Hour || algorithms.UnitUnknown.Duration() != 0 {
+	if unitLength(algorithms.UnitMonth) != 30*24*time.Hour || unitLength(algorithms.UnitYear) != 365*24*time.Hour || unitLength(algorithms.UnitUnknown) != 0 {
 		t.Error("unit lengths differ from envoyproxy/ratelimit's")
 	}
 }

@@ -279,3 +279,15 @@ func (s *Set) Without(name string) *Set {
 	}
 	return n
 }
+
+// unitLength returns u's length, 0 for algorithms.UnitUnknown.
+func unitLength(u algorithms.Unit) time.Duration { return time.Duration(u.Seconds()) * time.Second }
+
+// unitOf returns the unit whose length is exactly d, or
+// algorithms.UnitUnknown.
+func unitOf(d time.Duration) algorithms.Unit {
+	if d <= 0 || d%time.Second != 0 {
+		return algorithms.UnitUnknown
+	}
+	return algorithms.UnitOfSeconds(int64(d / time.Second))
+}

@@ -41,7 +41,7 @@ func reportUnit(l *policy.Limit) (algorithms.Unit, uint32) {
 		return l.Unit, 1
 	}
 	for _, u := range []algorithms.Unit{algorithms.UnitDay, algorithms.UnitHour, algorithms.UnitMinute, algorithms.UnitSecond} {
-		d := u.Duration()
+		d := time.Duration(u.Seconds()) * time.Second
 		if l.Window > 0 && l.Window%d == 0 && l.Window/d <= math.MaxUint32 {
 			return u, uint32(l.Window / d)
 		}
