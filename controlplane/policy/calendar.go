@@ -1,16 +1,9 @@
 package policy
 
 import (
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 )
-
-// calendarUnits maps the units a calendar counts to its periods.
-var calendarUnits = map[Unit]calendar.Unit{
-	UnitDay:   calendar.Day,
-	UnitWeek:  calendar.Week,
-	UnitMonth: calendar.Month,
-	UnitYear:  calendar.Year,
-}
 
 // calendar parses the limit's calendar into l.Calendar: an IANA time zone
 // in which l's unit counts calendar days, ISO weeks (from Monday), months
@@ -28,7 +21,6 @@ func (p *parser) calendar(l *Limit, fs map[string]field, path string, algoOK, un
 	if !ok {
 		return false
 	}
-	unit, isCalendar := calendarUnits[l.Unit]
 	_, hasUnit := fs["unit"]
 	_, hasMultiplier := fs["unit_multiplier"]
 	switch {
@@ -40,33 +32,23 @@ func (p *parser) calendar(l *Limit, fs map[string]field, path string, algoOK, un
 		return false
 	case !unitOK || !algoOK:
 		return true // their own errors say it all
-	case !isCalendar:
-		p.errorf(f.key.Line, fpath, "takes unit day, week, month or year (got %s, whose windows are the same in every time zone: leave calendar out)", l.Unit.name())
+	case !l.Unit.IsCalendar():
+		p.errorf(f.key.Line, fpath, "takes unit day, week, month or year (got %s, whose windows are the same in every time zone: leave calendar out)", l.Unit.Name())
 		return false
-	case l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow && l.Algorithm != SlidingLog:
+	case !l.Algorithm.HasWindows():
 		p.errorf(f.key.Line, fpath,
 			"applies to the algorithms with windows (fixed_window, sliding_window, sliding_log); %s refills at requests_per_unit at every instant, which no calendar boundary changes", l.Algorithm)
 		return false
-	case l.Algorithm == SlidingWindow && unit == calendar.Year:
+	case l.Algorithm == algorithms.KindSlidingWindow && l.Unit == algorithms.UnitYear:
 		p.errorf(f.key.Line, fpath,
 			"sliding_window counts periods of at most 53 days (its weighted count multiplies a period by 1000): use day, week or month, or fixed_window or sliding_log for a year")
 		return false
 	}
-	c, err := calendar.Of(zone, unit)
+	c, err := calendar.Of(zone, l.Unit)
 	if err != nil {
 		p.errorf(f.val.Line, fpath, "%s is not an IANA time zone (e.g. UTC, Europe/Berlin, America/New_York)", quote(zone))
 		return false
 	}
 	l.Calendar = c
 	return true
-}
-
-// name returns the unit's name as policies write it.
-func (u Unit) name() string {
-	for _, i := range unitInfo {
-		if i.unit == u {
-			return i.name
-		}
-	}
-	return "unknown"
 }

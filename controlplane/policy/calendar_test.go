@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 )
 
@@ -23,11 +24,11 @@ descriptors:
       - {unit: month, requests_per_unit: 10}
 `)
 	ls := d.Limits()
-	berlin, _ := calendar.Of("Europe/Berlin", calendar.Month)
-	if ls[0].Calendar != berlin || ls[0].Unit != UnitMonth || ls[0].Window != 30*24*time.Hour {
+	berlin, _ := calendar.Of("Europe/Berlin", algorithms.UnitMonth)
+	if ls[0].Calendar != berlin || ls[0].Unit != algorithms.UnitMonth || ls[0].Window != 30*24*time.Hour {
 		t.Errorf("limit 0: %+v", ls[0])
 	}
-	if ls[1].Calendar == nil || ls[1].Calendar.Zone() != "America/New_York" || ls[2].Calendar.Unit() != calendar.Year {
+	if ls[1].Calendar == nil || ls[1].Calendar.Zone() != "America/New_York" || ls[2].Calendar.Unit() != algorithms.UnitYear {
 		t.Errorf("limits 1, 2: %v %v", ls[1].Calendar, ls[2].Calendar)
 	}
 	if ls[3].Calendar != nil {
@@ -75,14 +76,14 @@ func TestCalendarErrors(t *testing.T) {
 // lasts 30 days and starts on no particular date.
 func TestUnitsKeepEnvoyproxyRatelimitLengths(t *testing.T) {
 	for _, c := range []struct {
-		unit Unit
+		unit algorithms.Unit
 		d    time.Duration
-	}{{UnitWeek, 7 * 24 * time.Hour}, {UnitMonth, 30 * 24 * time.Hour}, {UnitYear, 365 * 24 * time.Hour}} {
-		if c.unit.Duration() != c.d {
-			t.Errorf("%v lasts %v, want %v", c.unit, c.unit.Duration(), c.d)
+	}{{algorithms.UnitWeek, 7 * 24 * time.Hour}, {algorithms.UnitMonth, 30 * 24 * time.Hour}, {algorithms.UnitYear, 365 * 24 * time.Hour}} {
+		if unitLength(c.unit) != c.d {
+			t.Errorf("%v lasts %v, want %v", c.unit, unitLength(c.unit), c.d)
 		}
 	}
-	week := int64(UnitWeek.Duration())
+	week := int64(unitLength(algorithms.UnitWeek))
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC) // a Wednesday
 	end := time.Unix(0, (now.UnixNano()/week+1)*week).UTC()
 	if end.Weekday() != time.Thursday || end.Hour() != 0 || end != time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC) {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // mustParseExample parses example.yaml, the policies `make run` serves.
@@ -29,16 +31,16 @@ func TestExamplePolicy(t *testing.T) {
 		request []Entry
 		want    []want
 	}{
-		{entries("remote_address=10.0.0.1"), []want{{id: "remote_address#0", algo: FixedWindow, requests: 10,
-			window: 10 * time.Second, unit: UnitUnknown, fail: FailOpen, name: "per_address"}}},
-		{entries("api_key=k-123"), []want{{id: "api_key#0", algo: TokenBucket, requests: 5, window: time.Second,
-			unit: UnitSecond, burst: 20, fail: FailOpen}}},
+		{entries("remote_address=10.0.0.1"), []want{{id: "remote_address#0", algo: algorithms.KindFixedWindow, requests: 10,
+			window: 10 * time.Second, unit: algorithms.UnitUnknown, fail: FailOpen, name: "per_address"}}},
+		{entries("api_key=k-123"), []want{{id: "api_key#0", algo: algorithms.KindTokenBucket, requests: 5, window: time.Second,
+			unit: algorithms.UnitSecond, burst: 20, fail: FailOpen}}},
 		{entries("path=/login"), []want{
-			{id: "path=%2Flogin*#0", algo: SlidingLog, requests: 5, window: time.Minute, unit: UnitMinute, fail: FailClosed},
-			{id: "path=%2Flogin*#1", algo: SlidingLog, requests: 30, window: time.Hour, unit: UnitHour, fail: FailClosed}}},
+			{id: "path=%2Flogin*#0", algo: algorithms.KindSlidingLog, requests: 5, window: time.Minute, unit: algorithms.UnitMinute, fail: FailClosed},
+			{id: "path=%2Flogin*#1", algo: algorithms.KindSlidingLog, requests: 30, window: time.Hour, unit: algorithms.UnitHour, fail: FailClosed}}},
 		{entries("path=/healthz"), []want{{id: "path=%2Fhealthz#0", unlimited: true, fail: FailOpen}}},
-		{entries("path=/orders/7"), []want{{id: "path#0", algo: SlidingLog, requests: 100, window: time.Minute,
-			unit: UnitMinute, shadow: true, fail: FailOpen}}},
+		{entries("path=/orders/7"), []want{{id: "path#0", algo: algorithms.KindSlidingLog, requests: 100, window: time.Minute,
+			unit: algorithms.UnitMinute, shadow: true, fail: FailOpen}}},
 		{entries("method=GET"), nil},
 	}
 	for _, tt := range tests {

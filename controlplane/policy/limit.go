@@ -5,10 +5,12 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Bounds on what a policy may ask for. Each keeps the arithmetic of the
-// algorithms exact both natively (int64 nanoseconds, see shared/algorithms)
+// algorithms exact both natively (int64 nanoseconds, see package algorithms)
 // and in the Redis Lua scripts (doubles, exact to 2^53, times in
 // microseconds).
 const (
@@ -16,7 +18,7 @@ const (
 	// current_limit.requests_per_unit as a uint32.
 	maxRequests = math.MaxUint32
 	// maxSpanNs bounds windows and the spans derived from them in
-	// nanoseconds, as shared/algorithms does (2^61 ns is 73 years), so that
+	// nanoseconds, as package algorithms does (2^61 ns is 73 years), so that
 	// now plus a few spans cannot overflow int64.
 	maxSpanNs = int64(1) << 61
 	// maxLua is the largest integer a Lua double holds exactly.
@@ -94,15 +96,16 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 		return l
 	}
 
-	l.Algorithm = FixedWindow
+	l.Algorithm = algorithms.KindFixedWindow
 	algoOK := true
 	if f, has := fs["algorithm"]; has {
-		names := make([]string, len(algorithmNames))
-		for i, a := range algorithmNames {
-			names[i] = string(a)
+		kinds := algorithms.Kinds()
+		names := make([]string, len(kinds))
+		for i, k := range kinds {
+			names[i] = k.String()
 		}
 		s, good := p.choice(f, join(path, "algorithm"), "algorithm", names)
-		l.Algorithm = Algorithm(s)
+		l.Algorithm, _ = algorithms.ParseKind(s)
 		algoOK = good
 		ok = ok && good
 	}
@@ -118,16 +121,14 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 	case !hasUnit && !hasWin:
 		p.errorf(line(raw), path, "needs exactly one of unit (second, minute, hour, day, week, month, year) or window (e.g. 30s, 5m, 1h30m)")
 	case hasUnit:
-		names := make([]string, len(unitInfo))
-		for i, u := range unitInfo {
-			names[i] = u.name
+		units := algorithms.Units()
+		names := make([]string, len(units))
+		for i, u := range units {
+			names[i] = u.Name()
 		}
 		if s, good := p.choice(unitF, windowField, "unit", names); good {
-			for _, u := range unitInfo {
-				if u.name == s {
-					l.Window, l.Unit = u.d, u.unit
-				}
-			}
+			l.Unit, _ = algorithms.ParseUnit(s)
+			l.Window = unitLength(l.Unit)
 			windowOK = true
 		}
 		if f, has := fs["unit_multiplier"]; has && windowOK {
@@ -165,7 +166,7 @@ func (p *parser) limit(raw *yaml.Node, path string) *Limit {
 		p.errorf(line(raw), join(path, "requests_per_unit"), "required (or set unlimited: true)")
 	} else if v, good := p.integer(f, join(path, "requests_per_unit")); good {
 		switch {
-		case v == 0 && algoOK && l.Algorithm != FixedWindow:
+		case v == 0 && algoOK && l.Algorithm != algorithms.KindFixedWindow:
 			p.errorf(f.val.Line, join(path, "requests_per_unit"),
 				"0 (refuse every request, as envoyproxy/ratelimit reads it) is only accepted with fixed_window (algorithm is %s)", l.Algorithm)
 		case v == 0:
@@ -253,7 +254,7 @@ func (p *parser) window(f field, path string) (time.Duration, bool) {
 
 // checkBounds checks the limits that keep each algorithm's arithmetic exact
 // natively (nanoseconds, int64) and in Redis Lua (microseconds, doubles),
-// then asks shared/algorithms to validate the parameters in both forms.
+// then asks package algorithms to validate the parameters in both forms.
 func (p *parser) checkBounds(l *Limit, path, winField string, winLine int, burstField string, burstLine int, fs map[string]field) bool {
 	if l.Requests == 0 {
 		return true // refuses everything: no algorithm arithmetic to keep exact
@@ -268,7 +269,7 @@ func (p *parser) checkBounds(l *Limit, path, winField string, winLine int, burst
 		return false
 	}
 	switch l.Algorithm {
-	case SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		// The weighted count multiplies the window and the counts by 1000
 		// (a calendar's periods, month at most, are bounded by calendar).
 		if l.Calendar == nil && (ns > maxSpanNs/weightScale || us > maxLua/weightScale) {
@@ -282,14 +283,14 @@ func (p *parser) checkBounds(l *Limit, path, winField string, winLine int, burst
 				maxLua/weightScale, l.Requests)
 			return false
 		}
-	case SlidingLog:
+	case algorithms.KindSlidingLog:
 		if l.Requests > MaxSlidingLog {
 			p.errorf(reqLine, reqField,
 				"sliding_log keeps one entry per admitted request: at most %d (got %d); use sliding_window for larger limits",
 				MaxSlidingLog, l.Requests)
 			return false
 		}
-	case TokenBucket, Reserve:
+	case algorithms.KindTokenBucket, algorithms.KindReserve:
 		// The bucket holds burst x window units (1/window of a token
 		// each). The native bound (2^61 ns) implies the Lua one (2^53 µs).
 		if l.Burst > maxSpanNs/ns || l.Burst > maxLua/us {
@@ -298,7 +299,7 @@ func (p *parser) checkBounds(l *Limit, path, winField string, winLine int, burst
 				l.Algorithm, time.Duration(maxSpanNs), l.Burst, l.Window)
 			return false
 		}
-	case GCRA:
+	case algorithms.KindGCRA:
 		// The emission interval window/requests must be at least one time
 		// unit of the Lua clock (a microsecond). burst x interval is the
 		// delay variation tolerance, added to the current time: the native

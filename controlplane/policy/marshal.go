@@ -9,6 +9,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Marshal writes d back as YAML in canonical form: fields in a fixed order,
@@ -109,15 +111,11 @@ func limitNode(l *Limit) *yaml.Node {
 	if l.Unlimited {
 		addBool(m, "unlimited", true)
 	} else {
-		if l.Algorithm != FixedWindow {
-			addStr(m, "algorithm", string(l.Algorithm))
+		if l.Algorithm != algorithms.KindFixedWindow {
+			addStr(m, "algorithm", l.Algorithm.String())
 		}
-		if u := unitOf(l.Window); u != UnitUnknown {
-			for _, i := range unitInfo {
-				if i.unit == u {
-					addStr(m, "unit", i.name)
-				}
-			}
+		if u := unitOf(l.Window); u != algorithms.UnitUnknown {
+			addStr(m, "unit", u.Name())
 		} else {
 			addStr(m, "window", formatDuration(l.Window))
 		}
@@ -128,7 +126,7 @@ func limitNode(l *Limit) *yaml.Node {
 		if l.Algorithm.HasBurst() && l.Burst != l.Requests {
 			addInt(m, "burst", l.Burst)
 		}
-		if l.Algorithm == Reserve {
+		if l.Algorithm == algorithms.KindReserve {
 			addStr(m, "max_wait", formatDuration(l.MaxWait))
 		}
 	}

@@ -3,10 +3,10 @@ package policy
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
-// The methods below give the shared/algorithms parameters a limit maps to,
+// The methods below give the parameters (package algorithms) a limit maps to,
 // with times expressed in unit: time.Nanosecond for the Go algorithms (the
 // memory store, the filter), time.Microsecond for the Redis Lua scripts.
 // Parse guarantees that l.Window is a whole number of microseconds and that
@@ -68,36 +68,36 @@ func (l *Limit) Params(unit time.Duration) any {
 		return nil
 	}
 	switch l.Algorithm {
-	case FixedWindow:
+	case algorithms.KindFixedWindow:
 		return l.FixedWindowParams(unit)
-	case SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		return l.SlidingWindowParams(unit)
-	case SlidingLog:
+	case algorithms.KindSlidingLog:
 		return l.SlidingLogParams(unit)
-	case TokenBucket:
+	case algorithms.KindTokenBucket:
 		return l.TokenBucketParams(unit)
-	case GCRA:
+	case algorithms.KindGCRA:
 		return l.GCRAParams(unit)
-	case Reserve:
+	case algorithms.KindReserve:
 		return l.ReserveParams(unit)
 	}
 	return nil
 }
 
-// validate checks l's parameters with shared/algorithms in the given unit.
+// validate checks l's parameters with package algorithms in the given unit.
 func (l *Limit) validate(unit time.Duration) error {
 	switch l.Algorithm {
-	case FixedWindow:
+	case algorithms.KindFixedWindow:
 		return l.FixedWindowParams(unit).Validate()
-	case SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		return l.SlidingWindowParams(unit).Validate()
-	case SlidingLog:
+	case algorithms.KindSlidingLog:
 		return l.SlidingLogParams(unit).Validate()
-	case TokenBucket:
+	case algorithms.KindTokenBucket:
 		return l.TokenBucketParams(unit).Validate()
-	case GCRA:
+	case algorithms.KindGCRA:
 		return l.GCRAParams(unit).Validate()
-	case Reserve:
+	case algorithms.KindReserve:
 		return l.ReserveParams(unit).Validate()
 	}
 	return nil

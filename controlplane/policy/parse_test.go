@@ -10,6 +10,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // mustParseFile parses a file from testdata or fails the test.
@@ -56,10 +58,10 @@ func limitByID(t testing.TB, d *Domain, id string) *Limit {
 // want is the expected shape of one limit.
 type want struct {
 	id        string
-	algo      Algorithm
+	algo      algorithms.Kind
 	requests  int64
 	window    time.Duration
-	unit      Unit
+	unit      algorithms.Unit
 	burst     int64
 	unlimited bool
 	shadow    bool
@@ -94,43 +96,43 @@ func TestParseRatelimitFormats(t *testing.T) {
 		want   []want
 	}{
 		{"ratelimit_basic.yaml", "shop", 9, []want{
-			{id: "tenant=acme/user#0", algo: FixedWindow, requests: 5, window: time.Second, unit: UnitSecond, fail: FailOpen,
+			{id: "tenant=acme/user#0", algo: algorithms.KindFixedWindow, requests: 5, window: time.Second, unit: algorithms.UnitSecond, fail: FailOpen,
 				path: "descriptors[0].descriptors[0].rate_limit"},
-			{id: "tenant=acme/user=root#0", algo: FixedWindow, requests: 50, window: time.Second, unit: UnitSecond, fail: FailOpen},
-			{id: "client#0", algo: FixedWindow, requests: 20, window: time.Minute, unit: UnitMinute, fail: FailOpen},
-			{id: "client=partner#0", algo: FixedWindow, requests: 300, window: time.Minute, unit: UnitMinute, fail: FailOpen},
-			{id: "report#0", algo: FixedWindow, requests: 2, window: time.Hour, unit: UnitHour, fail: FailOpen},
-			{id: "export#0", algo: FixedWindow, requests: 1, window: 24 * time.Hour, unit: UnitDay, fail: FailOpen},
-			{id: "region=eu#0", algo: FixedWindow, requests: 1000, window: 7 * 24 * time.Hour, unit: UnitWeek, fail: FailOpen},
-			{id: "region=eu/zone=eu-west#0", algo: FixedWindow, requests: 40000, window: 30 * 24 * time.Hour, unit: UnitMonth, fail: FailOpen},
-			{id: "region=eu/zone=eu-north#0", algo: FixedWindow, requests: 900000, window: 365 * 24 * time.Hour, unit: UnitYear, fail: FailOpen},
+			{id: "tenant=acme/user=root#0", algo: algorithms.KindFixedWindow, requests: 50, window: time.Second, unit: algorithms.UnitSecond, fail: FailOpen},
+			{id: "client#0", algo: algorithms.KindFixedWindow, requests: 20, window: time.Minute, unit: algorithms.UnitMinute, fail: FailOpen},
+			{id: "client=partner#0", algo: algorithms.KindFixedWindow, requests: 300, window: time.Minute, unit: algorithms.UnitMinute, fail: FailOpen},
+			{id: "report#0", algo: algorithms.KindFixedWindow, requests: 2, window: time.Hour, unit: algorithms.UnitHour, fail: FailOpen},
+			{id: "export#0", algo: algorithms.KindFixedWindow, requests: 1, window: 24 * time.Hour, unit: algorithms.UnitDay, fail: FailOpen},
+			{id: "region=eu#0", algo: algorithms.KindFixedWindow, requests: 1000, window: 7 * 24 * time.Hour, unit: algorithms.UnitWeek, fail: FailOpen},
+			{id: "region=eu/zone=eu-west#0", algo: algorithms.KindFixedWindow, requests: 40000, window: 30 * 24 * time.Hour, unit: algorithms.UnitMonth, fail: FailOpen},
+			{id: "region=eu/zone=eu-north#0", algo: algorithms.KindFixedWindow, requests: 900000, window: 365 * 24 * time.Hour, unit: algorithms.UnitYear, fail: FailOpen},
 		}},
 		{"ratelimit_wildcard.yaml", "wild", 8, []want{
-			{id: "wild=foo*#0", algo: FixedWindow, requests: 20, window: time.Minute, unit: UnitMinute, fail: FailOpen},
-			{id: "any=*#0", algo: FixedWindow, requests: 25, window: time.Minute, unit: UnitMinute, fail: FailOpen},
-			{id: "path=%2Fapi%2F*/method=POST#0", algo: FixedWindow, requests: 26, window: time.Second, unit: UnitSecond, fail: FailOpen},
+			{id: "wild=foo*#0", algo: algorithms.KindFixedWindow, requests: 20, window: time.Minute, unit: algorithms.UnitMinute, fail: FailOpen},
+			{id: "any=*#0", algo: algorithms.KindFixedWindow, requests: 25, window: time.Minute, unit: algorithms.UnitMinute, fail: FailOpen},
+			{id: "path=%2Fapi%2F*/method=POST#0", algo: algorithms.KindFixedWindow, requests: 26, window: time.Second, unit: algorithms.UnitSecond, fail: FailOpen},
 		}},
 		{"ratelimit_replaces.yaml", "replaces", 4, []want{
-			{id: "remote_address#0", algo: FixedWindow, requests: 10, window: time.Second, unit: UnitSecond, fail: FailOpen, name: "per_ip"},
-			{id: "api_key=trusted#0", algo: FixedWindow, requests: 1000, window: time.Second, unit: UnitSecond, fail: FailOpen, replaces: "per_ip"},
+			{id: "remote_address#0", algo: algorithms.KindFixedWindow, requests: 10, window: time.Second, unit: algorithms.UnitSecond, fail: FailOpen, name: "per_ip"},
+			{id: "api_key=trusted#0", algo: algorithms.KindFixedWindow, requests: 1000, window: time.Second, unit: algorithms.UnitSecond, fail: FailOpen, replaces: "per_ip"},
 			{id: "internal#0", unlimited: true, fail: FailOpen, replaces: "per_ip,per_key"},
 		}},
 		{"ratelimit_shadow_unlimited.yaml", "shadow", 3, []want{
-			{id: "key=value/subkey=subvalue#0", algo: FixedWindow, requests: 300, window: time.Second, unit: UnitSecond, shadow: true, fail: FailOpen},
+			{id: "key=value/subkey=subvalue#0", algo: algorithms.KindFixedWindow, requests: 300, window: time.Second, unit: algorithms.UnitSecond, shadow: true, fail: FailOpen},
 			{id: "ldap#0", unlimited: true, fail: FailOpen},
-			{id: "azure#0", algo: FixedWindow, requests: 100, window: time.Minute, unit: UnitMinute, fail: FailOpen},
+			{id: "azure#0", algo: algorithms.KindFixedWindow, requests: 100, window: time.Minute, unit: algorithms.UnitMinute, fail: FailOpen},
 		}},
 		{"extensions.yaml", "ext", 7, []want{
-			{id: "user#0", algo: TokenBucket, requests: 10, window: time.Second, unit: UnitSecond, burst: 50, fail: FailOpen, name: "user_burst",
+			{id: "user#0", algo: algorithms.KindTokenBucket, requests: 10, window: time.Second, unit: algorithms.UnitSecond, burst: 50, fail: FailOpen, name: "user_burst",
 				path: "descriptors[0].rate_limits[0]"},
-			{id: "user#1", algo: SlidingWindow, requests: 10000, window: 24 * time.Hour, unit: UnitDay, fail: FailOpen, name: "user_daily"},
+			{id: "user#1", algo: algorithms.KindSlidingWindow, requests: 10000, window: 24 * time.Hour, unit: algorithms.UnitDay, fail: FailOpen, name: "user_daily"},
 			// failure_mode is inherited from the parent descriptor
-			{id: "user/path#0", algo: GCRA, requests: 90, window: 90 * time.Second, unit: UnitUnknown, burst: 5, fail: FailOpen},
+			{id: "user/path#0", algo: algorithms.KindGCRA, requests: 90, window: 90 * time.Second, unit: algorithms.UnitUnknown, burst: 5, fail: FailOpen},
 			// and from the domain
-			{id: "login#0", algo: SlidingLog, requests: 5, window: 15 * time.Minute, unit: UnitUnknown, fail: FailClosed},
-			{id: "batch#0", algo: GCRA, requests: 30, window: 5 * time.Minute, unit: UnitUnknown, burst: 30, fail: FailClosed},
-			{id: "legacy#0", algo: FixedWindow, requests: 7, window: time.Minute, unit: UnitMinute, fail: FailClosed},
-			{id: "tiny#0", algo: TokenBucket, requests: 1, window: 250 * time.Millisecond, burst: 1, fail: FailClosed},
+			{id: "login#0", algo: algorithms.KindSlidingLog, requests: 5, window: 15 * time.Minute, unit: algorithms.UnitUnknown, fail: FailClosed},
+			{id: "batch#0", algo: algorithms.KindGCRA, requests: 30, window: 5 * time.Minute, unit: algorithms.UnitUnknown, burst: 30, fail: FailClosed},
+			{id: "legacy#0", algo: algorithms.KindFixedWindow, requests: 7, window: time.Minute, unit: algorithms.UnitMinute, fail: FailClosed},
+			{id: "tiny#0", algo: algorithms.KindTokenBucket, requests: 1, window: 250 * time.Millisecond, burst: 1, fail: FailClosed},
 		}},
 	}
 	for _, tt := range tests {
@@ -198,7 +200,7 @@ func TestParseScalarForms(t *testing.T) {
 		{"integer value is text", "domain: d\ndescriptors:\n- key: port\n  value: 8080\n  rate_limit: {unit: second, requests_per_unit: 3}\n",
 			"port=8080#0", func(l *Limit) bool { return l.Requests == 3 }},
 		{"microsecond window", "domain: d\ndescriptors:\n- key: k\n  rate_limit: {window: 1500us, requests_per_unit: 1}\n",
-			"k#0", func(l *Limit) bool { return l.Window == 1500*time.Microsecond && l.Unit == UnitUnknown }},
+			"k#0", func(l *Limit) bool { return l.Window == 1500*time.Microsecond && l.Unit == algorithms.UnitUnknown }},
 		{"null value is absent", "domain: d\ndescriptors:\n- key: k\n  value:\n  rate_limit: {unit: second, requests_per_unit: 2}\n",
 			"k#0", func(l *Limit) bool { return l.Requests == 2 }},
 		{"escaped id", "domain: d\ndescriptors:\n- key: \"a/b\"\n  value: \"x=y#z%\\n\"\n  rate_limit: {unit: second, requests_per_unit: 2}\n",
@@ -276,14 +278,14 @@ func TestParseNodeBudget(t *testing.T) {
 	}
 }
 
-// TestUnitMatchesRLS checks that Unit converts to the RLS enum by value.
+// TestUnitMatchesRLS checks that algorithms.Unit converts to the RLS enum by value.
 func TestUnitMatchesRLS(t *testing.T) {
-	for _, u := range []Unit{UnitUnknown, UnitSecond, UnitMinute, UnitHour, UnitDay, UnitWeek, UnitMonth, UnitYear} {
+	for _, u := range []algorithms.Unit{algorithms.UnitUnknown, algorithms.UnitSecond, algorithms.UnitMinute, algorithms.UnitHour, algorithms.UnitDay, algorithms.UnitWeek, algorithms.UnitMonth, algorithms.UnitYear} {
 		if got := rlsv3.RateLimitResponse_RateLimit_Unit(u).String(); got != u.String() {
 			t.Errorf("Unit %d: RLS name %s, ours %s", u, got, u)
 		}
 	}
-	if UnitMonth.Duration() != 30*24*time.Hour || UnitYear.Duration() != 365*24*time.Hour || UnitUnknown.Duration() != 0 {
+	if unitLength(algorithms.UnitMonth) != 30*24*time.Hour || unitLength(algorithms.UnitYear) != 365*24*time.Hour || unitLength(algorithms.UnitUnknown) != 0 {
 		t.Error("unit lengths differ from envoyproxy/ratelimit's")
 	}
 }

@@ -1,61 +1,21 @@
-// Package policy reads, validates, matches and writes sluice's rate-limit
-// policies.
-//
-// The format is envoyproxy/ratelimit's YAML, read as-is:
-//
-//	domain: api
-//	descriptors:
-//	  - key: remote_address
-//	    rate_limit:
-//	      unit: second
-//	      requests_per_unit: 10
-//
-// with nested descriptors, optional values, wildcard values ending in "*",
-// rate_limit name/replaces/unlimited, shadow_mode and detailed_metric. sluice
-// extends it with a per-limit algorithm, windows of any length (window: 30s),
-// burst, several limits on one descriptor (rate_limits:), failure_mode and a
-// domain-level response_headers switch. Unknown fields are errors, and every
-// error names the file, line, domain and field.
-//
-// A parsed Domain is immutable and safe for concurrent use; Match allocates
-// nothing.
 package policy
 
 import (
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 )
-
-// Algorithm names a rate-limiting algorithm from shared/algorithms.
-type Algorithm string
-
-// The algorithms a limit can use.
-const (
-	FixedWindow   Algorithm = "fixed_window"   // clock-aligned windows, as envoyproxy/ratelimit
-	SlidingWindow Algorithm = "sliding_window" // two-window weighted counter
-	SlidingLog    Algorithm = "sliding_log"    // exact log of admitted requests
-	TokenBucket   Algorithm = "token_bucket"   // Burst tokens refilled at Requests per Window
-	GCRA          Algorithm = "gcra"           // generic cell rate algorithm (redis-cell)
-	Reserve       Algorithm = "reserve"        // Guava's reserve: wait up to MaxWait instead of refusing
-)
-
-// algorithms lists the valid algorithms in the order error messages name them.
-var algorithmNames = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA, Reserve}
-
-// HasBurst reports whether the algorithm takes a burst parameter.
-func (a Algorithm) HasBurst() bool { return a == TokenBucket || a == GCRA || a == Reserve }
 
 // LeaseMode is the policy file's lease setting.
 type LeaseMode string
 
 // The lease settings.
 const (
-	LeaseAuto LeaseMode = "auto" // lease units from Redis in advance (see controlplane/lease)
+	LeaseAuto LeaseMode = "auto" // lease units from Redis in advance (see controlplane/internal/lease)
 	LeaseOff  LeaseMode = "off"  // decide every request in Redis (the default)
 )
 
@@ -69,69 +29,6 @@ const (
 	FailOpen   FailureMode = "open"   // let the request through (the default)
 	FailClosed FailureMode = "closed" // reject it
 )
-
-// Unit is a rate-limit unit with the numeric values of the RLS v3 enum
-// envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit, so
-// rlsv3.RateLimitResponse_RateLimit_Unit(u) converts it.
-type Unit int32
-
-// The units. UnitUnknown is reported for windows that are not one whole unit.
-const (
-	UnitUnknown Unit = 0
-	UnitSecond  Unit = 1
-	UnitMinute  Unit = 2
-	UnitHour    Unit = 3
-	UnitDay     Unit = 4
-	UnitMonth   Unit = 5
-	UnitYear    Unit = 6
-	UnitWeek    Unit = 7
-)
-
-// unitInfo is one unit's name and length. Lengths follow envoyproxy/ratelimit:
-// a month is 30 days and a year 365 days.
-var unitInfo = []struct {
-	unit Unit
-	name string
-	d    time.Duration
-}{
-	{UnitSecond, "second", time.Second},
-	{UnitMinute, "minute", time.Minute},
-	{UnitHour, "hour", time.Hour},
-	{UnitDay, "day", 24 * time.Hour},
-	{UnitWeek, "week", 7 * 24 * time.Hour},
-	{UnitMonth, "month", 30 * 24 * time.Hour},
-	{UnitYear, "year", 365 * 24 * time.Hour},
-}
-
-// String returns the RLS enum name, e.g. "MINUTE".
-func (u Unit) String() string {
-	for _, i := range unitInfo {
-		if i.unit == u {
-			return strings.ToUpper(i.name)
-		}
-	}
-	return "UNKNOWN"
-}
-
-// Duration returns the unit's length, or 0 for UnitUnknown.
-func (u Unit) Duration() time.Duration {
-	for _, i := range unitInfo {
-		if i.unit == u {
-			return i.d
-		}
-	}
-	return 0
-}
-
-// unitOf returns the unit whose length is exactly d, or UnitUnknown.
-func unitOf(d time.Duration) Unit {
-	for _, i := range unitInfo {
-		if i.d == d {
-			return i.unit
-		}
-	}
-	return UnitUnknown
-}
 
 // Entry is one key/value pair of a request descriptor.
 type Entry struct {
@@ -149,16 +46,16 @@ type Entry struct {
 type Limit struct {
 	// Name is the rate_limit's name ("" if none); replaces refers to it.
 	Name string
-	// Algorithm is the algorithm; "" when Unlimited.
-	Algorithm Algorithm
+	// Algorithm is the algorithm; KindUnknown when Unlimited.
+	Algorithm algorithms.Kind
 	// Requests is requests_per_unit: admitted per Window (token_bucket and
 	// gcra: refilled per Window). 0 when Unlimited.
 	Requests int64
 	// Window is the unit's length or the window given; 0 when Unlimited.
 	Window time.Duration
 	// Unit is what to report in RLS current_limit: the unit equal to Window,
-	// or UnitUnknown when Window is not one whole unit.
-	Unit Unit
+	// or algorithms.UnitUnknown when Window is not one whole unit.
+	Unit algorithms.Unit
 	// Burst is the capacity of token_bucket, gcra and reserve (default
 	// Requests); 0 for the other algorithms.
 	Burst int64
@@ -273,7 +170,7 @@ type Domain struct {
 	ResponseHeaders bool
 	// Lease is the policy's `lease: auto`: the control plane takes the
 	// domain's leasable limits from Redis in leases of several units and
-	// may grant the filter a share (see controlplane/lease). Off by default.
+	// may grant the filter a share (see controlplane/internal/lease). Off by default.
 	Lease bool
 	// Descriptors are the top-level descriptors.
 	Descriptors []*Descriptor
@@ -381,4 +278,16 @@ func (s *Set) Without(name string) *Set {
 		}
 	}
 	return n
+}
+
+// unitLength returns u's length, 0 for algorithms.UnitUnknown.
+func unitLength(u algorithms.Unit) time.Duration { return time.Duration(u.Seconds()) * time.Second }
+
+// unitOf returns the unit whose length is exactly d, or
+// algorithms.UnitUnknown.
+func unitOf(d time.Duration) algorithms.Unit {
+	if d <= 0 || d%time.Second != 0 {
+		return algorithms.UnitUnknown
+	}
+	return algorithms.UnitOfSeconds(int64(d / time.Second))
 }

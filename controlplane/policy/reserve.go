@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+)
 
 // MaxMaxWait bounds reserve's max_wait. The filter holds a waiting request
 // in Envoy (memory, a stream, the client's patience), and a route's timeout
@@ -18,12 +22,12 @@ func (p *parser) maxWait(l *Limit, fs map[string]field, limitLine int, path stri
 	switch {
 	case !algoOK:
 		return true // the algorithm's error says it all
-	case !has && l.Algorithm == Reserve:
+	case !has && l.Algorithm == algorithms.KindReserve:
 		p.errorf(limitLine, fpath, "required with algorithm reserve: the longest a request may wait (e.g. 500ms; 0s never waits)")
 		return false
 	case !has:
 		return true
-	case l.Algorithm != Reserve:
+	case l.Algorithm != algorithms.KindReserve:
 		p.errorf(f.key.Line, fpath, "only reserve takes a max_wait (algorithm is %s)", l.Algorithm)
 		return false
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 func TestReserveParse(t *testing.T) {
@@ -28,7 +28,7 @@ func TestReserveParse(t *testing.T) {
 	}
 	for i, w := range want {
 		l := ls[i]
-		if l.Algorithm != Reserve || l.Burst != w.burst || l.MaxWait != w.maxWait {
+		if l.Algorithm != algorithms.KindReserve || l.Burst != w.burst || l.MaxWait != w.maxWait {
 			t.Errorf("limit %d: %+v", i, l)
 		}
 		if got := l.Params(time.Millisecond); got != w.params {

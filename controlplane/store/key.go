@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // KeyPrefix starts every key sluice writes.
@@ -29,8 +31,8 @@ const maxDirectKey = 128
 //     identity, each part length-prefixed, then "}". '~' is escaped in the
 //     spelled-out form, so the two forms never meet; two hashed keys meet
 //     only if SHA-256 collides.
-func Key(domain string, entries []Entry, limitID string, alg Algorithm) string {
-	code := alg.code()
+func Key(domain string, entries []Entry, limitID string, alg algorithms.Kind) string {
+	code := kindCode(alg)
 	n := len(KeyPrefix) + len("{||}") + escapedLen(domain) + escapedLen(limitID) + len(code)
 	for _, e := range entries {
 		n += len(":=") + escapedLen(e.Key) + escapedLen(e.Value)
@@ -121,20 +123,20 @@ func hashedKey(domain string, entries []Entry, limitID, code string) string {
 	return string(k)
 }
 
-// code returns a's short name in keys.
-func (a Algorithm) code() string {
-	switch a {
-	case FixedWindow:
+// kindCode returns k's short name in keys.
+func kindCode(k algorithms.Kind) string {
+	switch k {
+	case algorithms.KindFixedWindow:
 		return "fw"
-	case SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		return "sw"
-	case SlidingLog:
+	case algorithms.KindSlidingLog:
 		return "sl"
-	case TokenBucket:
+	case algorithms.KindTokenBucket:
 		return "tb"
-	case GCRA:
+	case algorithms.KindGCRA:
 		return "gcra"
-	case Reserve:
+	case algorithms.KindReserve:
 		return "rs"
 	}
 	return "unknown"

@@ -1,5 +1,5 @@
 // Package store defines where rate-limit state lives and how one request's
-// limits are decided against it. Implementations: memory (shared/algorithms
+// limits are decided against it. Implementations: memory (package algorithms
 // in-process, the embedded default and the rescue limiter) and redis (the
 // authoritative Lua scripts).
 package store
@@ -10,50 +10,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
-
-// Algorithm names one of the algorithms a limit can use.
-type Algorithm uint8
-
-// The algorithms a store decides. The names match the policy file's.
-const (
-	FixedWindow   Algorithm = iota + 1 // clock-aligned fixed window, as envoyproxy/ratelimit
-	SlidingWindow                      // two-window weighted counter
-	SlidingLog                         // exact sliding log
-	TokenBucket                        // Burst tokens refilled at Requests per Window
-	GCRA                               // redis-cell CL.THROTTLE semantics; Burst = max_burst+1
-	Reserve                            // Guava's reserve: waits up to MaxWait instead of refusing
-)
-
-// String returns the policy-file name of a.
-func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed_window"
-	case SlidingWindow:
-		return "sliding_window"
-	case SlidingLog:
-		return "sliding_log"
-	case TokenBucket:
-		return "token_bucket"
-	case GCRA:
-		return "gcra"
-	case Reserve:
-		return "reserve"
-	}
-	return "unknown"
-}
 
 // Limit is what a store needs to know about one configured limit.
 type Limit struct {
-	Algorithm Algorithm
+	Algorithm algorithms.Kind
 	Requests  int64         // admitted per Window (the refill rate for token_bucket, gcra and reserve)
 	Window    time.Duration // window or refill period; a whole number of microseconds
 	Burst     int64         // token_bucket, reserve: capacity; gcra: max_burst+1; 0 = Requests
 	MaxWait   time.Duration // reserve: the longest wait granted; a whole number of microseconds
-	Lease     bool          // the policy's lease: auto (see controlplane/lease); stores ignore it
+	Lease     bool          // the policy's lease: auto (see controlplane/internal/lease); stores ignore it
 	// Calendar, when not nil, makes the windows of fixed_window,
 	// sliding_window and sliding_log the calendar's periods (days, weeks,
 	// months, years in a time zone) instead of clock-aligned windows of
@@ -78,13 +46,13 @@ var ErrCalendar = errors.New("only fixed_window, sliding_window and sliding_log 
 
 // ValidCalendar reports whether l may have its Calendar.
 func ValidCalendar(l *Limit) error {
-	if l.Calendar != nil && l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow && l.Algorithm != SlidingLog {
+	if l.Calendar != nil && !l.Algorithm.HasWindows() {
 		return fmt.Errorf("%s: %w", l.Algorithm, ErrCalendar)
 	}
 	return nil
 }
 
-// Mode says what a check does with its cost (see shared/algorithms usage.go).
+// Mode says what a check does with its cost (see package algorithms usage.go).
 type Mode uint8
 
 // The modes of a check.

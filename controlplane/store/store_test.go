@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 func TestKeyDistinct(t *testing.T) {
@@ -14,31 +16,31 @@ func TestKeyDistinct(t *testing.T) {
 		domain string
 		e      []Entry
 		id     string
-		alg    Algorithm
+		alg    algorithms.Kind
 	}{
-		{"d", []Entry{{"a", "b"}}, "l", FixedWindow},
-		{"d", []Entry{{"a", "b"}}, "l", SlidingLog},   // algorithm differs
-		{"d", []Entry{{"a", "b"}}, "l2", FixedWindow}, // limit differs
-		{"d", []Entry{{"a:b", ""}}, "l", FixedWindow}, // separator inside a value
-		{"d", []Entry{{"a", ":b"}}, "l", FixedWindow},
-		{"d", []Entry{{"a", "b"}, {"c", "d"}}, "l", FixedWindow},
-		{"d", []Entry{{"a", "b\x00c"}, {"d", ""}}, "l", FixedWindow},
-		{"d", []Entry{{"a", "b"}, {"c", ""}}, "l", FixedWindow},
-		{"d", []Entry{{"a", "{b}"}}, "l", FixedWindow},
-		{"d", []Entry{{"a", "b\n"}}, "l", FixedWindow},
-		{"d", []Entry{{"a", "b%7C"}}, "l", FixedWindow}, // an escape spelled out
-		{"d", []Entry{{"a", "b|"}}, "l", FixedWindow},
-		{"d", []Entry{{"a", "b"}}, "|l", FixedWindow},
-		{"d|a", []Entry{{"b", ""}}, "l", FixedWindow},
-		{"d", []Entry{{"a", long}}, "l", FixedWindow},
-		{"d", []Entry{{"a", long + "y"}}, "l", FixedWindow},
-		{"d", []Entry{{"a", strings.Repeat("%", 40)}}, "l", FixedWindow}, // 120 bytes escaped: hashed
-		{"d", []Entry{{"a", strings.Repeat("%", 39)}}, "l", FixedWindow},
-		{"da", []Entry{{"", "b"}}, "l", FixedWindow},
-		{"d", []Entry{{"ab", ""}}, "l", FixedWindow},
-		{"d", nil, "l", FixedWindow},
-		{"", []Entry{{"d", ""}}, "l", FixedWindow},
-		{"~", nil, "", FixedWindow},
+		{"d", []Entry{{"a", "b"}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", "b"}}, "l", algorithms.KindSlidingLog},   // algorithm differs
+		{"d", []Entry{{"a", "b"}}, "l2", algorithms.KindFixedWindow}, // limit differs
+		{"d", []Entry{{"a:b", ""}}, "l", algorithms.KindFixedWindow}, // separator inside a value
+		{"d", []Entry{{"a", ":b"}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", "b"}, {"c", "d"}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", "b\x00c"}, {"d", ""}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", "b"}, {"c", ""}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", "{b}"}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", "b\n"}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", "b%7C"}}, "l", algorithms.KindFixedWindow}, // an escape spelled out
+		{"d", []Entry{{"a", "b|"}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", "b"}}, "|l", algorithms.KindFixedWindow},
+		{"d|a", []Entry{{"b", ""}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", long}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", long + "y"}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"a", strings.Repeat("%", 40)}}, "l", algorithms.KindFixedWindow}, // 120 bytes escaped: hashed
+		{"d", []Entry{{"a", strings.Repeat("%", 39)}}, "l", algorithms.KindFixedWindow},
+		{"da", []Entry{{"", "b"}}, "l", algorithms.KindFixedWindow},
+		{"d", []Entry{{"ab", ""}}, "l", algorithms.KindFixedWindow},
+		{"d", nil, "l", algorithms.KindFixedWindow},
+		{"", []Entry{{"d", ""}}, "l", algorithms.KindFixedWindow},
+		{"~", nil, "", algorithms.KindFixedWindow},
 	}
 	seen := map[string]int{}
 	for i, c := range cases {
@@ -63,15 +65,15 @@ func TestKeyStable(t *testing.T) {
 		domain string
 		e      []Entry
 		id     string
-		alg    Algorithm
+		alg    algorithms.Kind
 		want   string
 	}{
-		{"d", []Entry{{"a", "b"}, {"c", ""}}, "l#0", FixedWindow, "sluice:{d:a=b:c=|l#0|fw}"},
-		{"bench", []Entry{{"user", "k1"}}, "user#0", GCRA, "sluice:{bench:user=k1|user#0|gcra}"},
-		{"", nil, "", SlidingLog, "sluice:{||sl}"},
-		{"api", []Entry{{"path", "/v1/{id}"}, {"remote_address", "10.0.0.1"}}, "path=%2Fv1/remote_address#1", SlidingWindow,
+		{"d", []Entry{{"a", "b"}, {"c", ""}}, "l#0", algorithms.KindFixedWindow, "sluice:{d:a=b:c=|l#0|fw}"},
+		{"bench", []Entry{{"user", "k1"}}, "user#0", algorithms.KindGCRA, "sluice:{bench:user=k1|user#0|gcra}"},
+		{"", nil, "", algorithms.KindSlidingLog, "sluice:{||sl}"},
+		{"api", []Entry{{"path", "/v1/{id}"}, {"remote_address", "10.0.0.1"}}, "path=%2Fv1/remote_address#1", algorithms.KindSlidingWindow,
 			"sluice:{api:path=/v1/%7Bid%7D:remote_address=10.0.0.1|path%3D%252Fv1/remote_address#1|sw}"},
-		{"d", []Entry{{"a", strings.Repeat("x", 300)}}, "l", TokenBucket,
+		{"d", []Entry{{"a", strings.Repeat("x", 300)}}, "l", algorithms.KindTokenBucket,
 			"sluice:{~9ed1aaf54eda7fdce50f524a4f14a8881f7c91465444d8f2e5e949cc09a2eb37}"},
 	} {
 		if got := Key(c.domain, c.e, c.id, c.alg); got != c.want {
@@ -153,11 +155,11 @@ func TestKeyInjective(t *testing.T) {
 	}
 	var spelled, hashed int
 	for range 20000 {
-		in := identity{domain: str(), id: str(), alg: FixedWindow.code()}
+		in := identity{domain: str(), id: str(), alg: kindCode(algorithms.KindFixedWindow)}
 		for range rng.Intn(4) {
 			in.entries = append(in.entries, Entry{str(), str()})
 		}
-		k := Key(in.domain, in.entries, in.id, FixedWindow)
+		k := Key(in.domain, in.entries, in.id, algorithms.KindFixedWindow)
 		got, ok := parseKey(t, k)
 		if !ok {
 			hashed++
@@ -184,8 +186,8 @@ func FuzzKey(f *testing.F) {
 	f.Add("api", "user", "alice", "user#0")
 	f.Add("d|a", "b:=", "%7C", "|")
 	f.Fuzz(func(t *testing.T, domain, key, value, id string) {
-		in := identity{domain: domain, entries: []Entry{{key, value}}, id: id, alg: GCRA.code()}
-		k := Key(domain, in.entries, id, GCRA)
+		in := identity{domain: domain, entries: []Entry{{key, value}}, id: id, alg: kindCode(algorithms.KindGCRA)}
+		k := Key(domain, in.entries, id, algorithms.KindGCRA)
 		if got, ok := parseKey(t, k); ok && !reflect.DeepEqual(got, in) {
 			t.Fatalf("key %q reads back as %+v, want %+v", k, got, in)
 		}
@@ -195,7 +197,7 @@ func FuzzKey(f *testing.F) {
 // TestKeyAllocs: a key of a small identity costs one allocation (the string).
 func TestKeyAllocs(t *testing.T) {
 	e := []Entry{{"user", "alice"}}
-	if n := testing.AllocsPerRun(100, func() { Key("domain", e, "user#0", FixedWindow) }); n > 1 {
+	if n := testing.AllocsPerRun(100, func() { Key("domain", e, "user#0", algorithms.KindFixedWindow) }); n > 1 {
 		t.Errorf("Key allocates %v times, want 1", n)
 	}
 }

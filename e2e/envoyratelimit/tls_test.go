@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/controlplane/server"
 	"github.com/sluicehq/sluice/e2e/stack"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testcerts"
@@ -80,7 +79,7 @@ func TestEnvoyRateLimitOverMTLS(t *testing.T) {
 	}
 	t.Cleanup(func() { up.Close(ctx) })
 
-	for _, kind := range server.DecisionServers {
+	for _, kind := range []string{"unary", "grpc-go"} { // -grpc-server's values
 		t.Run(kind, func(t *testing.T) {
 			cp, err := stack.StartControlPlane(ctx, stack.ControlPlaneConfig{
 				Binary: controlPlane, Dir: dir, Policies: []string{policyFile},

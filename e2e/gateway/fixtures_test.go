@@ -3,8 +3,8 @@ package gateway
 import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
-	"github.com/sluicehq/sluice/controlplane/xdsconfig/xdstest"
 	"github.com/sluicehq/sluice/e2e/stack"
+	"github.com/sluicehq/sluice/internal/xdstest"
 )
 
 // M is a piece of Envoy configuration.

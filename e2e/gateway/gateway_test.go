@@ -19,10 +19,10 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
-	"github.com/sluicehq/sluice/controlplane/xdsconfig/xdstest"
 	"github.com/sluicehq/sluice/e2e/stack"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testcerts"
+	"github.com/sluicehq/sluice/internal/xdstest"
 )
 
 // nodeID is the node Envoy Gateway serves rate limit configuration to.

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
-	"github.com/sluicehq/sluice/controlplane/xdsconfig/xdstest"
+	"github.com/sluicehq/sluice/internal/xdstest"
 )
 
 // TestRatelimitXDSOwnership: with FORCE_START_WITHOUT_INITIAL_CONFIG=false

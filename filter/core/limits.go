@@ -3,31 +3,13 @@ package core
 import (
 	"math"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/filter/core/precheck"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
 // maxCount bounds the limits and bursts taken from the metadata.
 const maxCount = float64(1 << 40)
-
-// algorithm maps a metadata algorithm name.
-func algorithm(name string) precheck.Algorithm {
-	switch name {
-	case rlsproto.AlgorithmFixedWindow:
-		return precheck.FixedWindow
-	case rlsproto.AlgorithmSlidingWindow:
-		return precheck.SlidingWindow
-	case rlsproto.AlgorithmSlidingLog:
-		return precheck.SlidingLog
-	case rlsproto.AlgorithmTokenBucket:
-		return precheck.TokenBucket
-	case rlsproto.AlgorithmGCRA:
-		return precheck.GCRA
-	case rlsproto.AlgorithmReserve:
-		return precheck.Reserve
-	}
-	return precheck.Unknown
-}
 
 // ceilCount converts a metadata count, rounding up (a larger limit only
 // makes the precheck admit more); ok is false when it is not a usable count.
@@ -56,11 +38,11 @@ func descriptorLimit(resp *rlsproto.Response, i int) (precheck.Limit, bool) {
 			return precheck.Limit{}, false
 		}
 		info := &resp.Limits[i]
-		alg := algorithm(info.Algorithm)
+		alg, _ := algorithms.ParseKind(info.Algorithm) // the metadata names them as policies do
 		limit, ok1 := ceilCount(info.Limit)
 		window, ok2 := floorNanos(info.WindowMs)
 		burst, ok3 := ceilCount(info.Burst)
-		if alg == precheck.Unknown || !ok1 || !ok2 || !ok3 || limit < 1 || window < 1 {
+		if alg == algorithms.KindUnknown || !ok1 || !ok2 || !ok3 || limit < 1 || window < 1 {
 			return precheck.Limit{}, false
 		}
 		return precheck.Limit{Algorithm: alg, Limit: limit, Window: window, Burst: burst}, true
@@ -73,7 +55,7 @@ func descriptorLimit(resp *rlsproto.Response, i int) (precheck.Limit, bool) {
 	if !s.HasLimit || s.RequestsPerUnit == 0 || w == 0 {
 		return precheck.Limit{}, false
 	}
-	return precheck.Limit{Algorithm: precheck.FixedWindow, Limit: int64(s.RequestsPerUnit), Window: w}, true
+	return precheck.Limit{Algorithm: algorithms.KindFixedWindow, Limit: int64(s.RequestsPerUnit), Window: w}, true
 }
 
 // descriptorRetryAfter returns, for an over-limit descriptor i, how long

@@ -10,11 +10,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // globalLimit is the control plane's limiter in the retry tests: one of
-// shared/algorithms in nanoseconds, and the metadata the control plane
+// algorithms in nanoseconds, and the metadata the control plane
 // reports for it.
 type globalLimit struct {
 	name  string

@@ -19,9 +19,9 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 
-	"github.com/sluicehq/sluice/controlplane/policyservice"
-	"github.com/sluicehq/sluice/controlplane/policystore"
-	"github.com/sluicehq/sluice/controlplane/rls"
+	"github.com/sluicehq/sluice/controlplane/internal/policyservice"
+	"github.com/sluicehq/sluice/controlplane/internal/policystore"
+	"github.com/sluicehq/sluice/controlplane/internal/rls"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	"github.com/sluicehq/sluice/internal/portlock"
 )

@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/controlplane/degrade"
-	"github.com/sluicehq/sluice/controlplane/grpcunary"
-	"github.com/sluicehq/sluice/controlplane/rlqs"
-	"github.com/sluicehq/sluice/controlplane/rls"
-	"github.com/sluicehq/sluice/controlplane/server"
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
+	"github.com/sluicehq/sluice/controlplane/internal/degrade"
+	"github.com/sluicehq/sluice/controlplane/internal/rlqs"
+	"github.com/sluicehq/sluice/controlplane/internal/rls"
+	"github.com/sluicehq/sluice/controlplane/internal/server"
+	"github.com/sluicehq/sluice/controlplane/internal/valuecheck"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 )
@@ -182,14 +184,14 @@ func newFlagSet(c *config) (*flag.FlagSet, map[string]string) {
 	dur(&c.rlqsTTL, "rlqs-ttl", "SLUICE_RLQS_TTL", rlqs.DefaultTTL, "RLQS assignment time to live, whole seconds (3 of Envoy's 5 s reports)")
 	num(&c.rlqsMaxBuckets, "rlqs-max-buckets", "SLUICE_RLQS_MAX_BUCKETS", rlqs.DefaultMaxBuckets, "RLQS buckets one Envoy stream may have")
 	i64(&c.rlqsMaxBucketBytes, "rlqs-max-bucket-bytes", "SLUICE_RLQS_MAX_BUCKET_BYTES", rlqs.DefaultMaxBucketBytes, "RLQS: bytes the buckets of all streams may hold (about 1.6 KiB per bucket of a short id), shared fairly among connections")
-	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", server.DefaultMaxConns, "decision port: connections open at once; more are closed at once (grpc-go mode: the one idle longest is closed to make room)")
-	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", server.DefaultMaxStreamsPerConn, "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
-	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", server.DefaultMaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
-	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", server.DefaultMaxBufferBytes, "decision port: request bytes all connections together may have buffered")
-	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", server.DefaultIdleTimeout, "close connections (decision, policy, HTTP) without calls after this long")
-	dur(&c.firstCallTimeout, "first-call-timeout", "SLUICE_FIRST_CALL_TIMEOUT", server.DefaultFirstCallTimeout, "close a connection that completed no call this long after it opened (every listener); at their caps the listeners evict the connection idle longest, not the new one")
-	dur(&c.requestBodyTimeout, "request-body-timeout", "SLUICE_REQUEST_BODY_TIMEOUT", server.DefaultBodyTimeout, "reset a decision call whose request body is not complete this long after its headers, and free its buffer (both server modes)")
-	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", grpcunary.DefaultMaxRecvMsgSize, "unary decision server: largest request message; a larger one is answered RESOURCE_EXHAUSTED (grpc-go mode: 16 KiB)")
+	num(&c.maxConns, "max-conns", "SLUICE_MAX_CONNS", connbounds.Default.MaxConns, "decision port: connections open at once; more are closed at once (grpc-go mode: the one idle longest is closed to make room)")
+	num(&c.maxStreamsPerConn, "max-streams-per-conn", "SLUICE_MAX_STREAMS_PER_CONN", int(connbounds.Default.MaxStreamsPerConn), "decision port: concurrent calls on one connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
+	i64(&c.maxConnBufferBytes, "max-conn-buffer-bytes", "SLUICE_MAX_CONN_BUFFER_BYTES", connbounds.Default.MaxConnBufferBytes, "decision port: request bytes one connection may have buffered")
+	i64(&c.maxBufferBytes, "max-buffer-bytes", "SLUICE_MAX_BUFFER_BYTES", connbounds.Default.MaxBufferBytes, "decision port: request bytes all connections together may have buffered")
+	dur(&c.idleTimeout, "idle-timeout", "SLUICE_IDLE_TIMEOUT", connbounds.Default.IdleTimeout, "close connections (every listener) without calls after this long")
+	dur(&c.firstCallTimeout, "first-call-timeout", "SLUICE_FIRST_CALL_TIMEOUT", connbounds.Default.FirstCallTimeout, "close a connection that completed no call this long after it opened (every listener); at their caps the listeners evict the connection idle longest, not the new one")
+	dur(&c.requestBodyTimeout, "request-body-timeout", "SLUICE_REQUEST_BODY_TIMEOUT", connbounds.Default.BodyTimeout, "reset a decision call whose request body is not complete this long after its headers, and free its buffer (both server modes)")
+	i64(&c.maxMsgBytes, "max-msg-bytes", "SLUICE_MAX_MSG_BYTES", int64(connbounds.Default.MaxMsgBytes), "decision port: largest request message; a larger one is answered RESOURCE_EXHAUSTED")
 	num(&c.gcPercent, "gc-percent", "SLUICE_GC_PERCENT", DefaultGCPercent, "Go GC target percentage, as GOGC (default 400, or $GOGC when set)")
 	fs.BoolVar(&c.version, "version", false, "print the version, commit and Go version, and exit")
 	return fs, envOf
@@ -272,4 +274,43 @@ func (c *config) finish(fs *flag.FlagSet, envOf map[string]string, getenv func(s
 		return nil, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// maxSettleTTL bounds -settle-dedupe-ttl: a settlement is retried for
+// seconds to minutes, and a token remembered longer only costs memory.
+const maxSettleTTL = 24 * time.Hour
+
+// valueProblems checks the flags' values that parsed but cannot work; each
+// error names the flag and its variable (envOf).
+func (c *config) valueProblems(envOf map[string]string) []error {
+	var errs []error
+	bad := func(flag string, value any, problem string) {
+		if problem != "" {
+			errs = append(errs, fmt.Errorf("-%s ($%s) %v: %s", flag, envOf[flag], value, problem))
+		}
+	}
+	bad("near-limit-ratio", c.nearLimitRatio, valuecheck.Ratio(c.nearLimitRatio, 0, 1, true))
+	if math.IsNaN(c.trip.Ratio) {
+		bad("degrade-failure-ratio", c.trip.Ratio, "not a number (above 1 turns the ratio off)")
+	}
+	for _, l := range []struct{ flag, addr string }{
+		{"grpc-addr", c.grpcAddr}, {"http-addr", c.httpAddr}, {"policy-addr", c.policyAddr}, {"rlqs-addr", c.rlqsAddr},
+	} {
+		if l.addr != "" || l.flag == "grpc-addr" || l.flag == "http-addr" {
+			bad(l.flag, strconv.Quote(l.addr), valuecheck.ListenAddr(l.addr))
+		}
+	}
+	for _, a := range c.redisAddrs {
+		bad("redis-addrs", strconv.Quote(a), valuecheck.DialAddr(a, false))
+	}
+	if c.redisDB < 0 {
+		bad("redis-db", c.redisDB, "a Redis database number is 0 or more")
+	}
+	if c.settleMaxTokens <= 0 {
+		bad("settle-max-tokens", c.settleMaxTokens, "must be positive")
+	}
+	if c.settleTTL > maxSettleTTL {
+		bad("settle-dedupe-ttl", c.settleTTL, fmt.Sprintf("at most %v", maxSettleTTL))
+	}
+	return errs
 }

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
-	"github.com/sluicehq/sluice/controlplane/server"
+	"github.com/sluicehq/sluice/controlplane/internal/server"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
 	"github.com/sluicehq/sluice/internal/attackload"
 )

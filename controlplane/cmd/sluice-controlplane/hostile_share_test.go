@@ -23,12 +23,12 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	sluicev1 "github.com/sluicehq/sluice/controlplane/api/sluice/v1"
-	"github.com/sluicehq/sluice/controlplane/server"
+	"github.com/sluicehq/sluice/controlplane/internal/server"
 )
 
-// The attacks of issue 19 against the real binary on loopback: each runs
-// normal calls from other clients during the attack and asserts the share
-// of them that succeeded (and, for the health probes, their latency),
+// Attacks that deny a listener to others, against the real binary on
+// loopback: each runs normal calls from other clients during the attack
+// and asserts the share of them that succeeded (and, for the health probes, their latency),
 // which is what an attack on a rate limiter takes away. The policy and
 // HTTP listeners are the same in both decision-server modes, and are
 // attacked in both; the decision port's attacks here are grpc-go mode's
@@ -182,7 +182,7 @@ func shareBinary(t *testing.T, mode string, args ...string) (p *proc, grpcAddr, 
 	return p, rec["grpc"].(string), rec["http"].(string), rec["policy"].(string)
 }
 
-// TestHostileGreedyStreams (issue 19, item 1, grpc-go mode): 64
+// TestHostileGreedyStreams (grpc-go mode): 64
 // connections each keep as many streams open as the server lets them,
 // with requests that never end. Normal calls, 8 at a time on a connection
 // opened before the attack and 4 at a time on fresh connections (Envoy
@@ -207,7 +207,7 @@ func TestHostileGreedyStreams(t *testing.T) {
 		}
 		defer c.nc.Close()
 		attackers.Add(1)
-		go func() { defer attackers.Done(); greedy(c, 51, stop, &opened) }()
+		go func() { defer attackers.Done(); greedy(c, 32, stop, &opened) }()
 	}
 	// Let the attackers take what they can.
 	waitUntilMetric(t, httpAddr, "sluice_streams_refused_total", func(v float64) bool { return v > 0 }, 10*time.Second)
@@ -330,7 +330,7 @@ func idleFlood(t *testing.T, addr string, n, perSecond int, stop <-chan struct{}
 	go func() { <-stop; pace.Stop() }()
 }
 
-// TestHostileIdleConnections2000 (issue 19, item 2): 2,000 idle
+// TestHostileIdleConnections2000: 2,000 idle
 // connections on the decision port (grpc-go mode) and on the policy
 // service, kept open as far as the server lets them. New clients' calls
 // must succeed >= 99% of the time on the attacked listener, and the other
@@ -381,7 +381,7 @@ func TestHostileIdleConnections2000(t *testing.T) {
 	}
 }
 
-// TestHostileSlowReaders (issue 19, item 3): 64 clients ask for /metrics
+// TestHostileSlowReaders: 64 clients ask for /metrics
 // and never read, again and again. /healthz and /readyz, each probe on a
 // new connection as a kubelet's (100 a second: the probes of a thousand
 // kubelets), must answer within 1 s (p99) >= 99% of the time. Before, the slow readers held every connection for the 30 s
@@ -459,7 +459,7 @@ func slowReader(addr string, stop <-chan struct{}) {
 	}
 }
 
-// TestHostileFloods (issue 19, item 4, grpc-go mode): floods that grpc-go
+// TestHostileFloods (grpc-go mode): floods that grpc-go
 // answers frame by frame and never ended: each must end its connection
 // within 5 s, while normal calls on another connection keep succeeding.
 func TestHostileFloods(t *testing.T) {

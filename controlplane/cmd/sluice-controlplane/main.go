@@ -1,110 +1,3 @@
-// Command sluice-controlplane serves sluice's rate-limit decisions:
-// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit over gRPC, and
-// /metrics, /healthz and /readyz over HTTP.
-//
-// Every flag can also be set by an environment variable (flags win):
-//
-//	-grpc-addr           SLUICE_GRPC_ADDR           gRPC listen address (127.0.0.1:8081)
-//	-grpc-tls-cert       SLUICE_GRPC_TLS_CERT       serve the decision port over TLS with this certificate (PEM;
-//	                                                re-read when the file changes; default: plaintext h2c)
-//	-grpc-tls-key        SLUICE_GRPC_TLS_KEY        ... and this key
-//	-grpc-client-ca      SLUICE_GRPC_CLIENT_CA      require client certificates signed by this CA (mTLS)
-//	-grpc-client-san     SLUICE_GRPC_CLIENT_SAN     ... that also hold this DNS or URI subject alternative name
-//	-http-addr           SLUICE_HTTP_ADDR           HTTP listen address for metrics and health (127.0.0.1:9090)
-//	-redis-mode          SLUICE_REDIS_MODE          memory | standalone | sentinel | cluster
-//	                                                (default: standalone with -redis-addrs, else memory)
-//	-redis-addrs         SLUICE_REDIS_ADDRS         comma-separated host:port: the server, the sentinels or cluster seeds
-//	-redis-master        SLUICE_REDIS_MASTER        Sentinel master name
-//	-redis-db            SLUICE_REDIS_DB            database number (standalone, sentinel)
-//	-redis-username      SLUICE_REDIS_USERNAME      ACL user name
-//	-redis-password-file SLUICE_REDIS_PASSWORD_FILE file holding the password
-//	                     SLUICE_REDIS_PASSWORD      the password itself (environment only, never a flag)
-//	-redis-tls           SLUICE_REDIS_TLS           reach Redis over TLS (false; implied by the flags below)
-//	-redis-tls-ca        SLUICE_REDIS_TLS_CA        CA bundle (PEM) that signs the Redis servers' certificates
-//	                                                (default: the system's roots)
-//	-redis-tls-cert      SLUICE_REDIS_TLS_CERT      client certificate for Redis (tls-auth-clients; re-read when
-//	                                                the file changes)
-//	-redis-tls-key       SLUICE_REDIS_TLS_KEY       ... and its key
-//	-redis-tls-server-name SLUICE_REDIS_TLS_SERVER_NAME  name the servers' certificates must hold
-//	                                                (default: the host of each address)
-//	-redis-no-functions  SLUICE_REDIS_NO_FUNCTIONS  run the scripts by EVALSHA, never as a Redis 7 function
-//	                                                library (FUNCTION LOAD, FCALL) (false)
-//	-policy              SLUICE_POLICY              comma-separated policy files or directories (repeatable):
-//	                                                the files own their domains (ratectl cannot change
-//	                                                them) and are put in force at start, on SIGHUP and
-//	                                                when they change; the newest files win (default: the
-//	                                                embedded example policies, domain sluice-demo, which
-//	                                                seed an empty store only)
-//	-policy-seed-only    SLUICE_POLICY_SEED_ONLY    the -policy files only seed an empty store and own no
-//	                                                domain (SIGHUP applies them as ratectl would) (false)
-//	-policy-watch        SLUICE_POLICY_WATCH        check the -policy files this often and put them in force,
-//	                                                as SIGHUP does, when their contents change (0: off)
-//	-policy-addr         SLUICE_POLICY_ADDR         policy service listen address (127.0.0.1:8082)
-//	-policy-token-file   SLUICE_POLICY_TOKEN_FILE   bearer tokens the policy service accepts, one a line
-//	                     SLUICE_TOKEN               one accepted token (environment only, never a flag)
-//	-policy-tls-cert     SLUICE_POLICY_TLS_CERT     serve the policy service over TLS with this certificate
-//	-policy-tls-key      SLUICE_POLICY_TLS_KEY      ... and this key
-//	-policy-client-ca    SLUICE_POLICY_CLIENT_CA    accept client certificates from this CA (mTLS)
-//	-policy-file         SLUICE_POLICY_FILE         without Redis: the file that keeps applied policies
-//	                                                (default: none, they last as long as the process)
-//	-deadline            SLUICE_DEADLINE            Redis decision deadline before the memory store answers (20ms)
-//	-probe-interval      SLUICE_PROBE_INTERVAL      Redis health probe interval while degraded (200ms)
-//	-degrade-after-failures SLUICE_DEGRADE_AFTER_FAILURES  Redis failures in a row that switch to the memory store (5)
-//	-degrade-failure-ratio  SLUICE_DEGRADE_FAILURE_RATIO   share of failed Redis calls that switches (0.5; above 1: off)
-//	-degrade-failure-window SLUICE_DEGRADE_FAILURE_WINDOW  span that ratio is measured over (1s)
-//	-max-descriptors     SLUICE_MAX_DESCRIPTORS     descriptors allowed in one request (256)
-//	-near-limit-ratio    SLUICE_NEAR_LIMIT_RATIO    share of a limit past which admitted hits count as near
-//	                                                the limit, as envoyproxy/ratelimit's NEAR_LIMIT_RATIO (0.8)
-//	-rule-metric-values  SLUICE_RULE_METRIC_VALUES  request values one detailed_metric or value_to_metric
-//	                                                rule labels in the per-rule statistics (100)
-//	-settle-dedupe-ttl   SLUICE_SETTLE_DEDUPE_TTL   how long a settlement's token (x-sluice-settle) is
-//	                                                remembered: a retry within it charges nothing (15m)
-//	-memory-max-entries  SLUICE_MEMORY_MAX_ENTRIES  memory store bound on keys (1048576)
-//	-memory-max-bytes    SLUICE_MEMORY_MAX_BYTES    memory store bound on bytes (268435456)
-//	-shutdown-timeout    SLUICE_SHUTDOWN_TIMEOUT    graceful drain limit on SIGTERM/SIGINT (10s)
-//	-max-conns           SLUICE_MAX_CONNS           decision port: connections open at once (1024)
-//	-max-streams-per-conn SLUICE_MAX_STREAMS_PER_CONN decision port: concurrent calls on one connection (100)
-//	-max-conn-buffer-bytes SLUICE_MAX_CONN_BUFFER_BYTES decision port: buffered request bytes of one
-//	                                                connection (4194304)
-//	-max-buffer-bytes    SLUICE_MAX_BUFFER_BYTES    decision port: buffered request bytes in all (67108864)
-//	-idle-timeout        SLUICE_IDLE_TIMEOUT        close connections without calls after this long (5m)
-//	-first-call-timeout  SLUICE_FIRST_CALL_TIMEOUT  close a connection that completed no call this long after
-//	                                                it opened (10s; every listener); at their caps the
-//	                                                listeners evict the connection idle longest (one with
-//	                                                no call yet first), not the new one
-//	-request-body-timeout SLUICE_REQUEST_BODY_TIMEOUT reset a decision call whose request body is not complete
-//	                                                this long after its headers, and free its buffer (2s)
-//	-max-msg-bytes       SLUICE_MAX_MSG_BYTES       unary decision server: largest request message (65536;
-//	                                                grpc-go mode: 16 KiB)
-//	                     The -max-* and -idle-timeout flags bound the decision port in both server modes.
-//	-charge-past-limit   SLUICE_CHARGE_PAST_LIMIT   every limit charges a request's cost even past the
-//	                                                limit, as charge_past_limit does (false; see
-//	                                                docs/usage-based.md)
-//	-quota-mode          SLUICE_QUOTA_MODE          every descriptor in quota_mode, as envoyproxy/
-//	                                                ratelimit's QUOTA_MODE (false)
-//	-response-dynamic-metadata SLUICE_RESPONSE_DYNAMIC_METADATA  add envoyproxy/ratelimit's
-//	                                                dynamic metadata (RESPONSE_DYNAMIC_METADATA) (false)
-//	-log-level           SLUICE_LOG_LEVEL           debug | info | warn | error (info)
-//	-log-format          SLUICE_LOG_FORMAT          auto | json | text (auto: text on a terminal, else json)
-//	-pprof               SLUICE_PPROF               serve net/http/pprof under /debug/pprof/ on the HTTP
-//	                                                address (false; for profiling, never on a shared port)
-//	-rlqs-addr           SLUICE_RLQS_ADDR           Envoy's Rate Limit Quota Service listen address (off)
-//	-rlqs-ttl            SLUICE_RLQS_TTL            RLQS assignment time to live, whole seconds (15s)
-//	-rlqs-max-buckets    SLUICE_RLQS_MAX_BUCKETS    RLQS buckets one Envoy stream may have (1024)
-//	-rlqs-max-bucket-bytes SLUICE_RLQS_MAX_BUCKET_BYTES RLQS bytes the buckets of all streams may hold (128 MiB)
-//	-version                                        print the version, commit and Go version, and exit
-//	-gc-percent          SLUICE_GC_PERCENT          the Go garbage collector's target, as GOGC (400, or
-//	                                                $GOGC when that is set and this is not): the live
-//	                                                heap is small, and collecting it less often leaves
-//	                                                CPU to decisions; the heap may grow to 5x the live set,
-//	                                                within the Go memory limit: unless $GOMEMLIMIT is set,
-//	                                                1.5 x -memory-max-bytes + 24 MiB, which keeps RSS
-//	                                                within 1.5 x -memory-max-bytes + 64 MiB
-//
-// With Redis, policies live in Redis and every replica converges on them.
-// Without a token or client CA the policy service is off (logged).
-// Exit status: 0 after a clean shutdown, 1 when serving fails, 2 for bad
-// flags or configuration.
 package main
 
 import (
@@ -124,12 +17,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice/controlplane/logthrottle"
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
+	"github.com/sluicehq/sluice/controlplane/internal/logthrottle"
+	"github.com/sluicehq/sluice/controlplane/internal/policyservice"
+	"github.com/sluicehq/sluice/controlplane/internal/policystore"
+	"github.com/sluicehq/sluice/controlplane/internal/rlqs"
+	"github.com/sluicehq/sluice/controlplane/internal/server"
 	"github.com/sluicehq/sluice/controlplane/policy"
-	"github.com/sluicehq/sluice/controlplane/policyservice"
-	"github.com/sluicehq/sluice/controlplane/policystore"
-	"github.com/sluicehq/sluice/controlplane/rlqs"
-	"github.com/sluicehq/sluice/controlplane/server"
 	redisstore "github.com/sluicehq/sluice/controlplane/store/redis"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
 	"github.com/sluicehq/sluice/internal/version"
@@ -331,14 +225,16 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		RLQSAddr:         c.rlqsAddr,
 		RLQS:             rlqs.Options{TTL: c.rlqsTTL, MaxBuckets: c.rlqsMaxBuckets, MaxBucketBytes: c.rlqsMaxBucketBytes},
 
-		MaxConns:           c.maxConns,
-		MaxStreamsPerConn:  uint32(c.maxStreamsPerConn),
-		MaxConnBufferBytes: c.maxConnBufferBytes,
-		MaxBufferBytes:     c.maxBufferBytes,
-		IdleTimeout:        c.idleTimeout,
-		MaxRecvMsgSize:     int(c.maxMsgBytes),
-		FirstCallTimeout:   c.firstCallTimeout,
-		BodyTimeout:        c.requestBodyTimeout,
+		Bounds: connbounds.Bounds{
+			MaxConns:           c.maxConns,
+			MaxStreamsPerConn:  uint32(c.maxStreamsPerConn),
+			MaxConnBufferBytes: c.maxConnBufferBytes,
+			MaxBufferBytes:     c.maxBufferBytes,
+			IdleTimeout:        c.idleTimeout,
+			MaxMsgBytes:        int(c.maxMsgBytes),
+			FirstCallTimeout:   c.firstCallTimeout,
+			BodyTimeout:        c.requestBodyTimeout,
+		},
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())

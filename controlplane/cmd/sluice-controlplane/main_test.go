@@ -83,7 +83,7 @@ func TestParseFlags(t *testing.T) {
 	}, io.Discard)
 	// (server's TestUnaryOptions: these reach the unary server.)
 	if err != nil || u.maxConns != 9 || u.maxStreamsPerConn != 7 || u.maxBufferBytes != 1000000 ||
-		u.idleTimeout != time.Minute || u.maxMsgBytes != 64<<10 || u.maxConnBufferBytes != 4<<20 { // server.DefaultMaxConnBufferBytes
+		u.idleTimeout != time.Minute || u.maxMsgBytes != 64<<10 || u.maxConnBufferBytes != 4<<20 { // connbounds.Default.MaxConnBufferBytes
 		t.Fatalf("unary server flags: %+v, %v", u, err)
 	}
 	bad := []struct {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/controlplane/internal/policystore"
 	"github.com/sluicehq/sluice/controlplane/policy"
-	"github.com/sluicehq/sluice/controlplane/policystore"
 )
 
 // reloadTimeout bounds one SIGHUP's writes to the policy store.

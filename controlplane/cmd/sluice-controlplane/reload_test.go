@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/controlplane/internal/policystore"
 	"github.com/sluicehq/sluice/controlplane/policy"
-	"github.com/sluicehq/sluice/controlplane/policystore"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 

@@ -19,8 +19,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice/controlplane/rlqs"
-	"github.com/sluicehq/sluice/controlplane/server"
+	"github.com/sluicehq/sluice/controlplane/internal/connbounds"
+	"github.com/sluicehq/sluice/controlplane/internal/rlqs"
+	"github.com/sluicehq/sluice/controlplane/internal/server"
 	"github.com/sluicehq/sluice/internal/attackload"
 )
 
@@ -248,7 +249,7 @@ func TestHostileRLQSBuckets(t *testing.T) {
 	close(stop)
 	cancel()
 	wg.Wait()
-	budget := int64(1.5*float64(memBytes+bucketBytes)) + RSSOverhead + conns*streams*rlqs.DefaultMaxMsgSize
+	budget := int64(1.5*float64(memBytes+bucketBytes)) + RSSOverhead + conns*streams*connbounds.RLQSMaxMsg
 	t.Logf("the attackers reported %d buckets; %v refused, %v shed; peak RSS %d MiB (bound %d MiB); %s", sent.Load(),
 		metric(t, httpAddr, "sluice_rlqs_buckets_refused_total"), metric(t, httpAddr, "sluice_rlqs_buckets_shed_total"),
 		peak()>>20, budget>>20, measure(t, p, httpAddr))

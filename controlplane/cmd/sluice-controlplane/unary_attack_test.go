@@ -22,10 +22,11 @@ import (
 )
 
 // TestBinaryDecisionPortAttacks runs the built binary with the unary
-// decision server and attacks its decision port (issue 12): a client that
+// decision server and attacks its decision port: a client that
 // floods PINGs and never reads, and more connections than -max-conns
-// (given as $SLUICE_MAX_CONNS), which are turned away (issue 19: by
-// closing the idlest to make room, or refused while those close). The process's RSS must stay within budget,
+// (given as $SLUICE_MAX_CONNS), which are turned away (by closing the
+// idlest to make room, or refused while those close). The process's RSS
+// must stay within budget,
 // a ShouldRateLimit call on an established connection must succeed during
 // each attack and after it, and the goroutines must come back to their
 // baseline.

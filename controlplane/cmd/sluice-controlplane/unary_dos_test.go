@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/attackload"
 )
 
-// The attacks of issue 19 on the unary decision port of the built binary,
+// Attacks that deny the unary decision port of the built binary to others,
 // with its default bounds (1,024 connections, 100 streams and 4 MiB a
 // connection, 64 MiB in all): each measures the share of normal
 // ShouldRateLimit calls that succeed during the attack, on fresh

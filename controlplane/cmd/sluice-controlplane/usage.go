@@ -26,7 +26,7 @@ var flagGroups = []struct {
 	{"General", []string{"version", "log-level", "log-format", "shutdown-timeout", "gc-percent", "pprof"}},
 	{"Decision port (RLS)", []string{"grpc-addr", "grpc-server", "grpc-tls-cert", "grpc-tls-key", "grpc-client-ca", "grpc-client-san",
 		"max-descriptors", "near-limit-ratio", "rule-metric-values", "settle-dedupe-ttl", "settle-max-tokens"}},
-	{"Decision port bounds", []string{"max-conns", "max-streams-per-conn", "max-conn-buffer-bytes", "max-buffer-bytes", "max-msg-bytes", "idle-timeout",
+	{"Connection bounds", []string{"max-conns", "max-streams-per-conn", "max-conn-buffer-bytes", "max-buffer-bytes", "max-msg-bytes", "idle-timeout",
 		"first-call-timeout", "request-body-timeout"}},
 	{"HTTP (metrics and health)", []string{"http-addr"}},
 	{"Redis", []string{"redis-mode", "redis-addrs", "redis-master", "redis-db", "redis-username", "redis-password-file", "redis-no-functions"}},

@@ -40,7 +40,7 @@ func TestUsage(t *testing.T) {
 	if lines[0] != summary || !strings.Contains(out.String(), "Example:\n  sluice-controlplane -redis-addrs") {
 		t.Fatalf("-h starts:\n%s", strings.Join(lines[:8], "\n"))
 	}
-	for _, g := range []string{"\nGeneral:\n", "\nRedis:\n", "\nPolicies:\n", "\nDecision port bounds:\n"} {
+	for _, g := range []string{"\nGeneral:\n", "\nRedis:\n", "\nPolicies:\n", "\nConnection bounds:\n"} {
 		if !strings.Contains(out.String(), g) {
 			t.Errorf("-h has no group %q", strings.TrimSpace(g))
 		}

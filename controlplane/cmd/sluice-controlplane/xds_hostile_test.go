@@ -11,8 +11,8 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/controlplane/policy"
-	"github.com/sluicehq/sluice/controlplane/xdsconfig/xdstest"
 	"github.com/sluicehq/sluice/internal/attackload"
+	"github.com/sluicehq/sluice/internal/xdstest"
 )
 
 // startRatelimitXDS runs the built binary as ratelimit, following the xDS

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/controlplane/internal/server"
 	"github.com/sluicehq/sluice/controlplane/policy"
-	"github.com/sluicehq/sluice/controlplane/server"
 )
 
 func TestBuckets(t *testing.T) {

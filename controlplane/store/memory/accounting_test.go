@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // TestByteAccounting checks that Stats.Bytes covers what the entries take on
@@ -23,11 +23,11 @@ func TestByteAccounting(t *testing.T) {
 	}
 	const n = 150_000 // a fill level where the maps' tables are dense
 	algs := []store.Limit{
-		{Algorithm: store.FixedWindow, Requests: 10, Window: 10 * time.Second},
-		{Algorithm: store.SlidingWindow, Requests: 10, Window: 10 * time.Second},
-		{Algorithm: store.SlidingLog, Requests: 10, Window: 10 * time.Second},
-		{Algorithm: store.TokenBucket, Requests: 10, Window: 10 * time.Second},
-		{Algorithm: store.GCRA, Requests: 10, Window: 10 * time.Second},
+		{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: 10 * time.Second},
+		{Algorithm: algorithms.KindSlidingWindow, Requests: 10, Window: 10 * time.Second},
+		{Algorithm: algorithms.KindSlidingLog, Requests: 10, Window: 10 * time.Second},
+		{Algorithm: algorithms.KindTokenBucket, Requests: 10, Window: 10 * time.Second},
+		{Algorithm: algorithms.KindGCRA, Requests: 10, Window: 10 * time.Second},
 	}
 	for _, l := range algs {
 		for _, keyLen := range []int{20, 60, 130} {

@@ -3,8 +3,8 @@ package memory
 import (
 	"sync/atomic"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // seedState is the state an entry was last seeded with (Seed) or carried
@@ -55,7 +55,7 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 	}
 	if e == nil {
 		e = &entry{key: c.Key, alg: c.Limit.Algorithm}
-		if e.alg == store.SlidingLog {
+		if e.alg == algorithms.KindSlidingLog {
 			e.logCap = c.Limit.Requests
 		}
 		e.size = entryOverhead + int64(len(c.Key)) + e.logCap*logEntrySize
@@ -69,7 +69,7 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 	// clocks.
 	e.shift = 0
 	switch l.Algorithm {
-	case store.FixedWindow, store.SlidingWindow:
+	case algorithms.KindFixedWindow, algorithms.KindSlidingWindow:
 		// The entry's windows are shifted onto the primary's: the primary's
 		// window (fixed_window), or its next one when the current window
 		// holds requests (sliding_window: ResetAfter reaches past the
@@ -81,7 +81,7 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 		e.shift = boundaryFrom(l, end) - end
 		at := now + e.shift
 		start, wend, next := windowsAt(l, at)
-		if l.Algorithm == store.FixedWindow {
+		if l.Algorithm == algorithms.KindFixedWindow {
 			// Exact: the count is limit-remaining, in the window that ends
 			// ResetAfter from now.
 			e.fw = algorithms.FixedWindowState{Start: start, Count: used}
@@ -104,7 +104,7 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 			e.sw = algorithms.SlidingWindowState{Start: start, Prev: prev}
 		}
 		e.seed = seedState{a: e.sw.Start, b: e.sw.Prev, c: e.sw.Cur}
-	case store.SlidingLog:
+	case algorithms.KindSlidingLog:
 		// The whole total as one entry at the newest entry's time: it
 		// leaves the window no earlier than the entries it stands for.
 		at := slidingLog(l, l.Periods(now)).Arrival(now + r.ResetAfter)
@@ -113,7 +113,7 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 			return
 		}
 		e.seed = seedState{a: at, b: used}
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		// ResetAfter is ceil(used/rate): rate*ResetAfter is at least used.
 		p := tokenBucket(l)
 		u := p.Burst * p.Period
@@ -122,11 +122,11 @@ func (sh *shard) seed(c *store.Check, r *algorithms.Result, now int64, evicted *
 		}
 		e.tb = algorithms.TokenBucketState{Last: now, Used: u}
 		e.seed = seedState{a: now, b: u}
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		// Exact: ResetAfter is TAT-now.
 		e.gc = algorithms.GCRAState{TAT: now + r.ResetAfter}
 		e.seed = seedState{a: e.gc.TAT}
-	case store.Reserve:
+	case algorithms.KindReserve:
 		// ResetAfter is what the limiter owes, in time (reserveOwed).
 		e.rs = reserveFromOwed(reserve(l), r.ResetAfter, now)
 		e.seed = seedState{a: e.rs.Next, b: e.rs.Missing}
@@ -215,29 +215,29 @@ type carried struct {
 func (e *entry) current(now int64) seedState {
 	l := e.limit
 	switch e.alg {
-	case store.FixedWindow:
+	case algorithms.KindFixedWindow:
 		return seedState{a: e.fw.Start, b: e.fw.Count}
-	case store.SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		st := e.sw
 		// A charge of 0 rolls the state to now, in debt too (where a
 		// peek, refused, would leave it as it was).
 		at := now + e.shift
 		_, _ = slidingWindow(l, l.Periods(at)).Charge(&st, at, 0)
 		return seedState{a: st.Start, b: st.Prev, c: st.Cur}
-	case store.SlidingLog:
+	case algorithms.KindSlidingLog:
 		_, _ = slidingLog(l, l.Periods(now)).Allow(e.log, now, 0) // prunes what left the window
 		newest, ok := e.log.Newest()
 		if !ok {
 			return seedState{}
 		}
 		return seedState{a: newest, b: e.log.Total()}
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		st := e.tb
 		_, _ = tokenBucket(l).Charge(&st, now, 0) // refills to now, in debt too
 		return seedState{a: now, b: st.Used}
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		return seedState{a: e.gc.TAT}
-	case store.Reserve:
+	case algorithms.KindReserve:
 		return seedState{a: e.rs.Next, b: e.rs.Missing}
 	}
 	return seedState{}
@@ -259,7 +259,7 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 	}
 	at := now + e.shift // the clock of fixed_window's and sliding_window's windows
 	switch e.alg {
-	case store.FixedWindow:
+	case algorithms.KindFixedWindow:
 		end := windowEnd(l, cur.a, at)
 		if cur.b == 0 || end <= at {
 			return c, false // the window is over: nothing left to count
@@ -270,7 +270,7 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		}
 		c.Left, c.Base = end-at, base(s)
 		c.Used = c.Base + max(0, cur.b-s)
-	case store.SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		// the seed rolled to the same window as the state
 		st := algorithms.SlidingWindowState{Start: seed.a, Prev: seed.b, Cur: seed.c}
 		_, _ = slidingWindow(l, l.Periods(at)).Charge(&st, at, 0) // rolls in debt too
@@ -284,7 +284,7 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		if c.Used == 0 && c.UsedPrev == 0 {
 			return c, false
 		}
-	case store.SlidingLog:
+	case algorithms.KindSlidingLog:
 		if cur.b == 0 {
 			return c, false
 		}
@@ -295,16 +295,16 @@ func (e *entry) carry(now int64) (store.Carry, bool) {
 		}
 		c.Left, c.Base = sl.Leaves(cur.a)-now, base(s)
 		c.Used = c.Base + max(0, cur.b-s)
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		st := algorithms.TokenBucketState{Last: seed.a, Used: seed.b}
 		_, _ = tokenBucket(l).Charge(&st, now, 0) // refills in debt too
 		c.Base = base(st.Used)
 		c.Used = c.Base + max(0, cur.b-st.Used)
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		owed := func(tat int64) int64 { return max(0, tat-now) }
 		c.Base = base(owed(seed.a))
 		c.Used = c.Base + max(0, owed(cur.a)-owed(seed.a))
-	case store.Reserve:
+	case algorithms.KindReserve:
 		p := reserve(l)
 		s := reserveOwed(p, algorithms.ReserveState{Next: seed.a, Missing: seed.b}, now)
 		c.Base = base(s)

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // TestSeedNeverAdmitsMore seeds the store from a primary's answer (the
-// primary here is shared/algorithms with its own state) and then sends the
+// primary here is package algorithms with its own state) and then sends the
 // same requests to both: the seeded store must never admit more than the
 // primary over the next window, and for fixed_window and gcra, whose seeds
 // are exact, must decide exactly as it does.
@@ -52,7 +52,7 @@ func TestSeedNeverAdmitsMore(t *testing.T) {
 				if want.Allowed {
 					theirs++
 				}
-				exact := l.Algorithm == store.FixedWindow || l.Algorithm == store.GCRA
+				exact := l.Algorithm == algorithms.KindFixedWindow || l.Algorithm == algorithms.KindGCRA
 				if exact && (got.Allowed != want.Allowed || got.Remaining != want.Remaining) {
 					t.Fatalf("%v round %d: seeded from %+v, answered %+v, primary %+v", l, round, last, got, want)
 				}
@@ -73,7 +73,7 @@ func TestSeedNeverAdmitsMore(t *testing.T) {
 func TestUnload(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{})
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Hour}
 	check := store.Check{Key: "k", Limit: l, Cost: 1}
 	seedFrom := algorithms.Result{Allowed: true, Limit: 10, Remaining: 4, ResetAfter: int64(30 * time.Minute)}
 	s.Seed([]store.Check{check}, []algorithms.Result{seedFrom})
@@ -130,7 +130,7 @@ func TestUnload(t *testing.T) {
 // (from a peek: all its estimate from the previous window) is exact too.
 func TestSeedAcrossSkew(t *testing.T) {
 	const w = 10 * time.Second
-	algs := []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA, store.Reserve}
+	algs := []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog, algorithms.KindTokenBucket, algorithms.KindGCRA, algorithms.KindReserve}
 	skews := []time.Duration{0, time.Nanosecond, -time.Nanosecond, time.Millisecond, -time.Millisecond,
 		3 * time.Second, -3 * time.Second, 7 * time.Second, -7 * time.Second, 90 * time.Minute}
 	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixNano()
@@ -150,11 +150,11 @@ func TestSeedAcrossSkew(t *testing.T) {
 // the answer's trip and the clocks' skew of a real deployment: the seeded
 // windows are the calendar's, shifted onto the primary's.
 func TestSeedAcrossSkewCalendar(t *testing.T) {
-	day, _ := calendar.Of("Europe/Berlin", calendar.Day)
-	month, _ := calendar.Of("America/New_York", calendar.Month)
+	day, _ := calendar.Of("Europe/Berlin", algorithms.UnitDay)
+	month, _ := calendar.Of("America/New_York", algorithms.UnitMonth)
 	skews := []time.Duration{0, time.Nanosecond, -time.Nanosecond, time.Millisecond, -time.Millisecond,
 		3 * time.Second, -3 * time.Second, 10 * time.Minute, -10 * time.Minute}
-	algs := []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog}
+	algs := []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog}
 	for _, c := range []struct {
 		cal   *calendar.Calendar
 		start time.Time
@@ -177,16 +177,16 @@ func TestSeedAcrossSkewCalendar(t *testing.T) {
 // seedScenario is an algorithm and whether the seed comes from a peek in
 // the window after the requests (sliding_window only).
 type seedScenario struct {
-	alg  store.Algorithm
+	alg  algorithms.Kind
 	peek bool
 }
 
-func seedScenarios(algs []store.Algorithm) []seedScenario {
+func seedScenarios(algs []algorithms.Kind) []seedScenario {
 	var scs []seedScenario
 	for _, a := range algs {
 		scs = append(scs, seedScenario{a, false})
 	}
-	return append(scs, seedScenario{store.SlidingWindow, true})
+	return append(scs, seedScenario{algorithms.KindSlidingWindow, true})
 }
 
 // seedAcrossSkew runs TestSeedAcrossSkew's failover on l, whose windows
@@ -233,7 +233,7 @@ func seedAcrossSkew(t *testing.T, l store.Limit, start int64, w, trip, skew time
 		if want.Allowed {
 			theirs++
 		}
-		exact := l.Algorithm == store.FixedWindow || l.Algorithm == store.SlidingWindow || l.Algorithm == store.GCRA
+		exact := l.Algorithm == algorithms.KindFixedWindow || l.Algorithm == algorithms.KindSlidingWindow || l.Algorithm == algorithms.KindGCRA
 		if exact && (got.Allowed != want.Allowed || got.Remaining != want.Remaining) {
 			t.Fatalf("call %d: answered allowed=%v remaining=%d reset=%v, the primary allowed=%v remaining=%d reset=%v", call,
 				got.Allowed, got.Remaining, time.Duration(got.ResetAfter), want.Allowed, want.Remaining, time.Duration(want.ResetAfter))
@@ -256,8 +256,8 @@ func seedAcrossSkew(t *testing.T, l store.Limit, start int64, w, trip, skew time
 func TestUnloadInDebt(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{})
-	sw := store.Limit{Algorithm: store.SlidingWindow, Requests: 10, Window: time.Hour}
-	tb := store.Limit{Algorithm: store.TokenBucket, Requests: 10, Window: time.Hour}
+	sw := store.Limit{Algorithm: algorithms.KindSlidingWindow, Requests: 10, Window: time.Hour}
+	tb := store.Limit{Algorithm: algorithms.KindTokenBucket, Requests: 10, Window: time.Hour}
 	decide(t, s, store.Check{Key: "sw", Limit: sw, Cost: 15, Mode: store.Charge})
 	decide(t, s, store.Check{Key: "tb", Limit: tb, Cost: 15, Mode: store.Charge})
 	c.Advance(time.Hour)

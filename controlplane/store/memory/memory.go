@@ -1,26 +1,3 @@
-// Package memory is the in-process store: shared/algorithms applied to state
-// held in this process. It is sluice's embedded default (no Redis configured)
-// and the rescue limiter that answers while Redis cannot.
-//
-// State lives in 64 shards, chosen by a seeded hash of the key, each a map
-// under its own mutex. An entry is kept only while its limiter is not full:
-// a decision that leaves the limiter full stores nothing, and an entry whose
-// ResetAfter has passed is equivalent to a missing one, so Sweep may drop it
-// and an access simply reuses it (the algorithms treat an expired state as a
-// fresh one).
-//
-// Memory is bounded twice, per shard: by entries (MaxEntries) and by
-// bytes (MaxBytes: what an entry holds on the Go heap, its map slot
-// included; a sliding_log entry also holds one 16-byte slot per request of
-// its limit). Inserting past either bound evicts the least
-// recently used entries of the shard. Eviction forgets a live limiter, which
-// then starts full again: the bound trades accuracy for keys nobody has used
-// lately against memory that hostile keys could otherwise grow without
-// bound. Evictions are counted (Stats) so operators can see it happen.
-//
-// As the rescue limiter, the store is seeded from Redis's answers (Seed),
-// so that it takes over where Redis was, and reports what it admitted
-// beyond that (Unload) for Redis to count on its return (carry.go).
 package memory
 
 import (
@@ -33,8 +10,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // Defaults for Options.
@@ -139,7 +116,7 @@ type shard struct {
 // entry is the state of one key.
 type entry struct {
 	key     string
-	alg     store.Algorithm
+	alg     algorithms.Kind
 	logCap  int64 // sliding_log: the limit the ring was sized for
 	expires int64 // Unix ns from which the state equals a fresh one
 	size    int64 // approximate bytes, for the shard's total
@@ -327,7 +304,7 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 			return freshPeek(c.Limit, now), nil
 		}
 		e = &entry{key: c.Key, alg: c.Limit.Algorithm}
-		if e.alg == store.SlidingLog {
+		if e.alg == algorithms.KindSlidingLog {
 			e.logCap = c.Limit.Requests
 			e.log = slidingLog(c.Limit, nil).NewState()
 		}
@@ -338,7 +315,7 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 		return r, err
 	}
 	e.limit = c.Limit
-	if r.ResetAfter <= 0 || (e.alg == store.FixedWindow && r.Remaining == r.Limit) {
+	if r.ResetAfter <= 0 || (e.alg == algorithms.KindFixedWindow && r.Remaining == r.Limit) {
 		// The limiter is full (a fixed window with nothing counted answers
 		// the time until it ends): a missing entry means the same.
 		if e.prev != nil {
@@ -357,7 +334,7 @@ func (sh *shard) decide(c *store.Check, now int64, evicted *atomic.Uint64) (algo
 
 // fits reports whether e's state can serve limit l.
 func (e *entry) fits(l store.Limit) bool {
-	return e.alg == l.Algorithm && (e.alg != store.SlidingLog || e.logCap >= l.Requests)
+	return e.alg == l.Algorithm && (e.alg != algorithms.KindSlidingLog || e.logCap >= l.Requests)
 }
 
 // insert adds e as the most recent entry, evicting the least recent ones
@@ -404,23 +381,23 @@ func (e *entry) apply(c *store.Check, now int64) (algorithms.Result, error) {
 	l := c.Limit
 	at := now + e.shift // the clock of fixed_window's and sliding_window's windows
 	switch l.Algorithm {
-	case store.FixedWindow:
+	case algorithms.KindFixedWindow:
 		return checkOn(fixedWindow(l, l.Periods(at)), &e.fw, c.Mode, at, c.Cost)
-	case store.SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		return checkOn(slidingWindow(l, l.Periods(at)), &e.sw, c.Mode, at, c.Cost)
-	case store.SlidingLog:
+	case algorithms.KindSlidingLog:
 		return checkOn(slidingLog(l, l.Periods(now)), e.log, c.Mode, now, c.Cost)
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		return checkOn(tokenBucket(l), &e.tb, c.Mode, now, c.Cost)
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		return checkOn(gcra(l), &e.gc, c.Mode, now, c.Cost)
-	case store.Reserve:
+	case algorithms.KindReserve:
 		return checkOn(reserve(l), &e.rs, c.Mode, now, c.Cost)
 	}
 	return algorithms.Result{}, errUnknown
 }
 
-// limiter is what every algorithm of shared/algorithms offers on its state S.
+// limiter is what every algorithm of package algorithms offers on its state S.
 type limiter[S any] interface {
 	Allow(s S, now, cost int64) (algorithms.Result, error)
 	Probe(s S, now int64) (algorithms.Result, error)
@@ -449,47 +426,47 @@ var errUnknown = errors.New("memory: unknown algorithm")
 func freshPeek(l store.Limit, now int64) algorithms.Result {
 	var r algorithms.Result
 	switch l.Algorithm {
-	case store.FixedWindow:
+	case algorithms.KindFixedWindow:
 		r, _ = fixedWindow(l, l.Periods(now)).Allow(&algorithms.FixedWindowState{}, now, 0)
-	case store.SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		r, _ = slidingWindow(l, nil).Allow(&algorithms.SlidingWindowState{}, 0, 0)
-	case store.SlidingLog:
+	case algorithms.KindSlidingLog:
 		r = algorithms.Result{Allowed: true, Limit: l.Requests, Remaining: l.Requests}
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		r, _ = tokenBucket(l).Allow(&algorithms.TokenBucketState{}, 0, 0)
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		r, _ = gcra(l).Allow(&algorithms.GCRAState{}, 0, 0)
-	case store.Reserve:
+	case algorithms.KindReserve:
 		r, _ = reserve(l).Allow(&algorithms.ReserveState{}, 0, 0)
 	}
 	return r
 }
 
-// validate checks a check's limit and cost with shared/algorithms.
+// validate checks a check's limit and cost with package algorithms.
 func validate(c *store.Check) error {
 	var capacity int64
 	var err error
 	var none *algorithms.Periods // a calendar's are valid: the limit's shape is checked
 	switch c.Limit.Algorithm {
-	case store.FixedWindow:
+	case algorithms.KindFixedWindow:
 		p := fixedWindow(c.Limit, none)
 		capacity, err = p.Limit, p.Validate()
-	case store.SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		p := slidingWindow(c.Limit, none)
 		capacity, err = p.Limit, p.Validate()
-	case store.SlidingLog:
+	case algorithms.KindSlidingLog:
 		p := slidingLog(c.Limit, none)
 		capacity, err = p.Limit, p.Validate()
 		if err == nil && p.Limit > MaxSlidingLog {
 			return fmt.Errorf("sliding_log limit %d is more than the memory store keeps per key (%d)", p.Limit, MaxSlidingLog)
 		}
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		p := tokenBucket(c.Limit)
 		capacity, err = p.Burst, p.Validate()
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		p := gcra(c.Limit)
 		capacity, err = p.MaxBurst+1, p.Validate()
-	case store.Reserve:
+	case algorithms.KindReserve:
 		p := reserve(c.Limit)
 		capacity, err = p.Burst, p.Validate()
 	default:
@@ -514,7 +491,7 @@ func validate(c *store.Check) error {
 	return nil
 }
 
-// The shared/algorithms parameters of a store.Limit, times in nanoseconds;
+// The parameters (package algorithms) of a store.Limit, times in nanoseconds;
 // p are the periods around the time of the decision (nil for windows of
 // fixed length).
 

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // clock is a settable clock for tests.
@@ -41,18 +41,18 @@ func decide(t *testing.T, s *Store, c store.Check) algorithms.Result {
 }
 
 var limits = []store.Limit{
-	{Algorithm: store.FixedWindow, Requests: 5, Window: time.Second},
-	{Algorithm: store.SlidingWindow, Requests: 7, Window: 2 * time.Second},
-	{Algorithm: store.SlidingLog, Requests: 6, Window: time.Second},
-	{Algorithm: store.TokenBucket, Requests: 3, Window: time.Second, Burst: 8},
-	{Algorithm: store.GCRA, Requests: 4, Window: time.Second, Burst: 5},
-	{Algorithm: store.TokenBucket, Requests: 3, Window: time.Second}, // Burst 0 = Requests
-	{Algorithm: store.Reserve, Requests: 10, Window: time.Second, Burst: 5, MaxWait: 500 * time.Millisecond},
-	{Algorithm: store.Reserve, Requests: 3, Window: time.Second, MaxWait: 0},
+	{Algorithm: algorithms.KindFixedWindow, Requests: 5, Window: time.Second},
+	{Algorithm: algorithms.KindSlidingWindow, Requests: 7, Window: 2 * time.Second},
+	{Algorithm: algorithms.KindSlidingLog, Requests: 6, Window: time.Second},
+	{Algorithm: algorithms.KindTokenBucket, Requests: 3, Window: time.Second, Burst: 8},
+	{Algorithm: algorithms.KindGCRA, Requests: 4, Window: time.Second, Burst: 5},
+	{Algorithm: algorithms.KindTokenBucket, Requests: 3, Window: time.Second}, // Burst 0 = Requests
+	{Algorithm: algorithms.KindReserve, Requests: 10, Window: time.Second, Burst: 5, MaxWait: 500 * time.Millisecond},
+	{Algorithm: algorithms.KindReserve, Requests: 3, Window: time.Second, MaxWait: 0},
 }
 
 // oracle decides like the memory store should, straight through
-// shared/algorithms with state kept by the test.
+// package algorithms with state kept by the test.
 type oracle struct {
 	fw  algorithms.FixedWindowState
 	sw  algorithms.SlidingWindowState
@@ -76,21 +76,21 @@ func (o *oracle) decide(l store.Limit, now, cost int64, mode store.Mode) (algori
 	}
 	p := l.Periods(now)
 	switch l.Algorithm {
-	case store.FixedWindow:
+	case algorithms.KindFixedWindow:
 		return checkOn(algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true, Periods: p}, &o.fw, mode, now, cost)
-	case store.SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		return checkOn(algorithms.SlidingWindow{Limit: l.Requests, Window: w, Periods: p}, &o.sw, mode, now, cost)
-	case store.SlidingLog:
+	case algorithms.KindSlidingLog:
 		a := algorithms.SlidingLog{Limit: l.Requests, Window: w, Periods: p}
 		if o.log == nil {
 			o.log = a.NewState()
 		}
 		return checkOn(a, o.log, mode, now, cost)
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		return checkOn(algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: b}, &o.tb, mode, now, cost)
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		return checkOn(algorithms.GCRA{MaxBurst: b - 1, Count: l.Requests, Period: w}, &o.gc, mode, now, cost)
-	case store.Reserve:
+	case algorithms.KindReserve:
 		return checkOn(algorithms.Reserve{Rate: l.Requests, Period: w, Burst: b, MaxWait: int64(l.MaxWait)}, &o.rs, mode, now, cost)
 	}
 	return algorithms.Result{}, errors.New("unknown algorithm")
@@ -102,16 +102,16 @@ var calendarLimits = func() []store.Limit {
 	var ls []store.Limit
 	for _, c := range []struct {
 		zone string
-		unit calendar.Unit
-		alg  store.Algorithm
+		unit algorithms.Unit
+		alg  algorithms.Kind
 		n    int64
 	}{
-		{"Europe/Berlin", calendar.Day, store.FixedWindow, 5},
-		{"America/New_York", calendar.Month, store.FixedWindow, 40},
-		{"Europe/Berlin", calendar.Week, store.SlidingWindow, 12},
-		{"America/New_York", calendar.Day, store.SlidingWindow, 7},
-		{"Europe/Berlin", calendar.Month, store.SlidingLog, 30},
-		{"America/New_York", calendar.Day, store.SlidingLog, 6},
+		{"Europe/Berlin", algorithms.UnitDay, algorithms.KindFixedWindow, 5},
+		{"America/New_York", algorithms.UnitMonth, algorithms.KindFixedWindow, 40},
+		{"Europe/Berlin", algorithms.UnitWeek, algorithms.KindSlidingWindow, 12},
+		{"America/New_York", algorithms.UnitDay, algorithms.KindSlidingWindow, 7},
+		{"Europe/Berlin", algorithms.UnitMonth, algorithms.KindSlidingLog, 30},
+		{"America/New_York", algorithms.UnitDay, algorithms.KindSlidingLog, 6},
 	} {
 		cal, err := calendar.Of(c.zone, c.unit)
 		if err != nil {
@@ -131,7 +131,7 @@ func calendarClock() *clock {
 }
 
 // TestMatchesAlgorithms drives every algorithm through the store and through
-// shared/algorithms directly with the same random times, costs and modes
+// package algorithms directly with the same random times, costs and modes
 // (probes, charges and refunds among them); the results must be identical,
 // also across expiry, sweeps and peeks, and for calendar limits across
 // daylight-saving changes and a month's end.
@@ -199,7 +199,7 @@ func TestProbeOfUnusedKey(t *testing.T) {
 		for _, mode := range []store.Mode{store.Take, store.Probe} {
 			r := decide(t, s, store.Check{Key: "unused", Limit: l, Mode: mode})
 			want := int64(0)
-			if l.Algorithm == store.FixedWindow {
+			if l.Algorithm == algorithms.KindFixedWindow {
 				want = int64(51 * time.Minute)
 			}
 			if r.ResetAfter != want || r.Remaining != r.Limit || !r.Allowed {
@@ -207,8 +207,8 @@ func TestProbeOfUnusedKey(t *testing.T) {
 			}
 		}
 	}
-	cal, _ := calendar.Of("Europe/Berlin", calendar.Month)
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: 31 * 24 * time.Hour, Calendar: cal}
+	cal, _ := calendar.Of("Europe/Berlin", algorithms.UnitMonth)
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: 31 * 24 * time.Hour, Calendar: cal}
 	r := decide(t, s, store.Check{Key: "unused", Limit: l, Mode: store.Probe})
 	end := time.Date(2026, 12, 1, 0, 0, 0, 0, cal.Location())
 	if want := end.Sub(c.Now()); time.Duration(r.ResetAfter) != want {
@@ -222,7 +222,7 @@ func TestProbeOfUnusedKey(t *testing.T) {
 func TestFullStateNotStoredAndExpiry(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{})
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 3, Window: time.Minute}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 3, Window: time.Minute}
 	// A peek on a missing key stores nothing.
 	if r := decide(t, s, store.Check{Key: "a", Limit: l}); !r.Allowed || r.Remaining != 3 {
 		t.Fatalf("peek: %+v", r)
@@ -249,7 +249,7 @@ func TestFullStateNotStoredAndExpiry(t *testing.T) {
 	}
 	// A token bucket refilled to full by an allowed zero-cost peek is
 	// dropped at once.
-	tb := store.Limit{Algorithm: store.TokenBucket, Requests: 10, Window: time.Second}
+	tb := store.Limit{Algorithm: algorithms.KindTokenBucket, Requests: 10, Window: time.Second}
 	decide(t, s, store.Check{Key: "b", Limit: tb, Cost: 10})
 	if s.Stats().Entries != 1 {
 		t.Fatal("token bucket entry not stored")
@@ -266,7 +266,7 @@ func TestFullStateNotStoredAndExpiry(t *testing.T) {
 func TestLimitChanges(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{})
-	small := store.Limit{Algorithm: store.SlidingLog, Requests: 4, Window: time.Minute}
+	small := store.Limit{Algorithm: algorithms.KindSlidingLog, Requests: 4, Window: time.Minute}
 	big := small
 	big.Requests = 8
 	for i := 0; i < 4; i++ {
@@ -286,7 +286,7 @@ func TestLimitChanges(t *testing.T) {
 		t.Fatalf("after recreate: %+v", st)
 	}
 	// Another algorithm on the same key starts from a fresh state too.
-	fw := store.Limit{Algorithm: store.FixedWindow, Requests: 2, Window: time.Minute}
+	fw := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 2, Window: time.Minute}
 	if r := decide(t, s, store.Check{Key: "k", Limit: fw, Cost: 2}); !r.Allowed || r.Remaining != 0 {
 		t.Fatalf("algorithm change: %+v", r)
 	}
@@ -298,19 +298,19 @@ func TestLimitChanges(t *testing.T) {
 func TestInvalidChecks(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{})
-	ok := store.Check{Key: "ok", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 1, Window: time.Second}, Cost: 1}
+	ok := store.Check{Key: "ok", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1, Window: time.Second}, Cost: 1}
 	cases := []struct {
 		name  string
 		check store.Check
 		want  string
 	}{
 		{"unknown algorithm", store.Check{Key: "x", Limit: store.Limit{Requests: 1, Window: time.Second}, Cost: 1}, "algorithm 0 is unknown"},
-		{"zero requests", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.FixedWindow, Window: time.Second}, Cost: 1}, "limit must be at least 1"},
-		{"negative window", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.SlidingWindow, Requests: 1, Window: -1}, Cost: 1}, "window must be positive"},
-		{"negative cost", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.GCRA, Requests: 1, Window: time.Second}, Cost: -1}, "cost must not be negative"},
-		{"cost over burst", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.TokenBucket, Requests: 1, Window: time.Second, Burst: 3}, Cost: 4}, "cost exceeds"},
-		{"negative burst", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.TokenBucket, Requests: 1, Window: time.Second, Burst: -3}, Cost: 1}, "burst must be at least 1"},
-		{"huge log", store.Check{Key: "x", Limit: store.Limit{Algorithm: store.SlidingLog, Requests: 1 << 40, Window: time.Second}, Cost: 1}, "more than the memory store keeps"},
+		{"zero requests", store.Check{Key: "x", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Window: time.Second}, Cost: 1}, "limit must be at least 1"},
+		{"negative window", store.Check{Key: "x", Limit: store.Limit{Algorithm: algorithms.KindSlidingWindow, Requests: 1, Window: -1}, Cost: 1}, "window must be positive"},
+		{"negative cost", store.Check{Key: "x", Limit: store.Limit{Algorithm: algorithms.KindGCRA, Requests: 1, Window: time.Second}, Cost: -1}, "cost must not be negative"},
+		{"cost over burst", store.Check{Key: "x", Limit: store.Limit{Algorithm: algorithms.KindTokenBucket, Requests: 1, Window: time.Second, Burst: 3}, Cost: 4}, "cost exceeds"},
+		{"negative burst", store.Check{Key: "x", Limit: store.Limit{Algorithm: algorithms.KindTokenBucket, Requests: 1, Window: time.Second, Burst: -3}, Cost: 1}, "burst must be at least 1"},
+		{"huge log", store.Check{Key: "x", Limit: store.Limit{Algorithm: algorithms.KindSlidingLog, Requests: 1 << 40, Window: time.Second}, Cost: 1}, "more than the memory store keeps"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -338,7 +338,7 @@ func TestEvictionLRU(t *testing.T) {
 	c := newClock()
 	// 64 entries: one per shard.
 	s := newStore(c, Options{MaxEntries: shardCount})
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 2, Window: time.Hour}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 2, Window: time.Hour}
 	// Find two keys of one shard.
 	first := "key-0"
 	second := ""
@@ -364,7 +364,7 @@ func TestEvictionLRU(t *testing.T) {
 func TestEvictionKeepsRecentlyUsed(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{MaxEntries: 3 * shardCount})
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Hour}
 	sh := s.shardOf("hot")
 	var same []string
 	for i := 0; len(same) < 4; i++ {
@@ -390,8 +390,8 @@ func TestHostileKeysBounded(t *testing.T) {
 	c := newClock()
 	const maxEntries, maxBytes = 1000, 1 << 20
 	s := newStore(c, Options{MaxEntries: maxEntries, MaxBytes: maxBytes})
-	fw := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
-	log := store.Limit{Algorithm: store.SlidingLog, Requests: 1000, Window: time.Hour}
+	fw := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Hour}
+	log := store.Limit{Algorithm: algorithms.KindSlidingLog, Requests: 1000, Window: time.Hour}
 	checks := make([]store.Check, 2)
 	out := make([]algorithms.Result, 2)
 	for i := 0; i < 50000; i++ {
@@ -417,7 +417,7 @@ func TestHostileKeysBounded(t *testing.T) {
 func TestOversizedEntryKeptAlone(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{MaxBytes: shardCount * 1024}) // 1 KB per shard
-	l := store.Limit{Algorithm: store.SlidingLog, Requests: 1000, Window: time.Hour}
+	l := store.Limit{Algorithm: algorithms.KindSlidingLog, Requests: 1000, Window: time.Hour}
 	for i := 0; i < 3; i++ {
 		if r := decide(t, s, store.Check{Key: "big", Limit: l, Cost: 1}); !r.Allowed || r.Remaining != int64(999-i) {
 			t.Fatalf("hit %d: %+v", i, r)
@@ -431,11 +431,11 @@ func TestConcurrentExact(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{})
 	lims := []store.Limit{
-		{Algorithm: store.FixedWindow, Requests: 1000, Window: time.Hour},
-		{Algorithm: store.SlidingLog, Requests: 1000, Window: time.Hour},
-		{Algorithm: store.SlidingWindow, Requests: 1000, Window: time.Hour},
-		{Algorithm: store.TokenBucket, Requests: 1, Window: time.Hour, Burst: 1000},
-		{Algorithm: store.GCRA, Requests: 1, Window: time.Hour, Burst: 1000},
+		{Algorithm: algorithms.KindFixedWindow, Requests: 1000, Window: time.Hour},
+		{Algorithm: algorithms.KindSlidingLog, Requests: 1000, Window: time.Hour},
+		{Algorithm: algorithms.KindSlidingWindow, Requests: 1000, Window: time.Hour},
+		{Algorithm: algorithms.KindTokenBucket, Requests: 1, Window: time.Hour, Burst: 1000},
+		{Algorithm: algorithms.KindGCRA, Requests: 1, Window: time.Hour, Burst: 1000},
 	}
 	const workers, perWorker = 16, 200
 	allowed := make([]atomic.Int64, len(lims))
@@ -485,7 +485,7 @@ func TestConcurrentExact(t *testing.T) {
 func TestRunSweeper(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{})
-	decide(t, s, store.Check{Key: "k", Limit: store.Limit{Algorithm: store.GCRA, Requests: 1, Window: time.Second}, Cost: 1})
+	decide(t, s, store.Check{Key: "k", Limit: store.Limit{Algorithm: algorithms.KindGCRA, Requests: 1, Window: time.Second}, Cost: 1})
 	c.Advance(time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
@@ -503,10 +503,10 @@ func TestRunSweeper(t *testing.T) {
 
 func BenchmarkDecide(b *testing.B) {
 	s := New(Options{})
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 1 << 30, Window: time.Hour}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1 << 30, Window: time.Hour}
 	keys := make([]string, 1024)
 	for i := range keys {
-		keys[i] = store.Key("bench", []store.Entry{{Key: "k", Value: fmt.Sprint(i)}}, "l#0", store.FixedWindow)
+		keys[i] = store.Key("bench", []store.Entry{{Key: "k", Value: fmt.Sprint(i)}}, "l#0", algorithms.KindFixedWindow)
 	}
 	b.RunParallel(func(pb *testing.PB) {
 		checks := []store.Check{{Limit: l, Cost: 1}}
@@ -528,7 +528,7 @@ func BenchmarkDecide(b *testing.B) {
 func TestReserveSlots(t *testing.T) {
 	c := newClock()
 	s := newStore(c, Options{})
-	l := store.Limit{Algorithm: store.Reserve, Requests: 10, Window: time.Second, Burst: 5, MaxWait: time.Second}
+	l := store.Limit{Algorithm: algorithms.KindReserve, Requests: 10, Window: time.Second, Burst: 5, MaxWait: time.Second}
 	const callers = 40
 	waits := make(chan algorithms.Result, callers)
 	var wg sync.WaitGroup

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // onceCharge charges cost on key with token and returns the result and
@@ -17,7 +17,7 @@ func onceCharge(t *testing.T, s *Store, key, token string, cost int64) (algorith
 	t.Helper()
 	o := &store.Once{Token: token}
 	out := make([]algorithms.Result, 1)
-	lim := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Hour}
+	lim := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 100, Window: time.Hour}
 	err := s.Decide(context.Background(), []store.Check{{Key: key, Limit: lim, Cost: cost, Mode: store.Charge, Once: o}}, out)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestOnce(t *testing.T) {
 // or overlong one, is refused and changes nothing.
 func TestOnceInvalid(t *testing.T) {
 	s := newStore(newClock(), Options{})
-	lim := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
+	lim := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Hour}
 	out := make([]algorithms.Result, 1)
 	for _, c := range []store.Check{
 		{Key: "k", Limit: lim, Cost: 1, Once: &store.Once{Token: "t"}},
@@ -117,7 +117,7 @@ func TestUnloadOnce(t *testing.T) {
 	s := newStore(c, Options{OnceTTL: time.Minute})
 	onceCharge(t, s, "k1", "a", 1)
 	c.Advance(10 * time.Second)
-	s.Seed([]store.Check{{Key: "k2", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Hour}, Cost: 1, Mode: store.Charge, Once: &store.Once{Token: "b"}}}, make([]algorithms.Result, 1))
+	s.Seed([]store.Check{{Key: "k2", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 100, Window: time.Hour}, Cost: 1, Mode: store.Charge, Once: &store.Once{Token: "b"}}}, make([]algorithms.Result, 1))
 	refuse := errors.New("primary refused")
 	if err := s.UnloadOnce(func([]store.OnceMark) error { return refuse }); err != refuse {
 		t.Fatalf("UnloadOnce: %v, want fn's error", err)

@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // TestAccuracy: three stores with separate clients, as three control-plane
@@ -36,14 +36,14 @@ func TestAccuracy(t *testing.T) {
 		t.Fatal(err)
 	}
 	aligned := redistest.FarWindow(t, now)
-	limits := map[store.Algorithm]store.Limit{
-		store.FixedWindow:   {Algorithm: store.FixedWindow, Requests: limit, Window: aligned},
-		store.SlidingWindow: {Algorithm: store.SlidingWindow, Requests: limit, Window: aligned},
-		store.SlidingLog:    {Algorithm: store.SlidingLog, Requests: limit, Window: time.Hour},
-		store.TokenBucket:   {Algorithm: store.TokenBucket, Requests: 1, Window: time.Hour, Burst: limit},
-		store.GCRA:          {Algorithm: store.GCRA, Requests: 1, Window: time.Hour, Burst: limit},
+	limits := map[algorithms.Kind]store.Limit{
+		algorithms.KindFixedWindow:   {Algorithm: algorithms.KindFixedWindow, Requests: limit, Window: aligned},
+		algorithms.KindSlidingWindow: {Algorithm: algorithms.KindSlidingWindow, Requests: limit, Window: aligned},
+		algorithms.KindSlidingLog:    {Algorithm: algorithms.KindSlidingLog, Requests: limit, Window: time.Hour},
+		algorithms.KindTokenBucket:   {Algorithm: algorithms.KindTokenBucket, Requests: 1, Window: time.Hour, Burst: limit},
+		algorithms.KindGCRA:          {Algorithm: algorithms.KindGCRA, Requests: 1, Window: time.Hour, Burst: limit},
 		// burst limit-1 and the one that pays later (as in Guava); then a wait of an hour.
-		store.Reserve: {Algorithm: store.Reserve, Requests: 1, Window: time.Hour, Burst: limit - 1, MaxWait: 59 * time.Minute},
+		algorithms.KindReserve: {Algorithm: algorithms.KindReserve, Requests: 1, Window: time.Hour, Burst: limit - 1, MaxWait: 59 * time.Minute},
 	}
 	for _, alg := range algs {
 		t.Run(alg.String(), func(t *testing.T) {

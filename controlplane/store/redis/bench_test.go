@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // BenchmarkDecide measures decisions per second through Decide with many
@@ -31,7 +31,7 @@ func BenchmarkDecide(b *testing.B) {
 	const keys = 1000
 	for _, alg := range algs {
 		for _, inFlight := range []int{1, 2, 4, 8} {
-			if inFlight != DefaultMaxInFlight && alg != store.FixedWindow {
+			if inFlight != DefaultMaxInFlight && alg != algorithms.KindFixedWindow {
 				continue
 			}
 			b.Run(alg.String()+"/inflight="+strconv.Itoa(inFlight), func(b *testing.B) {
@@ -92,13 +92,13 @@ func BenchmarkScriptPerCheck(b *testing.B) {
 	b.Cleanup(func() { client.Close() })
 	ctx := context.Background()
 	base := preludeLua + fixedWindowLua + slidingWindowLua + slidingLogLua + tokenBucketLua + gcraLua + reserveLua
-	calls := map[store.Algorithm]string{
-		store.FixedWindow:   "fixed_window(k, now + i, 1000000, 60000000, 0, 1, '1')",
-		store.SlidingWindow: "sliding_window(k, now + i, 1000000, 60000000, 0, 1, '1')",
-		store.SlidingLog:    "sliding_log(k, now + i, 1000000, 60000000, 0, 1, '1')",
-		store.TokenBucket:   "token_bucket(k, now + i, 1000000, 60000000, 1000000, 1, '1')",
-		store.GCRA:          "gcra(k, now + i, 999999, 1000000, 60000000, 1, '1')",
-		store.Reserve:       "reserve(k, now + i, 1000000, 60000000, 1000000, 1, '1', 0)",
+	calls := map[algorithms.Kind]string{
+		algorithms.KindFixedWindow:   "fixed_window(k, now + i, 1000000, 60000000, 0, 1, '1')",
+		algorithms.KindSlidingWindow: "sliding_window(k, now + i, 1000000, 60000000, 0, 1, '1')",
+		algorithms.KindSlidingLog:    "sliding_log(k, now + i, 1000000, 60000000, 0, 1, '1')",
+		algorithms.KindTokenBucket:   "token_bucket(k, now + i, 1000000, 60000000, 1000000, 1, '1')",
+		algorithms.KindGCRA:          "gcra(k, now + i, 999999, 1000000, 60000000, 1, '1')",
+		algorithms.KindReserve:       "reserve(k, now + i, 1000000, 60000000, 1000000, 1, '1', 0)",
 	}
 	for _, alg := range algs {
 		b.Run(alg.String(), func(b *testing.B) {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 )
 
@@ -118,9 +119,9 @@ func (s *Store) Carry(ctx context.Context, carries []store.Carry) (int, error) {
 func carryValues(c store.Carry) [5]int64 {
 	us := func(ns, most int64) int64 { return min(ceilDiv(max(ns, 0), 1000), most) }
 	switch c.Limit.Algorithm {
-	case store.TokenBucket, store.GCRA:
+	case algorithms.KindTokenBucket, algorithms.KindGCRA:
 		return [5]int64{0, us(c.Base, maxSpan), us(c.Used, maxSpan), 0, 0}
-	case store.Reserve: // start carries max_wait (carry.lua's carry_rs)
+	case algorithms.KindReserve: // start carries max_wait (carry.lua's carry_rs)
 		return [5]int64{int64(c.Limit.MaxWait / 1000), us(c.Base, maxSpan), us(c.Used, maxSpan), 0, 0}
 	}
 	// amounts are counts, capped by the limit (below maxSpan)

@@ -9,13 +9,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/controlplane/store/memory"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
-// TestCarryDifferential checks carry.lua against shared/algorithms on a real
+// TestCarryDifferential checks carry.lua against package algorithms on a real
 // redis-server: Redis admits some requests, one or two replicas' memory
 // stores (seeded from Redis's last answer, or not) admit more while Redis
 // "is away", Redis keeps its data or loses it (FLUSHALL, as a restart
@@ -29,15 +29,15 @@ import (
 func TestCarryDifferential(t *testing.T) {
 	_, client := startClient(t)
 	const t0 = int64(1_800_000_000_000_000) + 100_000 // us: 100 ms into a 1 s window
-	limits := map[store.Algorithm]store.Limit{}
+	limits := map[algorithms.Kind]store.Limit{}
 	for _, a := range algs {
 		limits[a] = store.Limit{Algorithm: a, Requests: 10, Window: time.Second}
 	}
-	limits[store.TokenBucket] = store.Limit{Algorithm: store.TokenBucket, Requests: 1, Window: time.Hour, Burst: 10}
-	limits[store.GCRA] = store.Limit{Algorithm: store.GCRA, Requests: 1, Window: time.Hour, Burst: 10}
+	limits[algorithms.KindTokenBucket] = store.Limit{Algorithm: algorithms.KindTokenBucket, Requests: 1, Window: time.Hour, Burst: 10}
+	limits[algorithms.KindGCRA] = store.Limit{Algorithm: algorithms.KindGCRA, Requests: 1, Window: time.Hour, Burst: 10}
 	// Like the token bucket, a reserve limiter's carry refills each
 	// replica's part on its own: exact when refill is negligible.
-	limits[store.Reserve] = store.Limit{Algorithm: store.Reserve, Requests: 1, Window: time.Hour, Burst: 10, MaxWait: 3 * time.Hour}
+	limits[algorithms.KindReserve] = store.Limit{Algorithm: algorithms.KindReserve, Requests: 1, Window: time.Hour, Burst: 10, MaxWait: 3 * time.Hour}
 	for _, alg := range algs {
 		for _, sc := range carryScenarios() {
 			name := fmt.Sprintf("%s/seed=%v/flush=%v/replicas=%d/skew=%v", alg, sc.seed, sc.flush, sc.replicas, sc.skew)
@@ -54,13 +54,13 @@ func TestCarryDifferential(t *testing.T) {
 // day their window stands for.
 func TestCarryDifferentialCalendar(t *testing.T) {
 	_, client := startClient(t)
-	day, err := calendar.Of("Europe/Berlin", calendar.Day)
+	day, err := calendar.Of("Europe/Berlin", algorithms.UnitDay)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// us: 100 ms into the last second of October 24th
 	t0 := time.Date(2026, 10, 25, 0, 0, 0, 0, day.Location()).Add(-900 * time.Millisecond).UnixMicro()
-	for _, alg := range []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog} {
+	for _, alg := range []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog} {
 		for _, sc := range carryScenarios() {
 			name := fmt.Sprintf("%s/seed=%v/flush=%v/replicas=%d/skew=%v", alg, sc.seed, sc.flush, sc.replicas, sc.skew)
 			t.Run(name, func(t *testing.T) {
@@ -173,7 +173,7 @@ func carryDifferential(t *testing.T, client *redis.Client, l store.Limit, key st
 		// (100 ms) per replica.
 		waitOff := (out[0].Wait - w.Wait*1000) * -1
 		if out[0].Allowed != w.Allowed || out[0].Remaining != w.Remaining ||
-			(alg == store.FixedWindow && out[0].ResetAfter != w.ResetAfter*1000) ||
+			(alg == algorithms.KindFixedWindow && out[0].ResetAfter != w.ResetAfter*1000) ||
 			waitOff < 0 || waitOff > int64(sc.replicas)*int64(100*time.Millisecond) {
 			t.Fatalf("request %d after the carry: Redis allowed=%v remaining=%d reset=%v wait=%v, Go allowed=%v remaining=%d reset=%dus wait=%dus",
 				i, out[0].Allowed, out[0].Remaining, time.Duration(out[0].ResetAfter), time.Duration(out[0].Wait),
@@ -192,7 +192,7 @@ func TestCarryEdges(t *testing.T) {
 	const t0 = int64(1_800_000_000_000_000) // us, a whole second
 	clk := newClock(t0 + 1_100_000)         // 1.1 s: the window [t0, t0+1s) has closed
 	rs := newStore(t, client, Options{Now: clk.Now})
-	fw := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Second}
+	fw := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Second}
 	if err := client.Set(ctx, "carry:alien", "not sluice's", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestCarryEdges(t *testing.T) {
 		// ends 100 ms from now: it stands for [t0, t0+1s), whose end is nearest
 		{Key: "carry:closed", Limit: fw, Left: int64(100 * time.Millisecond), Used: 5},
 		{Key: "carry:alien", Limit: fw, Left: int64(900 * time.Millisecond), Used: 5},
-		{Key: "carry:bad-limit", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 0, Window: time.Second}, Used: 5},
+		{Key: "carry:bad-limit", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 0, Window: time.Second}, Used: 5},
 		{Key: "carry:open", Limit: fw, Left: int64(900 * time.Millisecond), Used: 5},
 	})
 	if n != 1 || err == nil || !strings.Contains(err.Error(), "2 keys skipped") {

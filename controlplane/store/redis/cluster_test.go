@@ -8,9 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // TestCluster runs the decision tests on a 3-master Redis Cluster: the
@@ -58,14 +58,14 @@ func TestCluster(t *testing.T) {
 		slots := map[int64]bool{}
 		owners := map[string]bool{}
 		for i := range 8 {
-			key := store.Key("cluster", []store.Entry{{Key: "user", Value: strconv.Itoa(i)}}, "l", store.FixedWindow)
+			key := store.Key("cluster", []store.Entry{{Key: "user", Value: strconv.Itoa(i)}}, "l", algorithms.KindFixedWindow)
 			slot, err := client.ClusterKeySlot(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			slots[slot] = true
 			owners[ownerOf(t, cl, slot)] = true
-			l := store.Limit{Algorithm: store.FixedWindow, Requests: 3, Window: time.Hour}
+			l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 3, Window: time.Hour}
 			checks = append(checks, store.Check{Key: key, Limit: l, Cost: 1}, store.Check{Key: key, Limit: l, Cost: 1})
 		}
 		if len(slots) < 2 || len(owners) < 2 {
@@ -109,7 +109,7 @@ func TestCluster(t *testing.T) {
 		// key charged once (the dedupe key shares its key's slot).
 		onceReplicas(t, client, "cluster-once")
 		markOnce(t, client, "cluster-mark")
-		differentialWith(t, client, store.TokenBucket, 100, 40, diffOptions{modes: true, once: true}, 1100)
+		differentialWith(t, client, algorithms.KindTokenBucket, 100, 40, diffOptions{modes: true, once: true}, 1100)
 	})
 
 	t.Run("noscript", func(t *testing.T) {
@@ -117,8 +117,8 @@ func TestCluster(t *testing.T) {
 		s := newStore(t, client, Options{})
 		var checks []store.Check
 		for i := range 6 {
-			key := store.Key("noscript", []store.Entry{{Key: "k", Value: strconv.Itoa(i)}}, "l", store.SlidingLog)
-			checks = append(checks, store.Check{Key: key, Limit: store.Limit{Algorithm: store.SlidingLog, Requests: 2, Window: time.Hour}, Cost: 1})
+			key := store.Key("noscript", []store.Entry{{Key: "k", Value: strconv.Itoa(i)}}, "l", algorithms.KindSlidingLog)
+			checks = append(checks, store.Check{Key: key, Limit: store.Limit{Algorithm: algorithms.KindSlidingLog, Requests: 2, Window: time.Hour}, Cost: 1})
 		}
 		out := make([]algorithms.Result, len(checks))
 		if err := s.Decide(ctx, checks, out); err != nil {

@@ -10,13 +10,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // differential drives keys limits of alg through the store (the scripts, with
-// injected time) and through shared/algorithms on the same microsecond
+// injected time) and through package algorithms on the same microsecond
 // numbers, rounds times, and fails on the first results that differ. Each
 // round steps the clock once and decides every key in one Decide (one script
 // call per hash slot). With changeLimits, limits change under existing state
@@ -26,7 +26,7 @@ import (
 // then decides a random half of the keys, so that their states differ.
 //
 // With modes, checks are also probes and charges (see randomMode).
-func differential(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, changeLimits, shared, modes bool, seed int64) {
+func differential(t *testing.T, client redis.UniversalClient, alg algorithms.Kind, keys, rounds int, changeLimits, shared, modes bool, seed int64) {
 	t.Helper()
 	differentialWith(t, client, alg, keys, rounds, diffOptions{changeLimits: changeLimits, shared: shared, modes: modes}, seed)
 }
@@ -51,7 +51,7 @@ const onceTTL = 20 * time.Minute
 // against an oracle that applies a token's first use within the TTL and
 // answers a probe after it; with o.calendar, the limits are calendar ones,
 // on a clock from March 1st, 2026 over four months.
-func differentialWith(t *testing.T, client redis.UniversalClient, alg store.Algorithm, keys, rounds int, o diffOptions, seed int64) {
+func differentialWith(t *testing.T, client redis.UniversalClient, alg algorithms.Kind, keys, rounds int, o diffOptions, seed int64) {
 	t.Helper()
 	changeLimits, shared, modes, once := o.changeLimits, o.shared, o.modes, o.once
 	rng := rand.New(rand.NewSource(seed))
@@ -81,7 +81,7 @@ func differentialWith(t *testing.T, client redis.UniversalClient, alg store.Algo
 	// The sorted set of sliding_log orders entries by time, the Go ring by
 	// arrival: they agree while the clock does not step back (see
 	// sliding_log.lua), so only the other algorithms see it step back.
-	back := alg != store.SlidingLog
+	back := alg != algorithms.KindSlidingLog
 	var allowed, denied, waited int
 	for r := range rounds {
 		clk.add(randomStep(rng, back))
@@ -150,7 +150,7 @@ func differentialWith(t *testing.T, client redis.UniversalClient, alg store.Algo
 				t.Fatalf("round %d key %d: Go: %v", r, i, err)
 			}
 			if want.Remaining < 0 {
-				t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d: shared/algorithms answered Remaining %d, "+
+				t.Fatalf("round %d key %d, limit %+v, now %d us, cost %d: package algorithms answered Remaining %d, "+
 					"which its Result contract forbids (the script answers 0): the Go %s must clamp it at 0",
 					r, i, c.Limit, clk.get(), c.Cost, want.Remaining, alg)
 			}
@@ -172,7 +172,7 @@ func differentialWith(t *testing.T, client redis.UniversalClient, alg store.Algo
 	if allowed < steps/10 || denied < steps/10 {
 		t.Fatalf("allowed %d, denied %d of %d: the random steps do not exercise both outcomes", allowed, denied, steps)
 	}
-	if alg == store.Reserve && !shared && waited < steps/100 { // shared rounds change the limit too often to queue much
+	if alg == algorithms.KindReserve && !shared && waited < steps/100 { // shared rounds change the limit too often to queue much
 		t.Fatalf("%d of %d allowed reservations waited: the random steps do not exercise waiting", waited, allowed)
 	}
 	if once && (dups < steps/200 || charged < steps/200) {
@@ -217,7 +217,7 @@ func onceOracle(o *oracle, applied *map[string]int64, now int64, ttl time.Durati
 
 // TestDifferential: for every algorithm, 12,000 random (time, cost, limit)
 // steps give identical Allowed, Limit, Remaining, RetryAfter and ResetAfter
-// in the scripts and in shared/algorithms.
+// in the scripts and in package algorithms.
 func TestDifferential(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
@@ -254,7 +254,7 @@ func TestDifferentialShared(t *testing.T) {
 // TestDifferentialUsage is TestDifferential and TestDifferentialShared with
 // probes and charges among the checks (charges past the limit and past the
 // debt ceiling included), and limits that change under existing state: the
-// scripts and shared/algorithms agree on what each algorithm does in debt.
+// scripts and package algorithms agree on what each algorithm does in debt.
 func TestDifferentialUsage(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
@@ -270,7 +270,7 @@ func TestDifferentialUsage(t *testing.T) {
 // TestDifferentialOnce is TestDifferentialUsage with Once tokens on half
 // the charges, many of them duplicates: a token charges once within the
 // TTL and every once-check answers a probe after it, in the scripts as in
-// shared/algorithms with a map of tokens.
+// package algorithms with a map of tokens.
 func TestDifferentialOnce(t *testing.T) {
 	_, client := startClient(t)
 	for i, alg := range algs {
@@ -287,10 +287,10 @@ func TestDifferentialOnce(t *testing.T) {
 // ISO weeks, months, years in Berlin and New York) for every algorithm with
 // windows, on a clock that goes from March 1st, 2026 through four months:
 // months' ends, and the daylight-saving changes of both zones, in the
-// scripts as in shared/algorithms given the same periods.
+// scripts as in package algorithms given the same periods.
 func TestDifferentialCalendar(t *testing.T) {
 	_, client := startClient(t)
-	for i, alg := range []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog} {
+	for i, alg := range []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
 			differentialWith(t, client, alg, 100, 120, diffOptions{changeLimits: true, modes: true, once: true, calendar: true}, int64(1100+i))
 		})
@@ -303,10 +303,10 @@ func TestDifferentialCalendar(t *testing.T) {
 // randomCalendarLimit returns a random calendar limit of alg (minWindow is
 // not used): a unit of day, week, month or year (sliding_window: not year,
 // whose periods its Lua arithmetic refuses) in Berlin or New York.
-func randomCalendarLimit(rng *rand.Rand, alg store.Algorithm, maxRequests, _ int64) store.Limit {
+func randomCalendarLimit(rng *rand.Rand, alg algorithms.Kind, maxRequests, _ int64) store.Limit {
 	zone := []string{"Europe/Berlin", "America/New_York"}[rng.Intn(2)]
-	units := []calendar.Unit{calendar.Day, calendar.Week, calendar.Month, calendar.Year}
-	if alg == store.SlidingWindow {
+	units := []algorithms.Unit{algorithms.UnitDay, algorithms.UnitWeek, algorithms.UnitMonth, algorithms.UnitYear}
+	if alg == algorithms.KindSlidingWindow {
 		units = units[:3]
 	}
 	unit := units[rng.Intn(len(units))]
@@ -314,8 +314,8 @@ func randomCalendarLimit(rng *rand.Rand, alg store.Algorithm, maxRequests, _ int
 	if err != nil {
 		panic(err)
 	}
-	nominal := map[calendar.Unit]time.Duration{calendar.Day: 24 * time.Hour, calendar.Week: 7 * 24 * time.Hour,
-		calendar.Month: 30 * 24 * time.Hour, calendar.Year: 365 * 24 * time.Hour}[unit]
+	nominal := map[algorithms.Unit]time.Duration{algorithms.UnitDay: 24 * time.Hour, algorithms.UnitWeek: 7 * 24 * time.Hour,
+		algorithms.UnitMonth: 30 * 24 * time.Hour, algorithms.UnitYear: 365 * 24 * time.Hour}[unit]
 	return store.Limit{Algorithm: alg, Requests: logUniform(rng, 1, maxRequests), Window: nominal, Calendar: cal}
 }
 
@@ -375,7 +375,7 @@ func TestRoundingRule(t *testing.T) {
 			for i := range checks {
 				l := randomLimit(rng, alg, maxRequests, 1)
 				w := int64(l.Window / time.Microsecond)
-				if (alg == store.GCRA || alg == store.Reserve) && i%2 == 0 { // half with period a multiple of count
+				if (alg == algorithms.KindGCRA || alg == algorithms.KindReserve) && i%2 == 0 { // half with period a multiple of count
 					w = max(w/l.Requests, 1) * l.Requests
 					l.Window = micros(w)
 				}
@@ -386,7 +386,7 @@ func TestRoundingRule(t *testing.T) {
 			out := make([]algorithms.Result, keys)
 			var differ int
 			for r := range rounds {
-				clk.add(randomStep(rng, alg != store.SlidingLog))
+				clk.add(randomStep(rng, alg != algorithms.KindSlidingLog))
 				for i := range checks {
 					checks[i].Cost = randomCost(rng, checks[i].Limit)
 				}
@@ -401,10 +401,10 @@ func TestRoundingRule(t *testing.T) {
 					got := out[i]
 					want := goNs
 					switch alg {
-					case store.TokenBucket, store.SlidingWindow:
+					case algorithms.KindTokenBucket, algorithms.KindSlidingWindow:
 						want.RetryAfter = roundUpMicro(want.RetryAfter)
 						want.ResetAfter = roundUpMicro(want.ResetAfter)
-					case store.GCRA, store.Reserve:
+					case algorithms.KindGCRA, algorithms.KindReserve:
 						if !divisible[i] {
 							// Different emission intervals: count the
 							// differences, compare nothing else.
@@ -419,7 +419,7 @@ func TestRoundingRule(t *testing.T) {
 					}
 				}
 			}
-			if (alg == store.GCRA || alg == store.Reserve) && differ == 0 {
+			if (alg == algorithms.KindGCRA || alg == algorithms.KindReserve) && differ == 0 {
 				t.Fatal(alg.String() + " with period not a multiple of count never differed from Go on nanoseconds: the stated rule is wrong")
 			}
 		})

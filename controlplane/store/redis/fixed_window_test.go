@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // TestFixedWindowExpiry: the write that opens a window sets the expiry; later
@@ -24,7 +24,7 @@ func TestFixedWindowExpiry(t *testing.T) {
 	decide := func(w time.Duration) algorithms.Result {
 		t.Helper()
 		out := make([]algorithms.Result, 1)
-		l := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: w}
+		l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 100, Window: w}
 		if err := s.Decide(ctx, []store.Check{{Key: key, Limit: l, Cost: 1}}, out); err != nil || !out[0].Allowed {
 			t.Fatalf("decide: %+v, %v", out[0], err)
 		}
@@ -89,7 +89,7 @@ func TestFixedWindowLegacyState(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make([]algorithms.Result, 1)
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 5, Window: time.Minute}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 5, Window: time.Minute}
 	if err := s.Decide(ctx, []store.Check{{Key: key, Limit: l, Cost: 1}}, out); err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +113,8 @@ func TestUniformArguments(t *testing.T) {
 	ctx := context.Background()
 	clk := newClock(1_699_999_200_000_000)
 	s := newStore(t, client, Options{Now: clk.Now})
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 3, Window: time.Second}
-	other := store.Limit{Algorithm: store.TokenBucket, Requests: 3, Window: time.Second}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 3, Window: time.Second}
+	other := store.Limit{Algorithm: algorithms.KindTokenBucket, Requests: 3, Window: time.Second}
 	const n = 5
 	for round := range 5 {
 		// uniform: n checks of l, cost 1, on keys u0..u4

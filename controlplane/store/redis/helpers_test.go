@@ -13,13 +13,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // algs lists every algorithm the store decides.
-var algs = []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog, store.TokenBucket, store.GCRA, store.Reserve}
+var algs = []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog, algorithms.KindTokenBucket, algorithms.KindGCRA, algorithms.KindReserve}
 
 // startClient starts a redis-server for the test and returns a client of it.
 func startClient(t testing.TB) (*redistest.Server, *redis.Client) {
@@ -91,23 +91,23 @@ func (o *oracle) decide(now, cost int64, mode store.Mode) (algorithms.Result, er
 		p = &algorithms.Periods{Prev: ns.Prev / u, Start: ns.Start / u, End: ns.End / u, Next: ns.Next / u}
 	}
 	switch l.Algorithm {
-	case store.FixedWindow:
+	case algorithms.KindFixedWindow:
 		return pick(algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true, Periods: p}, &o.fw, mode, now, cost)
-	case store.SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		return pick(algorithms.SlidingWindow{Limit: l.Requests, Window: w, Periods: p}, &o.sw, mode, now, cost)
-	case store.SlidingLog:
+	case algorithms.KindSlidingLog:
 		return pick(algorithms.SlidingLog{Limit: l.Requests, Window: w, Periods: p}, o.sl, mode, now, cost)
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		return pick(algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}, &o.tb, mode, now, cost)
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		return pick(algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}, &o.gc, mode, now, cost)
-	case store.Reserve:
+	case algorithms.KindReserve:
 		return pick(algorithms.Reserve{Rate: l.Requests, Period: w, Burst: burst, MaxWait: int64(l.MaxWait / o.scale)}, &o.rs, mode, now, cost)
 	}
 	return algorithms.Result{}, fmt.Errorf("unknown algorithm %v", l.Algorithm)
 }
 
-// limiter is what every algorithm of shared/algorithms offers on its state.
+// limiter is what every algorithm of package algorithms offers on its state.
 type limiter[S any] interface {
 	Allow(s S, now, cost int64) (algorithms.Result, error)
 	Probe(s S, now int64) (algorithms.Result, error)
@@ -146,7 +146,7 @@ func randomMode(rng *rand.Rand, l store.Limit) (store.Mode, int64) {
 
 // capacity returns the most one request of l may cost.
 func capacity(l store.Limit) int64 {
-	if (l.Algorithm == store.TokenBucket || l.Algorithm == store.GCRA || l.Algorithm == store.Reserve) && l.Burst > 0 {
+	if (l.Algorithm == algorithms.KindTokenBucket || l.Algorithm == algorithms.KindGCRA || l.Algorithm == algorithms.KindReserve) && l.Burst > 0 {
 		return l.Burst
 	}
 	return l.Requests
@@ -164,15 +164,15 @@ func logUniform(rng *rand.Rand, lo, hi int64) int64 {
 
 // randomLimit returns a random valid limit of alg whose window is a whole
 // number of microseconds (minWindow microseconds at least).
-func randomLimit(rng *rand.Rand, alg store.Algorithm, maxRequests, minWindow int64) store.Limit {
+func randomLimit(rng *rand.Rand, alg algorithms.Kind, maxRequests, minWindow int64) store.Limit {
 	l := store.Limit{Algorithm: alg, Requests: logUniform(rng, 1, maxRequests)}
 	w := logUniform(rng, minWindow, 100_000_000_000) // up to ~28 hours
 	switch alg {
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		if rng.Intn(2) == 0 {
 			l.Burst = logUniform(rng, 1, 2*maxRequests)
 		}
-	case store.Reserve:
+	case algorithms.KindReserve:
 		if rng.Intn(2) == 0 {
 			l.Burst = logUniform(rng, 1, 2*maxRequests)
 		}
@@ -180,7 +180,7 @@ func randomLimit(rng *rand.Rand, alg store.Algorithm, maxRequests, minWindow int
 		if rng.Intn(8) > 0 {
 			l.MaxWait = micros(logUniform(rng, 1, 4*w))
 		}
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		if rng.Intn(2) == 0 {
 			l.Burst = logUniform(rng, 1, 2*maxRequests)
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 )
 
@@ -39,13 +40,15 @@ func sha(src string) string {
 // fixed_window, sliding_window, token_bucket and gcra. A sliding log
 // records the time of every admission, which a lease taken in advance
 // cannot know.
-func Leasable(a store.Algorithm) bool {
-	return a == store.FixedWindow || a == store.SlidingWindow || a == store.TokenBucket || a == store.GCRA
+func Leasable(a algorithms.Kind) bool {
+	return a == algorithms.KindFixedWindow || a == algorithms.KindSlidingWindow || a == algorithms.KindTokenBucket || a == algorithms.KindGCRA
 }
 
 // Returnable reports whether unspent units of a lease of algorithm a can be
 // given back (token_bucket and gcra; a window's units expire with it).
-func Returnable(a store.Algorithm) bool { return a == store.TokenBucket || a == store.GCRA }
+func Returnable(a algorithms.Kind) bool {
+	return a == algorithms.KindTokenBucket || a == algorithms.KindGCRA
+}
 
 // LeaseRequest asks for up to Want units of Key's limit, to be spent within
 // Longest at most.

@@ -1,6 +1,6 @@
 -- lease.lua: debits up to k units of one key's limit in one call and grants
 -- them to the caller, who then admits that many requests without asking
--- Redis (controlplane/lease). script.go joins it after prelude.lua and the
+-- Redis (controlplane/internal/lease). script.go joins it after prelude.lua and the
 -- four algorithm files it calls; sliding_log is never leased.
 --
 --   KEYS[2i-1], KEYS[2i]  key i and its lease mark (see below)

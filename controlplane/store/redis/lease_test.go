@@ -10,21 +10,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/calendar"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // leasable lists the algorithms Lease accepts.
-var leasable = []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.TokenBucket, store.GCRA}
+var leasable = []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindTokenBucket, algorithms.KindGCRA}
 
 // leaseLimits are the limits the lease tests use (windows in microseconds
 // that are whole, GCRA with an emission interval of whole microseconds).
-var leaseLimits = map[store.Algorithm]store.Limit{
-	store.FixedWindow:   {Algorithm: store.FixedWindow, Requests: 20, Window: time.Second},
-	store.SlidingWindow: {Algorithm: store.SlidingWindow, Requests: 20, Window: time.Second},
-	store.TokenBucket:   {Algorithm: store.TokenBucket, Requests: 20, Window: time.Second, Burst: 10},
-	store.GCRA:          {Algorithm: store.GCRA, Requests: 20, Window: time.Second, Burst: 6},
+var leaseLimits = map[algorithms.Kind]store.Limit{
+	algorithms.KindFixedWindow:   {Algorithm: algorithms.KindFixedWindow, Requests: 20, Window: time.Second},
+	algorithms.KindSlidingWindow: {Algorithm: algorithms.KindSlidingWindow, Requests: 20, Window: time.Second},
+	algorithms.KindTokenBucket:   {Algorithm: algorithms.KindTokenBucket, Requests: 20, Window: time.Second, Burst: 10},
+	algorithms.KindGCRA:          {Algorithm: algorithms.KindGCRA, Requests: 20, Window: time.Second, Burst: 6},
 }
 
 // rawState returns the value at key as text (a hash's fields and values).
@@ -79,7 +79,7 @@ func TestLeaseEqualsRequests(t *testing.T) {
 					}
 					last = res[0]
 				}
-				if ga, gb := rawState(t, client, a), rawState(t, client, b); ga != gb && alg != store.TokenBucket {
+				if ga, gb := rawState(t, client, a), rawState(t, client, b); ga != gb && alg != algorithms.KindTokenBucket {
 					t.Fatalf("state after a lease of %d: %q, after %d requests: %q", k, ga, k, gb)
 				}
 				if !Returnable(alg) && out[0].Remaining != last.Remaining {
@@ -111,7 +111,7 @@ func TestLeaseEqualsRequests(t *testing.T) {
 // random sizes, spending them at random times within their validity,
 // returning what they did not spend (token_bucket, gcra), and per-request
 // decisions in between. Every admission, at the time it really happened,
-// replayed through shared/algorithms must be allowed: the leases never
+// replayed through package algorithms must be allowed: the leases never
 // admit what the algorithm would refuse. What was granted and neither
 // spent nor returned is the under-admission, bounded by the leases
 // outstanding.
@@ -133,12 +133,12 @@ func TestLeaseNeverOverAdmits(t *testing.T) {
 // a window's lease never outlives its period.
 func TestLeaseNeverOverAdmitsCalendar(t *testing.T) {
 	_, client := startClient(t)
-	day, err := calendar.Of("Europe/Berlin", calendar.Day)
+	day, err := calendar.Of("Europe/Berlin", algorithms.UnitDay)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Date(2026, 10, 25, 0, 0, 0, 0, day.Location()).Add(-15 * time.Second).UnixMicro()
-	for i, alg := range []store.Algorithm{store.FixedWindow, store.SlidingWindow} {
+	for i, alg := range []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow} {
 		for mix := range 3 {
 			t.Run(fmt.Sprintf("%s/mix%d", alg, mix), func(t *testing.T) {
 				clk := newClock(start)
@@ -270,7 +270,7 @@ func TestLeaseRefusals(t *testing.T) {
 	s := newStore(t, client, Options{Now: clk.Now})
 	ctx := context.Background()
 	out := make([]Lease, 1)
-	err := s.Lease(ctx, []LeaseRequest{{Key: "x", Limit: store.Limit{Algorithm: store.SlidingLog, Requests: 5, Window: time.Second}, Want: 2, Longest: time.Second}}, out)
+	err := s.Lease(ctx, []LeaseRequest{{Key: "x", Limit: store.Limit{Algorithm: algorithms.KindSlidingLog, Requests: 5, Window: time.Second}, Want: 2, Longest: time.Second}}, out)
 	if err == nil || !strings.Contains(err.Error(), "cannot be leased") {
 		t.Errorf("sliding_log lease: %v", err)
 	}

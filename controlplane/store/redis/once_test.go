@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // onceReplicas checks store.Once across two stores (two control-plane
@@ -23,13 +23,13 @@ func onceReplicas(t *testing.T, client redis.UniversalClient, prefix string) {
 	t.Helper()
 	ctx := context.Background()
 	replicas := []*Store{newStore(t, client, Options{}), newStore(t, client, Options{})}
-	lim := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Hour}
+	lim := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 100, Window: time.Hour}
 	const keys, sends = 16, 4
 	var checks [][]store.Check // per send: one charge of 30 per key, one token
 	for range sends {
 		var cs []store.Check
 		for i := range keys {
-			key := store.Key(prefix, []store.Entry{{Key: "user", Value: strconv.Itoa(i)}}, "l", store.FixedWindow)
+			key := store.Key(prefix, []store.Entry{{Key: "user", Value: strconv.Itoa(i)}}, "l", algorithms.KindFixedWindow)
 			cs = append(cs, store.Check{Key: key, Limit: lim, Cost: 30, Mode: store.Charge, Once: &store.Once{Token: "batch-1"}})
 		}
 		checks = append(checks, cs)
@@ -96,8 +96,8 @@ func TestOnceReplicas(t *testing.T) {
 func TestOnceKeySlot(t *testing.T) {
 	seen := map[string]bool{}
 	for _, key := range []string{
-		store.Key("api", []store.Entry{{Key: "user", Value: "alice"}}, "l", store.FixedWindow),
-		store.Key("api", []store.Entry{{Key: "user", Value: strings.Repeat("v", 5000)}}, "l", store.FixedWindow),
+		store.Key("api", []store.Entry{{Key: "user", Value: "alice"}}, "l", algorithms.KindFixedWindow),
+		store.Key("api", []store.Entry{{Key: "user", Value: strings.Repeat("v", 5000)}}, "l", algorithms.KindFixedWindow),
 		"plain",
 		"a}b{c}d",
 		"{}x",
@@ -134,10 +134,10 @@ func markOnce(t *testing.T, client redis.UniversalClient, prefix string) {
 	ctx := context.Background()
 	clk := newClock(1_700_000_000_000_000)
 	s := newStore(t, client, Options{Now: clk.Now, OnceTTL: time.Hour})
-	lim := store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Hour}
+	lim := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 100, Window: time.Hour}
 	var marks []store.OnceMark
 	for i := range 8 {
-		key := store.Key(prefix, []store.Entry{{Key: "user", Value: strconv.Itoa(i)}}, "l", store.FixedWindow)
+		key := store.Key(prefix, []store.Entry{{Key: "user", Value: strconv.Itoa(i)}}, "l", algorithms.KindFixedWindow)
 		marks = append(marks, store.OnceMark{Key: key, Token: "m/0", Left: time.Minute})
 	}
 	// Key 0's token is applied here first, for the hour: the mark keeps it.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // OnceMarkBytes bounds what one settlement token (a store.Once dedupe
@@ -46,7 +46,7 @@ func TestOnceMarkBytes(t *testing.T) {
 		t.Skip("writes 100,000 tokens a case")
 	}
 	const n = 100_000
-	lim := store.Limit{Algorithm: store.FixedWindow, Requests: 1 << 40, Window: time.Hour}
+	lim := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1 << 40, Window: time.Hour}
 	for _, tc := range []struct {
 		name         string
 		token        func(i int) string
@@ -68,7 +68,7 @@ func TestOnceMarkBytes(t *testing.T) {
 				for i := 0; i < n; i += batch {
 					checks := make([]store.Check, batch)
 					for j := range checks {
-						key := store.Key("llm", []store.Entry{{Key: "user", Value: tc.value(i + j)}}, "r0#0", store.FixedWindow)
+						key := store.Key("llm", []store.Entry{{Key: "user", Value: tc.value(i + j)}}, "r0#0", algorithms.KindFixedWindow)
 						checks[j] = store.Check{Key: key, Limit: lim, Cost: 1, Mode: store.Charge}
 						if withTokens {
 							checks[j].Once = &store.Once{Token: tc.token(i + j)}

@@ -65,9 +65,9 @@ end
 -- capped is algorithms.capped: v+add, or, past ceiling, the larger of v and
 -- ceiling (a charge fills up to the debt ceiling, never lowers a state above
 -- it). mode, in every algorithm below, is 0 for Allow, 1 for Probe (cost is
--- 0; the request must fit 1), 2 for Charge (see shared/algorithms usage.go)
+-- 0; the request must fit 1), 2 for Charge (see package algorithms usage.go)
 -- and 4 for Refund (cost is given back, then the answer is a peek: see
--- shared/algorithms refund.go).
+-- package algorithms refund.go).
 local function capped(v, add, ceiling)
   if v + add <= ceiling then
     return v + add

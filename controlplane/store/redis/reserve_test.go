@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // TestReserveSlotsAcrossStores: callers on two stores (two connections, as
@@ -25,8 +25,8 @@ func TestReserveSlotsAcrossStores(t *testing.T) {
 	t.Cleanup(func() { c2.Close() })
 	clk := newClock(1_700_000_000_000_000)
 	stores := []*Store{newStore(t, c1, Options{Now: clk.Now}), newStore(t, c2, Options{Now: clk.Now})}
-	l := store.Limit{Algorithm: store.Reserve, Requests: 10, Window: time.Second, Burst: 5, MaxWait: 2 * time.Second}
-	key := store.Key("shaping", []store.Entry{{Key: "k", Value: "v"}}, "k#0", store.Reserve)
+	l := store.Limit{Algorithm: algorithms.KindReserve, Requests: 10, Window: time.Second, Burst: 5, MaxWait: 2 * time.Second}
+	key := store.Key("shaping", []store.Entry{{Key: "k", Value: "v"}}, "k#0", algorithms.KindReserve)
 	const perStore = 30
 	results := make(chan algorithms.Result, 2*perStore)
 	var wg sync.WaitGroup

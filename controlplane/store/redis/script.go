@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // The script's parts. Each algorithm file defines one local function, a
-// line-by-line port of its shared/algorithms counterpart on microseconds;
+// line-by-line port of its counterpart in package algorithms on microseconds;
 // dispatch.lua decides every key of one call with them.
 var (
 	//go:embed prelude.lua
@@ -196,22 +196,22 @@ func encode(c store.Check, now int64) (wire, error) {
 	x := wire{key: c.Key, cost: c.Cost}
 	var err error
 	switch l.Algorithm {
-	case store.FixedWindow:
+	case algorithms.KindFixedWindow:
 		err = algorithms.FixedWindow{Limit: l.Requests, Window: w, Aligned: true}.Validate()
 		x.lim, x.limit = params{alg: algFixedWindow, p1: l.Requests, p2: w, p3: 0, p4: 0}, l.Requests
-	case store.SlidingLog:
+	case algorithms.KindSlidingLog:
 		err = algorithms.SlidingLog{Limit: l.Requests, Window: w}.Validate()
 		x.lim, x.limit = params{alg: algSlidingLog, p1: l.Requests, p2: w, p3: 0, p4: 0}, l.Requests
-	case store.SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		err = algorithms.SlidingWindow{Limit: l.Requests, Window: w}.Validate()
 		x.lim, x.limit = params{alg: algSlidingWindow, p1: l.Requests, p2: w, p3: 0, p4: 0}, l.Requests
-	case store.TokenBucket:
+	case algorithms.KindTokenBucket:
 		err = algorithms.TokenBucket{Rate: l.Requests, Period: w, Burst: burst}.Validate()
 		x.lim, x.limit = params{alg: algTokenBucket, p1: l.Requests, p2: w, p3: burst, p4: 0}, burst
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		err = algorithms.GCRA{MaxBurst: burst - 1, Count: l.Requests, Period: w}.Validate()
 		x.lim, x.limit = params{alg: algGCRA, p1: burst - 1, p2: l.Requests, p3: w, p4: 0}, burst
-	case store.Reserve:
+	case algorithms.KindReserve:
 		if l.MaxWait%time.Microsecond != 0 {
 			return wire{}, errMaxWaitMicros
 		}
@@ -234,7 +234,7 @@ func encode(c store.Check, now int64) (wire, error) {
 		return wire{}, &algorithms.LimitError{Field: "calendar", Problem: err.Error()}
 	}
 	if l.Calendar != nil {
-		if l.Algorithm == store.SlidingWindow && int64(l.Calendar.Longest()/time.Microsecond) > 4*maxSpan/1000 {
+		if l.Algorithm == algorithms.KindSlidingWindow && int64(l.Calendar.Longest()/time.Microsecond) > 4*maxSpan/1000 {
 			return wire{}, errLuaCalendar
 		}
 		x.lim.cal = l.Calendar.Boundaries(now)
@@ -272,9 +272,9 @@ func encode(c store.Check, now int64) (wire, error) {
 // luaBounds reports limits (already valid for the algorithms) whose
 // arithmetic could leave the range where the scripts compute exactly.
 // requests, window (microseconds) and burst are positive here.
-func luaBounds(alg store.Algorithm, requests, window, burst int64) error {
+func luaBounds(alg algorithms.Kind, requests, window, burst int64) error {
 	switch alg {
-	case store.FixedWindow, store.SlidingLog:
+	case algorithms.KindFixedWindow, algorithms.KindSlidingLog:
 		// now + window; count + cost <= 2*limit.
 		if window > maxSpan {
 			return errLuaWindow
@@ -282,7 +282,7 @@ func luaBounds(alg store.Algorithm, requests, window, burst int64) error {
 		if requests > maxSpan {
 			return errLuaLimit
 		}
-	case store.SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		// (window-e)*1000 and (q+1)*window with q < 1000; the counts
 		// times 1000.
 		if window > 4*maxSpan/1000 {
@@ -291,7 +291,7 @@ func luaBounds(alg store.Algorithm, requests, window, burst int64) error {
 		if requests > maxSpan/1000 {
 			return errLuaLimit
 		}
-	case store.TokenBucket, store.Reserve:
+	case algorithms.KindTokenBucket, algorithms.KindReserve:
 		// used + need <= 2*burst*period; elapsed*rate <= used. reserve:
 		// next <= now + max_wait + burst*period/rate, the same products.
 		if window > maxSpan {
@@ -303,7 +303,7 @@ func luaBounds(alg store.Algorithm, requests, window, burst int64) error {
 		if burst > maxSpan/window {
 			return errLuaBurst
 		}
-	case store.GCRA:
+	case algorithms.KindGCRA:
 		// tat + interval*cost <= now + 2*interval*(max_burst+1).
 		if window > maxSpan {
 			return errLuaWindow

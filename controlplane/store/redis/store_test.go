@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // TestInvalidChecks: every limit the scripts cannot decide exactly is refused
@@ -26,9 +26,9 @@ func TestInvalidChecks(t *testing.T) {
 	defer client.Close()
 	s := newStore(t, client, Options{})
 	fw := func(req int64, w time.Duration) store.Limit {
-		return store.Limit{Algorithm: store.FixedWindow, Requests: req, Window: w}
+		return store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: req, Window: w}
 	}
-	lim := func(a store.Algorithm, req int64, w time.Duration, burst int64) store.Limit {
+	lim := func(a algorithms.Kind, req int64, w time.Duration, burst int64) store.Limit {
 		return store.Limit{Algorithm: a, Requests: req, Window: w, Burst: burst}
 	}
 	cases := []struct {
@@ -47,18 +47,18 @@ func TestInvalidChecks(t *testing.T) {
 		{"sub-microsecond window", store.Check{Key: "k", Limit: fw(1, 1500*time.Nanosecond), Cost: 1}, "window"},
 		{"max window", store.Check{Key: "k", Limit: fw(1, math.MaxInt64), Cost: 1}, "window"},
 		{"window beyond 2^50 us", store.Check{Key: "k", Limit: fw(1, micros(1<<50+1)), Cost: 1}, "window"},
-		{"sliding window too long", store.Check{Key: "k", Limit: lim(store.SlidingWindow, 1, micros(1<<43), 0), Cost: 1}, "window"},
-		{"sliding window limit too large", store.Check{Key: "k", Limit: lim(store.SlidingWindow, 1<<41, time.Second, 0), Cost: 1}, "requests"},
-		{"negative burst", store.Check{Key: "k", Limit: lim(store.TokenBucket, 1, time.Second, -1), Cost: 1}, "burst"},
-		{"min burst", store.Check{Key: "k", Limit: lim(store.GCRA, 1, time.Second, math.MinInt64), Cost: 1}, "burst"},
-		{"token bucket burst*period too large", store.Check{Key: "k", Limit: lim(store.TokenBucket, 1, time.Hour, 1<<28), Cost: 1}, "burst"},
-		{"token bucket rate too large", store.Check{Key: "k", Limit: lim(store.TokenBucket, 1<<51, time.Second, 1), Cost: 1}, "requests"},
-		{"gcra count above period", store.Check{Key: "k", Limit: lim(store.GCRA, 2_000_000, time.Second, 0), Cost: 1}, "count"},
-		{"gcra tolerance too large", store.Check{Key: "k", Limit: lim(store.GCRA, 1, time.Hour, 1<<28), Cost: 1}, "burst"},
+		{"sliding window too long", store.Check{Key: "k", Limit: lim(algorithms.KindSlidingWindow, 1, micros(1<<43), 0), Cost: 1}, "window"},
+		{"sliding window limit too large", store.Check{Key: "k", Limit: lim(algorithms.KindSlidingWindow, 1<<41, time.Second, 0), Cost: 1}, "requests"},
+		{"negative burst", store.Check{Key: "k", Limit: lim(algorithms.KindTokenBucket, 1, time.Second, -1), Cost: 1}, "burst"},
+		{"min burst", store.Check{Key: "k", Limit: lim(algorithms.KindGCRA, 1, time.Second, math.MinInt64), Cost: 1}, "burst"},
+		{"token bucket burst*period too large", store.Check{Key: "k", Limit: lim(algorithms.KindTokenBucket, 1, time.Hour, 1<<28), Cost: 1}, "burst"},
+		{"token bucket rate too large", store.Check{Key: "k", Limit: lim(algorithms.KindTokenBucket, 1<<51, time.Second, 1), Cost: 1}, "requests"},
+		{"gcra count above period", store.Check{Key: "k", Limit: lim(algorithms.KindGCRA, 2_000_000, time.Second, 0), Cost: 1}, "count"},
+		{"gcra tolerance too large", store.Check{Key: "k", Limit: lim(algorithms.KindGCRA, 1, time.Hour, 1<<28), Cost: 1}, "burst"},
 		{"negative cost", store.Check{Key: "k", Limit: fw(5, time.Second), Cost: -1}, "cost"},
 		{"cost above capacity", store.Check{Key: "k", Limit: fw(5, time.Second), Cost: 6}, "cost"},
-		{"cost above burst", store.Check{Key: "k", Limit: lim(store.TokenBucket, 100, time.Second, 3), Cost: 4}, "cost"},
-		{"huge cost", store.Check{Key: "k", Limit: lim(store.GCRA, 1, time.Second, 0), Cost: math.MaxInt64}, "cost"},
+		{"cost above burst", store.Check{Key: "k", Limit: lim(algorithms.KindTokenBucket, 100, time.Second, 3), Cost: 4}, "cost"},
+		{"huge cost", store.Check{Key: "k", Limit: lim(algorithms.KindGCRA, 1, time.Second, 0), Cost: math.MaxInt64}, "cost"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -91,11 +91,11 @@ func TestLargestLimitsAccepted(t *testing.T) {
 	_, client := startClient(t)
 	s := newStore(t, client, Options{})
 	checks := []store.Check{
-		{Key: "a", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 1 << 50, Window: micros(1 << 50)}, Cost: 1 << 50},
-		{Key: "b", Limit: store.Limit{Algorithm: store.SlidingLog, Requests: 1 << 50, Window: micros(1 << 50)}, Cost: 1 << 49},
-		{Key: "c", Limit: store.Limit{Algorithm: store.SlidingWindow, Requests: (1 << 50) / 1000, Window: micros(4 * (1 << 50) / 1000)}, Cost: 7},
-		{Key: "d", Limit: store.Limit{Algorithm: store.TokenBucket, Requests: 1 << 50, Window: micros(1 << 20), Burst: 1 << 30}, Cost: 1 << 30},
-		{Key: "e", Limit: store.Limit{Algorithm: store.GCRA, Requests: 1, Window: micros(1 << 20), Burst: 1 << 30}, Cost: 1<<30 - 1},
+		{Key: "a", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1 << 50, Window: micros(1 << 50)}, Cost: 1 << 50},
+		{Key: "b", Limit: store.Limit{Algorithm: algorithms.KindSlidingLog, Requests: 1 << 50, Window: micros(1 << 50)}, Cost: 1 << 49},
+		{Key: "c", Limit: store.Limit{Algorithm: algorithms.KindSlidingWindow, Requests: (1 << 50) / 1000, Window: micros(4 * (1 << 50) / 1000)}, Cost: 7},
+		{Key: "d", Limit: store.Limit{Algorithm: algorithms.KindTokenBucket, Requests: 1 << 50, Window: micros(1 << 20), Burst: 1 << 30}, Cost: 1 << 30},
+		{Key: "e", Limit: store.Limit{Algorithm: algorithms.KindGCRA, Requests: 1, Window: micros(1 << 20), Burst: 1 << 30}, Cost: 1<<30 - 1},
 	}
 	out := make([]algorithms.Result, len(checks))
 	if err := s.Decide(context.Background(), checks, out); err != nil {
@@ -134,7 +134,7 @@ func TestNew(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	ok := store.Check{Key: "k", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 1, Window: time.Second}, Cost: 1}
+	ok := store.Check{Key: "k", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1, Window: time.Second}, Cost: 1}
 	if err := s.Decide(cancelled, []store.Check{ok}, make([]algorithms.Result, 1)); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: %v", err)
 	}
@@ -174,7 +174,7 @@ func TestFunctions(t *testing.T) {
 	if err := newStore(t, client, Options{}).loadFunctions(ctx); err != nil {
 		t.Fatalf("loading the library a second time: %v", err)
 	}
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Hour}
 	checks := []store.Check{{Key: "a", Limit: l, Cost: 1}, {Key: "b", Limit: l, Cost: 2}}
 	out := make([]algorithms.Result, 2)
 	decide := func(round int) {
@@ -254,13 +254,13 @@ func TestCheckReply(t *testing.T) {
 func TestExpiry(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
-	limits := map[store.Algorithm]store.Limit{
-		store.FixedWindow:   {Algorithm: store.FixedWindow, Requests: 5, Window: 10 * time.Second},
-		store.SlidingWindow: {Algorithm: store.SlidingWindow, Requests: 5, Window: 10 * time.Second},
-		store.SlidingLog:    {Algorithm: store.SlidingLog, Requests: 5, Window: 10 * time.Second},
-		store.TokenBucket:   {Algorithm: store.TokenBucket, Requests: 5, Window: 10 * time.Second},
-		store.GCRA:          {Algorithm: store.GCRA, Requests: 5, Window: 10 * time.Second},
-		store.Reserve:       {Algorithm: store.Reserve, Requests: 5, Window: 10 * time.Second, MaxWait: time.Second},
+	limits := map[algorithms.Kind]store.Limit{
+		algorithms.KindFixedWindow:   {Algorithm: algorithms.KindFixedWindow, Requests: 5, Window: 10 * time.Second},
+		algorithms.KindSlidingWindow: {Algorithm: algorithms.KindSlidingWindow, Requests: 5, Window: 10 * time.Second},
+		algorithms.KindSlidingLog:    {Algorithm: algorithms.KindSlidingLog, Requests: 5, Window: 10 * time.Second},
+		algorithms.KindTokenBucket:   {Algorithm: algorithms.KindTokenBucket, Requests: 5, Window: 10 * time.Second},
+		algorithms.KindGCRA:          {Algorithm: algorithms.KindGCRA, Requests: 5, Window: 10 * time.Second},
+		algorithms.KindReserve:       {Algorithm: algorithms.KindReserve, Requests: 5, Window: 10 * time.Second, MaxWait: time.Second},
 	}
 	for _, injected := range []bool{false, true} {
 		var opts Options
@@ -305,7 +305,7 @@ func TestDeniedWritesNothing(t *testing.T) {
 		l := store.Limit{Algorithm: alg, Requests: 3, Window: time.Hour}
 		out := make([]algorithms.Result, 1)
 		fill := 3
-		if alg == store.Reserve {
+		if alg == algorithms.KindReserve {
 			fill = 4 // with no wait allowed, the 4th pays later, as in Guava
 		}
 		for range fill {
@@ -344,7 +344,7 @@ func TestPeekOnFreshKeyLeavesNothing(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
 	s := newStore(t, client, Options{})
-	for _, alg := range []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.SlidingLog} {
+	for _, alg := range []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog} {
 		key := keyName("peek", int(alg))
 		out := make([]algorithms.Result, 1)
 		l := store.Limit{Algorithm: alg, Requests: 4, Window: time.Minute}
@@ -352,7 +352,7 @@ func TestPeekOnFreshKeyLeavesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		reset := out[0].ResetAfter == 0
-		if alg == store.FixedWindow {
+		if alg == algorithms.KindFixedWindow {
 			reset = out[0].ResetAfter > 0 && out[0].ResetAfter <= int64(time.Minute)
 		}
 		if !out[0].Allowed || out[0].Remaining != 4 || !reset {
@@ -370,7 +370,7 @@ func TestNoScript(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
 	s := newStore(t, client, Options{NoFunctions: true})
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: 10, Window: time.Hour}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 10, Window: time.Hour}
 	checks := []store.Check{{Key: "a", Limit: l, Cost: 1}, {Key: "b", Limit: l, Cost: 2}}
 	out := make([]algorithms.Result, 2)
 	for round := range 4 {
@@ -398,30 +398,30 @@ func TestCorruptState(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
 	cases := []struct {
-		alg   store.Algorithm
+		alg   algorithms.Kind
 		setup func(key string) error
 	}{
-		{store.FixedWindow, func(k string) error { return client.Set(ctx, k, "garbage", 0).Err() }},
-		{store.FixedWindow, func(k string) error { return client.Set(ctx, k, "99999999999999999999:1", 0).Err() }},
-		{store.FixedWindow, func(k string) error { return client.Set(ctx, k, "-5:1", 0).Err() }},
-		{store.FixedWindow, func(k string) error { return client.HSet(ctx, k, "f", "v").Err() }},
-		{store.FixedWindow, func(k string) error { return client.HSet(ctx, k, "5:3600000000", "x").Err() }},
-		{store.FixedWindow, func(k string) error { return client.HSet(ctx, k, "5:3600000000", "1", "6:3600000000", "1").Err() }},
-		{store.FixedWindow, func(k string) error { return client.LPush(ctx, k, "x").Err() }},
-		{store.SlidingWindow, func(k string) error { return client.Set(ctx, k, "1:2", 0).Err() }},
-		{store.TokenBucket, func(k string) error { return client.LPush(ctx, k, "x").Err() }},
-		{store.TokenBucket, func(k string) error { return client.Set(ctx, k, "garbage", 0).Err() }},
-		{store.TokenBucket, func(k string) error { return client.Set(ctx, k, "1:99999999999999999999", 0).Err() }},
-		{store.Reserve, func(k string) error { return client.Set(ctx, k, "99999999999999999999:1", 0).Err() }},
-		{store.Reserve, func(k string) error { return client.Set(ctx, k, "1:x", 0).Err() }},
-		{store.GCRA, func(k string) error { return client.Set(ctx, k, "1e300", 0).Err() }},
-		{store.GCRA, func(k string) error { return client.HSet(ctx, k, "f", "v").Err() }},
-		{store.SlidingLog, func(k string) error { return client.Set(ctx, k, "5", 0).Err() }},
-		{store.SlidingLog, func(k string) error { return client.ZAdd(ctx, k, redis.Z{Score: 1, Member: "1:1"}).Err() }},
-		{store.SlidingLog, func(k string) error {
+		{algorithms.KindFixedWindow, func(k string) error { return client.Set(ctx, k, "garbage", 0).Err() }},
+		{algorithms.KindFixedWindow, func(k string) error { return client.Set(ctx, k, "99999999999999999999:1", 0).Err() }},
+		{algorithms.KindFixedWindow, func(k string) error { return client.Set(ctx, k, "-5:1", 0).Err() }},
+		{algorithms.KindFixedWindow, func(k string) error { return client.HSet(ctx, k, "f", "v").Err() }},
+		{algorithms.KindFixedWindow, func(k string) error { return client.HSet(ctx, k, "5:3600000000", "x").Err() }},
+		{algorithms.KindFixedWindow, func(k string) error { return client.HSet(ctx, k, "5:3600000000", "1", "6:3600000000", "1").Err() }},
+		{algorithms.KindFixedWindow, func(k string) error { return client.LPush(ctx, k, "x").Err() }},
+		{algorithms.KindSlidingWindow, func(k string) error { return client.Set(ctx, k, "1:2", 0).Err() }},
+		{algorithms.KindTokenBucket, func(k string) error { return client.LPush(ctx, k, "x").Err() }},
+		{algorithms.KindTokenBucket, func(k string) error { return client.Set(ctx, k, "garbage", 0).Err() }},
+		{algorithms.KindTokenBucket, func(k string) error { return client.Set(ctx, k, "1:99999999999999999999", 0).Err() }},
+		{algorithms.KindReserve, func(k string) error { return client.Set(ctx, k, "99999999999999999999:1", 0).Err() }},
+		{algorithms.KindReserve, func(k string) error { return client.Set(ctx, k, "1:x", 0).Err() }},
+		{algorithms.KindGCRA, func(k string) error { return client.Set(ctx, k, "1e300", 0).Err() }},
+		{algorithms.KindGCRA, func(k string) error { return client.HSet(ctx, k, "f", "v").Err() }},
+		{algorithms.KindSlidingLog, func(k string) error { return client.Set(ctx, k, "5", 0).Err() }},
+		{algorithms.KindSlidingLog, func(k string) error { return client.ZAdd(ctx, k, redis.Z{Score: 1, Member: "1:1"}).Err() }},
+		{algorithms.KindSlidingLog, func(k string) error {
 			return client.ZAdd(ctx, k, redis.Z{Score: -3, Member: "#"}, redis.Z{Score: 1, Member: "junk"}).Err()
 		}},
-		{store.SlidingLog, func(k string) error {
+		{algorithms.KindSlidingLog, func(k string) error {
 			// the total says 10, the entries hold 1: the retry-after search
 			// runs out of entries
 			return client.ZAdd(ctx, k, redis.Z{Score: -11, Member: "#"}, redis.Z{Score: float64(time.Now().UnixMicro()), Member: strconv.FormatInt(time.Now().UnixMicro(), 10) + ":1"}).Err()
@@ -473,7 +473,7 @@ func TestHostileKeysAndManyChecks(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
 	s := newStore(t, client, Options{MaxBatch: 256})
-	l := store.Limit{Algorithm: store.SlidingWindow, Requests: 2, Window: time.Minute}
+	l := store.Limit{Algorithm: algorithms.KindSlidingWindow, Requests: 2, Window: time.Minute}
 	hostile := []string{"{", "}", "{}", "a:b:c", "new\nline", "nul\x00byte", strings.Repeat("x", 64<<10), "#", "ARGV[1]", "'); redis.call('FLUSHALL') --"}
 	var checks []store.Check
 	for _, k := range hostile {
@@ -517,7 +517,7 @@ func TestDeadline(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
 	s := newStore(t, client, Options{})
-	check := store.Check{Key: "k", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 5, Window: time.Hour}, Cost: 1}
+	check := store.Check{Key: "k", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 5, Window: time.Hour}, Cost: 1}
 	out := make([]algorithms.Result, 1)
 	if err := s.Decide(ctx, []store.Check{check}, out); err != nil { // connect first
 		t.Fatal(err)
@@ -547,7 +547,7 @@ func TestDecideWithin(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
 	s := newStore(t, client, Options{})
-	check := store.Check{Key: "k", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 5, Window: time.Hour}, Cost: 1}
+	check := store.Check{Key: "k", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 5, Window: time.Hour}, Cost: 1}
 	out := make([]algorithms.Result, 1)
 	for range 3 { // the pooled timers are reused
 		if err := s.DecideWithin(ctx, time.Second, []store.Check{check}, out); err != nil || !out[0].Allowed {
@@ -578,7 +578,7 @@ func TestAbandonedCallsAreNotSent(t *testing.T) {
 	_, client := startClient(t)
 	ctx := context.Background()
 	s := newStore(t, client, Options{MaxInFlight: 1})
-	check := store.Check{Key: "k", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 100, Window: time.Hour}, Cost: 1}
+	check := store.Check{Key: "k", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 100, Window: time.Hour}, Cost: 1}
 	if err := s.Decide(ctx, []store.Check{check}, make([]algorithms.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -653,7 +653,7 @@ func TestBatching(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, client, Options{MaxInFlight: 1, MaxBatch: 64})
 	const callers, per = 64, 30
-	l := store.Limit{Algorithm: store.FixedWindow, Requests: per, Window: time.Hour}
+	l := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: per, Window: time.Hour}
 	callsBefore, _ := commandStats(t, client)
 	var wg sync.WaitGroup
 	for c := range callers {
@@ -662,7 +662,7 @@ func TestBatching(t *testing.T) {
 			defer wg.Done()
 			// Each caller has its own key, and a second check on a shared one.
 			mine := store.Check{Key: keyName("batch", c), Limit: l, Cost: 1}
-			shared := store.Check{Key: "batch-shared", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 1 << 20, Window: time.Hour}, Cost: 1}
+			shared := store.Check{Key: "batch-shared", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1 << 20, Window: time.Hour}, Cost: 1}
 			out := make([]algorithms.Result, 2)
 			for i := range per {
 				if err := s.Decide(ctx, []store.Check{mine, shared}, out); err != nil {
@@ -683,7 +683,7 @@ func TestBatching(t *testing.T) {
 		t.Errorf("%d script calls for %d Decide calls: concurrent calls are not batched", calls, callers*per)
 	}
 	remaining := make([]algorithms.Result, 1)
-	peek := store.Check{Key: "batch-shared", Limit: store.Limit{Algorithm: store.FixedWindow, Requests: 1 << 20, Window: time.Hour}}
+	peek := store.Check{Key: "batch-shared", Limit: store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 1 << 20, Window: time.Hour}}
 	if err := s.Decide(ctx, []store.Check{peek}, remaining); err != nil {
 		t.Fatal(err)
 	}
@@ -697,7 +697,7 @@ func TestBatching(t *testing.T) {
 // compute exactly is an error, not a wrong answer.
 func TestInjectedTimeOutOfRange(t *testing.T) {
 	_, client := startClient(t)
-	check := store.Check{Key: "k", Limit: store.Limit{Algorithm: store.GCRA, Requests: 1, Window: time.Second}, Cost: 1}
+	check := store.Check{Key: "k", Limit: store.Limit{Algorithm: algorithms.KindGCRA, Requests: 1, Window: time.Second}, Cost: 1}
 	for _, us := range []int64{-1, 1 << 52, math.MaxInt64 / 1000} {
 		s := newStore(t, client, Options{Now: newClock(us).Now})
 		err := s.Decide(context.Background(), []store.Check{check}, make([]algorithms.Result, 1))
@@ -719,7 +719,7 @@ func TestSlidingLogClockStepBack(t *testing.T) {
 	clk := newClock(1_700_000_000_000_000)
 	s := newStore(t, client, Options{Now: clk.Now})
 	const limit, window = 20, 1_000_000
-	l := store.Limit{Algorithm: store.SlidingLog, Requests: limit, Window: micros(window)}
+	l := store.Limit{Algorithm: algorithms.KindSlidingLog, Requests: limit, Window: micros(window)}
 	type entry struct{ at, cost int64 }
 	var admitted []entry
 	out := make([]algorithms.Result, 1)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/controlplane/store"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testcerts"
-	"github.com/sluicehq/sluice/shared/algorithms"
 )
 
 // tlsServer returns the redistest option that serves the server certificate of certs.
@@ -36,7 +36,7 @@ func tlsDialer(t *testing.T, cfg TLS) (func(context.Context, string, string) (ne
 func decideThree(t *testing.T, client redis.UniversalClient, key string) {
 	t.Helper()
 	s := newStore(t, client, Options{})
-	lim := store.Limit{Algorithm: store.FixedWindow, Requests: 2, Window: time.Minute}
+	lim := store.Limit{Algorithm: algorithms.KindFixedWindow, Requests: 2, Window: time.Minute}
 	var allowed []bool
 	for range 3 {
 		out := make([]algorithms.Result, 1)

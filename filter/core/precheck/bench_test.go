@@ -3,13 +3,15 @@ package precheck
 import (
 	"strconv"
 	"testing"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // BenchmarkCheck measures a precheck lookup that finds a bucket with room.
 func BenchmarkCheck(b *testing.B) {
 	tab := NewTable(100, 20*ms)
 	key := []byte("\x0eremote_address\x0c198.51.100.4")
-	tab.Record(key, Outcome{Cost: 1, Limit: Limit{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10}, HasLimit: true, Admitted: true}, 0)
+	tab.Record(key, Outcome{Cost: 1, Limit: Limit{Algorithm: algorithms.KindTokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10}, HasLimit: true, Admitted: true}, 0)
 	for i := 0; i < b.N; i++ {
 		tab.Check(key, 1, ms)
 	}
@@ -66,7 +68,7 @@ func fullTable() (*Table, [][]byte, Outcome) {
 	for i := range keys {
 		keys[i] = []byte("\x04user\x05u" + strconv.Itoa(10000+i))
 	}
-	o := Outcome{Cost: 1, Limit: Limit{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms}, HasLimit: true, Admitted: true}
+	o := Outcome{Cost: 1, Limit: Limit{Algorithm: algorithms.KindFixedWindow, Limit: 1000, Window: 3600e3 * ms}, HasLimit: true, Admitted: true}
 	for i := range keys {
 		tab.Record(keys[i], o, ms)
 	}

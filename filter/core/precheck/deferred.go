@@ -1,6 +1,6 @@
 package precheck
 
-import "github.com/sluicehq/sluice/shared/algorithms"
+import "github.com/sluicehq/sluice/algorithms"
 
 // MaxDeferred is the most charges RecordAdmitted keeps waiting for the
 // time; the next one is refused (the caller then reads the clock and calls

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestRecordAdmittedDefersTheCharge: an admission recorded without its
@@ -12,7 +14,7 @@ import (
 // only within the call timeout of the request's sending.
 func TestRecordAdmittedDefersTheCharge(t *testing.T) {
 	const delay = ms // local burst 12, as in TestTableBucketChargesOnlyAdmittedTimelyAnswers
-	lim := Limit{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10}
+	lim := Limit{Algorithm: algorithms.KindTokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10}
 	admitted := func(cost, sent int64) Outcome {
 		return Outcome{Cost: cost, Limit: lim, HasLimit: true, Admitted: true, SentAt: sent}
 	}
@@ -56,7 +58,7 @@ func TestRecordAdmittedDefersTheCharge(t *testing.T) {
 // the entry's place; and at most MaxDeferred charges wait.
 func TestRecordAdmittedChargesOnlyItsKey(t *testing.T) {
 	const delay = ms
-	lim := Limit{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10}
+	lim := Limit{Algorithm: algorithms.KindTokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10}
 	tab := NewTable(1, delay)
 	tab.RecordAdmitted([]byte("gone"), Outcome{Cost: 10, Limit: lim, HasLimit: true, Admitted: true})
 	// "new" takes the only entry, with a full bucket of 12, before the

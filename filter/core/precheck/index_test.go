@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestIndexFindsEveryEntry records random keys of every length into small
@@ -12,7 +14,7 @@ import (
 // remembered key (and no other) is found, against a reference set.
 func TestIndexFindsEveryEntry(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	lim := Limit{Algorithm: FixedWindow, Limit: 1, Window: 1000 * ms}
+	lim := Limit{Algorithm: algorithms.KindFixedWindow, Limit: 1, Window: 1000 * ms}
 	for _, max := range []int{1, 3, 16, 100} {
 		tab := NewTable(max, 20*ms)
 		keys := make([][]byte, 400)

@@ -32,7 +32,7 @@
 // Requests in flight are not charged (a request the control plane will deny
 // must not hold local capacity), and denied or failed requests never are.
 //
-// The global admission curves, per algorithm (N per window W; shared/algorithms):
+// The global admission curves, per algorithm (N per window W; algorithms):
 //
 //	fixed_window    any interval meets at most ceil(T/W)+1 windows: b_G = 2N, r = N/W
 //	sliding_window  b_G = N + N/1000, r = N/W (see below)
@@ -62,45 +62,12 @@ package precheck
 import (
 	"math/bits"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
-
-// Algorithm is the algorithm of a global limit.
-type Algorithm uint8
-
-// The algorithms of shared/algorithms.
-const (
-	Unknown Algorithm = iota
-	FixedWindow
-	SlidingWindow
-	SlidingLog
-	TokenBucket
-	GCRA
-	Reserve
-)
-
-// String returns the algorithm's name in the sluice metadata.
-func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed_window"
-	case SlidingWindow:
-		return "sliding_window"
-	case SlidingLog:
-		return "sliding_log"
-	case TokenBucket:
-		return "token_bucket"
-	case GCRA:
-		return "gcra"
-	case Reserve:
-		return "reserve"
-	}
-	return "unknown"
-}
 
 // Limit is a global limit as the control plane describes it.
 type Limit struct {
-	Algorithm Algorithm
+	Algorithm algorithms.Kind
 	// Limit is requests per Window for the window algorithms, tokens added
 	// per Window for token_bucket and reserve, and Count per Window for gcra.
 	Limit int64
@@ -127,18 +94,18 @@ func curve(l Limit) (rate, period, burst int64, ok bool) {
 	}
 	rate, period = l.Limit, l.Window
 	switch l.Algorithm {
-	case FixedWindow:
+	case algorithms.KindFixedWindow:
 		burst = 2 * l.Limit
-	case SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		burst = l.Limit + (l.Limit+999)/1000
-	case SlidingLog:
+	case algorithms.KindSlidingLog:
 		burst = l.Limit
-	case TokenBucket, GCRA:
+	case algorithms.KindTokenBucket, algorithms.KindGCRA:
 		if l.Burst < 1 {
 			return 0, 0, 0, false
 		}
 		burst = l.Burst
-		if l.Algorithm == GCRA {
+		if l.Algorithm == algorithms.KindGCRA {
 			// One request per emission interval, which the global limiter
 			// rounds down in its unit; 1us less covers both units.
 			rate, period = 1, l.Window/l.Limit-unit

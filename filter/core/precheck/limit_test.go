@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // TestCurveDominatesGlobalLimit checks the arrival curves directly: a
@@ -13,7 +13,7 @@ import (
 // admit it too. With one token less the bucket must fail somewhere, so the
 // curves are also tight (except the sliding window's rounding term).
 func TestCurveDominatesGlobalLimit(t *testing.T) {
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA} {
+	for _, alg := range []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog, algorithms.KindTokenBucket, algorithms.KindGCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			tightFailures := 0
 			for seed := 0; seed < 200; seed++ {
@@ -61,7 +61,7 @@ func TestCurveDominatesGlobalLimit(t *testing.T) {
 					}
 				}
 			}
-			if alg != SlidingWindow && tightFailures == 0 {
+			if alg != algorithms.KindSlidingWindow && tightFailures == 0 {
 				t.Fatalf("the curve is never tight: one token less is always enough")
 			}
 			t.Logf("one token less fails in %d of 200 runs", tightFailures)
@@ -79,20 +79,20 @@ func TestLocalBucket(t *testing.T) {
 		ok    bool
 	}{
 		// slack = ceil(2*(delay/1us + 1)*rate/period) + 1
-		{"fixed", Limit{FixedWindow, 100, 60 * second, 0}, 20 * ms, algorithms.TokenBucket{Rate: 100, Period: 60e6, Burst: 200 + 1 + 1}, true},
-		{"sliding window", Limit{SlidingWindow, 3000, second, 0}, 20 * ms, algorithms.TokenBucket{Rate: 3000, Period: 1e6, Burst: 3003 + 121 + 1}, true},
-		{"sliding log", Limit{SlidingLog, 10, second, 0}, 0, algorithms.TokenBucket{Rate: 10, Period: 1e6, Burst: 10 + 1 + 1}, true},
-		{"token bucket", Limit{TokenBucket, 5, second, 50}, 20 * ms, algorithms.TokenBucket{Rate: 5, Period: 1e6, Burst: 50 + 1 + 1}, true},
-		{"gcra", Limit{GCRA, 10, second, 5}, 20 * ms, algorithms.TokenBucket{Rate: 1, Period: 99999, Burst: 5 + 1 + 1}, true},
-		{"gcra without capacity", Limit{GCRA, 10, second, 0}, 20 * ms, algorithms.TokenBucket{}, false},
-		{"reserve", Limit{Reserve, 10, second, 4}, 20 * ms, algorithms.TokenBucket{}, false},
-		{"unknown", Limit{Unknown, 10, second, 4}, 20 * ms, algorithms.TokenBucket{}, false},
-		{"token bucket without burst", Limit{TokenBucket, 5, second, 0}, 20 * ms, algorithms.TokenBucket{}, false},
-		{"zero limit", Limit{FixedWindow, 0, second, 0}, 20 * ms, algorithms.TokenBucket{}, false},
-		{"sub-microsecond window", Limit{FixedWindow, 1, 999, 0}, 20 * ms, algorithms.TokenBucket{}, false},
-		{"gcra interval under 1us", Limit{GCRA, 1000, 1000 * 1500, 1}, 0, algorithms.TokenBucket{}, false},
-		{"huge limit", Limit{FixedWindow, 1 << 50, second, 0}, 0, algorithms.TokenBucket{}, false},
-		{"negative delay", Limit{FixedWindow, 1, second, 0}, -1, algorithms.TokenBucket{}, false},
+		{"fixed", Limit{algorithms.KindFixedWindow, 100, 60 * second, 0}, 20 * ms, algorithms.TokenBucket{Rate: 100, Period: 60e6, Burst: 200 + 1 + 1}, true},
+		{"sliding window", Limit{algorithms.KindSlidingWindow, 3000, second, 0}, 20 * ms, algorithms.TokenBucket{Rate: 3000, Period: 1e6, Burst: 3003 + 121 + 1}, true},
+		{"sliding log", Limit{algorithms.KindSlidingLog, 10, second, 0}, 0, algorithms.TokenBucket{Rate: 10, Period: 1e6, Burst: 10 + 1 + 1}, true},
+		{"token bucket", Limit{algorithms.KindTokenBucket, 5, second, 50}, 20 * ms, algorithms.TokenBucket{Rate: 5, Period: 1e6, Burst: 50 + 1 + 1}, true},
+		{"gcra", Limit{algorithms.KindGCRA, 10, second, 5}, 20 * ms, algorithms.TokenBucket{Rate: 1, Period: 99999, Burst: 5 + 1 + 1}, true},
+		{"gcra without capacity", Limit{algorithms.KindGCRA, 10, second, 0}, 20 * ms, algorithms.TokenBucket{}, false},
+		{"reserve", Limit{algorithms.KindReserve, 10, second, 4}, 20 * ms, algorithms.TokenBucket{}, false},
+		{"unknown", Limit{algorithms.KindUnknown, 10, second, 4}, 20 * ms, algorithms.TokenBucket{}, false},
+		{"token bucket without burst", Limit{algorithms.KindTokenBucket, 5, second, 0}, 20 * ms, algorithms.TokenBucket{}, false},
+		{"zero limit", Limit{algorithms.KindFixedWindow, 0, second, 0}, 20 * ms, algorithms.TokenBucket{}, false},
+		{"sub-microsecond window", Limit{algorithms.KindFixedWindow, 1, 999, 0}, 20 * ms, algorithms.TokenBucket{}, false},
+		{"gcra interval under 1us", Limit{algorithms.KindGCRA, 1000, 1000 * 1500, 1}, 0, algorithms.TokenBucket{}, false},
+		{"huge limit", Limit{algorithms.KindFixedWindow, 1 << 50, second, 0}, 0, algorithms.TokenBucket{}, false},
+		{"negative delay", Limit{algorithms.KindFixedWindow, 1, second, 0}, -1, algorithms.TokenBucket{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/sluicehq/sluice/shared/algorithms"
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // The property: whatever the algorithm, the precheck never rejects a request
 // that the global limiter would have allowed. The test simulates several
 // proxy instances (each with its own Table) sharing one global limiter per
-// descriptor (the shared/algorithms implementations as the oracle), with
+// descriptor (the algorithms implementations as the oracle), with
 // network delays, lost responses and requests of several costs. Every
 // request the precheck rejects is shown to the oracle, without effect, at
 // the time it would have reached it; the oracle must deny it.
@@ -61,7 +61,7 @@ func (o *fixedOracle) peek(now, cost int64) (algorithms.Result, error) {
 	return o.out(o.l.Allow(&s, o.in(now), cost))
 }
 func (o *fixedOracle) reported() Limit {
-	return Limit{Algorithm: FixedWindow, Limit: o.l.Limit, Window: o.w}
+	return Limit{Algorithm: algorithms.KindFixedWindow, Limit: o.l.Limit, Window: o.w}
 }
 func (o *fixedOracle) capacity() int64 { return o.l.Limit }
 
@@ -80,7 +80,7 @@ func (o *slidingWindowOracle) peek(now, cost int64) (algorithms.Result, error) {
 	return o.out(o.l.Allow(&s, o.in(now), cost))
 }
 func (o *slidingWindowOracle) reported() Limit {
-	return Limit{Algorithm: SlidingWindow, Limit: o.l.Limit, Window: o.w}
+	return Limit{Algorithm: algorithms.KindSlidingWindow, Limit: o.l.Limit, Window: o.w}
 }
 func (o *slidingWindowOracle) capacity() int64 { return o.l.Limit }
 
@@ -113,7 +113,7 @@ func (o *slidingLogOracle) peek(now, cost int64) (algorithms.Result, error) {
 	return o.out(o.l.Allow(s, o.in(now), cost))
 }
 func (o *slidingLogOracle) reported() Limit {
-	return Limit{Algorithm: SlidingLog, Limit: o.l.Limit, Window: o.w}
+	return Limit{Algorithm: algorithms.KindSlidingLog, Limit: o.l.Limit, Window: o.w}
 }
 func (o *slidingLogOracle) capacity() int64 { return o.l.Limit }
 
@@ -132,7 +132,7 @@ func (o *tokenBucketOracle) peek(now, cost int64) (algorithms.Result, error) {
 	return o.out(o.l.Allow(&s, o.in(now), cost))
 }
 func (o *tokenBucketOracle) reported() Limit {
-	return Limit{Algorithm: TokenBucket, Limit: o.l.Rate, Window: o.w, Burst: o.l.Burst}
+	return Limit{Algorithm: algorithms.KindTokenBucket, Limit: o.l.Rate, Window: o.w, Burst: o.l.Burst}
 }
 func (o *tokenBucketOracle) capacity() int64 { return o.l.Burst }
 
@@ -151,7 +151,7 @@ func (o *gcraOracle) peek(now, cost int64) (algorithms.Result, error) {
 	return o.out(o.l.Allow(&s, o.in(now), cost))
 }
 func (o *gcraOracle) reported() Limit {
-	return Limit{Algorithm: GCRA, Limit: o.l.Count, Window: o.w, Burst: o.l.MaxBurst + 1}
+	return Limit{Algorithm: algorithms.KindGCRA, Limit: o.l.Count, Window: o.w, Burst: o.l.MaxBurst + 1}
 }
 func (o *gcraOracle) capacity() int64 { return o.l.MaxBurst + 1 }
 
@@ -170,7 +170,7 @@ func (o *reserveOracle) peek(now, cost int64) (algorithms.Result, error) {
 	return o.out(o.l.Allow(&s, o.in(now), cost))
 }
 func (o *reserveOracle) reported() Limit {
-	return Limit{Algorithm: Reserve, Limit: o.l.Rate, Window: o.w, Burst: o.l.Burst}
+	return Limit{Algorithm: algorithms.KindReserve, Limit: o.l.Rate, Window: o.w, Burst: o.l.Burst}
 }
 func (o *reserveOracle) capacity() int64 { return o.l.Burst }
 
@@ -178,7 +178,7 @@ const ms = int64(1e6)
 
 // randomOracle returns a global limiter of the given algorithm with random
 // parameters; windows are whole milliseconds, as the metadata reports them.
-func randomOracle(rng *rand.Rand, alg Algorithm) oracle {
+func randomOracle(rng *rand.Rand, alg algorithms.Kind) oracle {
 	sc := scale{us: rng.IntN(2) == 0}
 	w := (50 + rng.Int64N(950)) * ms
 	if rng.IntN(4) == 0 {
@@ -187,16 +187,16 @@ func randomOracle(rng *rand.Rand, alg Algorithm) oracle {
 	n := 1 + rng.Int64N(30)
 	win := sc.in(w)
 	switch alg {
-	case FixedWindow:
+	case algorithms.KindFixedWindow:
 		return &fixedOracle{scale: sc, l: algorithms.FixedWindow{Limit: n, Window: win, Aligned: rng.IntN(2) == 0}, w: w}
-	case SlidingWindow:
+	case algorithms.KindSlidingWindow:
 		return &slidingWindowOracle{scale: sc, l: algorithms.SlidingWindow{Limit: n, Window: win}, w: w}
-	case SlidingLog:
+	case algorithms.KindSlidingLog:
 		l := algorithms.SlidingLog{Limit: n, Window: win}
 		return &slidingLogOracle{scale: sc, l: l, s: l.NewState(), w: w}
-	case TokenBucket:
+	case algorithms.KindTokenBucket:
 		return &tokenBucketOracle{scale: sc, l: algorithms.TokenBucket{Rate: n, Period: win, Burst: 1 + rng.Int64N(40)}, w: w}
-	case GCRA:
+	case algorithms.KindGCRA:
 		return &gcraOracle{scale: sc, l: algorithms.GCRA{MaxBurst: rng.Int64N(20), Count: n, Period: win}, w: w}
 	default:
 		return &reserveOracle{scale: sc, l: algorithms.Reserve{Rate: n, Period: win, Burst: 1 + rng.Int64N(20), MaxWait: sc.in(rng.Int64N(3) * w / 4)}, w: w}
@@ -482,7 +482,7 @@ func TestPrecheckNeverRejectsWhatTheGlobalLimiterAllows(t *testing.T) {
 }
 
 func testNeverRejects(t *testing.T, buckets, adversarial, shared, deferred bool) {
-	algs := []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA, Reserve}
+	algs := []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog, algorithms.KindTokenBucket, algorithms.KindGCRA, algorithms.KindReserve}
 	runs := 40
 	if testing.Short() {
 		runs = 10
@@ -530,7 +530,7 @@ func testNeverRejects(t *testing.T, buckets, adversarial, shared, deferred bool)
 			// Not vacuous: the precheck does reject. With buckets alone, a
 			// reserve limit has no bucket, and a fixed window's bucket must
 			// allow 2N at once, which one instance rarely reaches.
-			if totalRejected == 0 && !(buckets && (alg == Reserve || alg == FixedWindow)) {
+			if totalRejected == 0 && !(buckets && (alg == algorithms.KindReserve || alg == algorithms.KindFixedWindow)) {
 				t.Fatalf("the precheck never rejected anything in %d runs", runs)
 			}
 			t.Logf("%d prechecked rejections, none wrong", totalRejected)

@@ -1,6 +1,10 @@
 package precheck
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/algorithms"
+)
 
 // TestTableRefundGivesBackTheLocalBucket: a refund puts back into the
 // local bucket what the admitted reserve took, never above its capacity,
@@ -9,7 +13,7 @@ import "testing"
 func TestTableRefundGivesBackTheLocalBucket(t *testing.T) {
 	tab := NewTable(8, ms)
 	key := []byte("k")
-	lim := Limit{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10} // local burst 12
+	lim := Limit{Algorithm: algorithms.KindTokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10} // local burst 12
 	tab.Record(key, Outcome{Cost: 10, Limit: lim, HasLimit: true, Admitted: true}, 0)
 	if v := tab.Check(key, 5, 0); !v.Reject {
 		t.Fatal("a reserve of 10 of 12 left room for 5")
@@ -32,7 +36,7 @@ func TestTableRefundGivesBackTheLocalBucket(t *testing.T) {
 // TestTableUnblock: a block ends when the control plane says a refund freed
 // its key; DropBlocks ends them all (another worker freed a key).
 func TestTableUnblock(t *testing.T) {
-	lim := Limit{Algorithm: FixedWindow, Limit: 10, Window: 1000 * ms}
+	lim := Limit{Algorithm: algorithms.KindFixedWindow, Limit: 10, Window: 1000 * ms}
 	own, other := []byte("own"), []byte("other")
 	tab := NewTable(8, ms)
 	deny := Outcome{Cost: 1, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 500 * ms}

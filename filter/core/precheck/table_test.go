@@ -6,13 +6,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 func TestTableOverLimitBlocksByCostUntilRetryAfter(t *testing.T) {
 	const delay = 20 * ms
 	tab := NewTable(8, delay)
 	key := []byte("k")
-	lim := Limit{Algorithm: Reserve, Limit: 10, Window: 1000 * ms, Burst: 5} // no bucket: only the block
+	lim := Limit{Algorithm: algorithms.KindReserve, Limit: 10, Window: 1000 * ms, Burst: 5} // no bucket: only the block
 	tab.Record(key, Outcome{Cost: 3, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 500 * ms, SentAt: 100 * ms}, 110*ms)
 
 	// The block ends at the earliest time the control plane could have
@@ -60,7 +62,7 @@ func TestTableBucketChargesOnlyAdmittedTimelyAnswers(t *testing.T) {
 	const delay = ms // slack = ceil(2*1001us*10/1e6us) + 1 = 2 tokens
 	tab := NewTable(8, delay)
 	key := []byte("k")
-	lim := Limit{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10} // local burst 12
+	lim := Limit{Algorithm: algorithms.KindTokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10} // local burst 12
 	admit := func(cost, sent, now int64) {
 		tab.Record(key, Outcome{Cost: cost, Limit: lim, HasLimit: true, Admitted: true, SentAt: sent}, now)
 	}
@@ -101,7 +103,7 @@ func TestTableBucketChargesOnlyAdmittedTimelyAnswers(t *testing.T) {
 func TestTableIsBoundedUnderHostileKeys(t *testing.T) {
 	const max = 100
 	tab := NewTable(max, 20*ms)
-	lim := Limit{Algorithm: FixedWindow, Limit: 1, Window: 1000 * ms}
+	lim := Limit{Algorithm: algorithms.KindFixedWindow, Limit: 1, Window: 1000 * ms}
 	hot := []byte("hot")
 	for i := 0; i < 10000; i++ {
 		key := []byte("attacker-" + strconv.Itoa(i))
@@ -139,7 +141,7 @@ func TestTableIsBoundedUnderHostileKeys(t *testing.T) {
 // longest length it keeps holds no more live memory than Bound says.
 func TestTableBound(t *testing.T) {
 	const max = 2000
-	lim := Limit{Algorithm: FixedWindow, Limit: 1, Window: 1000 * ms}
+	lim := Limit{Algorithm: algorithms.KindFixedWindow, Limit: 1, Window: 1000 * ms}
 	name := strings.Repeat("n", MaxNameLen)
 	heap := func() uint64 {
 		var m runtime.MemStats
@@ -174,7 +176,7 @@ func TestTableIgnoresLongKeys(t *testing.T) {
 func TestTableCheckAllocatesNothing(t *testing.T) {
 	tab := NewTable(8, 20*ms)
 	key := []byte("descriptor")
-	tab.Record(key, Outcome{Cost: 1, Limit: Limit{Algorithm: GCRA, Limit: 10, Window: 1000 * ms, Burst: 4}, HasLimit: true, Admitted: true}, 0)
+	tab.Record(key, Outcome{Cost: 1, Limit: Limit{Algorithm: algorithms.KindGCRA, Limit: 10, Window: 1000 * ms, Burst: 4}, HasLimit: true, Admitted: true}, 0)
 	if n := testing.AllocsPerRun(100, func() { tab.Check(key, 1, ms) }); n != 0 {
 		t.Fatalf("Check allocates %v times", n)
 	}
@@ -186,7 +188,7 @@ func TestTableCheckAllocatesNothing(t *testing.T) {
 // algorithm and however the call's time splits between the way to the
 // control plane and the way back.
 func TestTableRetryAfterIsWhenTheGlobalLimiterAllows(t *testing.T) {
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA, Reserve} {
+	for _, alg := range []algorithms.Kind{algorithms.KindFixedWindow, algorithms.KindSlidingWindow, algorithms.KindSlidingLog, algorithms.KindTokenBucket, algorithms.KindGCRA, algorithms.KindReserve} {
 		t.Run(alg.String(), func(t *testing.T) {
 			checked := 0
 			for seed := 0; seed < 200; seed++ {
@@ -240,7 +242,7 @@ func TestTableRetryAfterIsWhenTheGlobalLimiterAllows(t *testing.T) {
 func TestTableRemembersNameAndFailureMode(t *testing.T) {
 	tab := NewTable(4, 20*ms)
 	key := []byte("k")
-	lim := Limit{Algorithm: FixedWindow, Limit: 1, Window: 1000 * ms}
+	lim := Limit{Algorithm: algorithms.KindFixedWindow, Limit: 1, Window: 1000 * ms}
 	deny := Outcome{Cost: 1, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 500 * ms, Name: "per_key", FailureMode: FailureClosed}
 	tab.Record(key, deny, 0)
 	v := tab.Check(key, 1, ms)
@@ -295,7 +297,7 @@ func TestTableRemembersNameAndFailureMode(t *testing.T) {
 // after. An import keeps the failure mode the table knew, and a block
 // already over teaches nothing.
 func TestTableImportBlocksAsIfRecordedHere(t *testing.T) {
-	lim := Limit{Algorithm: Reserve, Limit: 10, Window: 1000 * ms, Burst: 5}
+	lim := Limit{Algorithm: algorithms.KindReserve, Limit: 10, Window: 1000 * ms, Burst: 5}
 	o := Outcome{Cost: 3, Limit: lim, HasLimit: true, OverLimit: true, RetryAfter: 500 * ms, SentAt: 100 * ms, Name: "n"}
 	b, ok := BlockOf(o, 110*ms)
 	if !ok || b.PassAt != 600*ms || b.RetryAt != 610*ms || b.Cost != 3 || b.Limit != lim || !b.HasLimit || b.Name != "n" {
@@ -342,12 +344,12 @@ func TestTableBucketOfEachKeysLimit(t *testing.T) {
 	const delay = 20 * ms
 	tab := NewTable(10, delay)
 	limits := []Limit{
-		{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms},
-		{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10},
-		{Algorithm: FixedWindow, Limit: 1000, Window: 3600e3 * ms},
-		{Algorithm: Reserve, Limit: 10, Window: 1000 * ms, Burst: 10}, // no local bucket
-		{Algorithm: SlidingWindow, Limit: 50, Window: 60e3 * ms},
-		{Algorithm: TokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10},
+		{Algorithm: algorithms.KindFixedWindow, Limit: 1000, Window: 3600e3 * ms},
+		{Algorithm: algorithms.KindTokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10},
+		{Algorithm: algorithms.KindFixedWindow, Limit: 1000, Window: 3600e3 * ms},
+		{Algorithm: algorithms.KindReserve, Limit: 10, Window: 1000 * ms, Burst: 10}, // no local bucket
+		{Algorithm: algorithms.KindSlidingWindow, Limit: 50, Window: 60e3 * ms},
+		{Algorithm: algorithms.KindTokenBucket, Limit: 10, Window: 1000 * ms, Burst: 10},
 	}
 	for i, l := range limits {
 		key := []byte("k" + strconv.Itoa(i))

@@ -29,7 +29,7 @@ import "math"
 // limit is the number of requests per window (the refill rate for
 // token_bucket, gcra and reserve), window_ms the window or refill period,
 // and burst the capacity: the most admitted at one instant. In terms of the
-// shared/algorithms types:
+// algorithms types:
 //
 //	fixed_window    FixedWindow{Limit: limit, Window: window_ms}        burst = limit
 //	sliding_window  SlidingWindow{Limit: limit, Window: window_ms}      burst = limit

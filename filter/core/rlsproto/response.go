@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/algorithms"
 )
 
 // Code is a RateLimitResponse.Code.
@@ -17,53 +19,14 @@ const (
 	CodeOverLimit Code = 2
 )
 
-// Unit is a RateLimitResponse.RateLimit.Unit.
-type Unit uint32
-
-// The units; WEEK was added after YEAR, hence its number.
-const (
-	UnitUnknown Unit = 0
-	UnitSecond  Unit = 1
-	UnitMinute  Unit = 2
-	UnitHour    Unit = 3
-	UnitDay     Unit = 4
-	UnitMonth   Unit = 5
-	UnitYear    Unit = 6
-	UnitWeek    Unit = 7
-)
-
-// Duration returns the length of the unit in nanoseconds, 0 for an unknown
-// unit. A month is 30 days and a year 365 days, as envoyproxy/ratelimit
-// counts them.
-func (u Unit) Duration() int64 {
-	const second = int64(1e9)
-	switch u {
-	case UnitSecond:
-		return second
-	case UnitMinute:
-		return 60 * second
-	case UnitHour:
-		return 3600 * second
-	case UnitDay:
-		return 86400 * second
-	case UnitWeek:
-		return 7 * 86400 * second
-	case UnitMonth:
-		return 30 * 86400 * second
-	case UnitYear:
-		return 365 * 86400 * second
-	}
-	return 0
-}
-
 // Status is one DescriptorStatus, in the order of the request's descriptors.
 type Status struct {
 	Code               Code
-	HasLimit           bool   // current_limit was set
-	RequestsPerUnit    uint32 // current_limit.requests_per_unit
-	Unit               Unit   // current_limit.unit
-	UnitMultiplier     uint32 // current_limit.unit_multiplier; 0 when unset (means 1)
-	Name               string // current_limit.name
+	HasLimit           bool            // current_limit was set
+	RequestsPerUnit    uint32          // current_limit.requests_per_unit
+	Unit               algorithms.Unit // current_limit.unit
+	UnitMultiplier     uint32          // current_limit.unit_multiplier; 0 when unset (means 1)
+	Name               string          // current_limit.name
 	LimitRemaining     uint32
 	HasReset           bool  // duration_until_reset was set
 	DurationUntilReset int64 // nanoseconds
@@ -73,7 +36,7 @@ type Status struct {
 // Window returns the window of current_limit in nanoseconds (unit times
 // multiplier), 0 when unknown.
 func (s *Status) Window() int64 {
-	w := s.Unit.Duration()
+	w := s.Unit.Seconds() * 1e9
 	if s.UnitMultiplier > 1 {
 		w *= int64(s.UnitMultiplier)
 	}
@@ -406,7 +369,10 @@ func decodeLimit(b []byte, s *Status) error {
 			if field == 1 {
 				s.RequestsPerUnit = uint32(v)
 			} else {
-				s.Unit = Unit(v)
+				s.Unit = algorithms.UnitUnknown
+				if v <= math.MaxInt32 { // a larger number would wrap onto a unit
+					s.Unit = algorithms.Unit(v)
+				}
 			}
 		case 3: // name
 			nb, err := r.bytesField(wire)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/filter/core/descriptors"
 )
 
@@ -225,7 +226,7 @@ func TestDecodeResponseFromGeneratedTypes(t *testing.T) {
 		t.Fatalf("got %+v", got)
 	}
 	s0 := got.Statuses[0]
-	if s0.Code != CodeOK || !s0.HasLimit || s0.Name != "per-ip" || s0.RequestsPerUnit != 100 || s0.Unit != UnitMinute ||
+	if s0.Code != CodeOK || !s0.HasLimit || s0.Name != "per-ip" || s0.RequestsPerUnit != 100 || s0.Unit != algorithms.UnitMinute ||
 		s0.UnitMultiplier != 5 || s0.Window() != int64(5*time.Minute) || s0.LimitRemaining != 42 ||
 		!s0.HasReset || s0.DurationUntilReset != int64(31500*time.Millisecond) {
 		t.Fatalf("status 0: %+v", s0)

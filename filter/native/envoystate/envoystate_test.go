@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/filter/core/lease"
 	"github.com/sluicehq/sluice/filter/core/precheck"
 )
@@ -14,7 +15,7 @@ const ms = int64(1e6)
 
 func block(passAt int64) precheck.Block {
 	return precheck.Block{PassAt: passAt, RetryAt: passAt + 5*ms, Cost: 1, HasLimit: true, Name: "per_tenant",
-		Limit: precheck.Limit{Algorithm: precheck.FixedWindow, Limit: 5, Window: 1000 * ms}}
+		Limit: precheck.Limit{Algorithm: algorithms.KindFixedWindow, Limit: 5, Window: 1000 * ms}}
 }
 
 // TestBlocksSharedByWorkers: a block one worker publishes is every

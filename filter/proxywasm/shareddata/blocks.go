@@ -37,6 +37,7 @@ import (
 	"encoding/binary"
 	"strconv"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/filter/core/precheck"
 )
 
@@ -202,7 +203,7 @@ func decode(v []byte) (b precheck.Block, k []byte, ok bool) {
 	}
 	u := func(i int) int64 { return int64(binary.LittleEndian.Uint64(v[i:])) }
 	b = precheck.Block{PassAt: u(1), RetryAt: u(9), Cost: u(17), HasLimit: v[25] == 1,
-		Limit: precheck.Limit{Algorithm: precheck.Algorithm(v[26]), Limit: u(27), Window: u(35), Burst: u(43)}}
+		Limit: precheck.Limit{Algorithm: algorithms.Kind(v[26]), Limit: u(27), Window: u(35), Burst: u(43)}}
 	n := int(binary.LittleEndian.Uint16(v[51:]))
 	if n > precheck.MaxNameLen || header+n > len(v) {
 		return precheck.Block{}, nil, false

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/filter/core/precheck"
 )
 
@@ -72,7 +73,7 @@ func (d *memData) bytes() int {
 
 const ms = int64(1e6)
 
-var lim = precheck.Limit{Algorithm: precheck.FixedWindow, Limit: 5, Window: 1000 * ms}
+var lim = precheck.Limit{Algorithm: algorithms.KindFixedWindow, Limit: 5, Window: 1000 * ms}
 
 func block(passAt int64) precheck.Block {
 	return precheck.Block{PassAt: passAt, RetryAt: passAt + 5*ms, Cost: 1, Limit: lim, HasLimit: true, Name: "per_tenant"}
