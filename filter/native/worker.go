@@ -187,6 +187,9 @@ func (w *worker) callFromMain(id uint32, cluster string, hs []dynmod.Header, bod
 func (w *worker) deliver(id uint32, result dynmod.CalloutResult, r response, s *stream) {
 	defer func() {
 		if p := recover(); p != nil {
+			// Logged here, as every hook's panic is: the core's warning of
+			// the failure that follows is rate-limited.
+			w.Log(core.LevelCritical, "sluice: panic in answer: "+fmt.Sprint(p))
 			w.answer = rlsproto.Answer{Failure: "panic reading the control plane's answer: " + fmt.Sprint(p)}
 			w.core.Answer(id, &w.answer)
 		}
