@@ -264,3 +264,39 @@ func (r *replies) addLimitHeaders(h *headerList, ps []limitheaders.Policy) {
 		h.end()
 	}
 }
+
+// headerList builds a list of headers whose names and values live in one
+// buffer, so that they outlive the host memory they were copied from.
+type headerList struct {
+	buf   []byte
+	spans [][4]int // name start, name end, value start, value end
+	pairs [][2]string
+}
+
+func (h *headerList) reset() {
+	h.buf, h.spans, h.pairs = h.buf[:0], h.spans[:0], h.pairs[:0]
+}
+
+// begin starts a header: append its value to h.buf, then call end.
+func (h *headerList) begin(name string) {
+	start := len(h.buf)
+	h.buf = append(h.buf, name...)
+	h.spans = append(h.spans, [4]int{start, len(h.buf), len(h.buf), 0})
+}
+
+func (h *headerList) end() { h.spans[len(h.spans)-1][3] = len(h.buf) }
+
+func (h *headerList) add(name, value string) {
+	h.begin(name)
+	h.buf = append(h.buf, value...)
+	h.end()
+}
+
+// list returns the headers; valid until the next reset.
+func (h *headerList) list() [][2]string {
+	h.pairs = h.pairs[:0]
+	for _, sp := range h.spans {
+		h.pairs = append(h.pairs, [2]string{bufString(h.buf[sp[0]:sp[1]]), bufString(h.buf[sp[2]:sp[3]])})
+	}
+	return h.pairs
+}
