@@ -127,6 +127,9 @@ func (e *env) runMinute(t *testing.T, ln, mode, key string) []minuteStep {
 			// minus the usage so far (0 remaining once past it).
 			want := min(int64(100*(i+1)), minuteLimit)
 			if got := e.waitCharged(t, cpMemory, "api_key", key, minuteLimit, want, settleWait); got != want {
+				if time.Now().Unix()/60 != steps[0].before.Unix()/60 {
+					return steps // a new window counts from 0: the caller sees the boundary and runs again
+				}
 				t.Fatalf("request %d: charged %d within %v of its end, want %d", i+1, got, settleWait, want)
 			}
 		}
