@@ -3,7 +3,6 @@ package core
 import (
 	"strconv"
 
-	"github.com/sluicehq/sluice/filter/core/calls"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
 )
 
@@ -22,12 +21,6 @@ func (w *Worker) answered(x *Exchange, a *rlsproto.Answer) {
 	w.current = nil
 	w.leases.called(x)
 	w.exchanges.release(x)
-}
-
-// deliver hands a to handler h, recovering from a panic as Answer does.
-func (w *Worker) deliver(h calls.Handler, a *rlsproto.Answer) {
-	defer w.recoverAnswer()
-	h.Answered(a)
 }
 
 // decide applies the answer decoded into w.resp to x's request, or the

@@ -18,7 +18,10 @@ func (w *Worker) Tick() {
 	now := w.host.Now()
 	w.overdue = w.calls.Overdue(w.overdue[:0], now)
 	for i, h := range w.overdue {
-		w.deliver(h, &calls.NeverAnswered)
+		func() {
+			defer w.recoverAnswer() // as Answer does
+			h.Answered(&calls.NeverAnswered)
+		}()
 		w.overdue[i] = nil
 	}
 	w.usage.flush(now)

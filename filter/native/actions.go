@@ -87,9 +87,9 @@ func (b *batch) do(a *act) {
 	case actResume:
 		ds.ContinueRequest()
 	case actRequestHeader:
-		ds.AddHeader(dynmod.RequestHeaders, x, y)
+		ds.Headers(dynmod.RequestHeaders).Add(x, y)
 	case actResponseHeader:
-		ds.AddHeader(dynmod.ResponseHeaders, x, y)
+		ds.Headers(dynmod.ResponseHeaders).Add(x, y)
 	case actReply:
 		var err error
 		if b.pairs, err = headermap.Parse(b.pairs[:0], b.buf[a.mid:a.to]); err != nil {

@@ -47,7 +47,7 @@ func (s *stream) RequestHeader(name string) (string, bool) {
 	if !s.readable() {
 		return "", false
 	}
-	return s.ds.HeaderView(dynmod.RequestHeaders, name)
+	return s.ds.Headers(dynmod.RequestHeaders).View(name)
 }
 
 // RemoteAddress implements core.Stream: Envoy's source.address.
@@ -63,7 +63,7 @@ func (s *stream) ResponseHeader(name string) (string, bool) {
 	if !s.readable() {
 		return "", false
 	}
-	return s.ds.HeaderView(dynmod.ResponseHeaders, name)
+	return s.ds.Headers(dynmod.ResponseHeaders).View(name)
 }
 
 // ResponseTrailer implements core.Stream.
@@ -71,7 +71,7 @@ func (s *stream) ResponseTrailer(name string) (string, bool) {
 	if !s.readable() {
 		return "", false
 	}
-	return s.ds.HeaderView(dynmod.ResponseTrailers, name)
+	return s.ds.Headers(dynmod.ResponseTrailers).View(name)
 }
 
 // DynamicMetadata implements core.Stream, serializing as proxy-wasm does:
@@ -109,7 +109,7 @@ func (s *stream) SetResponseBody(data []byte) error {
 	if !s.readable() {
 		return errElsewhere
 	}
-	if !s.ds.ReplaceBody(dynmod.ReceivedResponseBody, data) {
+	if !s.ds.Body(dynmod.ReceivedResponseBody).Replace(data) {
 		return errors.New("envoy has no response body chunk to change")
 	}
 	return nil
@@ -132,14 +132,14 @@ func (s *stream) body(buffered, received dynmod.BodyKind, start, max int) ([]byt
 	// The buffered body, then the received chunk, read from start into the
 	// worker's scratch (valid until the next read, as core.Stream says).
 	b := s.w.bodyRead[:0]
-	if n := s.ds.BodySize(buffered); start < n {
-		b, _ = s.ds.AppendBodyRange(b, buffered, start, max)
+	if n := s.ds.Body(buffered).Size(); start < n {
+		b, _ = s.ds.Body(buffered).AppendRange(b, start, max)
 		start = 0
 	} else {
 		start -= n
 	}
 	if len(b) < max {
-		b, _ = s.ds.AppendBodyRange(b, received, start, max-len(b))
+		b, _ = s.ds.Body(received).AppendRange(b, start, max-len(b))
 	}
 	s.w.bodyRead = b
 	return b, nil
@@ -256,7 +256,7 @@ func (s *stream) answer(r *dynmod.Response) {
 func (h *hooks) RequestBody(end bool) (st dynmod.BodyStatus) {
 	s := (*stream)(h)
 	s.inHook("request body", func(w *core.Worker) {
-		if w.RequestBody(s.x, s.ds.BodySize(dynmod.ReceivedRequestBody), end) == core.Pause {
+		if w.RequestBody(s.x, s.ds.Body(dynmod.ReceivedRequestBody).Size(), end) == core.Pause {
 			st = dynmod.BodyStopBuffer
 		}
 	})
@@ -280,7 +280,7 @@ func (h *hooks) ResponseHeaders(end bool) dynmod.HeadersStatus {
 func (h *hooks) ResponseBody(end bool) dynmod.BodyStatus {
 	s := (*stream)(h)
 	s.inHook("response body", func(w *core.Worker) {
-		w.ResponseBody(s.x, s.ds.BodySize(dynmod.ReceivedResponseBody), end)
+		w.ResponseBody(s.x, s.ds.Body(dynmod.ReceivedResponseBody).Size(), end)
 	})
 	return dynmod.BodyContinue
 }

@@ -29,7 +29,7 @@ func testPanic(hook string, s *stream) {
 	if s == nil || s.dead {
 		return
 	}
-	if v, ok := s.ds.HeaderView(dynmod.RequestHeaders, testPanicHeader); ok && v == hook {
+	if v, ok := s.ds.Headers(dynmod.RequestHeaders).View(testPanicHeader); ok && v == hook {
 		panic("sluicetest: a panic asked for in " + hook)
 	}
 }
@@ -44,7 +44,7 @@ func testHookTime(start int64) { hookTimes.Add(time.Duration(testClock() - start
 // reports whether it did. It runs before the hook takes its worker's lock:
 // a local reply may end the stream at once.
 func testReport(s *stream) bool {
-	if _, ok := s.ds.HeaderView(dynmod.RequestHeaders, testReportHeader); !ok {
+	if _, ok := s.ds.Headers(dynmod.RequestHeaders).View(testReportHeader); !ok {
 		return false
 	}
 	s.ds.SendReply(200, []dynmod.Header{{Name: "content-type", Value: "application/json"}}, gostats.Report(&hookTimes), "sluice_test_runtime")

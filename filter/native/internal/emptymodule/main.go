@@ -94,7 +94,7 @@ var replyBody = []byte("rate limited\n")
 
 // RequestHeaders makes the floor's host calls.
 func (h *stream) RequestHeaders(bool) dynmod.HeadersStatus {
-	user, _ := h.s.AppendHeader(make([]byte, 0, 32), dynmod.RequestHeaders, "x-user")
+	user, _ := h.s.Headers(dynmod.RequestHeaders).Append(make([]byte, 0, 32), "x-user")
 	if h.f.reply {
 		h.f.rejected.Add(1)
 		h.s.SendReply(429, replyHeaders, replyBody, "sluice_precheck_over_limit")

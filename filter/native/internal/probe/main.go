@@ -137,7 +137,7 @@ func (h *stream) RequestHeaders(end bool) dynmod.HeadersStatus {
 	start := time.Now()
 	defer func() { h.cfg.hooks.Add(time.Since(start)) }()
 	h.cfg.requests.Add(1)
-	h.mode, _ = h.s.Header(dynmod.RequestHeaders, "x-probe")
+	h.mode, _ = h.s.Headers(dynmod.RequestHeaders).Get("x-probe")
 	h.note("request-tid", syscall.Gettid())
 	h.note("worker", h.s.WorkerIndex())
 	if st, ok := h.runMode(end); ok {
@@ -150,7 +150,7 @@ func (h *stream) RequestHeaders(end bool) dynmod.HeadersStatus {
 func (h *stream) ResponseHeaders(bool) dynmod.HeadersStatus {
 	h.note("response-tid", syscall.Gettid())
 	for _, n := range h.notes {
-		h.s.AddHeader(dynmod.ResponseHeaders, n.Name, n.Value)
+		h.s.Headers(dynmod.ResponseHeaders).Add(n.Name, n.Value)
 	}
 	return dynmod.HeadersContinue
 }
@@ -164,13 +164,13 @@ func (h *stream) RequestBody(end bool) dynmod.BodyStatus {
 		return dynmod.BodyStopBuffer
 	}
 	limit := 1 << 10
-	if v, ok := h.s.Header(dynmod.RequestHeaders, "x-limit"); ok {
+	if v, ok := h.s.Headers(dynmod.RequestHeaders).Get("x-limit"); ok {
 		limit, _ = strconv.Atoi(v)
 	}
-	b, whole := h.s.AppendBody(nil, dynmod.BufferedRequestBody, limit)
+	b, whole := h.s.Body(dynmod.BufferedRequestBody).Append(nil, limit)
 	h.note("body-read", len(b))
 	h.note("body-whole", whole)
-	h.note("body-size", h.s.BodySize(dynmod.BufferedRequestBody))
+	h.note("body-size", h.s.Body(dynmod.BufferedRequestBody).Size())
 	return dynmod.BodyContinue
 }
 

@@ -63,22 +63,22 @@ func (h *stream) runMode(end bool) (dynmod.HeadersStatus, bool) {
 
 // mustHeader returns a request header, or "".
 func (h *stream) mustHeader(name string) string {
-	v, _ := h.s.Header(dynmod.RequestHeaders, name)
+	v, _ := h.s.Headers(dynmod.RequestHeaders).Get(name)
 	return v
 }
 
 // headers reads and adds headers, and reads the attributes sluice's
 // descriptors use.
 func (h *stream) headers() {
-	in, ok := h.s.Header(dynmod.RequestHeaders, "x-in")
+	in, ok := h.s.Headers(dynmod.RequestHeaders).Get("x-in")
 	h.note("in", strconv.Quote(in)+" "+strconv.FormatBool(ok))
-	h.note("in-values", len(h.s.HeaderValues(dynmod.RequestHeaders, "x-multi")))
-	h.note("header-count", len(h.s.Headers(dynmod.RequestHeaders)))
-	b, _ := h.s.AppendHeader(make([]byte, 0, 64), dynmod.RequestHeaders, ":path")
+	h.note("in-values", len(h.s.Headers(dynmod.RequestHeaders).Values("x-multi")))
+	h.note("header-count", len(h.s.Headers(dynmod.RequestHeaders).All()))
+	b, _ := h.s.Headers(dynmod.RequestHeaders).Append(make([]byte, 0, 64), ":path")
 	h.note("path-header", string(b))
-	h.s.AddHeader(dynmod.RequestHeaders, "x-seen", in)
-	h.s.SetHeader(dynmod.RequestHeaders, "x-replaced", "new")
-	h.s.RemoveHeader(dynmod.RequestHeaders, "x-gone")
+	h.s.Headers(dynmod.RequestHeaders).Add("x-seen", in)
+	h.s.Headers(dynmod.RequestHeaders).Set("x-replaced", "new")
+	h.s.Headers(dynmod.RequestHeaders).Remove("x-gone")
 	for _, a := range []struct {
 		name string
 		id   dynmod.Attribute
@@ -112,7 +112,7 @@ func (h *stream) calloutTo(cluster, path string, timeout time.Duration, crash bo
 			h.note("callout-grpc-status", v)
 		}
 		h.note("callout", r.Result.String()+" "+strconv.Itoa(r.Status())+" "+strconv.Quote(string(body)))
-		h.s.AddHeader(dynmod.RequestHeaders, "x-callout-status", strconv.Itoa(r.Status()))
+		h.s.Headers(dynmod.RequestHeaders).Add("x-callout-status", strconv.Itoa(r.Status()))
 		h.resume()
 	})
 	if err != nil {
