@@ -82,26 +82,26 @@ type answerState struct {
 
 // commit adds a complete document's values.
 func (a *answerState) commit(sc *jsonscan.Scanner) {
-	if sc.IntsSeen(1<<(2*rawCount) - 1) {
+	if sc.Values().IntsSeen(1<<(2*rawCount) - 1) {
 		a.usage(sc)
 	}
 	typ, _ := sc.Captured(capType)
-	text := sc.Counter(ctrChat) + sc.Counter(ctrAnthropic)
+	text := sc.Values().Counter(ctrChat) + sc.Values().Counter(ctrAnthropic)
 	if responsesTextDelta(typ) {
-		text += sc.Counter(ctrResponses)
+		text += sc.Values().Counter(ctrResponses)
 	}
 	if text > 0 {
 		a.addText(text)
 	}
-	if v, set, _ := sc.Int(slotFinal + rawOutput); set {
+	if v, set, _ := sc.Values().Int(slotFinal + rawOutput); set {
 		a.providerCount(v)
-	} else if v, set, _ := sc.Int(slotPartial + rawOutput); set {
+	} else if v, set, _ := sc.Values().Int(slotPartial + rawOutput); set {
 		a.providerCount(v)
 	}
-	if v, set, _ := sc.Int(slotSeq); set {
+	if v, set, _ := sc.Values().Int(slotSeq); set {
 		a.seq, a.hasSeq = v, true
 	}
-	if sc.Flag(flagError) || string(typ) == "error" || string(typ) == "response.failed" {
+	if sc.Values().Flag(flagError) || string(typ) == "error" || string(typ) == "response.failed" {
 		a.stats.Errors++
 	}
 }
@@ -110,7 +110,7 @@ func (a *answerState) commit(sc *jsonscan.Scanner) {
 func (a *answerState) usage(sc *jsonscan.Scanner) {
 	for k := 0; k < rawCount; k++ {
 		for _, slot := range [2]int{slotPartial + k, slotFinal + k} {
-			v, set, bad := sc.Int(slot)
+			v, set, bad := sc.Values().Int(slot)
 			a.acc.malformed = a.acc.malformed || bad
 			if set {
 				a.acc.v[k] = v
@@ -118,7 +118,7 @@ func (a *answerState) usage(sc *jsonscan.Scanner) {
 			}
 		}
 	}
-	if sc.IntsSeen(finalMask) {
+	if sc.Values().IntsSeen(finalMask) {
 		a.acc.final = true
 	}
 }

@@ -189,17 +189,17 @@ func (r *RequestReader) Result() Request {
 		q.Model = r.lastModel
 	}
 	for _, slot := range [...]int{reqMaxTokens, reqMaxCompletion, reqMaxOutput} {
-		if v, set, _ := r.sc.Int(slot); set {
+		if v, set, _ := r.sc.Values().Int(slot); set {
 			q.MaxOutputSet = true
 			q.MaxOutput = max(q.MaxOutput, v)
 		}
 	}
-	if v, set, _ := r.sc.Int(reqChoices); set && v >= 1 {
+	if v, set, _ := r.sc.Values().Int(reqChoices); set && v >= 1 {
 		q.Choices = v
 	}
-	q.Stream, _ = r.sc.Bool(reqStream)
-	q.IncludeUsage, _ = r.sc.Bool(reqIncludeUsage)
-	q.PromptBytes = addSat(r.sc.Counter(reqText), r.sc.Counter(reqRaw))
+	q.Stream, _ = r.sc.Values().Bool(reqStream)
+	q.IncludeUsage, _ = r.sc.Values().Bool(reqIncludeUsage)
+	q.PromptBytes = addSat(r.sc.Values().Counter(reqText), r.sc.Values().Counter(reqRaw))
 	return q
 }
 

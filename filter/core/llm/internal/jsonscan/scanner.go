@@ -64,15 +64,7 @@ type Scanner struct {
 	rawStart int64
 	rawCtr   int
 
-	// The current string.
-	str    strMode
-	isKey  bool
-	slot   int    // strMeasure: counter; strCapture: capture
-	esc    uint8  // 0: none; 1: after '\'; 2-5: hex digits of \u read so far + 2
-	unit   uint16 // the \u code unit being read
-	high   uint16 // strKey, strCapture: a high surrogate waiting for its low half
-	keyLen int    // bytes of the key (may exceed MaxKey: then it matches nothing)
-	key    [MaxKey]byte
+	js strDecoder // the current string
 
 	// The current number or literal.
 	num     uint64
@@ -83,16 +75,7 @@ type Scanner struct {
 	litPos  int
 	litSlot int
 
-	ints     [MaxInts]int64
-	intSet   uint32
-	intBad   uint32
-	bools    uint8
-	boolSet  uint8
-	flags    uint8
-	capOver  uint8
-	counters [MaxCounters]int64
-	capLen   [MaxCaptures]uint16
-	capBuf   [CaptureBytes]byte
+	vals Values
 }
 
 // NewScanner returns a Scanner for documents of schema.
@@ -111,10 +94,10 @@ func (s *Scanner) Init(schema *Schema) {
 // the slots' values or the capture bytes): one Reset per SSE event.
 func (s *Scanner) Reset() {
 	s.state, s.depth, s.base, s.rawDepth = stBegin, 0, 0, 0
-	s.esc, s.high = 0, 0
-	s.intSet, s.intBad, s.boolSet, s.flags, s.capOver = 0, 0, 0, 0, 0
-	s.counters = [MaxCounters]int64{}
-	s.capLen = [MaxCaptures]uint16{}
+	s.js.esc, s.js.high = 0, 0
+	s.vals.intSet, s.vals.intBad, s.vals.boolSet, s.vals.flags, s.vals.capOver = 0, 0, 0, 0, 0
+	s.vals.counters = [MaxCounters]int64{}
+	s.vals.capLen = [MaxCaptures]uint16{}
 }
 
 // Complete reports whether the root object is complete and valid (so far
@@ -131,34 +114,14 @@ func (s *Scanner) Started() bool { return s.state != stBegin }
 // ErrorOffset is the offset of the byte that made the document invalid.
 func (s *Scanner) ErrorOffset() int64 { return s.errAt }
 
-// Int returns slot's value, whether a value was set, and whether the last
-// value found for it was not a whole number in [0, MaxInt].
-func (s *Scanner) Int(slot int) (v int64, set, bad bool) {
-	bit := uint32(1) << slot
-	return s.ints[slot], s.intSet&bit != 0, s.intBad&bit != 0
-}
-
-// IntsSeen reports whether any slot in mask (bit i: slot i) was set or
-// marked bad.
-func (s *Scanner) IntsSeen(mask uint32) bool { return (s.intSet|s.intBad)&mask != 0 }
-
-// Bool returns slot's value and whether one was found.
-func (s *Scanner) Bool(slot int) (v, set bool) {
-	bit := uint8(1) << slot
-	return s.bools&bit != 0, s.boolSet&bit != 0
-}
-
-// Counter returns counter i.
-func (s *Scanner) Counter(i int) int64 { return s.counters[i] }
-
-// Flag reports whether flag i was set.
-func (s *Scanner) Flag(i int) bool { return s.flags&(1<<i) != 0 }
+// Values returns what s found so far: valid until the next Reset.
+func (s *Scanner) Values() *Values { return &s.vals }
 
 // Captured returns capture c's bytes (valid until the next Reset or Write)
 // and whether the string was longer than the capture's size.
 func (s *Scanner) Captured(c int) (b []byte, over bool) {
 	off := int(s.schema.capOff[c])
-	return s.capBuf[off : off+int(s.capLen[c])], s.capOver&(1<<c) != 0
+	return s.vals.capBuf[off : off+int(s.vals.capLen[c])], s.vals.capOver&(1<<c) != 0
 }
 
 // Write scans the next piece of the document. Pieces may split it
@@ -249,9 +212,9 @@ func (s *Scanner) write(p []byte, line bool) int {
 					}
 					continue
 				}
-				s.str, s.keyLen, s.state, s.isKey = strSkip, 0, stString, true
+				s.js.mode, s.js.keyLen, s.state, s.js.isKey = strSkip, 0, stString, true
 				if top != Skip {
-					s.str = strKey
+					s.js.mode = strKey
 				}
 			} else {
 				if !s.valueAt(c) {
@@ -259,7 +222,7 @@ func (s *Scanner) write(p []byte, line bool) int {
 				}
 				if d := &s.schema.defs[s.next]; whole && d.plainString {
 					if d.measure != None {
-						s.counters[d.measure] += int64(k)
+						s.vals.counters[d.measure] += int64(k)
 					}
 					s.afterValue()
 					i = s.comma(p, i+k+2)
@@ -275,8 +238,8 @@ func (s *Scanner) write(p []byte, line bool) int {
 			case stColonNext:
 			case stColon:
 				s.next = Skip
-				if top := s.nodes[s.depth-1]; top != Skip && s.keyLen <= MaxKey {
-					s.next = s.schema.defs[top].member(s.key[:s.keyLen])
+				if top := s.nodes[s.depth-1]; top != Skip && s.js.keyLen <= MaxKey {
+					s.next = s.schema.defs[top].member(s.js.key[:s.js.keyLen])
 				}
 			default:
 				goto fail
@@ -307,7 +270,7 @@ func (s *Scanner) write(p []byte, line bool) int {
 				goto fail
 			}
 			if s.depth == s.rawDepth {
-				s.counters[s.rawCtr] += s.base + int64(i) + 1 - s.rawStart
+				s.vals.counters[s.rawCtr] += s.base + int64(i) + 1 - s.rawStart
 				s.rawDepth = 0
 			}
 			s.depth--
@@ -405,10 +368,10 @@ func (s *Scanner) integer(p []byte, i int) int {
 	}
 	d := &s.schema.defs[s.next]
 	if d.flag != None {
-		s.flags |= 1 << d.flag
+		s.vals.flags |= 1 << d.flag
 	}
 	// 16 digits hold MaxInt, and cannot overflow v.
-	s.setInt(d.intSlot, v, !neg && n <= 16 && v <= MaxInt)
+	s.vals.setInt(d.intSlot, v, !neg && n <= 16 && v <= MaxInt)
 	s.afterValue()
 	return j
 }
@@ -431,13 +394,13 @@ func (s *Scanner) literal(p []byte, i int) int {
 	}
 	d := &s.schema.defs[s.next]
 	if d.flag != None {
-		s.flags |= 1 << d.flag
+		s.vals.flags |= 1 << d.flag
 	}
 	if d.intSlot != None {
-		s.setBad(d.intSlot)
+		s.vals.setBad(d.intSlot)
 	}
 	if slot := d.boolSlot; slot != None {
-		s.setBool(slot, val)
+		s.vals.setBool(slot, val)
 	}
 	s.afterValue()
 	return i + n

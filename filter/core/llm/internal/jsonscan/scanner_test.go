@@ -65,22 +65,22 @@ func TestValues(t *testing.T) {
 				t.Errorf("pieces of %d: %s = %v, want %v", n, what, got, want)
 			}
 		}
-		v, set, bad := s.Int(0)
+		v, set, bad := s.Values().Int(0)
 		check("n", [3]any{v, set, bad}, [3]any{int64(42), true, false})
-		v, _, _ = s.Int(1)
+		v, _, _ = s.Values().Int(1)
 		check("o.n", v, int64(7))
-		v, _, _ = s.Int(2)
+		v, _, _ = s.Values().Int(2)
 		check("a[].n (last)", v, int64(2))
-		b, set := s.Bool(0)
+		b, set := s.Values().Bool(0)
 		check("b", [2]bool{b, set}, [2]bool{true, true})
 		// h (1) é (2) \n (1) 😀 (4, a surrogate pair) ! (1)
-		check("s measured", s.Counter(0), int64(9))
+		check("s measured", s.Values().Counter(0), int64(9))
 		c, over := s.Captured(0)
 		check("c captured", string(c), "abc\u00e9")
 		check("c over", over, false)
-		check("raw", s.Counter(1), int64(len(`{"a":[1,2]}`)))
-		check("flag", s.Flag(0), true)
-		check("rec", s.Counter(2), int64(4))
+		check("raw", s.Values().Counter(1), int64(len(`{"a":[1,2]}`)))
+		check("flag", s.Values().Flag(0), true)
+		check("rec", s.Values().Counter(2), int64(4))
 	}
 }
 
@@ -105,7 +105,7 @@ func TestIntSlots(t *testing.T) {
 		{`{"n":-1,"n":3}`, 3, true, false},
 		{`{"n":3,"n":"x"}`, 3, false, true},
 	} {
-		v, set, bad := scan(tc.doc, 0).Int(0)
+		v, set, bad := scan(tc.doc, 0).Values().Int(0)
 		if set != tc.set || bad != tc.bad || set && v != tc.v {
 			t.Errorf("%s: Int = %d, %v, %v; want %d, %v, %v", tc.doc, v, set, bad, tc.v, tc.set, tc.bad)
 		}
@@ -127,7 +127,7 @@ func TestCaptureBound(t *testing.T) {
 func TestLongKeysMatchNothing(t *testing.T) {
 	long := strings.Repeat("n", MaxKey+1)
 	s := scan(`{"`+long+`":1,"\u006e":2}`, 5) // "\u006e" is "n"
-	if v, set, _ := s.Int(0); !set || v != 2 {
+	if v, set, _ := s.Values().Int(0); !set || v != 2 {
 		t.Errorf("Int = %d, %v; want the escaped key to match and the long one not", v, set)
 	}
 }
@@ -183,10 +183,10 @@ func TestReset(t *testing.T) {
 	s := scan(`{"n":1,"b":true,"s":"abc","c":"x","f":1}`, 0)
 	s.Reset()
 	s.Write([]byte(`{"o":{}}`))
-	if !s.Complete() || s.IntsSeen(1) || s.Counter(0) != 0 || s.Flag(0) {
+	if !s.Complete() || s.Values().IntsSeen(1) || s.Values().Counter(0) != 0 || s.Values().Flag(0) {
 		t.Error("Reset left values of the first document")
 	}
-	if _, set := s.Bool(0); set {
+	if _, set := s.Values().Bool(0); set {
 		t.Error("Reset left a boolean")
 	}
 	if c, _ := s.Captured(0); len(c) != 0 {
@@ -246,8 +246,8 @@ func FuzzScanner(f *testing.F) {
 		k := min(int(cut), len(doc))
 		parts.Write(doc[:k])
 		parts.Write(doc[k:])
-		if parts.Complete() != whole.Complete() || parts.Failed() != whole.Failed() || parts.ints != whole.ints || parts.intSet != whole.intSet || parts.intBad != whole.intBad ||
-			parts.counters != whole.counters || parts.flags != whole.flags || parts.bools != whole.bools {
+		if parts.Complete() != whole.Complete() || parts.Failed() != whole.Failed() || parts.vals.ints != whole.vals.ints || parts.vals.intSet != whole.vals.intSet || parts.vals.intBad != whole.vals.intBad ||
+			parts.vals.counters != whole.vals.counters || parts.vals.flags != whole.vals.flags || parts.vals.bools != whole.vals.bools {
 			t.Fatalf("cut at %d gives another result: %q", k, doc)
 		}
 		c1, o1 := whole.Captured(0)
@@ -300,14 +300,14 @@ func TestMemo(t *testing.T) {
 func sameResults(a, b *Scanner) bool {
 	ca, oa := a.Captured(0)
 	cb, ob := b.Captured(0)
-	return a.Complete() == b.Complete() && a.Failed() == b.Failed() && a.intSet == b.intSet && a.intBad == b.intBad &&
-		a.counters == b.counters && a.flags == b.flags && a.boolSet == b.boolSet && a.bools&a.boolSet == b.bools&b.boolSet &&
+	return a.Complete() == b.Complete() && a.Failed() == b.Failed() && a.vals.intSet == b.vals.intSet && a.vals.intBad == b.vals.intBad &&
+		a.vals.counters == b.vals.counters && a.vals.flags == b.vals.flags && a.vals.boolSet == b.vals.boolSet && a.vals.bools&a.vals.boolSet == b.vals.bools&b.vals.boolSet &&
 		bytes.Equal(ca, cb) && oa == ob && intsEqual(a, b)
 }
 
 func intsEqual(a, b *Scanner) bool {
 	for k := 0; k < MaxInts; k++ {
-		if a.intSet&(1<<k) != 0 && a.ints[k] != b.ints[k] {
+		if a.vals.intSet&(1<<k) != 0 && a.vals.ints[k] != b.vals.ints[k] {
 			return false
 		}
 	}

@@ -1,7 +1,5 @@
 package jsonscan
 
-import "unicode/utf8"
-
 // The byte by byte path: tokens that span pieces or have escapes, and
 // the starts of values that write does not take whole.
 
@@ -18,10 +16,10 @@ func (s *Scanner) fail(i int) int {
 func (s *Scanner) value(c byte, i int) bool {
 	d := &s.schema.defs[s.next]
 	if c != 'n' && d.flag != None {
-		s.flags |= 1 << d.flag
+		s.vals.flags |= 1 << d.flag
 	}
 	if d.intSlot != None && c != 'n' && c != '-' && (c < '0' || c > '9') {
-		s.setBad(d.intSlot)
+		s.vals.setBad(d.intSlot)
 	}
 	switch {
 	case c == '{', c == '[':
@@ -46,14 +44,15 @@ func (s *Scanner) value(c byte, i int) bool {
 			s.rawDepth, s.rawStart, s.rawCtr = s.depth, s.base+int64(i), d.raw
 		}
 	case c == '"':
-		s.str, s.state, s.isKey = strSkip, stString, false
+		s.js.mode, s.state, s.js.isKey = strSkip, stString, false
 		switch {
 		case d.capture != None:
-			s.str, s.slot = strCapture, d.capture
-			s.capLen[d.capture] = 0
-			s.capOver &^= 1 << d.capture
+			s.js.mode, s.js.slot = strCapture, d.capture
+			s.js.capOff, s.js.capSize = int(s.schema.capOff[d.capture]), int(s.schema.capSize[d.capture])
+			s.vals.capLen[d.capture] = 0
+			s.vals.capOver &^= 1 << d.capture
 		case d.measure != None:
-			s.str, s.slot = strMeasure, d.measure
+			s.js.mode, s.js.slot = strMeasure, d.measure
 		}
 	case c == '-' || c >= '0' && c <= '9':
 		s.state, s.numSlot, s.num, s.numOK = stNumber, d.intSlot, 0, true
@@ -97,16 +96,16 @@ func (s *Scanner) resume(p []byte, i int, line bool) (int, bool) {
 // inString reads string bytes from p[i] (see resume).
 func (s *Scanner) inString(p []byte, i int, line bool) (int, bool) {
 	for i < len(p) {
-		if s.esc != 0 {
-			if !s.escape(p[i]) {
+		if s.js.esc != 0 {
+			if !s.js.escape(&s.vals, p[i]) {
 				return s.fail(i), true
 			}
 			i++
 			continue
 		}
 		j := i + plain(p[i:])
-		if j > i && s.str != strSkip {
-			s.text(p[i:j])
+		if j > i && s.js.mode != strSkip {
+			s.js.text(&s.vals, p[i:j])
 		}
 		if i = j; i == len(p) {
 			break
@@ -116,7 +115,7 @@ func (s *Scanner) inString(p []byte, i int, line bool) (int, bool) {
 			s.endString()
 			return i + 1, false
 		case c == '\\':
-			s.esc = 1
+			s.js.esc = 1
 			i++
 		case line && (c == '\n' || c == '\r'):
 			return i, true
@@ -136,161 +135,14 @@ func (s *Scanner) afterValue() {
 	}
 }
 
-// setBool sets a boolean slot.
-func (s *Scanner) setBool(slot int, v bool) {
-	bit := uint8(1) << slot
-	s.boolSet |= bit
-	if v {
-		s.bools |= bit
-	} else {
-		s.bools &^= bit
-	}
-}
-
-func (s *Scanner) setBad(slot int) {
-	s.intBad |= 1 << slot
-	s.intSet &^= 1 << slot
-}
-
 // endString ends the current string (its closing quote read).
 func (s *Scanner) endString() {
-	s.flushHigh()
-	if s.isKey {
+	s.js.flushHigh(&s.vals)
+	if s.js.isKey {
 		s.state = stColon
 	} else {
 		s.afterValue()
 	}
-}
-
-// text takes a run of plain string bytes.
-func (s *Scanner) text(b []byte) {
-	switch s.str {
-	case strMeasure:
-		s.counters[s.slot] += int64(len(b))
-	case strKey:
-		s.flushHigh()
-		if s.keyLen < MaxKey {
-			copy(s.key[s.keyLen:], b)
-		}
-		s.keyLen += len(b)
-	case strCapture:
-		s.flushHigh()
-		s.capture(b)
-	}
-}
-
-// capture appends b to the current capture, up to its size.
-func (s *Scanner) capture(b []byte) {
-	c := s.slot
-	n, size := int(s.capLen[c]), int(s.schema.capSize[c])
-	if n+len(b) > size {
-		s.capOver |= 1 << c
-		b = b[:size-n]
-	}
-	copy(s.capBuf[int(s.schema.capOff[c])+n:], b)
-	s.capLen[c] = uint16(n + len(b))
-}
-
-// escape takes one byte of an escape sequence; false if it is invalid.
-func (s *Scanner) escape(c byte) bool {
-	if s.esc == 1 {
-		var b byte
-		switch c {
-		case '"', '\\', '/':
-			b = c
-		case 'b':
-			b = '\b'
-		case 'f':
-			b = '\f'
-		case 'n':
-			b = '\n'
-		case 'r':
-			b = '\r'
-		case 't':
-			b = '\t'
-		case 'u':
-			s.esc, s.unit = 2, 0
-			return true
-		default:
-			return false
-		}
-		s.esc = 0
-		s.text([]byte{b})
-		return true
-	}
-	var v byte
-	switch {
-	case c >= '0' && c <= '9':
-		v = c - '0'
-	case c >= 'a' && c <= 'f':
-		v = c - 'a' + 10
-	case c >= 'A' && c <= 'F':
-		v = c - 'A' + 10
-	default:
-		return false
-	}
-	s.unit = s.unit<<4 | uint16(v)
-	if s.esc++; s.esc == 6 {
-		s.esc = 0
-		s.codeUnit(s.unit)
-	}
-	return true
-}
-
-// codeUnit takes a \u escape's UTF-16 code unit.
-func (s *Scanner) codeUnit(u uint16) {
-	switch s.str {
-	case strMeasure:
-		// Its length in UTF-8; each half of a surrogate pair counts 2,
-		// so that a pair counts 4.
-		n := int64(3)
-		switch {
-		case u < 0x80:
-			n = 1
-		case u < 0x800 || u >= 0xD800 && u < 0xE000:
-			n = 2
-		}
-		s.counters[s.slot] += n
-	case strKey, strCapture:
-		isHigh, isLow := u >= 0xD800 && u < 0xDC00, u >= 0xDC00 && u < 0xE000
-		if s.high != 0 && isLow {
-			r := rune(s.high-0xD800)<<10 | rune(u-0xDC00) + 0x10000
-			s.high = 0
-			s.appendRune(r)
-			return
-		}
-		s.flushHigh()
-		switch {
-		case isHigh:
-			s.high = u
-		case isLow:
-			s.appendRune(utf8.RuneError)
-		default:
-			s.appendRune(rune(u))
-		}
-	}
-}
-
-// flushHigh writes a high surrogate that no low half followed as U+FFFD.
-func (s *Scanner) flushHigh() {
-	if s.high != 0 {
-		s.high = 0
-		s.appendRune(utf8.RuneError)
-	}
-}
-
-// appendRune adds r to the current key or capture.
-func (s *Scanner) appendRune(r rune) {
-	var buf [utf8.UTFMax]byte
-	b := utf8.AppendRune(buf[:0], r)
-	if s.str == strCapture {
-		s.capture(b)
-		return
-	}
-	if s.keyLen+len(b) <= MaxKey {
-		copy(s.key[s.keyLen:], b)
-	}
-	s.keyLen += len(b)
 }
 
 // inNumber reads number bytes from p[i]; the byte that ends the number is
@@ -358,22 +210,9 @@ func (s *Scanner) inNumber(p []byte, i int) int {
 
 // endNumber completes the number that p[i] ends.
 func (s *Scanner) endNumber(i int) int {
-	s.setInt(s.numSlot, s.num, s.numOK)
+	s.vals.setInt(s.numSlot, s.num, s.numOK)
 	s.afterValue()
 	return i
-}
-
-// setInt gives slot (None: no slot) the value v, or marks it bad.
-func (s *Scanner) setInt(slot int, v uint64, ok bool) {
-	switch {
-	case slot == None:
-	case ok:
-		s.ints[slot] = int64(v)
-		s.intSet |= 1 << slot
-		s.intBad &^= 1 << slot
-	default:
-		s.setBad(slot)
-	}
 }
 
 // inLiteral reads the bytes of true, false or null from p[i].
@@ -386,7 +225,7 @@ func (s *Scanner) inLiteral(p []byte, i int) int {
 	}
 	if s.litPos == len(s.lit) {
 		if s.litSlot != None && s.lit[0] != 'n' {
-			s.setBool(s.litSlot, s.lit[0] == 't')
+			s.vals.setBool(s.litSlot, s.lit[0] == 't')
 		}
 		s.afterValue()
 	}
