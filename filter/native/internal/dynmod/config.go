@@ -142,6 +142,7 @@ func envoy_dynamic_module_on_http_filter_config_new(envoy unsafe.Pointer, name, 
 		Log(LogCritical, "sluice: the module registered no filter factory")
 		return 0
 	}
+	sizeRuntime(max(1, Concurrency()))
 	c.main.open(C.dm_http_filter_config_scheduler_new(envoy), true)
 	c.defining = true
 	h, err := (*f)(c, strings.Clone(view(name)), bytes.Clone([]byte(view(config))))
