@@ -81,10 +81,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		if l.open.Add(1) > l.max && !l.makeRoom() {
 			l.open.Add(-1)
-			c.Close()
 			if l.refused != nil {
-				l.refused.Inc()
+				l.refused.Inc() // before the close, which the client may see at once
 			}
+			c.Close()
 			continue
 		}
 		now := l.now()
@@ -110,10 +110,10 @@ func (l *limitListener) makeRoom() bool {
 	if victim == nil {
 		return false
 	}
-	victim.Close()
 	if l.evicted != nil {
-		l.evicted.Inc()
+		l.evicted.Inc() // before the close, which the client may see at once
 	}
+	victim.Close()
 	return true
 }
 
