@@ -67,6 +67,7 @@ func main() {
 	flag.IntVar(&cfg.connections, "connections", 32, "wrk connections")
 	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1,7p4,L4,7p64,L64,7s,Ls", "setups to run (see the setups table in setups.go, and llm.go)")
 	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7L: spread, flood, steady")
+	flag.BoolVar(&cfg.filterStats, "filter-stats", false, "print the filter's counters per request after each run (renewals, grants, waits)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
 	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")
 	flag.StringVar(&cfg.sweep, "sweep", "1,2,4,8", "worker counts of the worker sweep (\"\": none)")
@@ -94,6 +95,7 @@ type config struct {
 	concurrency, connections int
 	setups, loads            string
 	keep, memory             bool
+	filterStats              bool   // -filter-stats
 	baseWasm                 string // setup 7b's filter.wasm
 	overshoot, overshootPeer bool   // the LLM overshoot table only, with envoyproxy/ratelimit's path
 	// The worker sweep (sweep.go).

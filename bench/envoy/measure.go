@@ -97,6 +97,10 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 	if err != nil {
 		return result{}, err
 	}
+	var m0 stack.Samples
+	if cfg.filterStats && svc.metrics != "" {
+		m0, _ = stack.Scrape(svc.metrics)
+	}
 	e0, r0, d0 := stack.ProcCPU(e.PID()), stack.ProcCPU(svc.pid), stack.ProcCPU(b.redis.PID())
 	w, err := b.wrk(ctx, dir, url, c.load, cfg.connections, cfg.duration, env...)
 	if err != nil {
@@ -135,6 +139,14 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 	}
 	if c.setup.rls == rlsPeer || c.setup.rls == rlsSluice || c.setup.rls == rlsSluiceLease || c.setup.rls == rlsFloor {
 		res.rlsUS, res.redUS = per(r1-r0), per(d1-d0)
+	}
+	if cfg.filterStats {
+		printFilterStats(c, s0, s1, n)
+		if m0 != nil {
+			if m1, err := stack.Scrape(svc.metrics); err == nil {
+				printLeaseStats(c, m0, m1, n)
+			}
+		}
 	}
 	if f := delta("wasmcustom.sluice.failure_open") + delta("cluster.ratelimit.error") + delta("cluster.ratelimit.failure_mode_allowed"); f > 0 {
 		fmt.Fprintf(os.Stderr, "  (setup %s %s: %.0f answers by failure mode)\n", c.setup.id, c.load, f)
@@ -362,4 +374,53 @@ func summarizeUsage(m map[string]result) {
 	oe, oc := cost(u1)
 	fmt.Printf("what settlements cost per request over setup 7: Envoy %.2f vs %.2f us, control plane + Redis %.2f vs %.2f us; batched / one call each = %.2f (goal <= 0.5)\n",
 		be, oe, bc, oc, (be+bc)/(oe+oc))
+}
+
+// printFilterStats prints, for -filter-stats, the filter's counters that
+// grew during a run, per request: what the filter did besides deciding
+// (renewals, grants, waits).
+func printFilterStats(c benchCase, s0, s1 map[string]int64, n float64) {
+	var names []string
+	for name, v := range s1 {
+		if strings.HasPrefix(name, "wasmcustom.sluice.") && v > s0[name] {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, name := range names {
+		fmt.Fprintf(&b, " %s=%.4f", strings.TrimPrefix(name, "wasmcustom.sluice."), float64(s1[name]-s0[name])/n)
+	}
+	fmt.Fprintf(os.Stderr, "  (setup %s %s, filter counters per request:%s)\n", c.setup.id, c.load, b.String())
+}
+
+// printLeaseStats prints, for -filter-stats, the control plane's lease
+// counters that grew during a run, per request.
+func printLeaseStats(c benchCase, m0, m1 stack.Samples, n float64) {
+	sum := func(m stack.Samples) map[string]float64 {
+		out := map[string]float64{}
+		for _, x := range m {
+			if strings.HasPrefix(x.Name, "sluice_lease_") {
+				name := strings.TrimPrefix(x.Name, "sluice_lease_")
+				if r := x.Labels["reason"]; r != "" {
+					name += ":" + r
+				}
+				out[name] += x.Value
+			}
+		}
+		return out
+	}
+	before, after := sum(m0), sum(m1)
+	var names []string
+	for name, v := range after {
+		if v > before[name] {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, name := range names {
+		fmt.Fprintf(&b, " %s=%.4f", name, (after[name]-before[name])/n)
+	}
+	fmt.Fprintf(os.Stderr, "  (setup %s %s, control plane lease counters per request:%s)\n", c.setup.id, c.load, b.String())
 }

@@ -305,9 +305,10 @@ func (s setup) bootstrap(b *built, backendPort int, rlsAddr string) stack.M {
 
 // service is a running rate limit service.
 type service struct {
-	pid  int
-	addr string
-	stop func()
+	pid     int
+	addr    string
+	metrics string // sluice-controlplane's metrics URL ("": another service)
+	stop    func()
 }
 
 // startService starts the setup's rate limit service on a fresh port, after
@@ -334,6 +335,7 @@ func (b *built) startService(ctx context.Context, dir string, kind rls, doc stri
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(grpc)
 	var cmd *exec.Cmd
+	metrics := ""
 	switch kind {
 	case rlsPeer:
 		rt := filepath.Join(dir, "runtime", "ratelimit", "config")
@@ -375,6 +377,7 @@ func (b *built) startService(ctx context.Context, dir string, kind rls, doc stri
 			args = append(args, "-redis-addrs", b.redis.Addr(), "-settle-max-tokens", "1000000000")
 		}
 		cmd = exec.Command(b.controlPlane, args...)
+		metrics = "http://127.0.0.1:" + strconv.Itoa(http) + "/metrics"
 	}
 	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("service-%d.log", grpc)))
 	if err != nil {
@@ -387,7 +390,7 @@ func (b *built) startService(ctx context.Context, dir string, kind rls, doc stri
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); logf.Close(); close(done) }()
-	s := &service{pid: cmd.Process.Pid, addr: addr, stop: func() {
+	s := &service{pid: cmd.Process.Pid, addr: addr, metrics: metrics, stop: func() {
 		cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-done:
