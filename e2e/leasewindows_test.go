@@ -35,7 +35,7 @@ var leaseCPCounters = []struct{ short, name, label string }{
 	{"small", "sluice_lease_unleased_checks_total", "small"},
 	{"fetching", "sluice_lease_unleased_checks_total", "fetching"},
 	{"unshared:none", "sluice_lease_unshared_total", "no_lease"},
-	{"units", "sluice_lease_unshared_total", "units"},
+	{"slow", "sluice_lease_unshared_total", "slow"},
 	{"valid", "sluice_lease_unshared_total", "validity"},
 }
 

@@ -197,6 +197,13 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 			rest = append(rest, i)
 			continue
 		}
+		// A lease is sized from the lesser of the key's rate before and
+		// after this request: what its other requests are expected to
+		// spend before the lease ends. Sized from the rate with this
+		// request, two requests close together looked like a fast key
+		// and leased units that mostly expired unspent (a load spread
+		// over many keys, each too seldom used for leases to help).
+		before := e.rate.perSecond(now)
 		e.rate.add(now, 1)
 		e.lastUse = now
 		if e.units > 0 && !now.Before(e.expiry) {
@@ -223,7 +230,7 @@ func (s *Store) decide(ctx context.Context, timeout time.Duration, checks []stor
 			longest = min(longest, refillTime(c.Limit)/2)
 			pol.Target = min(pol.Target, longest)
 		}
-		d := Demand{Rate: e.rate.perSecond(now), Remaining: e.remainingAt(now), Replicas: s.replicas(), Capacity: capacity(c.Limit)}
+		d := Demand{Rate: min(before, e.rate.perSecond(now)), Remaining: e.remainingAt(now), Replicas: s.replicas(), Capacity: capacity(c.Limit)}
 		k := pol.Size(d)
 		if k <= 1 || e.fetching {
 			switch {

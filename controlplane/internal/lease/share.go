@@ -7,10 +7,13 @@ import (
 	"github.com/sluicehq/sluice/controlplane/store"
 )
 
-// seen is a data plane that Share served, and when.
+// seen is a data plane that Share served, when, and the share it was
+// last given: units to spend until until.
 type seen struct {
 	caller uint64
 	at     time.Time
+	units  int64
+	until  time.Time
 }
 
 // maxCallers is how many data planes of a key a replica tells apart: more
@@ -18,28 +21,44 @@ type seen struct {
 // only costs calls).
 const maxCallers = 8
 
-// sharers records that caller asked for a share at now, and returns how
-// many callers asked within recent (at least 1).
-func (e *entry) sharers(caller uint64, now time.Time, recent time.Duration) int {
-	oldest, n, found := 0, 0, false
+// sharers records that caller asked for a share at now, and returns its
+// record and how many callers asked within recent (at least 1).
+func (e *entry) sharers(caller uint64, now time.Time, recent time.Duration) (*seen, int) {
+	oldest, n := 0, 0
+	var rec *seen
 	for i := range e.callers {
 		c := &e.callers[i]
 		if c.caller == caller {
-			c.at, found = now, true
+			c.at, rec = now, c
 		}
 		if c.at.Before(e.callers[oldest].at) {
 			oldest = i
 		}
 	}
-	if !found {
-		e.callers[oldest] = seen{caller: caller, at: now}
+	if rec == nil {
+		rec = &e.callers[oldest]
+		*rec = seen{caller: caller, at: now}
 	}
 	for _, c := range e.callers {
 		if c.caller != 0 && now.Sub(c.at) < recent {
 			n++
 		}
 	}
-	return max(n, 1)
+	return rec, max(n, 1)
+}
+
+// spent counts in e's rate the share that caller c was last given, when c
+// asks again at now before that share ended: a data plane calls once its
+// share is spent, so those units were used, though this replica did not
+// see the requests. A share that ended first counts for nothing: a data
+// plane also calls when its share ended unspent, and counting it as used
+// would size the next one from units nobody needed (a key too seldom used
+// for leases to help would be handed ever larger shares).
+func (e *entry) spent(c *seen, now time.Time) {
+	if c.units > 0 && now.Before(c.until) {
+		e.rate.add(now, c.units)
+	}
+	c.units = 0
 }
 
 // Share hands part of this replica's unspent lease on key (of limit l) to
@@ -60,7 +79,8 @@ func (s *Store) Share(key string, l store.Limit, minValid time.Duration, caller 
 		return 0, 0
 	}
 	// it asks, so it spends: counted whether or not it gets a share
-	callers := e.sharers(caller, now, 2*s.policy.Target)
+	rec, callers := e.sharers(caller, now, 2*s.policy.Target)
+	e.spent(rec, now)
 	switch {
 	case e.units == 0:
 		s.unshared[UnsharedNone].Add(1)
@@ -69,18 +89,25 @@ func (s *Store) Share(key string, l store.Limit, minValid time.Duration, caller 
 		s.unshared[UnsharedValid].Add(1)
 		return 0, 0
 	}
-	s.shares.Add(1)
 	// What this caller is expected to use before the lease ends: the
-	// replica's rate (which counts the units it shared) over the callers
+	// replica's rate (which counts the shares spent) over the callers
 	// it served in the last two targets (a caller served well calls once
 	// per lease). So a data plane that calls once per lease is covered
-	// until then, callers of one replica get their own parts, not each
-	// all of it, and a share nobody can spend in time, which would be lost
-	// to everyone, is not given.
+	// until then, and callers of one replica get their own parts, not each
+	// all of it. A share its caller is not expected to spend a unit of in
+	// time is not given: it would be lost to everyone, and cost the data
+	// plane a pool to keep and renew for nothing (keys spread too thin
+	// for leases to help).
 	valid = e.expiry.Sub(now)
-	n = min(e.units, max(1, int64(math.Ceil(e.rate.perSecond(now)*valid.Seconds()/float64(callers)))))
+	expect := e.rate.perSecond(now) * valid.Seconds() / float64(callers)
+	if expect < 1 {
+		s.unshared[UnsharedSlow].Add(1)
+		return 0, 0
+	}
+	s.shares.Add(1)
+	n = min(e.units, int64(math.Ceil(expect)))
 	e.units -= n
-	e.rate.add(now, n)
+	rec.units, rec.until = n, e.expiry
 	s.shared.Add(n)
 	return n, valid
 }

@@ -25,11 +25,12 @@ type Unshared int
 const (
 	UnsharedNone  Unshared = iota // no unit left on the key
 	UnsharedValid                 // too little validity left
+	UnsharedSlow                  // the key too slow to spend a unit before the lease ends
 	numUnshared
 )
 
 // String names the reason, as the metrics label it.
-func (u Unshared) String() string { return [...]string{"no_lease", "validity"}[u] }
+func (u Unshared) String() string { return [...]string{"no_lease", "validity", "slow"}[u] }
 
 // Stats are counts since the Store was made.
 type Stats struct {
