@@ -67,7 +67,8 @@ type fakeHost struct {
 
 	shared     *sharedData // the proxy's shared data: the same for the workers of a test
 	sharedGets int
-	leaseGets  int // the reads of the lease pools' keys
+	leaseGets  int      // the reads of the lease pools' keys
+	leaseKeys  []string // and the keys read, in order
 }
 
 type fakeCall struct {
@@ -372,6 +373,7 @@ func (h *fakeHost) SharedData(key string) ([]byte, uint32, bool) {
 	h.sharedGets++
 	if strings.HasPrefix(key, "sluice.leases.") {
 		h.leaseGets++
+		h.leaseKeys = append(h.leaseKeys, strings.Clone(key)) // key may alias the caller's buffer
 	}
 	e, ok := h.shared.m[key]
 	return e.v, e.cas, ok

@@ -139,7 +139,10 @@ func TestPrefetchRenewalEndsWithoutUnits(t *testing.T) {
 	}{{"over limit", overLimit, false}, {"failed", failed, false}, {"no answer", func(*testing.T) *fakeAnswer { return nil }, false},
 		{"ok without quota", okNoQuota, true}} {
 		t.Run(c.name, func(t *testing.T) {
-			vms := prefetchVMs(t, 2, 2, time.Second) // 1 unit in the pool
+			vms := prefetchVMs(t, 2, 3, time.Second) // 2 units in the pool
+			if _, a := vms[1].request(prefetchReq, "10.0.0.1:1"); a != Continue || len(vms[1].host.calls) != 0 {
+				t.Fatalf("a unit of two: action %d, %d calls", a, len(vms[1].host.calls))
+			}
 			if _, a := vms[1].request(prefetchReq, "10.0.0.1:1"); a != Continue || len(vms[1].host.calls) != 1 {
 				t.Fatalf("the last unit: action %d, %d calls", a, len(vms[1].host.calls))
 			}
@@ -178,8 +181,9 @@ func TestPrefetchRenewalEndsWithoutUnits(t *testing.T) {
 // TestPrefetchUnitLost: a renewal answered OK without a quota while no
 // request waits loses the unit it debited, counted.
 func TestPrefetchUnitLost(t *testing.T) {
-	vms := prefetchVMs(t, 1, 2, time.Second)
+	vms := prefetchVMs(t, 1, 3, time.Second)
 	b := vms[0]
+	b.request(prefetchReq, "10.0.0.1:1")
 	b.request(prefetchReq, "10.0.0.1:1") // the last unit: a renewal
 	b.deliver(okNoQuota(t))
 	if b.host.counters[MetricLeaseRenewalLost] != 1 {
@@ -187,14 +191,15 @@ func TestPrefetchUnitLost(t *testing.T) {
 	}
 }
 
-// TestPrefetchAtTheEnd: a pool the VM spent from is renewed by the tick
+// TestPrefetchAtTheEnd: a pool the VM saw drain is renewed by the tick
 // lease.Gap after it ends, once: a key idle since is not renewed again, nor
-// is a key whose pool the VM never spent from. A request that finds the
-// pool ended before the renewal is sent waits for it.
+// is a key whose pool the VM never spent from. Requests that find the pool
+// ended before the renewal is sent wait for it, the other VM's too.
 func TestPrefetchAtTheEnd(t *testing.T) {
 	vms := prefetchVMs(t, 2, 10, 100*time.Millisecond)
-	spender, idle := vms[0], vms[1]
-	spender.request(prefetchReq, "10.0.0.1:1") // 8 left
+	spender, other := vms[0], vms[1]
+	spender.request(prefetchReq, "10.0.0.1:1")
+	spender.request(prefetchReq, "10.0.0.1:1") // 7 left: the pool drains
 	if spender.host.tick > uint32((100*time.Millisecond+time.Duration(lease.Gap))/time.Millisecond) {
 		t.Fatalf("the tick (%d ms) is not set for the pool's end", spender.host.tick)
 	}
@@ -204,27 +209,33 @@ func TestPrefetchAtTheEnd(t *testing.T) {
 	if totalCalls(vms) != before {
 		t.Fatal("a renewal before the control plane's lease ended")
 	}
-	// a request now waits for the renewal the tick sends lease.Gap after the end
-	w, a := idle.request(prefetchReq, "10.0.0.1:1")
-	if a != Pause || totalCalls(vms) != before {
-		t.Fatalf("a request on the ended pool: action %d, %d calls", a, totalCalls(vms)-before)
+	// requests now wait for the renewal sent lease.Gap after the end
+	w, a := spender.request(prefetchReq, "10.0.0.1:1")
+	w2, a2 := other.request(prefetchReq, "10.0.0.1:1")
+	if a != Pause || a2 != Pause || totalCalls(vms) != before {
+		t.Fatalf("requests on the ended pool: actions %d %d, %d calls", a, a2, totalCalls(vms)-before)
 	}
 	advance(vms, time.Duration(lease.Gap))
 	tick(vms)
-	if got := totalCalls(vms) - before; got != 1 || len(idle.host.calls) != 1 {
-		t.Fatalf("%d renewals at the end (%d of the VM that never spent from the pool)", got, len(idle.host.calls))
+	if got := totalCalls(vms) - before; got != 1 || len(other.host.calls) != 0 {
+		t.Fatalf("%d renewals at the end (%d of the VM that never spent from the pool)", got, len(other.host.calls))
 	}
-	idle.deliver(renewalAnswer(t, idle.host, 5, 100*time.Millisecond, rlsproto.AlgorithmFixedWindow))
-	if idle.host.resumed[w] != 1 {
-		t.Fatal("the waiting request was not admitted from the renewal's grant")
+	spender.deliver(renewalAnswer(t, spender.host, 5, 100*time.Millisecond, rlsproto.AlgorithmFixedWindow))
+	tick(vms) // the other VM looks at the pool on its tick
+	if spender.host.resumed[w] != 1 || other.host.resumed[w2] != 1 {
+		t.Fatal("the waiting requests were not admitted from the renewal's grant")
 	}
-	// the waiter spent from the new pool: it is renewed when it ends
+	// the waiters and another request spent from the new pool: it is
+	// renewed when it ends
+	if _, a := spender.request(prefetchReq, "10.0.0.1:1"); a != Continue {
+		t.Fatalf("a request on the renewed pool: action %d", a)
+	}
 	advance(vms, 100*time.Millisecond+time.Duration(lease.Gap))
 	tick(vms)
-	if got := totalCalls(vms) - before; got != 2 || len(idle.host.calls) != 2 {
+	if got := totalCalls(vms) - before; got != 2 || len(other.host.calls) != 0 {
 		t.Fatalf("%d renewals after the second pool ended", got)
 	}
-	idle.deliver(renewalAnswer(t, idle.host, 5, 100*time.Millisecond, rlsproto.AlgorithmFixedWindow))
+	spender.deliver(renewalAnswer(t, spender.host, 5, 100*time.Millisecond, rlsproto.AlgorithmFixedWindow))
 	// nobody spends from the third: no renewal when it ends, nor later
 	advance(vms, 100*time.Millisecond+time.Duration(lease.Gap))
 	tick(vms)
@@ -232,6 +243,33 @@ func TestPrefetchAtTheEnd(t *testing.T) {
 	tick(vms)
 	if got := totalCalls(vms) - before; got != 2 {
 		t.Fatalf("%d renewals: an idle key was renewed", got)
+	}
+}
+
+// TestPrefetchTakenOnce: a pool taken from once, a key too seldom used for
+// leases to help, is not renewed: not when its last unit is taken, not
+// when it ends, and a request that finds it ended makes its own call at
+// once (the call any request of the key would make without leases).
+func TestPrefetchTakenOnce(t *testing.T) {
+	vms := prefetchVMs(t, 2, 3, 100*time.Millisecond) // 2 units
+	b := vms[0]
+	before := totalCalls(vms)
+	if _, a := b.request(prefetchReq, "10.0.0.1:1"); a != Continue {
+		t.Fatalf("a unit of the pool: action %d", a)
+	}
+	advance(vms, 100*time.Millisecond+time.Duration(lease.Gap))
+	tick(vms)
+	if got := totalCalls(vms) - before; got != 0 || counter(vms, MetricLeaseRenewals) != 0 {
+		t.Fatalf("%d calls, %d renewals of a pool taken from once", got, counter(vms, MetricLeaseRenewals))
+	}
+	if _, a := vms[1].request(prefetchReq, "10.0.0.1:1"); a != Pause || len(vms[1].host.calls) != 1 || counter(vms, MetricLeaseWaited) != 0 {
+		t.Fatalf("a request on the ended pool: action %d, %d calls, %d waited", a, len(vms[1].host.calls), counter(vms, MetricLeaseWaited))
+	}
+	if _, a := b.request(prefetchReq, "10.0.0.1:1"); a != Pause || counter(vms, MetricLeaseWaited) != 1 {
+		t.Fatalf("a request while that call is under way: action %d, %d waited", a, counter(vms, MetricLeaseWaited))
+	}
+	if counter(vms, MetricLeaseRenewals) != 0 {
+		t.Fatalf("%d renewals", counter(vms, MetricLeaseRenewals))
 	}
 }
 
@@ -255,8 +293,9 @@ func TestPrefetchOwnUnitOfABucket(t *testing.T) {
 		{rlsproto.AlgorithmTokenBucket, true, 3, 0},
 	} {
 		t.Run(fmt.Sprintf("%s/waiting=%v", c.alg, c.waiting), func(t *testing.T) {
-			vms := prefetchVMs(t, 1, 2, time.Second) // 1 unit in the pool
+			vms := prefetchVMs(t, 1, 3, time.Second) // 2 units in the pool
 			b := vms[0]
+			b.request(prefetchReq, "10.0.0.1:1")
 			if _, a := b.request(prefetchReq, "10.0.0.1:1"); a != Continue || len(b.host.calls) != 2 {
 				t.Fatalf("the last unit: action %d, %d calls", a, len(b.host.calls))
 			}

@@ -21,7 +21,8 @@ import (
 //     (the control plane ends a quota 10 ms before its lease), so that the
 //     next lease's share can be granted;
 //   - a request that finds its pool ended and no renewal under way starts
-//     one (sent at once, or Gap after the end), and waits for it.
+//     one (sent at once, or Gap after the end), and waits for it, when its
+//     worker saw the pool drain; otherwise it makes its own call.
 //
 // A renewal is the RateLimitRequest the key's requests send (the domain,
 // that one descriptor, the caller in rlsproto.QuotaField), of cost 1: the
@@ -46,6 +47,12 @@ import (
 // (Answered): the waiters wake and take a unit or call; that key is then
 // not renewed for Backoff.
 //
+// A worker prefetches only a pool it saw drain by at least minDrain units,
+// its own first take included (its key's requests spend what is granted):
+// a pool taken from once belongs to a key too seldom used for a renewal's
+// share to be spent before it ends, and is left to the request that finds
+// it empty, whose own call asks for the next.
+//
 // Bounds: a worker renews only the MaxRecent keys it last spent from (their
 // precheck key and request frame, at most about 2 × the longest key each),
 // never a usage-based descriptor nor one of cost other than 1, and never
@@ -61,6 +68,7 @@ const (
 	// before it sizes the renewal's threshold (a burst of a few requests
 	// says little about the rate).
 	minSpan    = 50 * config.Millisecond
+	minDrain   = 2
 	defaultRTT = 5 * config.Millisecond
 )
 
@@ -76,9 +84,9 @@ type Entry struct {
 	until int64
 	spent bool
 	took  int64 // the worker's last take
-	// The pool's units left at markAt, when the worker first saw it: its
-	// drain rate since.
-	markLeft, markAt int64
+	// The pool's units left at markAt, when the worker first saw it, and
+	// at the worker's last take: its drain rate since.
+	markLeft, markAt, left int64
 	// renewing: the pool records this worker's renewal as under way, sent
 	// (InFlight) or to be sent at sendAt.
 	renewing, InFlight bool
@@ -174,7 +182,7 @@ func (r *Renewer) NoteTake(key []byte, create bool, left, until, now int64) {
 			r.env.Changed(now) // its end is due
 		}
 	}
-	e.took = now
+	e.took, e.left = now, left
 	if e.renewing || now < e.dryUntil || r.pending >= MaxRenewals {
 		return
 	}
@@ -186,13 +194,15 @@ func (r *Renewer) NoteTake(key []byte, create bool, left, until, now int64) {
 // RenewEnded is told that a request (of one descriptor, whose key is key)
 // found its pool, which ended at end, without a unit at now: it starts a
 // renewal for the request to wait for, unless one cannot be made. A pool
-// that ended is renewed Gap after its end.
+// that ended is renewed Gap after its end. Only a pool the worker saw
+// drain: the request of a key too seldom used makes its own call, which
+// asks for a quota as a renewal would, and it does not wait.
 func (r *Renewer) RenewEnded(key []byte, end, now int64) {
 	if !r.On || r.pending >= MaxRenewals {
 		return
 	}
-	e := r.recent(key, true)
-	if e == nil || e.renewing || now < e.dryUntil {
+	e := r.recent(key, false)
+	if e == nil || !e.drained() || e.renewing || now < e.dryUntil {
 		return
 	}
 	sendAt := now
@@ -250,7 +260,7 @@ func (r *Renewer) Tick(now int64) {
 			}
 		case e.spent && now-e.until >= Recent:
 			e.spent = false // long gone: no lease to renew
-		case e.spent && now >= e.until+Gap && now >= e.dryUntil && r.pending < MaxRenewals:
+		case e.spent && e.drained() && now >= e.until+Gap && now >= e.dryUntil && r.pending < MaxRenewals:
 			e.spent = false // renewed once: an idle key is not renewed again
 			r.start(e, now, now, 1)
 		}
@@ -258,16 +268,24 @@ func (r *Renewer) Tick(now int64) {
 }
 
 // need returns how many units of its pool e's key is expected to use
-// during two round trips of a call (at least 1: a renewal is sent when the
-// last unit is taken, at the latest).
+// during two round trips of a call: 0 (no renewal) until the pool drained
+// by minDrain units, then at least 1 (a renewal is sent when the last unit
+// is taken, at the latest).
 func (e *Entry) need(left, now, rtt int64) int64 {
 	used, span := e.markLeft-left, now-e.markAt
+	if used+1 < minDrain {
+		return 0
+	}
 	if used <= 0 || span < minSpan {
 		return 1
 	}
 	lead := 2*rtt + config.Millisecond
 	return max(1, (used*lead+span-1)/span)
 }
+
+// drained reports whether the worker saw e's last pool drain by minDrain
+// units: whether it is worth renewing when it ends.
+func (e *Entry) drained() bool { return e.markLeft-e.left+1 >= minDrain }
 
 // Answered records the round trip of e's renewal, answered at now.
 func (r *Renewer) Answered(e *Entry, now int64) {
@@ -308,7 +326,7 @@ func (r *Renewer) NextDue(timeout int64) (due int64, ok bool) {
 			t = e.SentAt + timeout + 1
 		case e.renewing:
 			t = e.sendAt
-		case e.spent && r.pending < MaxRenewals:
+		case e.spent && e.drained() && r.pending < MaxRenewals:
 			t = max(e.until+Gap, e.dryUntil)
 		default:
 			continue

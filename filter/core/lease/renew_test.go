@@ -11,14 +11,16 @@ const ms = config.Millisecond
 
 // TestNeed: a pool is renewed when it holds fewer units than its drain
 // rate uses during two round trips (and a millisecond); before minSpan of
-// draining, at its last unit.
+// draining, at its last unit; never before it drained by minDrain units.
 func TestNeed(t *testing.T) {
 	for _, tt := range []struct {
 		name                   string
 		markLeft, left         int64
 		markAt, now, rtt, want int64
 	}{
-		{"no drain yet", 100, 100, 0, 100 * ms, 5 * ms, 1},
+		{"taken once: too seldom used", 0, 0, 0, 100 * ms, 5 * ms, 0},
+		{"taken once, 5 left", 5, 5, 0, 100 * ms, 5 * ms, 0},
+		{"taken twice", 1, 0, 0, 1 * ms, 5 * ms, 1},
 		{"too short to tell", 100, 90, 0, 40 * ms, 5 * ms, 1},
 		{"100 in 100 ms, 11 ms lead", 200, 100, 0, 100 * ms, 5 * ms, 11},
 		{"1 in 1 s", 10, 9, 0, 1000 * ms, 5 * ms, 1},
