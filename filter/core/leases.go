@@ -80,6 +80,11 @@ func (l *leaser) take(x *Exchange, n int, fresh bool, now int64) bool {
 				_, err := l.pools.Give(x.key(j), 1, u, now)
 				l.warnErr("cannot give back a unit of a shared lease", err)
 			}
+			if fresh && n == 1 && took.Recent {
+				// a renewal, if one can be made, is the call for the
+				// request to wait for (wait.go)
+				l.renew.r.RenewEnded(x.key(0), took.Until, now)
+			}
 			l.report()
 			return false
 		}

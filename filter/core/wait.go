@@ -118,7 +118,6 @@ func (l *leaser) waitForOther(x *Exchange, descs []descriptors.Descriptor, now i
 	if !l.took.Recent {
 		return false // spend's Take just read the pool: no lease of the key to wait for
 	}
-	l.renew.r.RenewEnded(x.key(0), l.took.Until, now) // a renewal, if one can be made, is the call to wait for
 	wait, err := l.pools.Ask(x.key(0), now, now+l.cfg.Timeout)
 	l.warnErr("cannot read a shared lease", err)
 	if !wait {
