@@ -47,19 +47,12 @@ func (e *entry) sharers(caller uint64, now time.Time, recent time.Duration) (*se
 	return rec, max(n, 1)
 }
 
-// spent counts in e's rate the share that caller c was last given, when c
-// asks again at now before that share ended: a data plane calls once its
-// share is spent, so those units were used, though this replica did not
-// see the requests. A share that ended first counts for nothing: a data
-// plane also calls when its share ended unspent, and counting it as used
-// would size the next one from units nobody needed (a key too seldom used
-// for leases to help would be handed ever larger shares).
-func (e *entry) spent(c *seen, now time.Time) {
-	if c.units > 0 && now.Before(c.until) {
-		e.rate.add(now, c.units)
-	}
-	c.units = 0
-}
+// spends reports whether caller c asks again at now before the share it
+// was last given ended, or within tau after (a window's end, the caller's
+// next requests right behind it): a data plane calls once its share is
+// spent, so it spends what it is given. One that calls later may have spent
+// none of it (a key too seldom used for leases to help).
+func (c *seen) spends(now time.Time) bool { return c.units > 0 && now.Before(c.until.Add(tau)) }
 
 // Share hands part of this replica's unspent lease on key (of limit l) to
 // the data plane caller, which may admit that many requests of the key on
@@ -80,7 +73,8 @@ func (s *Store) Share(key string, l store.Limit, minValid time.Duration, caller 
 	}
 	// it asks, so it spends: counted whether or not it gets a share
 	rec, callers := e.sharers(caller, now, 2*s.policy.Target)
-	e.spent(rec, now)
+	spends := rec.spends(now)
+	rec.units = 0
 	switch {
 	case e.units == 0:
 		s.unshared[UnsharedNone].Add(1)
@@ -90,7 +84,8 @@ func (s *Store) Share(key string, l store.Limit, minValid time.Duration, caller 
 		return 0, 0
 	}
 	// What this caller is expected to use before the lease ends: the
-	// replica's rate (which counts the shares spent) over the callers
+	// replica's rate (which counts the shares of callers that spend them)
+	// over the callers
 	// it served in the last two targets (a caller served well calls once
 	// per lease). So a data plane that calls once per lease is covered
 	// until then, and callers of one replica get their own parts, not each
@@ -108,6 +103,14 @@ func (s *Store) Share(key string, l store.Limit, minValid time.Duration, caller 
 	n = min(e.units, int64(math.Ceil(expect)))
 	e.units -= n
 	rec.units, rec.until = n, e.expiry
+	if spends {
+		// counted as they are handed out, as if this replica had decided
+		// them: the rate then follows the caller's own (counted once
+		// spent, when the caller asks again, they arrived in one lump
+		// after the time they were spent in, and calls close together
+		// made a key look many times faster than it was)
+		e.rate.add(now, n)
+	}
 	s.shared.Add(n)
 	return n, valid
 }
