@@ -167,9 +167,12 @@ type usageStep struct {
 }
 
 // runUsage sends the scenario's requests as user through e: each reports
-// tokens of usage; after each, probes (requests of 0 tokens) wait until the
-// stream-end charge shows in x-ratelimit-remaining (want, the value sluice
-// reaches) or 5 s pass, so the next request sees it.
+// tokens of usage; after each, once Envoy's calls to the rate limit
+// service for it are answered (an admitted request's stream-end charge
+// too), probes (requests of 0 tokens) wait until the charge shows in
+// x-ratelimit-remaining (want, the value sluice reaches) or 5 s pass, so
+// the next request sees it. (A remaining of 0 shows before a charge past
+// the limit lands: the probes alone let the next request overtake it.)
 func runUsage(t *testing.T, e *stack.Envoy, user string, tokens []int, settle []string) []usageStep {
 	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -189,7 +192,23 @@ func runUsage(t *testing.T, e *stack.Envoy, user string, tokens []int, settle []
 	var steps []usageStep
 	for i, n := range tokens {
 		s := usageStep{tokens: n, settled: "-"}
+		calls := rlsCalls(t, e)
 		s.code, s.remaining = get(n)
+		// its calls answered: the request's, and for an admitted request
+		// the stream-end charge
+		want := calls + 1
+		if s.code == http.StatusOK {
+			want++
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			st, err := e.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if total := st["cluster.rls.upstream_rq_total"]; total >= want && st["cluster.rls.upstream_rq_completed"] >= total {
+				break
+			}
+		}
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			if _, r := get(0); r == settle[i] {
 				s.settled = r
@@ -199,6 +218,16 @@ func runUsage(t *testing.T, e *stack.Envoy, user string, tokens []int, settle []
 		steps = append(steps, s)
 	}
 	return steps
+}
+
+// rlsCalls returns the calls e made to the rate limit service.
+func rlsCalls(t *testing.T, e *stack.Envoy) int64 {
+	t.Helper()
+	st, err := e.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st["cluster.rls.upstream_rq_total"]
 }
 
 // TestResponseCostEnvoy runs Envoy Gateway's response-cost configuration
