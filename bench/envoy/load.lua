@@ -1,15 +1,18 @@
 -- load.lua: wrk's script for bench-envoy. BENCH_LOAD picks each request's
 -- x-user header: spread (one of 10,000 keys), flood (90% "hot", the rest
--- spread), blocked (always "blocked") or steady (one of 10 keys, each
--- well under its limit). When wrk is done it prints one
--- line, "BENCH {json}", that bench-envoy reads.
+-- spread), blocked (always "blocked"), steady (one of 10 keys, each
+-- well under its limit) or unique (a key no other request uses). When wrk
+-- is done it prints one line, "BENCH {json}", that bench-envoy reads.
 local mode = os.getenv("BENCH_LOAD") or "spread"
 local keys = 10000
 -- BENCH_BODY names a file: each request POSTs it (an LLM request body).
 local body = nil
+-- unique: a prefix of this wrk process, then a count
+local prefix, count = "", 0
 
 function init(args)
   math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16) % 100000)
+  prefix = "x" .. math.random(1000000000) .. "-"
   local path = os.getenv("BENCH_BODY")
   if path and path ~= "" then
     local f = assert(io.open(path, "rb"))
@@ -26,6 +29,9 @@ function request()
     k = "hot"
   elseif mode == "steady" then
     k = "s" .. math.random(10)
+  elseif mode == "unique" then
+    count = count + 1
+    k = prefix .. count
   else
     k = "u" .. math.random(keys)
   end

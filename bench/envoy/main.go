@@ -66,7 +66,7 @@ func main() {
 	flag.IntVar(&cfg.concurrency, "concurrency", 2, "Envoy worker threads (one Wasm VM each)")
 	flag.IntVar(&cfg.connections, "connections", 32, "wrk connections")
 	flag.StringVar(&cfg.setups, "setups", "1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1,7p4,L4,7p64,L64,7s,Ls", "setups to run (see the setups table in setups.go, and llm.go)")
-	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7L: spread, flood, steady")
+	flag.StringVar(&cfg.loads, "loads", "spread,flood", "loads for setups 5-7L: spread, flood, steady, unique")
 	flag.BoolVar(&cfg.filterStats, "filter-stats", false, "print the filter's counters per request after each run (renewals, grants, waits)")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, bootstraps)")
 	flag.BoolVar(&cfg.memory, "memory", true, "measure Envoy's RSS per worker with and without the filters")

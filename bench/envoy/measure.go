@@ -132,7 +132,7 @@ func (b *built) measure(ctx context.Context, dir string, cfg config, c benchCase
 		settled:     delta("wasmcustom.sluice.usage_settled") / n,
 		rssMB:       float64(e.RSS()) / (1 << 20),
 	}
-	if (c.load == loadSpread || c.load == loadSteady) && res.non2xx > 0 {
+	if (c.load == loadSpread || c.load == loadSteady || c.load == loadUnique) && res.non2xx > 0 {
 		// every key of these loads is well under its limit
 		fmt.Fprintf(os.Stderr, "  (setup %s %s: %.2f%% answered 429 on a load under its limits)\n", c.setup.id, c.load, 100*res.non2xx)
 	}

@@ -12,7 +12,8 @@ import "fmt"
 //     against 4 (above 1d, Envoy answering the same 429 itself), 7Ln
 //     against 7L on the steady load (above 1);
 //   - leases that cannot help cost nothing: 7L spread at most 1.05x 7
-//     spread, on each host.
+//     spread, on each host; and on the unique load, where no key is used
+//     twice.
 func summarizeNative(get func(string) (result, bool)) {
 	if n, ok := get("7n/spread"); ok {
 		if six, ok := get("6/spread"); ok {
@@ -31,12 +32,15 @@ func summarizeNative(get func(string) (result, bool)) {
 	ownCost("4n", "4", "blocked", "1d/blocked", get)
 	ownCost("7Ln", "7L", "steady", "1/spread", get)
 	for _, p := range [][2]string{{"7L", "7"}, {"7Ln", "7n"}} {
-		leased, ok1 := get(p[0] + "/spread")
-		plain, ok2 := get(p[1] + "/spread")
-		if ok1 && ok2 {
-			fmt.Printf("leases that cannot help (%s vs %s, spread): Envoy CPU %.2f against %.2f us per request = %.2fx (goal <= 1.05)",
-				p[0], p[1], leased.envoyUS, plain.envoyUS, leased.envoyUS/plain.envoyUS)
-			if s1, ok := get(p[0] + "/steady"); ok {
+		for _, l := range []load{loadSpread, loadUnique} {
+			leased, ok1 := get(p[0] + "/" + string(l))
+			plain, ok2 := get(p[1] + "/" + string(l))
+			if !ok1 || !ok2 {
+				continue
+			}
+			fmt.Printf("leases that cannot help (%s vs %s, %s): Envoy CPU %.2f against %.2f us per request = %.2fx (goal <= 1.05); the control plane and Redis %.2f against %.2f",
+				p[0], p[1], l, leased.envoyUS, plain.envoyUS, leased.envoyUS/plain.envoyUS, leased.rlsUS+leased.redUS, plain.rlsUS+plain.redUS)
+			if s1, ok := get(p[0] + "/steady"); ok && l == loadSpread {
 				if six, ok := get("6/steady"); ok {
 					fmt.Printf("; %s steady serves %.2fx setup 6's req/s", p[0], s1.rps/six.rps)
 				}

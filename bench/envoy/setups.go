@@ -23,6 +23,7 @@ const (
 	loadFlood   load = "flood"   // 90% on key "hot" (100/s, at least 10x over), the rest spread
 	loadBlocked load = "blocked" // every request on key "blocked" (1 an hour): over its limit
 	loadSteady  load = "steady"  // 10 keys, each well under its limit (what leases are for)
+	loadUnique  load = "unique"  // a key no other request uses (what leases cannot help at all)
 )
 
 // rls is the rate limit service a setup calls.
