@@ -15,7 +15,9 @@
 //
 // Setups 2ne, 2nr and 2n are the native floors: an empty Envoy dynamic
 // module in Go (filter/native/internal/emptymodule) that continues, answers
-// 429, or makes setup 2h's callout over the dynamic module HTTP callout.
+// 429, or makes setup 2h's callout over the dynamic module HTTP callout;
+// setup 2nc is 2ne in C (cfloor/floor.c), with no Go runtime behind the
+// hooks.
 // Setups 7n, 4n and 7Ln are 7, 4 and 7L with the native filter
 // (libsluice.so) in place of filter.wasm (native.go).
 //
@@ -225,6 +227,7 @@ func numCPU() int {
 type built struct {
 	controlPlane, peer, floor, filterWasm, emptyWasm string
 	floorModule                                      string         // the native floor, lib<floorModuleName>.so
+	cFloorModule                                     string         // the native floor in C, lib<cFloorModuleName>.so
 	nativeModule                                     string         // the native filter, libsluice.so in the work directory
 	baseWasm                                         string         // setup 7b's (-base-wasm)
 	sseBackend                                       string         // the LLM setups' SSE backend (llm.go)
@@ -261,6 +264,11 @@ func build(ctx context.Context, dir string, peer bool) (*built, error) {
 		return nil, err
 	}
 	if b.floorModule, err = stack.BuildNativeModule(ctx, "./filter/native/internal/emptymodule", dir, floorModuleName); err != nil {
+		return nil, err
+	}
+	b.cFloorModule = filepath.Join(dir, "lib"+cFloorModuleName+".so")
+	if err := command(ctx, root, nil, "gcc", "-shared", "-fPIC", "-O2", "-I", "filter/native/internal/dynmod",
+		"-o", b.cFloorModule, "bench/envoy/cfloor/floor.c"); err != nil {
 		return nil, err
 	}
 	b.nativeModule = filepath.Join(dir, "libsluice.so")

@@ -84,6 +84,10 @@ var setups = map[string]setup{
 		}},
 	"2ne": {id: "2ne", name: "Envoy, empty native Go module (Continue): the Go runtime and dynmod's crossings", load: loadSpread,
 		filter: func(*built) []stack.M { return []stack.M{floorModule("{}")} }},
+	"2nc": {id: "2nc", name: "Envoy, empty native module in C (Continue): Envoy's dynamic module hooks alone", load: loadSpread,
+		filter: func(*built) []stack.M {
+			return []stack.M{stack.NativeFilter(cFloorModuleName, "floor", []byte("{}"), "")}
+		}},
 	"2nr": {id: "2nr", name: "Envoy, empty native Go module making a precheck rejection's calls (floor of a native 429)",
 		load: loadBlocked, filter: func(*built) []stack.M { return []stack.M{floorModule(`{"reply":true}`)} }},
 	"2n": {id: "2n", name: "Envoy, empty native Go module making sluice's callout over the dynamic module HTTP callout, sluice-controlplane, Redis (native callout floor)",
@@ -153,6 +157,9 @@ func wasmFilter(path string, plugin []byte) stack.M { return stack.WasmFilter(pa
 // floorModuleName is the native floor's module, lib<name>.so in Envoy's
 // working directory (build puts it there).
 const floorModuleName = "sluicefloor"
+
+// cFloorModuleName is the native floor in C (cfloor/floor.c).
+const cFloorModuleName = "sluicecfloor"
 
 // floorModule is the native floor (filter/native/internal/emptymodule) with
 // the configuration conf.
