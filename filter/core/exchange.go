@@ -96,6 +96,17 @@ func (x *Exchange) reset(w *Worker, s Stream) {
 // let the body of a decided request go on without calling the core.
 func (x *Exchange) Undecided() bool { return x.state != stateDone && x.state != stateIdle }
 
+// ReadsResponse reports what the core reads of the response of x's stream:
+// its headers (to add the rate limit headers, to read usage) and its body
+// and trailers (usage). Until x is decided, both. A host may stop telling
+// the core of the parts it does not read.
+func (x *Exchange) ReadsResponse() (headers, body bool) {
+	if x.state != stateDone {
+		return true, true
+	}
+	return len(x.response.spans) != 0 || x.usage.armed, x.usage.armed
+}
+
 // AwaitsBody reports whether the request waits for its body before it is
 // decided: a host whose pause also holds the body back (Envoy's
 // StopAllIteration) must let the body reach the filter instead.

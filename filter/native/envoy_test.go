@@ -149,8 +149,10 @@ func TestPanicLeavesEnvoyServing(t *testing.T) {
 			t.Errorf("panic in %s: errors, failed open, failed closed grew by %v, want %v", c.hook, d, [3]int64{c.errs, c.failures, c.failures})
 		}
 	}
-	if !strings.Contains(e.Log(), "sluicetest: a panic asked for in answer") {
-		t.Errorf("the panics are not in Envoy's log:\n%s", e.LogExcerpt())
+	for _, hook := range []string{"request_headers", "answer", "response_headers"} {
+		if !strings.Contains(e.Log(), "sluicetest: a panic asked for in "+hook) {
+			t.Errorf("the panic in %s is not in Envoy's log:\n%s", hook, e.LogExcerpt())
+		}
 	}
 	// Envoy and the module serve on: every worker decides again.
 	allowed := stat("allowed")

@@ -123,6 +123,7 @@ func (f *filter) NewStream(ds *dynmod.Stream) dynmod.StreamHandler {
 	}
 	w := f.workers[i]
 	s := &stream{ds: ds, w: w}
+	ds.Skip(dynmod.HookRequestTrailers) // let through, unread
 	w.enter()
 	defer w.leave()
 	s.x = w.core.Open(s)

@@ -223,6 +223,9 @@ func (s *stream) requestHeaders() (st dynmod.HeadersStatus) {
 	}()
 	testPanic("request_headers", s)
 	action := w.core.RequestHeaders(s.x)
+	if action == core.Continue {
+		s.skipUnread()
+	}
 	if action == core.Pause && !s.replied && s.sched == nil {
 		s.sched = s.ds.Scheduler()
 	}
@@ -250,6 +253,27 @@ func (s *stream) answer(r *dynmod.Response) {
 	}
 	s.calling = false
 	w.deliver(s.callID, r.Result, r, s)
+	if !s.x.Undecided() {
+		s.skipUnread()
+	}
+}
+
+// skipUnread has Envoy skip the hooks of the stream, its request decided,
+// whose events the core does not read: each one would be a crossing into
+// Go for nothing.
+func (s *stream) skipUnread() {
+	if testKeepsHooks(s) {
+		return
+	}
+	skip := dynmod.HookRequestBody
+	headers, body := s.x.ReadsResponse()
+	if !headers {
+		skip |= dynmod.HookResponseHeaders
+	}
+	if !body {
+		skip |= dynmod.HookResponseBody | dynmod.HookResponseTrailers
+	}
+	s.ds.Skip(skip)
 }
 
 // RequestBody tells the core of a request body chunk.
@@ -272,6 +296,7 @@ func (h *hooks) ResponseHeaders(end bool) dynmod.HeadersStatus {
 	s.inHook("response headers", func(w *core.Worker) {
 		testPanic("response_headers", s)
 		w.ResponseHeaders(s.x, end)
+		s.skipUnread()
 	})
 	return dynmod.HeadersContinue
 }

@@ -8,6 +8,9 @@ package main
 // testPanic would panic in hook when s's request asks for it.
 func testPanic(hook string, s *stream) {}
 
+// testKeepsHooks would keep a hook a request asks to panic in.
+func testKeepsHooks(s *stream) bool { return false }
+
 // testClock would read the clock for testHookTime.
 func testClock() int64 { return 0 }
 

@@ -12,7 +12,8 @@ import (
 // The test hooks of the sluicetest build, for the tests and measurements
 // of the module inside Envoy (testhooks.go has their empty twins):
 //   - a request whose testPanicHeader names a hook (request_headers,
-//     answer, response_headers) makes the host panic there;
+//     answer, response_headers) makes the host panic there, the hook not
+//     skipped;
 //   - the request headers hook's time on the workers is counted, and a
 //     request with testReportHeader is answered with the Go runtime's
 //     report (package gostats): what bench-envoy -runtime reads.
@@ -32,6 +33,14 @@ func testPanic(hook string, s *stream) {
 	if v, ok := s.ds.Headers(dynmod.RequestHeaders).View(testPanicHeader); ok && v == hook {
 		panic("sluicetest: a panic asked for in " + hook)
 	}
+}
+
+// testKeepsHooks reports whether s's request asks for a panic in a hook
+// the module would otherwise skip (skipUnread): the response headers
+// hook, when the core has nothing to add.
+func testKeepsHooks(s *stream) bool {
+	v, ok := s.ds.Headers(dynmod.RequestHeaders).View(testPanicHeader)
+	return ok && v == "response_headers"
 }
 
 // testClock reads the monotonic clock.

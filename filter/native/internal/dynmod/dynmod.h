@@ -8,8 +8,9 @@
 // pointer, so that the module refuses to load, naming the callback, on an
 // Envoy that lacks one, and so that Go test binaries link without Envoy.
 //
-// The event hooks (envoy_dynamic_module_on_*) are not declared here: they are
-// Go functions exported by cgo, whose generated prototypes would clash.
+// The event hooks (envoy_dynamic_module_on_*) are not declared here: the
+// configuration's are Go functions exported by cgo, whose generated
+// prototypes would clash; the stream's are in hooks.c.
 
 #ifndef SLUICE_DYNMOD_H
 #define SLUICE_DYNMOD_H
@@ -36,6 +37,28 @@ typedef struct {
 
 // Enums cross the ABI as C enums: 4-byte integers.
 typedef int32_t dm_enum;
+
+// dm_stream is what Envoy holds for one HTTP stream (the filter's module
+// pointer). hooks.c makes it when the stream starts and answers in C the
+// hooks that need no Go: every hook that enters Go is a cgo callback, the
+// largest part of the module's cost per request. The Go side of the stream
+// is made by the first hook that enters Go (handle 0 until then) and may
+// be let go when the stream completes (released), so that its destroy hook
+// does not enter Go.
+typedef struct {
+  void* envoy;       // Envoy's filter
+  uintptr_t config;  // the configuration's handle
+  uintptr_t handle;  // the Go Stream's handle; 0: none (yet, or released)
+  uint32_t skip;     // DM_SKIP_*: hooks answered Continue in C
+  bool released;     // the Go side is gone: no hook enters Go again
+} dm_stream;
+
+// The hooks a stream may skip (dm_stream.skip), as dynmod.Hook names them.
+#define DM_SKIP_REQUEST_BODY 1u
+#define DM_SKIP_REQUEST_TRAILERS 2u
+#define DM_SKIP_RESPONSE_HEADERS 4u
+#define DM_SKIP_RESPONSE_BODY 8u
+#define DM_SKIP_RESPONSE_TRAILERS 16u
 
 // DM_CALLBACKS lists the callbacks as X(result, name, parameters, arguments);
 // name is the symbol without its "envoy_dynamic_module_callback_" prefix.

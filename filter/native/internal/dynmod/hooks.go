@@ -5,25 +5,30 @@ package dynmod
 */
 import "C"
 
-import (
-	"runtime/cgo"
-	"unsafe"
-)
+import "runtime/cgo"
 
-// The stream hooks. Each looks its Stream up by the handle Envoy gives back
-// and recovers any panic of the handler: the hook then answers Continue, the
-// stream goes on without its handler, and what the handler held is resumed.
+// The stream hooks' Go side (hooks.c calls it). Each finds its Stream
+// from the dm_stream Envoy holds, made at the first hook that enters Go,
+// and recovers any panic of the handler: the hook then answers Continue,
+// the stream goes on without its handler, and what the handler held is
+// resumed.
 
-// streamOf returns the Stream of a handle Envoy gives back, or nil (and a
-// report) if the handle is not one.
-func streamOf(h C.uintptr_t) (s *Stream) {
+// streamOf returns the Stream of cs, made (with its handler) if it has none
+// yet; nil (and a report) if cs's handle is not one.
+func streamOf(cs *C.dm_stream) (s *Stream) {
+	if cs.handle == 0 {
+		s = &Stream{envoy: cs.envoy, c: cs}
+		attachHandler(s, cs.config)
+		cs.handle = C.uintptr_t(cgo.NewHandle(s))
+		return s
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			reportPanic("stream handle", v)
 			s = nil
 		}
 	}()
-	return cgo.Handle(h).Value().(*Stream)
+	return cgo.Handle(cs.handle).Value().(*Stream)
 }
 
 // guard, deferred by a hook, recovers a panic of the handler: the hook's
@@ -46,13 +51,6 @@ func (s *Stream) fail(hook string, v any) {
 		s.ContinueResponse()
 	}
 	reportPanic(hook, v)
-}
-
-//export envoy_dynamic_module_on_http_filter_new
-func envoy_dynamic_module_on_http_filter_new(config C.uintptr_t, envoy unsafe.Pointer) C.uintptr_t {
-	s := &Stream{envoy: envoy}
-	attachHandler(s, config)
-	return C.uintptr_t(cgo.NewHandle(s))
 }
 
 // attachHandler asks the configuration of handle config for the handler
@@ -83,11 +81,11 @@ const (
 	response direction = true
 )
 
-// runHook calls a request or response hook of the stream of handle h,
-// records whether it holds the stream's direction dir, and answers Continue
-// when the stream has no handler or the hook panicked.
-func runHook[S status](h C.uintptr_t, hook string, dir direction, call func(StreamHandler) S) (st C.dm_enum) {
-	s := streamOf(h)
+// runHook calls a request or response hook of the stream of cs, records
+// whether it holds the stream's direction dir, and answers Continue when
+// the stream has no handler or the hook panicked.
+func runHook[S status](cs *C.dm_stream, hook string, dir direction, call func(StreamHandler) S) (st C.dm_enum) {
+	s := streamOf(cs)
 	if s == nil || s.handler == nil {
 		return 0
 	}
@@ -104,75 +102,90 @@ func runHook[S status](h C.uintptr_t, hook string, dir direction, call func(Stre
 	return C.dm_enum(r)
 }
 
-//export envoy_dynamic_module_on_http_filter_request_headers
-func envoy_dynamic_module_on_http_filter_request_headers(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) C.dm_enum {
-	return runHook(h, "request_headers", request, func(sh StreamHandler) HeadersStatus { return sh.RequestHeaders(bool(end)) })
+//export dm_go_request_headers
+func dm_go_request_headers(cs *C.dm_stream, end C.bool) C.dm_enum {
+	return runHook(cs, "request_headers", request, func(sh StreamHandler) HeadersStatus { return sh.RequestHeaders(bool(end)) })
 }
 
-//export envoy_dynamic_module_on_http_filter_request_body
-func envoy_dynamic_module_on_http_filter_request_body(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) C.dm_enum {
-	return runHook(h, "request_body", request, func(sh StreamHandler) BodyStatus { return sh.RequestBody(bool(end)) })
+//export dm_go_request_body
+func dm_go_request_body(cs *C.dm_stream, end C.bool) C.dm_enum {
+	return runHook(cs, "request_body", request, func(sh StreamHandler) BodyStatus { return sh.RequestBody(bool(end)) })
 }
 
-//export envoy_dynamic_module_on_http_filter_request_trailers
-func envoy_dynamic_module_on_http_filter_request_trailers(envoy unsafe.Pointer, h C.uintptr_t) C.dm_enum {
-	return runHook(h, "request_trailers", request, StreamHandler.RequestTrailers)
+//export dm_go_request_trailers
+func dm_go_request_trailers(cs *C.dm_stream) C.dm_enum {
+	return runHook(cs, "request_trailers", request, StreamHandler.RequestTrailers)
 }
 
-//export envoy_dynamic_module_on_http_filter_response_headers
-func envoy_dynamic_module_on_http_filter_response_headers(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) C.dm_enum {
-	return runHook(h, "response_headers", response, func(sh StreamHandler) HeadersStatus { return sh.ResponseHeaders(bool(end)) })
+//export dm_go_response_headers
+func dm_go_response_headers(cs *C.dm_stream, end C.bool) C.dm_enum {
+	return runHook(cs, "response_headers", response, func(sh StreamHandler) HeadersStatus { return sh.ResponseHeaders(bool(end)) })
 }
 
-//export envoy_dynamic_module_on_http_filter_response_body
-func envoy_dynamic_module_on_http_filter_response_body(envoy unsafe.Pointer, h C.uintptr_t, end C.bool) C.dm_enum {
-	return runHook(h, "response_body", response, func(sh StreamHandler) BodyStatus { return sh.ResponseBody(bool(end)) })
+//export dm_go_response_body
+func dm_go_response_body(cs *C.dm_stream, end C.bool) C.dm_enum {
+	return runHook(cs, "response_body", response, func(sh StreamHandler) BodyStatus { return sh.ResponseBody(bool(end)) })
 }
 
-//export envoy_dynamic_module_on_http_filter_response_trailers
-func envoy_dynamic_module_on_http_filter_response_trailers(envoy unsafe.Pointer, h C.uintptr_t) C.dm_enum {
-	return runHook(h, "response_trailers", response, StreamHandler.ResponseTrailers)
+//export dm_go_response_trailers
+func dm_go_response_trailers(cs *C.dm_stream) C.dm_enum {
+	return runHook(cs, "response_trailers", response, StreamHandler.ResponseTrailers)
 }
 
-//export envoy_dynamic_module_on_http_filter_stream_complete
-func envoy_dynamic_module_on_http_filter_stream_complete(envoy unsafe.Pointer, h C.uintptr_t) {
-	s := streamOf(h)
-	if s == nil || s.handler == nil {
-		return
-	}
-	defer s.guard("stream_complete")
-	s.handler.Complete()
-}
-
-//export envoy_dynamic_module_on_http_filter_destroy
-func envoy_dynamic_module_on_http_filter_destroy(h C.uintptr_t) {
-	s := streamOf(h)
+// dm_go_stream_complete runs the handler's Complete, then lets the stream
+// go at once when no callout of it is in flight: Envoy calls nothing of it
+// after this hook but its destroy, which then does not enter Go.
+//
+//export dm_go_stream_complete
+func dm_go_stream_complete(cs *C.dm_stream) {
+	s := streamOf(cs)
 	if s == nil {
 		return
 	}
+	if s.handler != nil {
+		func() {
+			defer s.guard("stream_complete")
+			s.handler.Complete()
+		}()
+	}
+	if len(s.calls) == 0 {
+		s.release(cs)
+	}
+}
+
+//export dm_go_destroy
+func dm_go_destroy(cs *C.dm_stream) {
+	if s := streamOf(cs); s != nil {
+		s.release(cs)
+	}
+}
+
+// release runs the handler's Destroy and frees the stream's resources: cs
+// names no Go stream afterwards, and no hook of it enters Go again.
+func (s *Stream) release(cs *C.dm_stream) {
 	defer func() {
 		if v := recover(); v != nil {
 			reportPanic("http_filter_destroy", v)
 		}
-		// Whatever the handler did, the stream's resources go: Envoy never
-		// names this handle again.
-		cgo.Handle(h).Delete()
+		// Whatever the handler did, the stream's resources go.
+		cgo.Handle(cs.handle).Delete()
+		cs.handle, cs.released = 0, true
 		if s.sched != nil {
 			s.sched.close()
 		}
 		s.arena.free()
 		s.calls = nil
-		s.envoy = nil
+		s.envoy, s.c = nil, nil
 	}()
 	if s.handler != nil {
 		s.handler.Destroy()
 	}
 }
 
-//export envoy_dynamic_module_on_http_filter_http_callout_done
-func envoy_dynamic_module_on_http_filter_http_callout_done(envoy unsafe.Pointer, h C.uintptr_t, id C.uint64_t,
-	result C.dm_enum, headers *C.dm_header, nh C.size_t, body *C.dm_buf, nb C.size_t) {
-	s := streamOf(h)
+//export dm_go_http_callout_done
+func dm_go_http_callout_done(cs *C.dm_stream, id C.uint64_t, result C.dm_enum, headers *C.dm_header, nh C.size_t,
+	body *C.dm_buf, nb C.size_t) {
+	s := streamOf(cs)
 	if s == nil {
 		return
 	}
@@ -186,9 +199,9 @@ func envoy_dynamic_module_on_http_filter_http_callout_done(envoy unsafe.Pointer,
 	done(&r)
 }
 
-//export envoy_dynamic_module_on_http_filter_scheduled
-func envoy_dynamic_module_on_http_filter_scheduled(envoy unsafe.Pointer, h C.uintptr_t, event C.uint64_t) {
-	s := streamOf(h)
+//export dm_go_scheduled
+func dm_go_scheduled(cs *C.dm_stream, event C.uint64_t) {
+	s := streamOf(cs)
 	if s == nil || s.sched == nil {
 		return
 	}
@@ -198,38 +211,4 @@ func envoy_dynamic_module_on_http_filter_scheduled(envoy unsafe.Pointer, h C.uin
 	}
 	defer s.guard("http_filter_scheduled")
 	fn()
-}
-
-// The hooks below are required by Envoy's loader but unused: the module
-// makes no streamed callouts and is never a terminal filter.
-
-//export envoy_dynamic_module_on_http_filter_http_stream_headers
-func envoy_dynamic_module_on_http_filter_http_stream_headers(envoy unsafe.Pointer, h C.uintptr_t, id C.uint64_t,
-	headers *C.dm_header, n C.size_t, end C.bool) {
-}
-
-//export envoy_dynamic_module_on_http_filter_http_stream_data
-func envoy_dynamic_module_on_http_filter_http_stream_data(envoy unsafe.Pointer, h C.uintptr_t, id C.uint64_t,
-	data *C.dm_buf, n C.size_t, end C.bool) {
-}
-
-//export envoy_dynamic_module_on_http_filter_http_stream_trailers
-func envoy_dynamic_module_on_http_filter_http_stream_trailers(envoy unsafe.Pointer, h C.uintptr_t, id C.uint64_t,
-	trailers *C.dm_header, n C.size_t) {
-}
-
-//export envoy_dynamic_module_on_http_filter_http_stream_complete
-func envoy_dynamic_module_on_http_filter_http_stream_complete(envoy unsafe.Pointer, h C.uintptr_t, id C.uint64_t) {
-}
-
-//export envoy_dynamic_module_on_http_filter_http_stream_reset
-func envoy_dynamic_module_on_http_filter_http_stream_reset(envoy unsafe.Pointer, h C.uintptr_t, id C.uint64_t, reason C.dm_enum) {
-}
-
-//export envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark
-func envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(envoy unsafe.Pointer, h C.uintptr_t) {
-}
-
-//export envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark
-func envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(envoy unsafe.Pointer, h C.uintptr_t) {
 }

@@ -22,7 +22,9 @@ type StreamHandler interface {
 	// Complete runs once the stream is over (before Envoy's access logs);
 	// the stream's state is still readable.
 	Complete()
-	// Destroy runs last: the Stream is invalid once it returns.
+	// Destroy runs last, right after Complete when no callout of the
+	// stream is in flight, else when Envoy destroys the filter: the Stream
+	// is invalid once it returns.
 	Destroy()
 }
 
@@ -59,6 +61,7 @@ func (PassThrough) Destroy() {}
 // its hooks or a function its Scheduler runs.
 type Stream struct {
 	envoy   unsafe.Pointer // Envoy's filter, valid until the destroy hook
+	c       *C.dm_stream   // what Envoy holds for the stream (C memory), until released
 	config  *Config
 	handler StreamHandler // nil: the stream passes through (none, or it panicked)
 
@@ -71,6 +74,26 @@ type Stream struct {
 	sched  *Scheduler                 // made by Scheduler
 	arena  cArena                     // the headers of callouts and local replies
 	chunks []C.dm_buf                 // AppendBodyRange's scratch
+}
+
+// Hook names the stream hooks a handler may skip (Stream.Skip).
+type Hook uint32
+
+// The hooks a handler may skip.
+const (
+	HookRequestBody      Hook = C.DM_SKIP_REQUEST_BODY
+	HookRequestTrailers  Hook = C.DM_SKIP_REQUEST_TRAILERS
+	HookResponseHeaders  Hook = C.DM_SKIP_RESPONSE_HEADERS
+	HookResponseBody     Hook = C.DM_SKIP_RESPONSE_BODY
+	HookResponseTrailers Hook = C.DM_SKIP_RESPONSE_TRAILERS
+)
+
+// Skip makes Envoy's later calls of the hooks h continue the stream without
+// calling the handler: each call saved is a crossing from Envoy into Go.
+func (s *Stream) Skip(h Hook) {
+	if s.c != nil {
+		s.c.skip |= C.uint32_t(h)
+	}
 }
 
 // Config returns the stream's filter configuration.
