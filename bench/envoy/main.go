@@ -34,7 +34,7 @@
 //
 //	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1,7p4,L4,7p64,L64,7s,Ls]
 //	bench-envoy -overshoot [-runs 3]
-//	            [-base-wasm filter.wasm (setup 7b)]
+//	            [-base-wasm filter.wasm (setup 7b)] [-base-native libsluice.so (setups 7nb, 7Lnb)]
 //	            [-sweep 1,2,4,8] [-sweep-loads flood,spread] [-flood-rate 500] [-flood-duration 5s] [-flood-conns 32]
 //
 // Then the worker sweep (sweep.go): the shipped envoy/envoy.yaml at each
@@ -77,6 +77,7 @@ func main() {
 	flag.DurationVar(&cfg.floodDuration, "flood-duration", 5*time.Second, "worker sweep: length of one flood")
 	flag.IntVar(&cfg.floodConns, "flood-conns", 32, "worker sweep: keep-alive connections of the flood")
 	flag.StringVar(&cfg.baseWasm, "base-wasm", "", "filter.wasm of setup 7b: setup 7 with this build (of another revision), for an A/B in one run")
+	flag.StringVar(&cfg.baseNative, "base-native", "", "libsluice.so of setups 7nb and 7Lnb: 7n and 7Ln with this build (of another revision), for an A/B in one run")
 	flag.StringVar(&cfg.sweepLoads, "sweep-loads", "flood,spread", "worker sweep: loads (flood: one key at 10x its limit; spread: 10,000 keys under no limit)")
 	flag.StringVar(&cfg.sweepHosts, "sweep-hosts", "wasm,native", "worker sweep: the filter's hosts (wasm: envoy/envoy.yaml; native: envoy/envoy-native.yaml)")
 	flag.StringVar(&cfg.runtime, "runtime", "", "instead of the setups: what the Go runtime costs inside Envoy with the native filter under load, at these worker counts (e.g. 1,2,4; runtime.go)")
@@ -99,6 +100,7 @@ type config struct {
 	keep, memory             bool
 	filterStats              bool   // -filter-stats
 	baseWasm                 string // setup 7b's filter.wasm
+	baseNative               string // setups 7nb and 7Lnb's libsluice.so
 	overshoot, overshootPeer bool   // the LLM overshoot table only, with envoyproxy/ratelimit's path
 	// The worker sweep (sweep.go).
 	sweep, sweepLoads     string
@@ -149,6 +151,9 @@ func run(ctx context.Context, cfg config) error {
 		if s.id == "7b" && cfg.baseWasm == "" {
 			return fmt.Errorf("setup 7b needs -base-wasm")
 		}
+		if (s.id == "7nb" || s.id == "7Lnb") && cfg.baseNative == "" {
+			return fmt.Errorf("setup %s needs -base-native", s.id)
+		}
 		if s.load != "" {
 			cases = append(cases, benchCase{setup: s, load: s.load})
 			continue
@@ -162,6 +167,15 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	b.baseWasm = cfg.baseWasm
+	if cfg.baseNative != "" {
+		so, err := os.ReadFile(cfg.baseNative)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "lib"+baseNativeName+".so"), so, 0o755); err != nil {
+			return err
+		}
+	}
 	redis, err := stack.StartRedis(ctx, dir)
 	if err != nil {
 		return err

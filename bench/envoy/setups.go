@@ -122,6 +122,9 @@ var setups = map[string]setup{
 		filter: sluiceNative, rls: rlsSluiceMemory},
 	"7Ln": {id: "7Ln", name: "Envoy, sluice native filter, sluice-controlplane, Redis, lease: auto", rls: rlsSluiceLease,
 		filter: sluiceNative},
+	"7nb": {id: "7nb", name: "setup 7n with the libsluice.so of -base-native (another revision's build): an A/B of two builds in one run",
+		rls: rlsSluice, filter: sluiceNativeBase, adds: "ratelimit"},
+	"7Lnb": {id: "7Lnb", name: "setup 7Ln with the libsluice.so of -base-native", rls: rlsSluiceLease, filter: sluiceNativeBase},
 	"u": {id: "u", name: "Envoy, sluice filter, usage from a response header, settlements batched (default settle)",
 		rls: rlsSluice, usage: true, load: loadSpread, filter: func(b *built) []stack.M { return usageFilter(b, nil) }},
 	"u1": {id: "u1", name: "Envoy, sluice filter, usage from a response header, one settle call per request",
@@ -190,6 +193,15 @@ func sluiceFilterAt(wasm, transport string) []stack.M {
 // filter.wasm's stat names.
 func sluiceNative(*built) []stack.M {
 	return []stack.M{stack.NativeFilter("sluice", "sluice", sluicePlugin(""), "wasmcustom")}
+}
+
+// baseNativeName is -base-native's module, lib<name>.so in Envoy's working
+// directory (build copies it there).
+const baseNativeName = "sluicebase"
+
+// sluiceNativeBase is sluiceNative with -base-native's build.
+func sluiceNativeBase(*built) []stack.M {
+	return []stack.M{stack.NativeFilter(baseNativeName, "sluice", sluicePlugin(""), "wasmcustom")}
 }
 
 // sluicePlugin is the plugin configuration of sluiceFilter, with a
