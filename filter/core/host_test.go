@@ -21,10 +21,11 @@ import (
 // (package shareddata) on a shared data of its own, which the fake hosts
 // of one test's workers share.
 type fakeHost struct {
-	t      testing.TB
-	now    int64
-	config []byte
-	quiet  bool // record nothing that allocates (for the allocation test)
+	t          testing.TB
+	now        int64
+	config     []byte
+	quiet      bool // record nothing that allocates (for the allocation test)
+	leaseSlots int  // the lease pools' slots (0: shareddata.LeaseSlots)
 
 	headers map[uint32]map[string]string // request headers per stream; a stream without is gone
 	remote  map[uint32]string
@@ -189,7 +190,11 @@ func (h *fakeHost) Pools(domain string, perWorker bool) lease.Pools {
 	if perWorker {
 		d = shareddata.NewLocal()
 	}
-	return shareddata.NewLeases(d, domain, shareddata.LeaseSlots)
+	slots := shareddata.LeaseSlots
+	if h.leaseSlots != 0 {
+		slots = h.leaseSlots
+	}
+	return shareddata.NewLeases(d, domain, slots)
 }
 
 // parse deserializes a header map, copying the strings.
@@ -409,8 +414,14 @@ func newTestbed(t testing.TB, config string) *testbed {
 // newTestbedOn is newTestbed for a worker of a proxy whose shared data is
 // d.
 func newTestbedOn(t testing.TB, config string, d *sharedData) *testbed {
+	return newTestbedSlots(t, config, d, 0)
+}
+
+// newTestbedSlots is newTestbedOn with lease pools of slots slots (0: the
+// default).
+func newTestbedSlots(t testing.TB, config string, d *sharedData, slots int) *testbed {
 	h := newFakeHost(t, config)
-	h.shared = d
+	h.shared, h.leaseSlots = d, slots
 	w := NewWorker(h)
 	if !w.Configure([]byte(config)) {
 		t.Fatalf("configuration refused: %v", h.logs)

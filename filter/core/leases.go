@@ -36,7 +36,13 @@ type leaser struct {
 	asking  map[string]*Exchange
 	// renew renews the lease pools before they run out (renew.go).
 	renew *renewals
+	// noQuota holds the keys whose grant was lost to another key's live
+	// pool in their slot, until when their requests ask for no quota.
+	noQuota map[string]int64
 }
+
+// maxNoQuota bounds leaser.noQuota: past it, the oldest goes.
+const maxNoQuota = 64
 
 // newLeaser returns the lease stage of w's configuration over pools.
 func newLeaser(w *Worker, pools lease.Pools) leaser {
@@ -58,6 +64,9 @@ func (l *leaser) spend(x *Exchange, descs []descriptors.Descriptor, now int64) b
 	l.took = lease.Took{}
 	if !l.seen {
 		return false
+	}
+	if len(l.noQuota) != 0 {
+		l.markNoQuota(x, descs, now)
 	}
 	for i := range descs {
 		if descs[i].HitsAddend != 1 || descs[i].Usage {
@@ -99,6 +108,41 @@ func (l *leaser) take(x *Exchange, n int, fresh bool, now int64) bool {
 		}
 	}
 	return true
+}
+
+// markNoQuota marks the descriptors of x whose grants were lost lately
+// (lostGrant): x's call asks for no quota for them.
+func (l *leaser) markNoQuota(x *Exchange, descs []descriptors.Descriptor, now int64) {
+	for i := range descs {
+		if until, ok := l.noQuota[string(x.key(i))]; ok {
+			if now < until {
+				descs[i].NoQuota = true
+			} else {
+				delete(l.noQuota, string(x.key(i)))
+			}
+		}
+	}
+}
+
+// lostGrant is told that key's grant was lost to another key's live pool
+// in its slot (two keys in one slot): for lease.Recent its requests ask
+// for no quota. The control plane would hand each of their calls another
+// share, lost the same way; their limit is then decided per request,
+// exactly, until the other key's pool ends.
+func (l *leaser) lostGrant(key []byte, now int64) {
+	if l.noQuota == nil {
+		l.noQuota = make(map[string]int64)
+	}
+	if len(l.noQuota) >= maxNoQuota {
+		oldest, first := "", true
+		for k, until := range l.noQuota {
+			if first || until < l.noQuota[oldest] {
+				oldest, first = k, false
+			}
+		}
+		delete(l.noQuota, oldest)
+	}
+	l.noQuota[string(key)] = now + lease.Recent
 }
 
 // covers reports whether a quota covers the request's descriptor d, whose
@@ -165,8 +209,11 @@ func (l *leaser) recordQuotas(x *Exchange, resp *rlsproto.Response, now int64) {
 		l.announce()
 		// valid_until on the monotonic clock, which every worker of the
 		// proxy reads alike
-		_, err := l.pools.Grant(x.key(i), int64(qt.Requests)-1, now+valid, now)
+		ok, err := l.pools.Grant(x.key(i), int64(qt.Requests)-1, now+valid, now)
 		l.warnErr("cannot share a lease with the other workers", err)
+		if !ok && err == nil {
+			l.lostGrant(x.key(i), now)
+		}
 	}
 	l.report()
 }

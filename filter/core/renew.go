@@ -101,6 +101,9 @@ func (rs *renewals) grant(e *lease.Entry, resp *rlsproto.Response, now int64) bo
 			}
 			ok, err := l.pools.Grant(e.Key, units, now+valid, now)
 			rs.warnErr("cannot share a lease with the other workers", err)
+			if !ok && err == nil {
+				l.lostGrant(e.Key, now)
+			}
 			l.report()
 			if ok {
 				rs.count(mLeaseRenewalsGranted)

@@ -26,6 +26,9 @@ type Descriptor struct {
 	HitsAddend uint32  // cost of the request for this descriptor: >= 1, or 0 for a usage-based probe
 	RateLimit  int     // index of the configured rate limit that produced it
 	Usage      bool    // the rate limit is usage-based (config.RateLimit.Usage)
+	// NoQuota says that the request asks for no quota for it: its lease
+	// pool's slot is another key's (the lease stage sets it).
+	NoQuota bool
 }
 
 // PrecheckCost is the cost the precheck checks the descriptor at: its
@@ -115,7 +118,7 @@ func (s *Set) Add(rl *config.RateLimit, index int, req Request) bool {
 		s.Descriptors = append(s.Descriptors, Descriptor{})
 	}
 	d := &s.Descriptors[n]
-	d.HitsAddend, d.RateLimit, d.Usage = rl.HitsAddend, index, rl.Usage != nil
+	d.HitsAddend, d.RateLimit, d.Usage, d.NoQuota = rl.HitsAddend, index, rl.Usage != nil, false
 	if u := rl.Usage; u != nil {
 		switch {
 		case u.FromRequest && index < len(s.Reserves):

@@ -44,9 +44,10 @@ type Pools interface {
 	// empty slot; false: they are lost.
 	Give(key []byte, n, until, now int64) (bool, error)
 	// Grant adds n units valid until until to key's pool: to a live pool
-	// of key they add up, ending at the earlier expiry; anything else is
-	// replaced. A grant ends the call asked (Ask, Renew). false: the units
-	// are lost.
+	// of key they add up, ending at the earlier expiry; a live pool of
+	// another key (two keys in one slot) is kept, and false says the units
+	// are lost; anything else is replaced. A grant ends the call asked
+	// (Ask, Renew).
 	Grant(key []byte, n, until, now int64) (bool, error)
 	// Covers reports whether key's pool holds a unit valid at now,
 	// changing nothing.

@@ -69,7 +69,7 @@ func requestCost(descs []descriptors.Descriptor) (cost uint32, uniform, quota bo
 		if descs[i].HitsAddend != cost {
 			uniform = false
 		}
-		if descs[i].Usage {
+		if descs[i].Usage || descs[i].NoQuota {
 			quota = false
 		}
 	}
@@ -165,7 +165,7 @@ func RequestLen(domain string, descs []descriptors.Descriptor, caller uint64) in
 // DescriptorStatus.quota, and which caller it is (other RLS servers skip it
 // as an unknown field). A request with a usage-based descriptor leaves it
 // out: usage-based limits do not use leases, whose units are requests of
-// cost 1.
+// cost 1; so does one with a descriptor that asks for none (NoQuota).
 //
 // The cost of a request is hits_addend: when every descriptor has the same
 // cost it is sent once, at the request level (what every RLS implementation

@@ -109,8 +109,9 @@ func (p *Pools) Give(key []byte, n, until, now int64) (bool, error) {
 	return p.add(key, n, until, now, false), nil
 }
 
-// add is Grant (replace) and Give: units add up in a live pool of key; a
-// grant replaces anything else, a give-back only a pool no key can spend.
+// add is Grant (replace: the call asked ends) and Give: units add up in a
+// live pool of key; another key's live pool stays; anything else is
+// replaced.
 func (p *Pools) add(key []byte, n, until, now int64, replace bool) bool {
 	if n < 1 || now >= until {
 		return false
@@ -125,8 +126,10 @@ func (p *Pools) add(key []byte, n, until, now int64, replace bool) bool {
 	switch {
 	case mine && s.live(now):
 		s.left, s.until = s.left+n, min(s.until, until)
-	case !replace && s.live(now):
-		p.lost++ // another key's live pool: keep it
+	case s.live(now):
+		// another key's live pool: it stays (replaced, the two keys'
+		// grants would replace each other, every unit lost)
+		p.lost++
 		return false
 	default:
 		if !mine || replace {

@@ -183,9 +183,10 @@ func (l *Leases) Take(key []byte, now int64) (lease.Took, error) {
 }
 
 // Grant adds n units valid until until to key's pool: to a live pool of
-// key they add up, ending at the earlier expiry; any other value of the
-// slot (another key's, a spent or expired pool) is replaced. false: the
-// units are lost (every attempt lost the race, or err).
+// key they add up, ending at the earlier expiry; another key's live pool
+// stays (false: the units are lost); any other value of the slot (a spent
+// or expired pool) is replaced. false also when every attempt lost the
+// race, or err.
 func (l *Leases) Grant(key []byte, n, until, now int64) (bool, error) {
 	return l.add(key, n, until, now, true)
 }
@@ -199,7 +200,7 @@ func (l *Leases) Give(key []byte, n, until, now int64) (bool, error) {
 	return l.add(key, n, until, now, false)
 }
 
-// add is Grant (replace true) and Give.
+// add is Grant (replace true: the call asked ends) and Give.
 func (l *Leases) add(key []byte, n, until, now int64, replace bool) (bool, error) {
 	if n < 1 || now >= until || !l.slot(key) {
 		return false, nil
@@ -210,8 +211,10 @@ func (l *Leases) add(key []byte, n, until, now int64, replace bool) (bool, error
 		switch {
 		case p.mine && p.live(now):
 			left, end = p.left+n, min(p.until, until)
-		case !replace && p.live(now):
-			l.Lost++ // another key's live pool: keep it
+		case p.live(now):
+			// another key's live pool: it stays (replaced, the two keys'
+			// grants would replace each other, every unit lost)
+			l.Lost++
 			return false, nil
 		}
 		if !replace && p.mine {

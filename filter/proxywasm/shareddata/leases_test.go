@@ -151,11 +151,12 @@ func TestLeaseTakeGivesUpAfterMaxAttempts(t *testing.T) {
 	}
 }
 
-// TestLeaseGiveNeverOverwritesAnotherKey: in a slot that another key's
-// live pool holds (a collision), a grant replaces it (the units it held
-// are lost: less admitted, never more) but a unit given back does not;
-// no key ever spends another key's units.
-func TestLeaseGiveNeverOverwritesAnotherKey(t *testing.T) {
+// TestLeaseNeverOverwritesAnotherKey: in a slot that another key's live
+// pool holds (a collision), neither a grant nor a unit given back replaces
+// it (replaced, the two keys' grants would replace each other and every
+// unit granted to either would be lost); once it is spent or ended, the
+// slot takes the other key's. No key ever spends another key's units.
+func TestLeaseNeverOverwritesAnotherKey(t *testing.T) {
 	d := newMemData()
 	l := NewLeases(d, "edge", 1) // one slot: every key collides
 	a, b := []byte("a"), []byte("b")
@@ -166,17 +167,26 @@ func TestLeaseGiveNeverOverwritesAnotherKey(t *testing.T) {
 	if ok, _ := l.Give(b, 1, 1000*ms, 0); ok || !l.Covers(a, 0) || l.Lost != 1 {
 		t.Fatalf("a give-back of b replaced a's live pool (lost %d)", l.Lost)
 	}
-	if ok, _ := l.Grant(b, 1, 1000*ms, 0); !ok || l.Covers(a, 0) || !l.Covers(b, 0) {
-		t.Fatal("a grant of b did not replace a's pool")
+	if ok, _ := l.Grant(b, 5, 1000*ms, 0); ok || !l.Covers(a, 0) || l.Covers(b, 0) || l.Lost != 2 {
+		t.Fatalf("a grant of b replaced a's live pool (lost %d)", l.Lost)
+	}
+	l.Take(a, 0)
+	l.Take(a, 0) // a's pool spent
+	if ok, _ := l.Grant(b, 1, 1000*ms, 0); !ok || !l.Covers(b, 0) {
+		t.Fatal("a grant of b into a spent slot was refused")
 	}
 	l.Take(b, 0)
 	if ok, _ := l.Give(a, 1, 1000*ms, 0); !ok || !l.Covers(a, 0) {
 		t.Fatal("a give-back into a spent slot was refused")
 	}
+	if ok, _ := l.Grant(b, 1, 2000*ms, 1000*ms); !ok || !l.Covers(b, 1000*ms) {
+		t.Fatal("a grant of b into an ended slot was refused")
+	}
 }
 
 // TestLeaseChurnStaysWithinBound grants 100,000 distinct keys of the
-// longest length: the lease slots never hold more than LeaseBound.
+// longest length, each once the pools before it ended: the lease slots
+// never hold more than LeaseBound.
 func TestLeaseChurnStaysWithinBound(t *testing.T) {
 	const slots = 256
 	d := newMemData()
@@ -184,7 +194,8 @@ func TestLeaseChurnStaysWithinBound(t *testing.T) {
 	long := make([]byte, MaxKeyLen-len("edge")-1)
 	for i := range 100000 {
 		copy(long, strconv.Itoa(i))
-		if ok, err := l.Grant(long, 10, 1000*ms, 0); !ok || err != nil {
+		now := int64(i) * ms
+		if ok, err := l.Grant(long, 10, now+ms, now); !ok || err != nil {
 			t.Fatalf("grant %d: %v %v", i, ok, err)
 		}
 	}
@@ -193,7 +204,7 @@ func TestLeaseChurnStaysWithinBound(t *testing.T) {
 	}
 	t.Logf("%d keys, %d bytes after 100000 keys (bound %d bytes; %d bytes for the plugin's %d lease slots)",
 		len(d.m), d.bytes(), LeaseBound(slots), LeaseBound(LeaseSlots), LeaseSlots)
-	if ok, _ := l.Grant(make([]byte, MaxKeyLen), 10, 1000*ms, 0); ok {
+	if ok, _ := l.Grant(make([]byte, MaxKeyLen), 10, 200000*ms, 100000*ms); ok {
 		t.Fatal("a key too long was shared")
 	}
 }
