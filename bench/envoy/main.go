@@ -33,6 +33,7 @@
 // settlement (u1); against setup 7 they give what settlements cost.
 //
 //	bench-envoy [-runs 3] [-duration 10s] [-warmup 2s] [-concurrency 2] [-connections 32] [-setups 1,1d,2,2r,2h,2g,2n,3,4,5,6,6f,7,7g,u,u1,7p4,L4,7p64,L64,7s,Ls]
+//	            [-loads spread,flood,steady,unique] [-filter-stats]
 //	bench-envoy -overshoot [-runs 3]
 //	            [-base-wasm filter.wasm (setup 7b)] [-base-native libsluice.so (setups 7nb, 7Lnb)]
 //	            [-sweep 1,2,4,8] [-sweep-loads flood,spread] [-flood-rate 500] [-flood-duration 5s] [-flood-conns 32]

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/filter/core/headermap"
@@ -530,3 +531,24 @@ func (b *testbed) respond(id uint32) {
 
 // runTick runs the worker's tick.
 func (b *testbed) runTick() { b.w.Tick() }
+
+// sentRequest decodes the framed RateLimitRequest of a call's body.
+func sentRequest(t testing.TB, body []byte) *rlsv3.RateLimitRequest {
+	t.Helper()
+	msg, err := rlsproto.ParseFrame(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req rlsv3.RateLimitRequest
+	if err := proto.Unmarshal(msg, &req); err != nil {
+		t.Fatal(err)
+	}
+	return &req
+}
+
+// asksQuota reports whether req carries rlsproto.QuotaField: its caller
+// spends quotas, and names itself.
+func asksQuota(req *rlsv3.RateLimitRequest) bool {
+	num, typ, n := protowire.ConsumeTag(req.ProtoReflect().GetUnknown())
+	return n > 0 && num == rlsproto.QuotaField && typ == protowire.VarintType
+}

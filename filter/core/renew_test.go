@@ -6,8 +6,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/filter/core/lease"
 	"github.com/sluicehq/sluice/filter/core/rlsproto"
@@ -58,21 +56,13 @@ func advance(vms []*testbed, d time.Duration) {
 // edge, the one remote_address descriptor, cost 1, the caller named.
 func checkRenewalFrame(t *testing.T, body []byte) {
 	t.Helper()
-	msg, err := rlsproto.ParseFrame(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var req rlsv3.RateLimitRequest
-	if err := proto.Unmarshal(msg, &req); err != nil {
-		t.Fatal(err)
-	}
+	req := sentRequest(t, body)
 	if req.Domain != "edge" || len(req.Descriptors) != 1 || len(req.Descriptors[0].Entries) != 1 ||
 		req.Descriptors[0].Entries[0].Key != "remote_address" || req.Descriptors[0].Entries[0].Value != "10.0.0.1" ||
 		req.HitsAddend > 1 || req.Descriptors[0].HitsAddend != nil {
-		t.Fatalf("renewal %v", &req)
+		t.Fatalf("renewal %v", req)
 	}
-	num, typ, n := protowire.ConsumeTag(req.ProtoReflect().GetUnknown())
-	if n < 0 || num != rlsproto.QuotaField || typ != protowire.VarintType {
+	if !asksQuota(req) {
 		t.Fatalf("the renewal does not name its caller (field %d)", rlsproto.QuotaField)
 	}
 }

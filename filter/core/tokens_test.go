@@ -7,7 +7,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/filter/core/llm"
@@ -34,14 +33,7 @@ const twoModels = `{"weights": [
 // callCost returns the hits_addend of descriptor 0 of the last call.
 func (b *testbed) callCost() uint64 {
 	b.t.Helper()
-	msg, err := rlsproto.ParseFrame(b.lastCall().body)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	var req rlsv3.RateLimitRequest
-	if err := proto.Unmarshal(msg, &req); err != nil {
-		b.t.Fatal(err)
-	}
+	req := sentRequest(b.t, b.lastCall().body)
 	if h := req.Descriptors[0].GetHitsAddend(); h != nil {
 		return h.GetValue()
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -57,17 +56,10 @@ func settleCalls(t testing.TB, h *fakeHost) []settleCall {
 		if !ok {
 			continue
 		}
-		msg, err := rlsproto.ParseFrame(c.body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var req rlsv3.RateLimitRequest
-		if err := proto.Unmarshal(msg, &req); err != nil {
-			t.Fatal(err)
-		}
+		req := sentRequest(t, c.body)
 		sc := settleCall{id: c.id, token: token, domain: req.Domain, body: c.body}
 		if req.HitsAddend != 0 || len(req.ProtoReflect().GetUnknown()) != 0 {
-			t.Fatalf("settle call with a request-level hits_addend or a quota marker: %v", &req)
+			t.Fatalf("settle call with a request-level hits_addend or a quota marker: %v", req)
 		}
 		for _, d := range req.Descriptors {
 			var kv []string
@@ -254,14 +246,7 @@ func TestUsageRequestCost(t *testing.T) {
 		if a != Pause {
 			t.Fatalf("action %d", a)
 		}
-		msg, err := rlsproto.ParseFrame(b.host.calls[len(b.host.calls)-1].body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var req rlsv3.RateLimitRequest
-		if err := proto.Unmarshal(msg, &req); err != nil {
-			t.Fatal(err)
-		}
+		req := sentRequest(t, b.host.calls[len(b.host.calls)-1].body)
 		if len(req.ProtoReflect().GetUnknown()) != 0 {
 			t.Fatalf("a usage-based request asked for quotas")
 		}

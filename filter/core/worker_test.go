@@ -8,7 +8,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -82,19 +81,12 @@ func TestAllowedRequest(t *testing.T) {
 			t.Errorf("call header %s = %q, want %q", want[0], v, want[1])
 		}
 	}
-	msg, err := rlsproto.ParseFrame(c.body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var req rlsv3.RateLimitRequest
-	if err := proto.Unmarshal(msg, &req); err != nil {
-		t.Fatal(err)
-	}
+	req := sentRequest(t, c.body)
 	if req.Domain != "edge" || len(req.Descriptors) != 2 || req.HitsAddend != 1 ||
 		req.Descriptors[0].Entries[0].Value != "10.0.0.9" ||
 		req.Descriptors[1].Entries[0].Value != "k1" || req.Descriptors[1].Entries[1].Value != "/v1/items" ||
 		req.Descriptors[1].HitsAddend.GetValue() != 2 {
-		t.Fatalf("request %v", &req)
+		t.Fatalf("request %v", req)
 	}
 
 	b.deliver(grpcOK(t, &rlsv3.RateLimitResponse{
