@@ -384,28 +384,25 @@ func summarizeUsage(m map[string]result) {
 // grew during a run, per request: what the filter did besides deciding
 // (renewals, grants, waits).
 func printFilterStats(c benchCase, s0, s1 map[string]int64, n float64) {
-	var names []string
-	for name, v := range s1 {
-		if strings.HasPrefix(name, "wasmcustom.sluice.") && v > s0[name] {
-			names = append(names, name)
+	filter := func(s map[string]int64) map[string]float64 {
+		out := map[string]float64{}
+		for name, v := range s {
+			if short, ok := strings.CutPrefix(name, "wasmcustom.sluice."); ok {
+				out[short] = float64(v)
+			}
 		}
+		return out
 	}
-	slices.Sort(names)
-	var b strings.Builder
-	for _, name := range names {
-		fmt.Fprintf(&b, " %s=%.4f", strings.TrimPrefix(name, "wasmcustom.sluice."), float64(s1[name]-s0[name])/n)
-	}
-	fmt.Fprintf(os.Stderr, "  (setup %s %s, filter counters per request:%s)\n", c.setup.id, c.load, b.String())
+	printGrowth(c, "filter counters", filter(s0), filter(s1), n)
 }
 
 // printLeaseStats prints, for -filter-stats, the control plane's lease
 // counters that grew during a run, per request.
 func printLeaseStats(c benchCase, m0, m1 stack.Samples, n float64) {
-	sum := func(m stack.Samples) map[string]float64 {
+	lease := func(m stack.Samples) map[string]float64 {
 		out := map[string]float64{}
 		for _, x := range m {
-			if strings.HasPrefix(x.Name, "sluice_lease_") {
-				name := strings.TrimPrefix(x.Name, "sluice_lease_")
+			if name, ok := strings.CutPrefix(x.Name, "sluice_lease_"); ok {
 				if r := x.Labels["reason"]; r != "" {
 					name += ":" + r
 				}
@@ -414,7 +411,12 @@ func printLeaseStats(c benchCase, m0, m1 stack.Samples, n float64) {
 		}
 		return out
 	}
-	before, after := sum(m0), sum(m1)
+	printGrowth(c, "control plane lease counters", lease(m0), lease(m1), n)
+}
+
+// printGrowth prints to stderr what of counters grew from before to after,
+// per request of n.
+func printGrowth(c benchCase, counters string, before, after map[string]float64, n float64) {
 	var names []string
 	for name, v := range after {
 		if v > before[name] {
@@ -426,5 +428,5 @@ func printLeaseStats(c benchCase, m0, m1 stack.Samples, n float64) {
 	for _, name := range names {
 		fmt.Fprintf(&b, " %s=%.4f", name, (after[name]-before[name])/n)
 	}
-	fmt.Fprintf(os.Stderr, "  (setup %s %s, control plane lease counters per request:%s)\n", c.setup.id, c.load, b.String())
+	fmt.Fprintf(os.Stderr, "  (setup %s %s, %s per request:%s)\n", c.setup.id, c.load, counters, b.String())
 }
